@@ -1,0 +1,39 @@
+//! Criterion benchmarks of the main attention cases, so that regressions show in `cargo bench`.
+//! The full sweep with GFLOP/s, memory and plots is `sdpa bench`.
+
+use burn::prelude::*;
+use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use sdpa::lab::bench::{baseline, paths};
+use sdpa::lab::context::normal_tensor;
+use sdpa::{AttentionInput, ScaledDotProductAttentionConfig};
+
+fn attention(c: &mut Criterion) {
+    let device = Device::flex();
+    let (b, h, d) = (4, 8, 64);
+    let mut group = c.benchmark_group("attention forward (flex, b=4, h=8, d=64)");
+    group.sample_size(10);
+    for n in [256usize, 1024] {
+        let mut rng = ChaCha8Rng::seed_from_u64(1);
+        let q = normal_tensor(&mut rng, [b, h, n, d], &device);
+        let k = normal_tensor(&mut rng, [b, h, n, d], &device);
+        let v = normal_tensor(&mut rng, [b, h, n, d], &device);
+        for (name, implementation) in paths(256) {
+            group.bench_with_input(BenchmarkId::new(name, n), &n, |bench, _| {
+                let attn = implementation.map(|i| ScaledDotProductAttentionConfig::new().with_implementation(i).init());
+                bench.iter(|| {
+                    let out = match &attn {
+                        Some(a) => a.forward(AttentionInput::new(q.clone(), k.clone(), v.clone())).context,
+                        None => baseline(q.clone(), k.clone(), v.clone()),
+                    };
+                    out.slice(s![0..1, 0..1, 0..1, 0..1]).into_data()
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, attention);
+criterion_main!(benches);

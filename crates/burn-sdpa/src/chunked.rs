@@ -1,0 +1,153 @@
+//! The chunked path: online softmax over blocks of keys (the FlashAttention recurrence: running
+//! max, running sum, rescaled accumulator), written in Burn tensor ops so that it runs on every
+//! backend and under autodiff. For inference it never holds more than `n × block_size` scores
+//! per (batch, head).
+
+use burn::nn::Dropout;
+use burn::prelude::*;
+
+use crate::sdpa::{AttentionDims, AttentionInput, CausalAlignment, most_negative};
+
+/// Key-block mask `[b|1, h|1, n|1, len]` for keys `start..start + len`: the user mask's slice,
+/// the causal part and −∞ bias entries, or `None` when nothing in the block is masked by them.
+fn block_mask(
+    input: &AttentionInput,
+    dims: &AttentionDims,
+    alignment: CausalAlignment,
+    start: usize,
+    len: usize,
+    bias_block: Option<&Tensor<4>>,
+) -> Option<Tensor<4, Bool>> {
+    let device = input.query.device();
+    let mut parts: Vec<Tensor<4, Bool>> = Vec::new();
+    if let Some(mask) = &input.mask {
+        parts.push(mask.clone().slice(s![.., .., .., start..start + len]));
+    }
+    if input.causal {
+        // Key j (absolute start + c) is hidden from query i when j > i + offset.
+        let offset = alignment.offset(dims.n, dims.m);
+        // [n] -> [n, 1] and [len] -> [1, len]
+        let rows = Tensor::<1, Int>::arange(0..dims.n as i64, &device).reshape([dims.n, 1]);
+        let cols = Tensor::<1, Int>::arange(start as i64..(start + len) as i64, &device).reshape([1, len]);
+        let hidden = cols
+            .expand([dims.n, len])
+            .greater(rows.expand([dims.n, len]).add_scalar(offset));
+        // [n, len] -> [1, 1, n, len]
+        parts.push(hidden.reshape([1, 1, dims.n, len]));
+    }
+    if let Some(bias) = bias_block {
+        parts.push(bias.clone().is_inf().bool_and(bias.clone().lower_elem(0.0)));
+    }
+    let target = [dims.batch, dims.n_heads, dims.n, len];
+    parts
+        .into_iter()
+        .map(|m| m.expand(target))
+        .reduce(|a, b| a.bool_or(b))
+}
+
+/// Attention by blocks of `block_size` keys. Same semantics as the naive path: masks, bias,
+/// causal alignments, grouped-query heads, dropout on the weights, and zero output for rows
+/// without a visible key.
+///
+/// # Shapes
+/// - query: `[b, h, n, d_k]`, key: `[b, h_kv, m, d_k]`, value: `[b, h_kv, m, d_v]`
+/// - returns the context `[b, h, n, d_v]`
+pub fn chunked_attention(
+    input: AttentionInput,
+    dims: AttentionDims,
+    scale: f64,
+    alignment: CausalAlignment,
+    block_size: usize,
+    dropout: Option<&Dropout>,
+) -> Tensor<4> {
+    let AttentionDims {
+        batch: b,
+        n_heads: h,
+        n_kv_heads: h_kv,
+        n,
+        m,
+        d_k,
+        d_v,
+    } = dims;
+    let group = h / h_kv;
+    let block_size = block_size.max(1);
+    let device = input.query.device();
+    let mut query = input.query.clone();
+    if scale != 1.0 {
+        query = query.mul_scalar(scale);
+    }
+    // [b, h, n, d_k] -> [b, h_kv, g·n, d_k]: query heads of a group share their kv head.
+    let query = query.reshape([b, h_kv, group * n, d_k]);
+    let dtype = query.dtype();
+    let fill = most_negative(dtype);
+
+    // Running statistics, in the grouped layout: max and sum [b, h_kv, g·n, 1], acc [.., d_v].
+    let mut run_max: Option<Tensor<4>> = None;
+    let mut run_sum: Option<Tensor<4>> = None;
+    let mut acc: Option<Tensor<4>> = None;
+    let mut start = 0;
+    while start < m {
+        let len = block_size.min(m - start);
+        let k_block = input.key.clone().slice(s![.., .., start..start + len, ..]);
+        let v_block = input.value.clone().slice(s![.., .., start..start + len, ..]);
+        // [b, h_kv, g·n, d_k] @ [b, h_kv, d_k, len] -> [b, h_kv, g·n, len] -> [b, h, n, len]
+        let mut scores = query
+            .clone()
+            .matmul(k_block.transpose())
+            .reshape([b, h, n, len]);
+        let bias_block = input
+            .bias
+            .as_ref()
+            .map(|bias| bias.clone().slice(s![.., .., .., start..start + len]));
+        if let Some(bias) = &bias_block {
+            scores = scores + bias.clone();
+        }
+        let mask = block_mask(&input, &dims, alignment, start, len, bias_block.as_ref());
+        if let Some(mask) = &mask {
+            scores = scores.mask_fill(mask.clone(), fill);
+        }
+        // [b, h, n, len] -> [b, h_kv, g·n, len]
+        let scores = scores.reshape([b, h_kv, group * n, len]);
+        // The shift only keeps exp() in range; it does not change the result, so it is detached.
+        let block_max = scores.clone().detach().max_dim(3);
+        let new_max = match &run_max {
+            Some(prev) => prev.clone().max_pair(block_max),
+            None => block_max,
+        };
+        let mut p = (scores - new_max.clone()).exp();
+        if let Some(mask) = mask {
+            // A row whose keys so far are all masked has max = fill and exp(fill − fill) = 1:
+            // zero the masked entries explicitly.
+            p = p.mask_fill(mask.reshape([b, h_kv, group * n, len]), 0.0);
+        }
+        let block_sum = p.clone().sum_dim(3);
+        // Dropout acts on the normalized weights p/l; being element-wise, it can act on p here
+        // while the running sum l keeps the undropped values.
+        if let Some(dropout) = dropout {
+            p = dropout.forward(p);
+        }
+        // [b, h_kv, g·n, len] @ [b, h_kv, len, d_v] -> [b, h_kv, g·n, d_v]
+        let block_acc = p.matmul(v_block);
+        match (run_max.take(), run_sum.take(), acc.take()) {
+            (Some(prev_max), Some(prev_sum), Some(prev_acc)) => {
+                let correction = (prev_max - new_max.clone()).exp();
+                run_sum = Some(prev_sum * correction.clone() + block_sum);
+                acc = Some(prev_acc * correction + block_acc);
+            }
+            _ => {
+                run_sum = Some(block_sum);
+                acc = Some(block_acc);
+            }
+        }
+        run_max = Some(new_max);
+        start += len;
+    }
+    let acc = acc.unwrap_or_else(|| Tensor::zeros([b, h_kv, group * n, d_v], (&device, dtype)));
+    let sum = run_sum.unwrap_or_else(|| Tensor::zeros([b, h_kv, group * n, 1], (&device, dtype)));
+    // Rows without a visible key have sum 0 and acc 0: divide them by 1 (not by a tiny number,
+    // whose square would underflow to 0 in the backward pass and make 0/0 = NaN).
+    let empty = sum.clone().lower_equal_elem(0.0);
+    (acc / sum.mask_fill(empty, 1.0))
+        // [b, h_kv, g·n, d_v] -> [b, h, n, d_v]
+        .reshape([b, h, n, d_v])
+}

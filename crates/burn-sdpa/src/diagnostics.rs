@@ -1,0 +1,176 @@
+//! Attention diagnostics: how peaked (saturated) the softmax rows are, per head.
+//!
+//! Everything is computed on the device with a handful of element-wise ops and reductions over
+//! `[b, h, n, m]`, then read back in one transfer of `6 × h` numbers, so it is cheap enough to
+//! call at every training step.
+
+use burn::prelude::*;
+use burn::tensor::{DType, FloatDType};
+use serde::{Deserialize, Serialize};
+
+use crate::error::AttentionError;
+
+/// The probability above which a row counts as saturated (nearly one-hot).
+pub const SATURATION_THRESHOLD: f64 = 0.99;
+
+/// Diagnostics of one head, averaged over the batch and over the query rows that have at least
+/// one visible key (fully masked rows are left out).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct HeadDiagnostics {
+    /// Mean row entropy H = −Σ p ln p, in nats.
+    pub entropy: f64,
+    /// Mean of H / ln(k) over rows with k ≥ 2 visible keys: 1 is uniform, 0 is one-hot.
+    pub normalized_entropy: f64,
+    /// Mean of the row's largest probability.
+    pub max_prob: f64,
+    /// Mean effective number of keys exp(H).
+    pub effective_keys: f64,
+    /// Fraction of rows whose largest probability exceeds [`SATURATION_THRESHOLD`].
+    pub saturated_fraction: f64,
+    /// Mean within-row standard deviation of the scores over the visible keys (what the softmax
+    /// sees; a row-wide shift does not change the softmax), when the scores were given.
+    pub logit_std: Option<f64>,
+}
+
+/// Diagnostics of every head of one attention call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct AttentionDiagnostics {
+    /// One entry per head.
+    pub per_head: Vec<HeadDiagnostics>,
+}
+
+impl AttentionDiagnostics {
+    /// The mean over heads.
+    pub fn mean(&self) -> HeadDiagnostics {
+        let n = self.per_head.len().max(1) as f64;
+        let sum = |f: &dyn Fn(&HeadDiagnostics) -> f64| self.per_head.iter().map(f).sum::<f64>() / n;
+        let logit_std = if self.per_head.iter().all(|h| h.logit_std.is_some()) && !self.per_head.is_empty() {
+            Some(sum(&|h| h.logit_std.unwrap_or_default()))
+        } else {
+            None
+        };
+        HeadDiagnostics {
+            entropy: sum(&|h| h.entropy),
+            normalized_entropy: sum(&|h| h.normalized_entropy),
+            max_prob: sum(&|h| h.max_prob),
+            effective_keys: sum(&|h| h.effective_keys),
+            saturated_fraction: sum(&|h| h.saturated_fraction),
+            logit_std,
+        }
+    }
+}
+
+/// Sums a `[b, h, n, 1]` tensor over batch and rows: `[h]`.
+fn per_head_sum(x: Tensor<4>) -> Tensor<1> {
+    let [_, h, _, _] = x.dims();
+    // [b, h, n, 1] -> [1, h, 1, 1] -> [h]
+    x.sum_dim(0).sum_dim(2).reshape([h])
+}
+
+/// Computes the diagnostics of attention weights.
+///
+/// # Shapes
+/// - weights: `[b, h, n, m]`, rows summing to 1 (0 for fully masked rows)
+/// - mask: `[b|1, h|1, n|1, m]`, true = masked out (optional; without it every key counts as
+///   visible, which changes only the normalized entropy)
+/// - scores: `[b, h, n, m]` (optional; needed for `logit_std`)
+pub fn attention_diagnostics(
+    weights: Tensor<4>,
+    mask: Option<Tensor<4, Bool>>,
+    scores: Option<Tensor<4>>,
+) -> Result<AttentionDiagnostics, AttentionError> {
+    let shape = weights.dims();
+    let [_, h, _, m] = shape;
+    if let Some(mask) = &mask {
+        let d = mask.dims();
+        if !((0..3).all(|i| d[i] == 1 || d[i] == shape[i]) && d[3] == m) {
+            return Err(AttentionError::NotBroadcastable {
+                tensor: "mask",
+                shape: d,
+                scores: shape,
+            });
+        }
+    }
+    if let Some(scores) = &scores
+        && scores.dims() != shape
+    {
+        return Err(AttentionError::Shape {
+            what: "scores",
+            expected: format!("the weights' shape {shape:?}"),
+            got: scores.dims().to_vec(),
+        });
+    }
+    // Diagnostics never take part in a backward pass, and are computed in f32 so that p·ln p of
+    // tiny half-precision probabilities does not underflow.
+    let prep = |t: Tensor<4>| {
+        let t = if t.is_autodiff() { t.without_autodiff() } else { t };
+        t.cast(FloatDType::F32)
+    };
+    let weights = prep(weights);
+    let device = weights.device();
+    let visible: Tensor<4> = match mask {
+        Some(mask) => {
+            let mask = if mask.is_autodiff() { mask.without_autodiff() } else { mask };
+            mask.expand(shape).bool_not().float().cast(FloatDType::F32)
+        }
+        None => Tensor::ones(shape, (&device, DType::F32)),
+    };
+    // [b, h, n, 1]
+    let n_visible = visible.clone().sum_dim(3);
+    let row_sum = weights.clone().sum_dim(3);
+    // A row counts when it has a visible key and carries probability mass.
+    let valid = n_visible
+        .clone()
+        .greater_elem(0.5)
+        .bool_and(row_sum.greater_elem(0.5))
+        .float();
+    let multi = n_visible.clone().greater_elem(1.5).float() * valid.clone();
+
+    let entropy = -(weights.clone() * weights.clone().clamp_min(1e-30).log()).sum_dim(3);
+    let max_prob = weights.max_dim(3);
+    let saturated = max_prob.clone().greater_elem(SATURATION_THRESHOLD).float();
+    let ln_k = n_visible.clone().clamp_min(2.0).log();
+
+    let mut rows = vec![
+        per_head_sum(valid.clone()),
+        per_head_sum(multi.clone()),
+        per_head_sum(entropy.clone() * valid.clone()),
+        per_head_sum(entropy.clone() / ln_k * multi.clone()),
+        per_head_sum(max_prob * valid.clone()),
+        per_head_sum(entropy.exp() * valid.clone()),
+        per_head_sum(saturated * valid.clone()),
+    ];
+    let has_scores = scores.is_some();
+    if let Some(scores) = scores {
+        let scores = prep(scores);
+        let hidden = visible.clone().lower_elem(0.5);
+        let k = n_visible.clamp_min(1.0);
+        let zeroed = scores.mask_fill(hidden.clone(), 0.0);
+        let mean = zeroed.clone().sum_dim(3) / k.clone();
+        let centered = (zeroed - mean).mask_fill(hidden, 0.0);
+        let std = (centered.square().sum_dim(3) / k).sqrt();
+        rows.push(per_head_sum(std * multi));
+    }
+    // [rows, h], read back in one transfer.
+    let table: Vec<f32> = Tensor::stack::<2>(rows, 0)
+        .into_data()
+        .convert::<f32>()
+        .try_into_vec::<f32>()
+        .unwrap_or_default();
+    let at = |r: usize, head: usize| table.get(r * h + head).copied().unwrap_or(0.0) as f64;
+    let per_head = (0..h)
+        .map(|head| {
+            let n_valid = at(0, head).max(1.0);
+            let n_multi = at(1, head).max(1.0);
+            HeadDiagnostics {
+                entropy: at(2, head) / n_valid,
+                normalized_entropy: at(3, head) / n_multi,
+                max_prob: at(4, head) / n_valid,
+                effective_keys: at(5, head) / n_valid,
+                saturated_fraction: at(6, head) / n_valid,
+                logit_std: has_scores.then(|| at(7, head) / n_multi),
+            }
+        })
+        .collect();
+    Ok(AttentionDiagnostics { per_head })
+}

@@ -1,0 +1,101 @@
+//! Mask helpers. Every mask here uses **true = masked out** (Burn's and the article's polarity;
+//! PyTorch's boolean `attn_mask` is the opposite).
+
+use burn::prelude::*;
+
+use crate::error::AttentionError;
+use crate::sdpa::CausalAlignment;
+
+/// The causal mask for n queries and m keys, `[n, m]`, true where key j is hidden from query i.
+///
+/// [`CausalAlignment::TopLeft`] hides j > i; [`CausalAlignment::BottomRight`] hides
+/// j > i + (m − n). With bottom-right alignment and n > m the first n − m queries see no key.
+///
+/// ```
+/// # use burn::prelude::*;
+/// use burn_sdpa::{mask::causal_mask, CausalAlignment};
+/// let device = Device::flex();
+/// let mask = causal_mask(4, 4, CausalAlignment::TopLeft, &device);
+/// // [[false, true,  true,  true ],
+/// //  [false, false, true,  true ],
+/// //  [false, false, false, true ],
+/// //  [false, false, false, false]]
+/// assert_eq!(mask.dims(), [4, 4]);
+/// ```
+pub fn causal_mask(n: usize, m: usize, alignment: CausalAlignment, device: &Device) -> Tensor<2, Bool> {
+    // `tril_mask` is true where col > row + offset.
+    Tensor::<2, Bool>::tril_mask([n, m], alignment.offset(n, m), device)
+}
+
+/// A padding mask `[b, m]` from sequence lengths `[b]`: true at positions `j >= length`.
+///
+/// A length of 0 masks the whole sequence (its query rows then get zero context); a length of m
+/// or more masks nothing.
+pub fn padding_mask_from_lengths(lengths: Tensor<1, Int>, m: usize) -> Tensor<2, Bool> {
+    let device = lengths.device();
+    let [b] = lengths.dims();
+    // [m] -> [1, m]
+    let positions = Tensor::<1, Int>::arange(0..m as i64, &device).unsqueeze::<2>();
+    // [b] -> [b, 1]
+    let lengths = lengths.reshape([b, 1]);
+    positions
+        .expand([b, m])
+        .greater_equal(lengths.expand([b, m]))
+}
+
+/// A padding mask `[b, m]` from token ids `[b, m]`: true where the token is `pad_id`.
+pub fn padding_mask_from_tokens(tokens: Tensor<2, Int>, pad_id: i64) -> Tensor<2, Bool> {
+    tokens.equal_elem(pad_id)
+}
+
+/// Turns a padding mask `[b, m]` into an attention mask `[b, 1, 1, m]` that hides the padded
+/// keys from every head and query.
+pub fn padding_to_attention_mask(padding: Tensor<2, Bool>) -> Tensor<4, Bool> {
+    let [b, m] = padding.dims();
+    // [b, m] -> [b, 1, 1, m]
+    padding.reshape([b, 1, 1, m])
+}
+
+/// Combines a causal mask `[n, m]` and a padding mask `[b, m]` into `[b, 1, n, m]` (the article's
+/// §5.2: `causal[None, None] | padding[:, None, None, :]`, with our polarity true = masked).
+///
+/// ```
+/// # use burn::prelude::*;
+/// use burn_sdpa::{mask::*, CausalAlignment};
+/// let device = Device::flex();
+/// let tokens = Tensor::<2, Int>::from_data([[5, 6, 0, 0]], &device);
+/// let padding = padding_mask_from_tokens(tokens, 0);
+/// let causal = causal_mask(4, 4, CausalAlignment::TopLeft, &device);
+/// let mask = combine_causal_and_padding(causal, padding).unwrap();
+/// assert_eq!(mask.dims(), [1, 1, 4, 4]);
+/// ```
+pub fn combine_causal_and_padding(
+    causal: Tensor<2, Bool>,
+    padding: Tensor<2, Bool>,
+) -> Result<Tensor<4, Bool>, AttentionError> {
+    let [n, m] = causal.dims();
+    let [b, m_pad] = padding.dims();
+    if m != m_pad {
+        return Err(AttentionError::Shape {
+            what: "padding mask",
+            expected: format!("[b, m] with m = {m} (the causal mask is [{n}, {m}])"),
+            got: vec![b, m_pad],
+        });
+    }
+    // [n, m] -> [1, 1, n, m] -> [b, 1, n, m]
+    let causal = causal.reshape([1, 1, n, m]).expand([b, 1, n, m]);
+    // [b, m] -> [b, 1, 1, m] -> [b, 1, n, m]
+    let padding = padding_to_attention_mask(padding).expand([b, 1, n, m]);
+    Ok(causal.bool_or(padding))
+}
+
+/// Logical or of two rank-4 masks that broadcast against each other (size-1 axes expand).
+///
+/// # Panics
+/// If an axis differs and neither side is 1; [`ScaledDotProductAttention::try_forward`]
+/// (crate::ScaledDotProductAttention::try_forward) checks the shapes it passes here.
+pub fn broadcast_or(a: Tensor<4, Bool>, b: Tensor<4, Bool>) -> Tensor<4, Bool> {
+    let (da, db) = (a.dims(), b.dims());
+    let target: [usize; 4] = core::array::from_fn(|i| da[i].max(db[i]));
+    a.expand(target).bool_or(b.expand(target))
+}

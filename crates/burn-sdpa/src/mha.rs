@@ -1,0 +1,358 @@
+//! Multi-head attention built on [`ScaledDotProductAttention`].
+
+use burn::module::Module;
+use burn::nn::{Initializer, Linear, LinearConfig};
+use burn::prelude::*;
+
+use crate::error::AttentionError;
+use crate::mask::{broadcast_or, padding_to_attention_mask};
+use crate::sdpa::{
+    AttentionInput, CausalAlignment, Implementation, ScalePolicy, ScaledDotProductAttention,
+    ScaledDotProductAttentionConfig,
+};
+
+/// Configuration of [`MultiHeadAttention`].
+///
+/// ```
+/// # use burn::prelude::*;
+/// use burn_sdpa::{MhaInput, MultiHeadAttentionConfig};
+/// let device = Device::flex();
+/// let mha = MultiHeadAttentionConfig::new(64, 8)
+///     .with_n_kv_heads(Some(2))   // grouped-query attention
+///     .init(&device);
+/// let x = Tensor::<3>::zeros([2, 10, 64], &device);
+/// let out = mha.forward(MhaInput::self_attn(x).causal());
+/// assert_eq!(out.context.dims(), [2, 10, 64]);
+/// ```
+#[derive(Config, Debug)]
+pub struct MultiHeadAttentionConfig {
+    /// Model width: the size of the input and output features.
+    pub d_model: usize,
+    /// Number of query heads.
+    pub n_heads: usize,
+    /// Number of key/value heads; `None` means `n_heads` (plain multi-head attention), 1 is
+    /// multi-query attention, anything dividing `n_heads` is grouped-query attention.
+    pub n_kv_heads: Option<usize>,
+    /// Query/key (and value) size per head; `None` means `d_model / n_heads`. Set it to sweep
+    /// d_k at a fixed model width.
+    pub d_k: Option<usize>,
+    /// The scale policy of the attention scores (1/√d_k by default).
+    #[config(default = "ScalePolicy::InvSqrtDk")]
+    pub scale: ScalePolicy,
+    /// Dropout on the attention weights (0 by default).
+    #[config(default = 0.0)]
+    pub dropout: f64,
+    /// Whether the four projections have biases (true by default, like burn-nn).
+    #[config(default = true)]
+    pub bias: bool,
+    /// Initializer of the projection weights (burn-nn's Linear default).
+    #[config(
+        default = "Initializer::KaimingUniform { gain: 0.5773502691896258, fan_out_only: false }"
+    )]
+    pub initializer: Initializer,
+    /// Initializer of the query and key projection weights only; `None` uses `initializer`.
+    pub qk_initializer: Option<Initializer>,
+    /// Causal alignment when the input asks for causal masking (bottom-right by default).
+    #[config(default = "CausalAlignment::BottomRight")]
+    pub causal_alignment: CausalAlignment,
+    /// The attention's computation path (`Auto` picks the fastest correct one).
+    #[config(default = "Implementation::Auto")]
+    pub implementation: Implementation,
+}
+
+impl MultiHeadAttentionConfig {
+    /// The number of key/value heads.
+    pub fn kv_heads(&self) -> usize {
+        self.n_kv_heads.unwrap_or(self.n_heads)
+    }
+
+    /// Checks the sizes and returns d_k per head.
+    pub fn validate(&self) -> Result<usize, AttentionError> {
+        let invalid = |field, value: usize, reason: &str| AttentionError::InvalidConfig {
+            field,
+            value: value.to_string(),
+            reason: reason.to_string(),
+        };
+        if self.d_model == 0 {
+            return Err(invalid("d_model", 0, "must be > 0"));
+        }
+        if self.n_heads == 0 {
+            return Err(invalid("n_heads", 0, "must be > 0"));
+        }
+        let n_kv = self.kv_heads();
+        if n_kv == 0 {
+            return Err(invalid("n_kv_heads", 0, "must be > 0"));
+        }
+        if self.n_heads % n_kv != 0 {
+            return Err(AttentionError::HeadGrouping {
+                n_heads: self.n_heads,
+                n_kv_heads: n_kv,
+            });
+        }
+        let d_k = match self.d_k {
+            Some(0) => return Err(invalid("d_k", 0, "must be > 0")),
+            Some(d_k) => d_k,
+            None if self.d_model % self.n_heads != 0 => {
+                return Err(invalid(
+                    "d_model",
+                    self.d_model,
+                    &format!(
+                        "is not divisible by n_heads = {}; set d_k explicitly",
+                        self.n_heads
+                    ),
+                ));
+            }
+            None => self.d_model / self.n_heads,
+        };
+        self.scale.validate()?;
+        Ok(d_k)
+    }
+
+    /// Builds the layer, or says which setting is wrong.
+    pub fn try_init(&self, device: &Device) -> Result<MultiHeadAttention, AttentionError> {
+        let d_k = self.validate()?;
+        let n_kv = self.kv_heads();
+        let attention = ScaledDotProductAttentionConfig::new()
+            .with_scale(self.scale)
+            .with_dropout(self.dropout)
+            .with_causal_alignment(self.causal_alignment)
+            .with_implementation(self.implementation)
+            .try_init()?;
+        let qk_init = self.qk_initializer.clone().unwrap_or(self.initializer.clone());
+        let linear = |d_in, d_out, init: &Initializer| {
+            LinearConfig::new(d_in, d_out)
+                .with_bias(self.bias)
+                .with_initializer(init.clone())
+                .init(device)
+        };
+        Ok(MultiHeadAttention {
+            query: linear(self.d_model, self.n_heads * d_k, &qk_init),
+            key: linear(self.d_model, n_kv * d_k, &qk_init),
+            value: linear(self.d_model, n_kv * d_k, &self.initializer),
+            output: linear(self.n_heads * d_k, self.d_model, &self.initializer),
+            attention,
+            d_model: self.d_model,
+            n_heads: self.n_heads,
+            n_kv_heads: n_kv,
+            d_k,
+        })
+    }
+
+    /// Builds the layer.
+    ///
+    /// # Panics
+    /// With the message of [`try_init`](Self::try_init)'s error when a setting is wrong.
+    pub fn init(&self, device: &Device) -> MultiHeadAttention {
+        self.try_init(device).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// Multi-head (and grouped-query) attention: project, split into heads, attend with
+/// [`ScaledDotProductAttention`], merge the heads, project back.
+#[derive(Module, Debug)]
+pub struct MultiHeadAttention {
+    /// Query projection `d_model -> n_heads · d_k`.
+    pub query: Linear,
+    /// Key projection `d_model -> n_kv_heads · d_k`.
+    pub key: Linear,
+    /// Value projection `d_model -> n_kv_heads · d_k`.
+    pub value: Linear,
+    /// Output projection `n_heads · d_k -> d_model`.
+    pub output: Linear,
+    /// The attention core.
+    pub attention: ScaledDotProductAttention,
+    /// Model width.
+    pub d_model: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads.
+    pub n_kv_heads: usize,
+    /// Size per head.
+    pub d_k: usize,
+}
+
+/// The inputs of [`MultiHeadAttention`].
+#[derive(Debug, Clone)]
+pub struct MhaInput {
+    /// `[b, n, d_model]`
+    pub query: Tensor<3>,
+    /// `[b, m, d_model]`
+    pub key: Tensor<3>,
+    /// `[b, m, d_model]`
+    pub value: Tensor<3>,
+    /// `[b, m]`, true = padding (hidden from every query).
+    pub padding_mask: Option<Tensor<2, Bool>>,
+    /// `[b|1, h|1, n|1, m]`, true = masked out.
+    pub mask: Option<Tensor<4, Bool>>,
+    /// Causal masking with the layer's alignment.
+    pub causal: bool,
+    /// Return the attention weights.
+    pub need_weights: bool,
+    /// Return the scaled scores.
+    pub need_scores: bool,
+}
+
+impl MhaInput {
+    /// Self-attention: query, key and value are all `x` `[b, s, d_model]`.
+    pub fn self_attn(x: Tensor<3>) -> Self {
+        Self::new(x.clone(), x.clone(), x)
+    }
+
+    /// Cross-attention: query `[b, n, d_model]`, key and value `[b, m, d_model]`.
+    pub fn new(query: Tensor<3>, key: Tensor<3>, value: Tensor<3>) -> Self {
+        Self {
+            query,
+            key,
+            value,
+            padding_mask: None,
+            mask: None,
+            causal: false,
+            need_weights: false,
+            need_scores: false,
+        }
+    }
+
+    /// Hide padded keys: `[b, m]`, true = padding.
+    pub fn padding_mask(mut self, padding: Tensor<2, Bool>) -> Self {
+        self.padding_mask = Some(padding);
+        self
+    }
+
+    /// A general mask `[b|1, h|1, n|1, m]`, true = masked out.
+    pub fn mask(mut self, mask: Tensor<4, Bool>) -> Self {
+        self.mask = Some(mask);
+        self
+    }
+
+    /// Causal masking.
+    pub fn causal(mut self) -> Self {
+        self.causal = true;
+        self
+    }
+
+    /// Also return the attention weights.
+    pub fn need_weights(mut self) -> Self {
+        self.need_weights = true;
+        self
+    }
+
+    /// Also return the scaled scores.
+    pub fn need_scores(mut self) -> Self {
+        self.need_scores = true;
+        self
+    }
+}
+
+/// The outputs of [`MultiHeadAttention`].
+#[derive(Debug, Clone)]
+pub struct MhaOutput {
+    /// `[b, n, d_model]`
+    pub context: Tensor<3>,
+    /// `[b, h, n, m]`, if asked for.
+    pub weights: Option<Tensor<4>>,
+    /// `[b, h, n, m]`, if asked for.
+    pub scores: Option<Tensor<4>>,
+    /// `[b, h, n, m]`: the combined mask that was applied (padding, mask, causal), true =
+    /// masked out, for the diagnostics; `None` when nothing was masked.
+    pub mask: Option<Tensor<4, Bool>>,
+}
+
+impl MultiHeadAttention {
+    /// Splits `[b, s, heads · d_k]` into `[b, heads, s, d_k]`.
+    fn split_heads(&self, x: Tensor<3>, heads: usize) -> Tensor<4> {
+        let [b, s, _] = x.dims();
+        // [b, s, heads·d_k] -> [b, s, heads, d_k] -> [b, heads, s, d_k]
+        x.reshape([b, s, heads, self.d_k]).swap_dims(1, 2)
+    }
+
+    /// Applies multi-head attention, or says which input does not fit.
+    ///
+    /// # Shapes
+    /// - query: `[b, n, d_model]`; key and value: `[b, m, d_model]`
+    /// - padding mask: `[b, m]`; mask: `[b|1, h|1, n|1, m]`
+    /// - context: `[b, n, d_model]`; weights and scores: `[b, h, n, m]`
+    pub fn try_forward(&self, input: MhaInput) -> Result<MhaOutput, AttentionError> {
+        let [b, n, d_q] = input.query.dims();
+        let [b_k, m, d_key] = input.key.dims();
+        let [b_v, m_v, d_v] = input.value.dims();
+        for (what, dims, d) in [
+            ("query", input.query.dims(), d_q),
+            ("key", input.key.dims(), d_key),
+            ("value", input.value.dims(), d_v),
+        ] {
+            if d != self.d_model || dims.contains(&0) {
+                return Err(AttentionError::Shape {
+                    what,
+                    expected: format!("[b, s, d_model = {}] with no empty axis", self.d_model),
+                    got: dims.to_vec(),
+                });
+            }
+        }
+        if b_k != b || b_v != b || m_v != m {
+            return Err(AttentionError::Shape {
+                what: "key/value",
+                expected: format!("[b = {b}, m, d_model] for both, with the same m"),
+                got: vec![b_k, m, d_key, b_v, m_v, d_v],
+            });
+        }
+        let mut mask = input.mask;
+        if let Some(padding) = input.padding_mask {
+            if padding.dims() != [b, m] {
+                return Err(AttentionError::Shape {
+                    what: "padding mask",
+                    expected: format!("[b, m] = [{b}, {m}]"),
+                    got: padding.dims().to_vec(),
+                });
+            }
+            let padding = padding_to_attention_mask(padding);
+            mask = Some(match mask {
+                Some(prev) => {
+                    let d = prev.dims();
+                    if d[3] != m || (d[0] != 1 && d[0] != b) {
+                        return Err(AttentionError::NotBroadcastable {
+                            tensor: "mask",
+                            shape: d,
+                            scores: [b, self.n_heads, n, m],
+                        });
+                    }
+                    broadcast_or(prev, padding)
+                }
+                None => padding,
+            });
+        }
+        let query = self.split_heads(self.query.forward(input.query), self.n_heads);
+        let key = self.split_heads(self.key.forward(input.key), self.n_kv_heads);
+        let value = self.split_heads(self.value.forward(input.value), self.n_kv_heads);
+
+        let mut attn_input = AttentionInput::new(query, key, value);
+        attn_input.mask = mask;
+        attn_input.causal = input.causal;
+        attn_input.need_weights = input.need_weights;
+        attn_input.need_scores = input.need_scores;
+        let out = self.attention.try_forward(attn_input)?;
+        // [b, h, n, d_k] -> [b, n, h, d_k] -> [b, n, h·d_k]
+        let context = out
+            .context
+            .swap_dims(1, 2)
+            .reshape([b, n, self.n_heads * self.d_k]);
+        Ok(MhaOutput {
+            context: self.output.forward(context),
+            weights: out.weights,
+            scores: out.scores,
+            mask: out.mask,
+        })
+    }
+
+    /// Applies multi-head attention.
+    ///
+    /// # Shapes
+    /// - query: `[b, n, d_model]`; key and value: `[b, m, d_model]`
+    /// - padding mask: `[b, m]`; mask: `[b|1, h|1, n|1, m]`
+    /// - context: `[b, n, d_model]`; weights and scores: `[b, h, n, m]`
+    ///
+    /// # Panics
+    /// With the message of [`try_forward`](Self::try_forward)'s error.
+    pub fn forward(&self, input: MhaInput) -> MhaOutput {
+        self.try_forward(input).unwrap_or_else(|e| panic!("{e}"))
+    }
+}

@@ -1,0 +1,652 @@
+//! The scaled dot-product attention module: softmax(QKᵀ·scale + M)·V.
+
+use burn::module::Module;
+use burn::nn::{Dropout, DropoutConfig};
+use burn::prelude::*;
+use burn::tensor::DType;
+use burn::tensor::activation::softmax;
+use serde::{Deserialize, Serialize};
+
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+
+use crate::chunked::chunked_attention;
+use crate::error::AttentionError;
+use crate::mask::{broadcast_or, causal_mask};
+
+/// How the scores QKᵀ are scaled before the softmax.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub enum ScalePolicy {
+    /// Multiply by 1/√d_k (Vaswani et al.): keeps the logits' standard deviation near 1 when the
+    /// query and key components have unit variance.
+    #[default]
+    InvSqrtDk,
+    /// No scaling (the factor is 1): the logits' standard deviation grows like √d_k.
+    Unscaled,
+    /// Multiply by this factor; it must be finite and positive.
+    Fixed(f64),
+}
+
+impl ScalePolicy {
+    /// The factor that multiplies QKᵀ for a given d_k.
+    pub fn factor(&self, d_k: usize) -> f64 {
+        match self {
+            ScalePolicy::InvSqrtDk => 1.0 / (d_k as f64).sqrt(),
+            ScalePolicy::Unscaled => 1.0,
+            ScalePolicy::Fixed(s) => *s,
+        }
+    }
+
+    /// Checks that a fixed scale is finite and positive.
+    pub fn validate(&self) -> Result<(), AttentionError> {
+        match self {
+            ScalePolicy::Fixed(s) if !(s.is_finite() && *s > 0.0) => {
+                Err(AttentionError::InvalidScale(*s))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Which keys a causal query may see when the number of queries n differs from the number of
+/// keys m. For n = m both alignments are the usual lower-triangular mask.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum CausalAlignment {
+    /// Key j is hidden from query i when j > i + (m − n): the last query sees every key.
+    /// This is what Burn's `attention`, FlashAttention and KV-cache decoding use.
+    #[default]
+    BottomRight,
+    /// Key j is hidden from query i when j > i: the first query sees the first key.
+    /// This is PyTorch's `is_causal=True`.
+    TopLeft,
+}
+
+impl CausalAlignment {
+    /// The diagonal offset: key j is hidden from query i when j > i + offset.
+    pub fn offset(&self, n: usize, m: usize) -> i64 {
+        match self {
+            CausalAlignment::BottomRight => m as i64 - n as i64,
+            CausalAlignment::TopLeft => 0,
+        }
+    }
+}
+
+/// Which computation path the module takes. All paths have the same semantics (masks, bias,
+/// causal alignment, grouped-query heads, zero output for fully masked rows); they differ in speed
+/// and memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Implementation {
+    /// Pick the fastest correct path for the request, the backend and the autodiff state (see
+    /// [`ScaledDotProductAttention::resolve`] for the rule and the measurements behind it).
+    #[default]
+    Auto,
+    /// Materialize the scores and weights `[b, h, n, m]`; the only path that can return the
+    /// weights.
+    Naive,
+    /// Online softmax over blocks of `block_size` keys, in Burn tensor ops: O(n · block_size)
+    /// memory for inference, works on every backend and under autodiff.
+    Chunked {
+        /// Keys per block.
+        block_size: usize,
+    },
+    /// Delegate to `burn::tensor::module::attention` (Flex's tiled CPU kernel, CubeCL's flash
+    /// kernel, the fallback under autodiff). Cannot return weights or apply dropout, and only
+    /// knows bottom-right causal alignment.
+    Fused,
+}
+
+/// The path an attention call actually takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Path {
+    /// See [`Implementation::Naive`].
+    Naive,
+    /// See [`Implementation::Chunked`].
+    Chunked(usize),
+    /// See [`Implementation::Fused`].
+    Fused,
+}
+
+/// Configuration of [`ScaledDotProductAttention`].
+///
+/// ```
+/// use burn_sdpa::{CausalAlignment, ScalePolicy, ScaledDotProductAttentionConfig};
+/// let attn = ScaledDotProductAttentionConfig::new()
+///     .with_scale(ScalePolicy::InvSqrtDk)
+///     .with_dropout(0.0)
+///     .with_causal_alignment(CausalAlignment::BottomRight)
+///     .init();
+/// ```
+#[derive(Config, Debug)]
+pub struct ScaledDotProductAttentionConfig {
+    /// The scale policy; 1/√d_k by default, as in "Attention Is All You Need".
+    #[config(default = "ScalePolicy::InvSqrtDk")]
+    pub scale: ScalePolicy,
+    /// Dropout on the attention weights, active only in training on autodiff devices.
+    /// 0 by default: most modern models train attention without it.
+    #[config(default = 0.0)]
+    pub dropout: f64,
+    /// Alignment of the causal mask when n ≠ m; bottom-right by default, like Burn and
+    /// FlashAttention (it is what a KV cache needs).
+    #[config(default = "CausalAlignment::BottomRight")]
+    pub causal_alignment: CausalAlignment,
+    /// The computation path; `Auto` picks the fastest correct one.
+    #[config(default = "Implementation::Auto")]
+    pub implementation: Implementation,
+}
+
+impl ScaledDotProductAttentionConfig {
+    /// Builds the module, or says which setting is out of range.
+    pub fn try_init(&self) -> Result<ScaledDotProductAttention, AttentionError> {
+        self.scale.validate()?;
+        if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {
+            return Err(AttentionError::InvalidDropout(self.dropout));
+        }
+        if let Implementation::Chunked { block_size: 0 } = self.implementation {
+            return Err(AttentionError::InvalidConfig {
+                field: "implementation",
+                value: "Chunked { block_size: 0 }".into(),
+                reason: "the block size must be > 0".into(),
+            });
+        }
+        Ok(ScaledDotProductAttention {
+            scale: self.scale,
+            causal_alignment: self.causal_alignment,
+            implementation: self.implementation,
+            dropout: DropoutConfig::new(self.dropout).init(),
+        })
+    }
+
+    /// Builds the module.
+    ///
+    /// # Panics
+    /// With the message of [`try_init`](Self::try_init)'s error when a setting is out of range.
+    pub fn init(&self) -> ScaledDotProductAttention {
+        self.try_init().unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// Scaled dot-product attention, softmax(QKᵀ·scale + M)·V, with explicit semantics:
+///
+/// - masks are boolean with **true = masked out**, broadcast to `[b, h, n, m]`;
+/// - an additive bias is added to the *scaled* scores (a bias of −∞ masks like a `true`);
+/// - causal masking follows the configured [`CausalAlignment`];
+/// - a query row with no visible key gets **zero** context and weights (never NaN) and zero
+///   gradients;
+/// - key/value may have fewer heads than the query (grouped-query attention): query head i uses
+///   key/value head `i / (h / h_kv)`;
+/// - the softmax subtracts the row maximum, so logits of any size are safe.
+///
+/// The module has no parameters; dropout (if any) is a [`Dropout`] sub-module, so
+/// [`Module::valid`] switches it off.
+#[derive(Module, Debug)]
+pub struct ScaledDotProductAttention {
+    /// The scale policy.
+    #[module(skip)]
+    pub scale: ScalePolicy,
+    /// The causal alignment used when the input asks for causal masking.
+    #[module(skip)]
+    pub causal_alignment: CausalAlignment,
+    /// The computation path.
+    #[module(skip)]
+    pub implementation: Implementation,
+    /// Dropout on the attention weights.
+    pub dropout: Dropout,
+}
+
+/// The inputs of one attention call, built fluently.
+///
+/// ```
+/// # use burn::prelude::*;
+/// # use burn_sdpa::AttentionInput;
+/// # let device = Device::flex();
+/// let q = Tensor::<4>::zeros([1, 2, 3, 4], &device);
+/// let k = Tensor::<4>::zeros([1, 2, 5, 4], &device);
+/// let v = Tensor::<4>::zeros([1, 2, 5, 6], &device);
+/// let input = AttentionInput::new(q, k, v).causal().need_weights();
+/// ```
+#[derive(Debug, Clone)]
+pub struct AttentionInput {
+    /// `[b, h, n, d_k]`
+    pub query: Tensor<4>,
+    /// `[b, h_kv, m, d_k]`
+    pub key: Tensor<4>,
+    /// `[b, h_kv, m, d_v]`
+    pub value: Tensor<4>,
+    /// `[b|1, h|1, n|1, m]`, true = masked out.
+    pub mask: Option<Tensor<4, Bool>>,
+    /// `[b|1, h|1, n|1, m]`, added to the scaled scores.
+    pub bias: Option<Tensor<4>>,
+    /// Apply a causal mask with the module's alignment.
+    pub causal: bool,
+    /// Return the attention weights.
+    pub need_weights: bool,
+    /// Return the scaled scores (plus bias, before masking), e.g. for logit statistics.
+    pub need_scores: bool,
+}
+
+impl AttentionInput {
+    /// Query `[b, h, n, d_k]`, key `[b, h_kv, m, d_k]`, value `[b, h_kv, m, d_v]`.
+    pub fn new(query: Tensor<4>, key: Tensor<4>, value: Tensor<4>) -> Self {
+        Self {
+            query,
+            key,
+            value,
+            mask: None,
+            bias: None,
+            causal: false,
+            need_weights: false,
+            need_scores: false,
+        }
+    }
+
+    /// A boolean mask, true = masked out, broadcastable to `[b, h, n, m]` (replaces an earlier
+    /// one; combine masks with [`broadcast_or`] or the helpers in [`mask`](crate::mask)).
+    pub fn mask(mut self, mask: Tensor<4, Bool>) -> Self {
+        self.mask = Some(mask);
+        self
+    }
+
+    /// An additive bias (e.g. ALiBi, relative positions, or a float mask with −∞), broadcastable
+    /// to `[b, h, n, m]`, added to the scaled scores (replaces an earlier one).
+    pub fn bias(mut self, bias: Tensor<4>) -> Self {
+        self.bias = Some(bias);
+        self
+    }
+
+    /// Causal masking with the module's [`CausalAlignment`].
+    pub fn causal(mut self) -> Self {
+        self.causal = true;
+        self
+    }
+
+    /// Also return the attention weights `[b, h, n, m]`.
+    pub fn need_weights(mut self) -> Self {
+        self.need_weights = true;
+        self
+    }
+
+    /// Also return the scaled scores `[b, h, n, m]` (with the bias, before masking).
+    pub fn need_scores(mut self) -> Self {
+        self.need_scores = true;
+        self
+    }
+}
+
+/// The result of an attention call.
+#[derive(Debug, Clone)]
+pub struct AttentionOutput {
+    /// `[b, h, n, d_v]`
+    pub context: Tensor<4>,
+    /// `[b, h, n, m]`: the softmax probabilities before dropout, if asked for. Masked keys and
+    /// fully masked rows are exactly 0.
+    pub weights: Option<Tensor<4>>,
+    /// `[b, h, n, m]`: the scaled scores plus bias, before masking, if asked for.
+    pub scores: Option<Tensor<4>>,
+    /// `[b, h, n, m]`: the combined mask that was applied (user mask, causal mask, −∞ bias
+    /// entries), true = masked out; `None` when nothing was masked.
+    pub mask: Option<Tensor<4, Bool>>,
+}
+
+/// The validated sizes of an attention call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AttentionDims {
+    /// Batch size.
+    pub batch: usize,
+    /// Query heads.
+    pub n_heads: usize,
+    /// Key/value heads.
+    pub n_kv_heads: usize,
+    /// Number of queries.
+    pub n: usize,
+    /// Number of keys.
+    pub m: usize,
+    /// Query/key feature size.
+    pub d_k: usize,
+    /// Value feature size.
+    pub d_v: usize,
+}
+
+impl AttentionDims {
+    /// The shape of the scores and weights, `[b, h, n, m]`.
+    pub fn scores_shape(&self) -> [usize; 4] {
+        [self.batch, self.n_heads, self.n, self.m]
+    }
+}
+
+fn check_broadcast(
+    tensor: &'static str,
+    shape: [usize; 4],
+    scores: [usize; 4],
+) -> Result<(), AttentionError> {
+    let leading_ok = (0..3).all(|i| shape[i] == 1 || shape[i] == scores[i]);
+    if leading_ok && shape[3] == scores[3] {
+        Ok(())
+    } else {
+        Err(AttentionError::NotBroadcastable {
+            tensor,
+            shape,
+            scores,
+        })
+    }
+}
+
+/// Checks the shapes of an attention call and returns its sizes.
+pub fn validate_input(input: &AttentionInput) -> Result<AttentionDims, AttentionError> {
+    let q = input.query.dims();
+    let k = input.key.dims();
+    let v = input.value.dims();
+    for (name, shape) in [("query", q), ("key", k), ("value", v)] {
+        if shape.contains(&0) {
+            return Err(AttentionError::EmptyAxis {
+                tensor: name,
+                shape: shape.to_vec(),
+            });
+        }
+    }
+    if q[0] != k[0] || q[0] != v[0] {
+        return Err(AttentionError::BatchMismatch {
+            query: q,
+            key: k,
+            value: v,
+        });
+    }
+    if k[1] != v[1] || k[2] != v[2] {
+        return Err(AttentionError::KeyValueMismatch { key: k, value: v });
+    }
+    if q[3] != k[3] {
+        return Err(AttentionError::DkMismatch { query: q, key: k });
+    }
+    if q[1] % k[1] != 0 {
+        return Err(AttentionError::HeadGrouping {
+            n_heads: q[1],
+            n_kv_heads: k[1],
+        });
+    }
+    let dims = AttentionDims {
+        batch: q[0],
+        n_heads: q[1],
+        n_kv_heads: k[1],
+        n: q[2],
+        m: k[2],
+        d_k: q[3],
+        d_v: v[3],
+    };
+    if let Some(mask) = &input.mask {
+        check_broadcast("mask", mask.dims(), dims.scores_shape())?;
+    }
+    if let Some(bias) = &input.bias {
+        check_broadcast("bias", bias.dims(), dims.scores_shape())?;
+    }
+    Ok(dims)
+}
+
+/// The most negative finite value of a float dtype: what masked scores are filled with before
+/// the softmax (they are zeroed again after it, so the value never reaches the output).
+pub fn most_negative(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => f64::MIN,
+        DType::F16 => -65504.0,
+        DType::BF16 => -3.389_531_4e38,
+        _ => f32::MIN as f64,
+    }
+}
+
+impl ScaledDotProductAttention {
+    /// The factor that multiplies QKᵀ for a given d_k.
+    pub fn scale_factor(&self, d_k: usize) -> f64 {
+        self.scale.factor(d_k)
+    }
+
+    /// Applies attention, or returns an [`AttentionError`] naming the shapes that do not fit.
+    ///
+    /// # Shapes
+    /// - query: `[b, h, n, d_k]`
+    /// - key: `[b, h_kv, m, d_k]`, with `h % h_kv == 0`
+    /// - value: `[b, h_kv, m, d_v]`
+    /// - mask (bool, true = masked out) and bias: `[b|1, h|1, n|1, m]`
+    /// - context: `[b, h, n, d_v]`; weights and scores: `[b, h, n, m]`
+    pub fn try_forward(&self, input: AttentionInput) -> Result<AttentionOutput, AttentionError> {
+        let dims = validate_input(&input)?;
+        match self.resolve(&input, &dims)? {
+            Path::Naive => Ok(self.forward_naive(input, dims)),
+            Path::Chunked(block_size) => {
+                let scale = self.scale_factor(dims.d_k);
+                let dropout = self.dropout_active(&input).then_some(&self.dropout);
+                Ok(AttentionOutput {
+                    context: chunked_attention(
+                        input,
+                        dims,
+                        scale,
+                        self.causal_alignment,
+                        block_size,
+                        dropout,
+                    ),
+                    weights: None,
+                    scores: None,
+                    mask: None,
+                })
+            }
+            Path::Fused => Ok(AttentionOutput {
+                context: self.forward_fused(input, dims),
+                weights: None,
+                scores: None,
+                mask: None,
+            }),
+        }
+    }
+
+    /// Whether dropout changes this call's weights (training flag on, p > 0, autodiff input).
+    fn dropout_active(&self, input: &AttentionInput) -> bool {
+        self.dropout.prob > 0.0
+            && self.dropout.training.is_enabled()
+            && input.query.device().is_autodiff()
+    }
+
+    /// Why the fused path cannot serve this call, if it cannot.
+    fn fused_blocker(&self, input: &AttentionInput, dims: &AttentionDims) -> Option<&'static str> {
+        if input.need_weights || input.need_scores {
+            Some("it cannot return the weights or scores")
+        } else if self.dropout_active(input) {
+            Some("it has no dropout")
+        } else if input.causal
+            && self.causal_alignment == CausalAlignment::TopLeft
+            && dims.n != dims.m
+        {
+            Some("it only knows bottom-right causal alignment (n != m here)")
+        } else {
+            None
+        }
+    }
+
+    /// The path a call takes.
+    ///
+    /// Explicit implementations are honoured or rejected with [`AttentionError::Unsupported`]
+    /// (e.g. weights asked of `Chunked` or `Fused`). `Auto` picks:
+    /// 1. `Naive` when the weights or scores are asked for (only it has them);
+    /// 2. otherwise `Fused` when it can serve the call;
+    /// 3. otherwise `Naive`.
+    ///
+    /// The measurements behind the rule (`sdpa bench`, 2 CPU cores, b = 4, h = 8, d = 64) are in
+    /// the README's benchmark section: Burn's fused kernels are the fastest path for inference on
+    /// flex, and under autodiff Burn's `attention` falls back to the same matmul/softmax/matmul
+    /// recipe as `Naive`, so choosing it costs nothing there. `Chunked` trades speed for
+    /// memory and is only taken when asked for.
+    pub fn resolve(&self, input: &AttentionInput, dims: &AttentionDims) -> Result<Path, AttentionError> {
+        let unsupported = |implementation: &str, reason: &str| AttentionError::Unsupported {
+            implementation: implementation.to_string(),
+            reason: reason.to_string(),
+        };
+        match self.implementation {
+            Implementation::Naive => Ok(Path::Naive),
+            Implementation::Chunked { block_size } => {
+                if input.need_weights || input.need_scores {
+                    Err(unsupported("Chunked", "it cannot return the weights or scores"))
+                } else {
+                    Ok(Path::Chunked(block_size))
+                }
+            }
+            Implementation::Fused => match self.fused_blocker(input, dims) {
+                Some(reason) => Err(unsupported("Fused", reason)),
+                None => Ok(Path::Fused),
+            },
+            Implementation::Auto => {
+                if input.need_weights || input.need_scores {
+                    Ok(Path::Naive)
+                } else if self.fused_blocker(input, dims).is_none() {
+                    Ok(Path::Fused)
+                } else {
+                    Ok(Path::Naive)
+                }
+            }
+        }
+    }
+
+    /// Delegates to `burn::tensor::module::attention`.
+    fn forward_fused(&self, input: AttentionInput, dims: AttentionDims) -> Tensor<4> {
+        let AttentionDims {
+            batch: b,
+            n_heads: h,
+            n_kv_heads: h_kv,
+            n,
+            m,
+            d_k,
+            d_v,
+        } = dims;
+        let group = h / h_kv;
+        let expand_heads = |t: Tensor<4>, d: usize| {
+            if group == 1 {
+                t
+            } else {
+                // [b, h_kv, m, d] -> [b, h_kv, 1, m, d] -> [b, h_kv, g, m, d] -> [b, h, m, d]
+                t.unsqueeze_dim::<5>(2)
+                    .expand([b, h_kv, group, m, d])
+                    .reshape([b, h, m, d])
+            }
+        };
+        let key = expand_heads(input.key, d_k);
+        let value = expand_heads(input.value, d_v);
+        let shape = [b, h, n, m];
+        let options = AttentionModuleOptions {
+            // An explicit scale disables CubeCL's flash kernel: pass None for the default one.
+            scale: match self.scale {
+                ScalePolicy::InvSqrtDk => None,
+                other => Some(other.factor(d_k)),
+            },
+            softcap: None,
+            is_causal: input.causal,
+        };
+        attention(
+            input.query,
+            key,
+            value,
+            input.mask.map(|m| m.expand(shape)),
+            input.bias.map(|b| b.expand(shape)),
+            options,
+        )
+    }
+
+    /// Applies attention.
+    ///
+    /// # Shapes
+    /// - query: `[b, h, n, d_k]`
+    /// - key: `[b, h_kv, m, d_k]`, with `h % h_kv == 0`
+    /// - value: `[b, h_kv, m, d_v]`
+    /// - mask (bool, true = masked out) and bias: `[b|1, h|1, n|1, m]`
+    /// - context: `[b, h, n, d_v]`; weights and scores: `[b, h, n, m]`
+    ///
+    /// # Panics
+    /// With the message of [`try_forward`](Self::try_forward)'s error when the shapes do not fit.
+    pub fn forward(&self, input: AttentionInput) -> AttentionOutput {
+        self.try_forward(input).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The combined boolean mask of a call (user mask, causal mask, −∞ bias entries), expanded to
+    /// `[b, h, n, m]`, or `None` when nothing is masked.
+    pub fn combined_mask(
+        &self,
+        input: &AttentionInput,
+        dims: &AttentionDims,
+    ) -> Option<Tensor<4, Bool>> {
+        let device = input.query.device();
+        let mut mask = input.mask.clone();
+        if input.causal {
+            // [n, m] -> [1, 1, n, m]
+            let causal = causal_mask(dims.n, dims.m, self.causal_alignment, &device).unsqueeze();
+            mask = Some(match mask {
+                Some(prev) => broadcast_or(prev, causal),
+                None => causal,
+            });
+        }
+        if let Some(bias) = &input.bias {
+            // A −∞ bias entry is a mask entry: treat it as one so that a row whose bias is −∞
+            // everywhere gives zeros, not NaN.
+            let neg_inf = bias
+                .clone()
+                .is_inf()
+                .bool_and(bias.clone().lower_elem(0.0));
+            mask = Some(match mask {
+                Some(prev) => broadcast_or(prev, neg_inf),
+                None => neg_inf,
+            });
+        }
+        mask.map(|m| m.expand(dims.scores_shape()))
+    }
+
+    /// The plain path: materializes the scores and weights `[b, h, n, m]`.
+    fn forward_naive(&self, input: AttentionInput, dims: AttentionDims) -> AttentionOutput {
+        let AttentionDims {
+            batch: b,
+            n_heads: h,
+            n_kv_heads: h_kv,
+            n,
+            m,
+            d_k,
+            d_v,
+        } = dims;
+        let group = h / h_kv;
+        let mask = self.combined_mask(&input, &dims);
+        let scale = self.scale_factor(d_k);
+
+        let mut query = input.query;
+        if scale != 1.0 {
+            // Scaling Q (n·d_k elements) is cheaper than scaling the scores (n·m elements).
+            query = query.mul_scalar(scale);
+        }
+        // Query heads g·i .. g·(i+1) share kv head i, so grouping them is a reshape:
+        // [b, h, n, d_k] -> [b, h_kv, g·n, d_k]
+        let query = query.reshape([b, h_kv, group * n, d_k]);
+        // [b, h_kv, g·n, d_k] @ [b, h_kv, d_k, m] -> [b, h_kv, g·n, m] -> [b, h, n, m]
+        let mut scores = query
+            .matmul(input.key.transpose())
+            .reshape([b, h, n, m]);
+        if let Some(bias) = input.bias {
+            scores = scores + bias;
+        }
+        let scores_out = input.need_scores.then(|| scores.clone());
+
+        let weights = match &mask {
+            Some(mask) => {
+                let fill = most_negative(scores.dtype());
+                // Masked keys get the most negative finite value, so they vanish from the
+                // softmax of a row that has a visible key; a row with none becomes uniform and is
+                // zeroed right after, which also makes its gradient exactly zero.
+                softmax(scores.mask_fill(mask.clone(), fill), 3).mask_fill(mask.clone(), 0.0)
+            }
+            None => softmax(scores, 3),
+        };
+        let dropped = self.dropout.forward(weights.clone());
+        // [b, h, n, m] -> [b, h_kv, g·n, m] @ [b, h_kv, m, d_v] -> [b, h_kv, g·n, d_v]
+        let context = dropped
+            .reshape([b, h_kv, group * n, m])
+            .matmul(input.value)
+            // -> [b, h, n, d_v]
+            .reshape([b, h, n, d_v]);
+
+        AttentionOutput {
+            context,
+            weights: input.need_weights.then_some(weights),
+            scores: scores_out,
+            mask,
+        }
+    }
+}

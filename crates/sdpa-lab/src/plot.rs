@@ -1,0 +1,232 @@
+//! PNG plots drawn in Rust with plotters, using the bundled DejaVu Sans font (so nothing depends
+//! on the fonts a machine has installed).
+
+use std::path::Path;
+use std::sync::Once;
+
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+use crate::context::LabError;
+
+static FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+static REGISTER: Once = Once::new();
+
+fn register_font() {
+    REGISTER.call_once(|| {
+        // The bytes are a valid TrueType font bundled with the crate; a failure would only
+        // mean text is missing from the plots.
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Normal, FONT);
+        let _ = plotters::style::register_font("sans-serif", FontStyle::Bold, FONT);
+    });
+}
+
+/// A palette that stays distinguishable when printed in grey.
+pub const COLORS: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+];
+
+/// One line of a plot.
+#[derive(Debug, Clone)]
+pub struct Series {
+    /// Legend label.
+    pub label: String,
+    /// (x, y) points, drawn in order.
+    pub points: Vec<(f64, f64)>,
+    /// Dashed reference line instead of a solid line with markers.
+    pub dashed: bool,
+}
+
+impl Series {
+    /// A solid line with markers.
+    pub fn line(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Self { label: label.into(), points, dashed: false }
+    }
+
+    /// A dashed reference line.
+    pub fn reference(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Self { label: label.into(), points, dashed: true }
+    }
+}
+
+/// A line plot.
+#[derive(Debug, Clone)]
+pub struct LinePlot {
+    /// Title.
+    pub title: String,
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// Logarithmic x axis.
+    pub log_x: bool,
+    /// Logarithmic y axis.
+    pub log_y: bool,
+    /// The lines.
+    pub series: Vec<Series>,
+}
+
+fn bounds(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
+    let v: Vec<f64> = values.filter(|x| x.is_finite() && (!log || *x > 0.0)).collect();
+    if v.is_empty() {
+        return if log { (0.1, 10.0) } else { (0.0, 1.0) };
+    }
+    let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+    if log {
+        let (lo, hi) = if lo == hi { (lo / 2.0, hi * 2.0) } else { (lo, hi) };
+        (lo / 1.3, hi * 1.3)
+    } else {
+        let pad = if hi > lo { 0.06 * (hi - lo) } else { 0.5_f64.max(hi.abs() * 0.1) };
+        (lo - pad, hi + pad)
+    }
+}
+
+fn draw_lines<XR, YR>(area: &DrawingArea<BitMapBackend<'_>, Shift>, plot: &LinePlot, x: XR, y: YR) -> Result<(), String>
+where
+    XR: AsRangedCoord<Value = f64>,
+    YR: AsRangedCoord<Value = f64>,
+    XR::CoordDescType: ValueFormatter<f64>,
+    YR::CoordDescType: ValueFormatter<f64>,
+{
+    let mut chart = ChartBuilder::on(area)
+        .caption(&plot.title, ("sans-serif", 26))
+        .margin(18)
+        .x_label_area_size(52)
+        .y_label_area_size(78)
+        .build_cartesian_2d(x, y)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .x_desc(&plot.x_label)
+        .y_desc(&plot.y_label)
+        .label_style(("sans-serif", 16))
+        .axis_desc_style(("sans-serif", 19))
+        .light_line_style(RGBColor(235, 235, 235))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    for (i, s) in plot.series.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .copied()
+            .filter(|(a, b)| a.is_finite() && b.is_finite() && (!plot.log_x || *a > 0.0) && (!plot.log_y || *b > 0.0))
+            .collect();
+        if s.dashed {
+            chart
+                .draw_series(DashedLineSeries::new(pts, 8, 5, color.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(&s.label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], color.stroke_width(2)));
+        } else {
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(|e| e.to_string())?
+                .label(&s.label)
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], color.stroke_width(2)));
+            chart
+                .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+                .map_err(|e| e.to_string())?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(("sans-serif", 16))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK.mix(0.3))
+        .draw()
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
+/// Draws a line plot to a PNG file (900 × 600).
+pub fn line_plot(path: &Path, plot: &LinePlot) -> Result<(), LabError> {
+    register_font();
+    let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| LabError::io(path, e))?;
+    let xs = plot.series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
+    let ys = plot.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let (x0, x1) = bounds(xs, plot.log_x);
+    let (y0, y1) = bounds(ys, plot.log_y);
+    let result = match (plot.log_x, plot.log_y) {
+        (true, true) => draw_lines(&root, plot, (x0..x1).log_scale(), (y0..y1).log_scale()),
+        (true, false) => draw_lines(&root, plot, (x0..x1).log_scale(), y0..y1),
+        (false, true) => draw_lines(&root, plot, x0..x1, (y0..y1).log_scale()),
+        (false, false) => draw_lines(&root, plot, x0..x1, y0..y1),
+    };
+    result.map_err(|e| LabError::io(path, e))?;
+    root.present().map_err(|e| LabError::io(path, e))
+}
+
+/// Draws a matrix as a heatmap (white = 0, dark blue = 1) with the values written in the cells;
+/// row 0 is at the top.
+pub fn heatmap(path: &Path, title: &str, matrix: &[Vec<f64>], x_label: &str, y_label: &str) -> Result<(), LabError> {
+    register_font();
+    let rows = matrix.len();
+    let cols = matrix.first().map_or(0, |r| r.len());
+    let root = BitMapBackend::new(path, (760, 720)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| LabError::io(path, e))?;
+    let flip = |i: f64| (rows as f64 - 1.0) - i;
+    let draw = || -> Result<(), String> {
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 24))
+            .margin(16)
+            .x_label_area_size(50)
+            .y_label_area_size(60)
+            .build_cartesian_2d(-0.5..cols as f64 - 0.5, -0.5..rows as f64 - 0.5)
+            .map_err(|e| e.to_string())?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc(x_label)
+            .y_desc(y_label)
+            .x_labels(cols.min(16))
+            .y_labels(rows.min(16))
+            .x_label_formatter(&|x| format!("{}", x.round() as i64))
+            .y_label_formatter(&|y| format!("{}", flip(y.round()) as i64))
+            .label_style(("sans-serif", 16))
+            .axis_desc_style(("sans-serif", 18))
+            .draw()
+            .map_err(|e| e.to_string())?;
+        for (i, row) in matrix.iter().enumerate() {
+            for (j, &v) in row.iter().enumerate() {
+                let t = v.clamp(0.0, 1.0);
+                let color = RGBColor(
+                    (255.0 - t * 225.0) as u8,
+                    (255.0 - t * 175.0) as u8,
+                    (255.0 - t * 95.0) as u8,
+                );
+                let (x, y) = (j as f64, flip(i as f64));
+                chart
+                    .draw_series(std::iter::once(Rectangle::new(
+                        [(x - 0.5, y - 0.5), (x + 0.5, y + 0.5)],
+                        color.filled(),
+                    )))
+                    .map_err(|e| e.to_string())?;
+                if rows <= 16 && cols <= 16 {
+                    let text_color = if t > 0.55 { WHITE } else { BLACK };
+                    chart
+                        .draw_series(std::iter::once(Text::new(
+                            format!("{v:.2}"),
+                            (x - 0.3, y + 0.15),
+                            ("sans-serif", 15).into_font().color(&text_color),
+                        )))
+                        .map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        Ok(())
+    };
+    draw().map_err(|e| LabError::io(path, e))?;
+    root.present().map_err(|e| LabError::io(path, e))
+}

@@ -1,0 +1,82 @@
+//! Errors of the model, the tasks and the training loop.
+
+use std::path::{Path, PathBuf};
+
+use burn_sdpa::AttentionError;
+use thiserror::Error;
+
+/// What went wrong.
+#[derive(Debug, Error)]
+pub enum ModelError {
+    /// A configuration value out of range.
+    #[error("invalid {field} = {value}: {reason}")]
+    InvalidConfig {
+        /// The option or field.
+        field: String,
+        /// Its value.
+        value: String,
+        /// Why it is rejected.
+        reason: String,
+    },
+    /// The attention layer rejected its configuration or input.
+    #[error(transparent)]
+    Attention(#[from] AttentionError),
+    /// Reading or writing a file failed.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A checkpoint is missing, truncated or unreadable.
+    #[error("checkpoint {path}: {reason}")]
+    Checkpoint {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A checkpoint does not match the run it is resumed into.
+    #[error("checkpoint {path} does not match the requested run: {field} is {saved} in the checkpoint but {requested} was asked for")]
+    Mismatch {
+        /// The file holding the saved value.
+        path: PathBuf,
+        /// Which setting differs.
+        field: String,
+        /// The saved value.
+        saved: String,
+        /// The requested value.
+        requested: String,
+    },
+    /// The output directory already holds a run.
+    #[error("{0} already holds a run (metrics.csv): pass --resume to continue it, or choose another --out")]
+    RunExists(PathBuf),
+}
+
+impl ModelError {
+    /// An [`ModelError::InvalidConfig`].
+    pub fn invalid(field: &str, value: impl ToString, reason: &str) -> Self {
+        ModelError::InvalidConfig {
+            field: field.to_string(),
+            value: value.to_string(),
+            reason: reason.to_string(),
+        }
+    }
+
+    /// An [`ModelError::Io`].
+    pub fn io(path: &Path, source: std::io::Error) -> Self {
+        ModelError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// A [`ModelError::Checkpoint`].
+    pub fn checkpoint(path: &Path, reason: impl ToString) -> Self {
+        ModelError::Checkpoint {
+            path: path.to_path_buf(),
+            reason: reason.to_string(),
+        }
+    }
+}

@@ -1,0 +1,40 @@
+//! # sdpa-model
+//!
+//! A small trainable self-attention model built on [`burn_sdpa::MultiHeadAttention`], two
+//! synthetic tasks that only content-based attention solves, and a training loop that records
+//! what the experiments need at every step (loss, accuracy, gradient norms of the query, key and
+//! value projections, attention entropy and saturation), with exact checkpoint/resume.
+//!
+//! ```no_run
+//! use burn::prelude::*;
+//! use sdpa_model::{ProgressMode, RunOptions, TaskConfig, TrainConfig, train};
+//!
+//! let config = TrainConfig::for_task(TaskConfig::new());
+//! let options = RunOptions {
+//!     out_dir: "runs/match".into(),
+//!     resume: false,
+//!     backend: "flex".into(),
+//!     progress: ProgressMode::Auto,
+//! };
+//! let result = train(&config, &Device::flex(), &options).unwrap();
+//! println!("held-out accuracy {}", result.summary.final_eval_accuracy);
+//! ```
+#![warn(missing_docs)]
+
+pub mod error;
+pub mod learner;
+pub mod metrics;
+pub mod model;
+pub mod progress;
+pub mod task;
+pub mod train;
+
+pub use error::ModelError;
+pub use metrics::{LayerMetrics, StepMetrics};
+pub use model::{AttentionModel, ModelConfig, QkInit};
+pub use progress::{Progress, ProgressMode};
+pub use task::{TaskBatch, TaskConfig, TaskKind};
+pub use train::{
+    OptimizerKind, RunOptions, TrainConfig, TrainResult, TrainSummary, evaluate, init_model,
+    train,
+};

@@ -1,0 +1,151 @@
+//! What the training loop records at a step, and its CSV form.
+
+use std::fmt::Write as _;
+
+use serde::{Deserialize, Serialize};
+
+/// Attention diagnostics of one layer at one step (mean over heads).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+pub struct LayerMetrics {
+    /// Mean row entropy (nats).
+    pub entropy: f64,
+    /// Entropy / ln(keys): 1 uniform, 0 one-hot.
+    pub normalized_entropy: f64,
+    /// Mean largest probability of a row.
+    pub max_prob: f64,
+    /// Fraction of rows with max p > 0.99.
+    pub saturated_fraction: f64,
+    /// Mean within-row std of the scaled scores.
+    pub logit_std: f64,
+}
+
+/// One recorded step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct StepMetrics {
+    /// Optimizer steps taken before this batch (0 = the initial model).
+    pub step: usize,
+    /// Training loss of the batch.
+    pub loss: f64,
+    /// Training accuracy of the batch.
+    pub accuracy: f64,
+    /// Global gradient norm over all parameters.
+    pub grad_norm: f64,
+    /// Gradient norm of the query projections (all layers).
+    pub grad_norm_query: f64,
+    /// Gradient norm of the key projections (all layers).
+    pub grad_norm_key: f64,
+    /// Gradient norm of the value projections (all layers).
+    pub grad_norm_value: f64,
+    /// Held-out loss, at evaluation steps.
+    pub eval_loss: Option<f64>,
+    /// Held-out accuracy, at evaluation steps.
+    pub eval_accuracy: Option<f64>,
+    /// Per attention layer.
+    pub layers: Vec<LayerMetrics>,
+    /// Seconds since the run started (resumed runs continue the count).
+    pub elapsed_s: f64,
+}
+
+/// The CSV header for `n_layers` attention layers.
+pub fn csv_header(n_layers: usize) -> String {
+    let mut h = String::from(
+        "step,loss,accuracy,grad_norm,grad_norm_query,grad_norm_key,grad_norm_value,eval_loss,eval_accuracy",
+    );
+    for l in 0..n_layers {
+        for name in ["entropy", "normalized_entropy", "max_prob", "saturated_fraction", "logit_std"] {
+            let _ = write!(h, ",{name}_l{l}");
+        }
+    }
+    h.push_str(",elapsed_s");
+    h
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.map(|v| format!("{v}")).unwrap_or_default()
+}
+
+impl StepMetrics {
+    /// One CSV line (no newline), matching [`csv_header`].
+    pub fn csv_row(&self) -> String {
+        let mut r = format!(
+            "{},{},{},{},{},{},{},{},{}",
+            self.step,
+            self.loss,
+            self.accuracy,
+            self.grad_norm,
+            self.grad_norm_query,
+            self.grad_norm_key,
+            self.grad_norm_value,
+            opt(self.eval_loss),
+            opt(self.eval_accuracy)
+        );
+        for l in &self.layers {
+            let _ = write!(
+                r,
+                ",{},{},{},{},{}",
+                l.entropy, l.normalized_entropy, l.max_prob, l.saturated_fraction, l.logit_std
+            );
+        }
+        let _ = write!(r, ",{:.3}", self.elapsed_s);
+        r
+    }
+
+    /// Parses a line written by [`csv_row`](Self::csv_row).
+    pub fn from_csv_row(line: &str, n_layers: usize) -> Option<Self> {
+        let f: Vec<&str> = line.trim().split(',').collect();
+        if f.len() != 10 + 5 * n_layers {
+            return None;
+        }
+        let num = |i: usize| f[i].parse::<f64>().ok();
+        let maybe = |i: usize| if f[i].is_empty() { Some(None) } else { num(i).map(Some) };
+        let layers = (0..n_layers)
+            .map(|l| {
+                let b = 9 + 5 * l;
+                Some(LayerMetrics {
+                    entropy: num(b)?,
+                    normalized_entropy: num(b + 1)?,
+                    max_prob: num(b + 2)?,
+                    saturated_fraction: num(b + 3)?,
+                    logit_std: num(b + 4)?,
+                })
+            })
+            .collect::<Option<Vec<_>>>()?;
+        Some(StepMetrics {
+            step: f[0].parse().ok()?,
+            loss: num(1)?,
+            accuracy: num(2)?,
+            grad_norm: num(3)?,
+            grad_norm_query: num(4)?,
+            grad_norm_key: num(5)?,
+            grad_norm_value: num(6)?,
+            eval_loss: maybe(7)?,
+            eval_accuracy: maybe(8)?,
+            layers,
+            elapsed_s: num(9 + 5 * n_layers)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn csv_round_trip() {
+        let m = StepMetrics {
+            step: 3,
+            loss: 1.5,
+            accuracy: 0.25,
+            grad_norm: 2.0,
+            grad_norm_query: 0.1,
+            grad_norm_key: 0.2,
+            grad_norm_value: 0.3,
+            eval_loss: None,
+            eval_accuracy: Some(0.5),
+            layers: vec![LayerMetrics { entropy: 1.0, normalized_entropy: 0.5, max_prob: 0.4, saturated_fraction: 0.0, logit_std: 2.5 }],
+            elapsed_s: 1.25,
+        };
+        assert_eq!(csv_header(1).split(',').count(), m.csv_row().split(',').count());
+        assert_eq!(StepMetrics::from_csv_row(&m.csv_row(), 1), Some(m));
+    }
+}

@@ -1,0 +1,391 @@
+//! A small self-attention classifier built on `burn_sdpa::MultiHeadAttention`.
+
+use burn::module::Module;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::nn::{
+    Embedding, EmbeddingConfig, Gelu, Initializer, LayerNorm, LayerNormConfig, Linear,
+    LinearConfig,
+};
+use burn::prelude::*;
+use burn_sdpa::{
+    AttentionDiagnostics, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig, ScalePolicy,
+    attention_diagnostics,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ModelError;
+use crate::task::{TaskBatch, TaskConfig};
+
+/// How the query and key projections are initialized.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum QkInit {
+    /// Burn's Linear default (Kaiming uniform, gain 1/√3): query and key components have
+    /// variance ≈ 1/3, so unscaled logits have std ≈ √d_k / 3.
+    #[default]
+    Default,
+    /// Normal with std 1/√(d_model · var_x): query and key components have unit variance at
+    /// initialization (the article's assumption), so unscaled logits have std ≈ √d_k.
+    Unit,
+}
+
+/// Configuration of [`AttentionModel`].
+#[derive(Config, Debug)]
+pub struct ModelConfig {
+    /// Vocabulary size (from the task).
+    pub vocab_size: usize,
+    /// Sequence length (from the task), for the learned position embeddings.
+    pub seq_len: usize,
+    /// Number of classes (from the task).
+    pub n_classes: usize,
+    /// Model width. 64 is enough for k = 8 and keeps a step in milliseconds.
+    #[config(default = 64)]
+    pub d_model: usize,
+    /// Attention heads. 2 lets one head match content while another is free.
+    #[config(default = 2)]
+    pub n_heads: usize,
+    /// Query/key size per head, independent of `d_model` so that d_k can be swept from 16 to
+    /// 1024 at a fixed width; `None` = `d_model / n_heads`.
+    pub d_k: Option<usize>,
+    /// Attention blocks. One block solves *match*; *recall* needs two (one to copy each key
+    /// onto its value's position, one to look it up).
+    #[config(default = 1)]
+    pub n_layers: usize,
+    /// Pre-layer-norm before attention and MLP (and before the head): keeps the attention
+    /// input at unit variance, which is what makes `QkInit::Unit` exact.
+    #[config(default = true)]
+    pub layer_norm: bool,
+    /// An MLP after each attention (off: the tasks need only attention).
+    #[config(default = false)]
+    pub mlp: bool,
+    /// Hidden width of the MLP as a multiple of `d_model`.
+    #[config(default = 4)]
+    pub mlp_ratio: usize,
+    /// Scale policy of the attention scores: the variable the experiments change.
+    #[config(default = "ScalePolicy::InvSqrtDk")]
+    pub scale: ScalePolicy,
+    /// Initialization of the query/key projections.
+    #[config(default = "QkInit::Default")]
+    pub qk_init: QkInit,
+    /// Dropout on the attention weights (0: the experiments measure the softmax itself).
+    #[config(default = 0.0)]
+    pub dropout: f64,
+}
+
+impl ModelConfig {
+    /// A model sized for a task.
+    pub fn for_task(task: &TaskConfig) -> Self {
+        Self::new(task.vocab, task.seq_len(), task.n_classes())
+    }
+
+    /// Checks the sizes.
+    pub fn validate(&self) -> Result<(), ModelError> {
+        for (field, v) in [
+            ("vocab_size", self.vocab_size),
+            ("seq_len", self.seq_len),
+            ("n_classes", self.n_classes),
+            ("d_model", self.d_model),
+            ("n_heads", self.n_heads),
+            ("n_layers", self.n_layers),
+            ("mlp_ratio", self.mlp_ratio),
+        ] {
+            if v == 0 {
+                return Err(ModelError::invalid(field, 0, "must be > 0"));
+            }
+        }
+        if self.d_k == Some(0) {
+            return Err(ModelError::invalid("d_k", 0, "must be > 0"));
+        }
+        self.mha_config().validate()?;
+        if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {
+            return Err(ModelError::invalid("dropout", self.dropout, "must be in [0, 1)"));
+        }
+        Ok(())
+    }
+
+    fn mha_config(&self) -> MultiHeadAttentionConfig {
+        let mut cfg = MultiHeadAttentionConfig::new(self.d_model, self.n_heads)
+            .with_d_k(self.d_k)
+            .with_scale(self.scale)
+            .with_dropout(self.dropout)
+            .with_bias(false);
+        if self.qk_init == QkInit::Unit {
+            // The attention input has unit-variance components after layer norm; without it,
+            // token + position embeddings (each N(0, 1)) have variance 2.
+            let var_x = if self.layer_norm { 1.0 } else { 2.0 };
+            let std = 1.0 / (self.d_model as f64 * var_x).sqrt();
+            cfg = cfg.with_qk_initializer(Some(Initializer::Normal { mean: 0.0, std }));
+        }
+        cfg
+    }
+
+    /// Builds the model, or says which setting is wrong.
+    pub fn try_init(&self, device: &Device) -> Result<AttentionModel, ModelError> {
+        self.validate()?;
+        let norm = |d| self.layer_norm.then(|| LayerNormConfig::new(d).init(device));
+        let blocks = (0..self.n_layers)
+            .map(|_| {
+                Ok(Block {
+                    norm_attn: norm(self.d_model),
+                    attention: self.mha_config().try_init(device)?,
+                    norm_mlp: (self.mlp && self.layer_norm)
+                        .then(|| LayerNormConfig::new(self.d_model).init(device)),
+                    mlp: self.mlp.then(|| Mlp {
+                        up: LinearConfig::new(self.d_model, self.d_model * self.mlp_ratio)
+                            .init(device),
+                        down: LinearConfig::new(self.d_model * self.mlp_ratio, self.d_model)
+                            .init(device),
+                        activation: Gelu::new(),
+                    }),
+                })
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        Ok(AttentionModel {
+            token_embedding: EmbeddingConfig::new(self.vocab_size, self.d_model).init(device),
+            position_embedding: EmbeddingConfig::new(self.seq_len, self.d_model).init(device),
+            blocks,
+            norm_out: norm(self.d_model),
+            head: LinearConfig::new(self.d_model, self.n_classes).init(device),
+            seq_len: self.seq_len,
+        })
+    }
+
+    /// Builds the model.
+    ///
+    /// # Panics
+    /// With the message of [`try_init`](Self::try_init)'s error.
+    pub fn init(&self, device: &Device) -> AttentionModel {
+        self.try_init(device).unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+/// A position-wise MLP.
+#[derive(Module, Debug)]
+pub struct Mlp {
+    /// `d_model -> ratio · d_model`
+    pub up: Linear,
+    /// `ratio · d_model -> d_model`
+    pub down: Linear,
+    /// GELU.
+    pub activation: Gelu,
+}
+
+/// One pre-norm block: `x + attn(norm(x))`, then optionally `x + mlp(norm(x))`.
+#[derive(Module, Debug)]
+pub struct Block {
+    /// Norm before attention.
+    pub norm_attn: Option<LayerNorm>,
+    /// The attention layer.
+    pub attention: MultiHeadAttention,
+    /// Norm before the MLP.
+    pub norm_mlp: Option<LayerNorm>,
+    /// The MLP.
+    pub mlp: Option<Mlp>,
+}
+
+/// What one attention layer did in a forward pass (when asked to record it).
+#[derive(Debug, Clone)]
+pub struct LayerAttention {
+    /// `[b, h, s, s]` softmax weights.
+    pub weights: Tensor<4>,
+    /// `[b, h, s, s]` scaled scores.
+    pub scores: Tensor<4>,
+}
+
+impl LayerAttention {
+    /// The library's diagnostics of this layer.
+    pub fn diagnostics(&self) -> AttentionDiagnostics {
+        attention_diagnostics(self.weights.clone(), None, Some(self.scores.clone()))
+            .unwrap_or_default()
+    }
+}
+
+/// The output of a forward pass.
+#[derive(Debug, Clone)]
+pub struct ModelOutput {
+    /// `[b, n_targets, n_classes]` logits at the scored positions.
+    pub logits: Tensor<3>,
+    /// Per layer, when recorded.
+    pub attention: Vec<LayerAttention>,
+}
+
+/// The loss and accuracy of a batch.
+#[derive(Debug, Clone)]
+pub struct BatchResult {
+    /// Mean cross-entropy, `[1]`.
+    pub loss: Tensor<1>,
+    /// `[b · n_targets, n_classes]` logits.
+    pub logits: Tensor<2>,
+    /// `[b · n_targets]` targets.
+    pub targets: Tensor<1, Int>,
+    /// The recorded attention, if asked for.
+    pub attention: Vec<LayerAttention>,
+}
+
+impl BatchResult {
+    /// Fraction of correct predictions, `[1]` (on the device).
+    pub fn accuracy(&self) -> Tensor<1> {
+        let predicted = self.logits.clone().argmax(1).squeeze_dim::<1>(1);
+        predicted
+            .equal(self.targets.clone())
+            .float()
+            .mean()
+    }
+}
+
+/// Token and position embeddings, attention blocks, a linear classification head.
+#[derive(Module, Debug)]
+pub struct AttentionModel {
+    /// Token embedding `vocab -> d_model`.
+    pub token_embedding: Embedding,
+    /// Learned position embedding `seq_len -> d_model`.
+    pub position_embedding: Embedding,
+    /// The blocks.
+    pub blocks: Vec<Block>,
+    /// Final norm.
+    pub norm_out: Option<LayerNorm>,
+    /// Classification head `d_model -> n_classes`.
+    pub head: Linear,
+    /// Sequence length the position embedding covers.
+    pub seq_len: usize,
+}
+
+impl AttentionModel {
+    /// The hidden states and, if `record`, each layer's attention.
+    ///
+    /// # Shapes
+    /// - tokens: `[b, s]` with `s <= seq_len`
+    /// - hidden: `[b, s, d_model]`
+    pub fn encode(&self, tokens: Tensor<2, Int>, record: bool) -> (Tensor<3>, Vec<LayerAttention>) {
+        let [b, s] = tokens.dims();
+        let device = tokens.device();
+        // [s] -> [1, s] -> [b, s]
+        let positions = Tensor::<1, Int>::arange(0..s as i64, &device)
+            .unsqueeze::<2>()
+            .expand([b, s]);
+        // [b, s, d_model]
+        let mut x = self.token_embedding.forward(tokens) + self.position_embedding.forward(positions);
+        let mut recorded = Vec::new();
+        for block in &self.blocks {
+            let h = match &block.norm_attn {
+                Some(norm) => norm.forward(x.clone()),
+                None => x.clone(),
+            };
+            let mut input = MhaInput::self_attn(h);
+            if record {
+                input = input.need_weights().need_scores();
+            }
+            let out = block.attention.forward(input);
+            if let (Some(weights), Some(scores)) = (out.weights, out.scores) {
+                recorded.push(LayerAttention { weights, scores });
+            }
+            x = x + out.context;
+            if let Some(mlp) = &block.mlp {
+                let h = match &block.norm_mlp {
+                    Some(norm) => norm.forward(x.clone()),
+                    None => x.clone(),
+                };
+                x = x + mlp.down.forward(mlp.activation.forward(mlp.up.forward(h)));
+            }
+        }
+        if let Some(norm) = &self.norm_out {
+            x = norm.forward(x);
+        }
+        (x, recorded)
+    }
+
+    /// Logits at the positions `target_range`.
+    ///
+    /// # Shapes
+    /// - tokens: `[b, s]`
+    /// - logits: `[b, target_range.len(), n_classes]`
+    pub fn forward(
+        &self,
+        tokens: Tensor<2, Int>,
+        target_range: std::ops::Range<usize>,
+        record: bool,
+    ) -> ModelOutput {
+        let (hidden, attention) = self.encode(tokens, record);
+        // [b, s, d_model] -> [b, t, d_model]
+        let hidden = hidden.slice(s![.., target_range, ..]);
+        ModelOutput {
+            logits: self.head.forward(hidden),
+            attention,
+        }
+    }
+
+    /// Loss and predictions on a task batch.
+    ///
+    /// # Shapes
+    /// - batch.tokens: `[b, s]`; batch.targets: `[b, t]`
+    /// - logits: `[b · t, n_classes]`
+    pub fn forward_batch(&self, batch: &TaskBatch, record: bool) -> BatchResult {
+        let out = self.forward(batch.tokens.clone(), batch.target_range.clone(), record);
+        let [b, t, c] = out.logits.dims();
+        // [b, t, C] -> [b·t, C]
+        let logits = out.logits.reshape([b * t, c]);
+        // [b, t] -> [b·t]
+        let targets = batch.targets.clone().reshape([b * t]);
+        let loss = CrossEntropyLossConfig::new()
+            .init(&logits.device())
+            .forward(logits.clone(), targets.clone());
+        BatchResult {
+            loss,
+            logits,
+            targets,
+            attention: out.attention,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::task::TaskKind;
+
+    #[test]
+    fn shapes_for_both_tasks() {
+        let device = Device::flex();
+        for kind in [TaskKind::Match, TaskKind::Recall] {
+            let task = TaskConfig::new().with_kind(kind).with_k(4).with_vocab(16);
+            let model = ModelConfig::for_task(&task).with_n_layers(2).with_mlp(true).init(&device);
+            let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0);
+            let batch = task.batch(&mut rng, 3, &device);
+            let out = model.forward_batch(&batch, true);
+            let t = task.target_range().len();
+            assert_eq!(out.logits.dims(), [3 * t, task.n_classes()]);
+            assert_eq!(out.attention.len(), 2);
+            assert_eq!(out.attention[0].weights.dims(), [3, 2, task.seq_len(), task.seq_len()]);
+            assert!(out.loss.into_scalar::<f32>().is_finite());
+        }
+    }
+
+    #[test]
+    fn unit_init_gives_unit_variance_queries_and_keys() {
+        let device = Device::flex();
+        device.seed(1);
+        let cfg = ModelConfig::new(64, 16, 8)
+            .with_d_model(256)
+            .with_n_heads(1)
+            .with_d_k(Some(256))
+            .with_qk_init(QkInit::Unit)
+            .with_scale(ScalePolicy::Unscaled);
+        let model = cfg.init(&device);
+        let tokens = Tensor::<2, Int>::from_data([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0]], &device);
+        let (_, att) = model.encode(tokens, true);
+        let std = att[0].diagnostics().mean().logit_std.expect("scores recorded");
+        // Unscaled logits of unit-variance q, k have std √256 = 16 (within-row, 16 keys).
+        assert!((std - 16.0).abs() < 4.0, "logit std {std}");
+    }
+
+    #[test]
+    fn invalid_configs_are_rejected() {
+        let device = Device::flex();
+        let e = ModelConfig::new(10, 4, 2).with_d_k(Some(0)).try_init(&device).unwrap_err();
+        assert!(e.to_string().contains("d_k = 0"), "{e}");
+        let e = ModelConfig::new(10, 4, 2).with_d_model(30).with_n_heads(4).try_init(&device).unwrap_err();
+        assert!(e.to_string().contains("d_model = 30"), "{e}");
+        let e = ModelConfig::new(10, 4, 2).with_n_layers(0).try_init(&device).unwrap_err();
+        assert!(e.to_string().contains("n_layers = 0"), "{e}");
+    }
+}

@@ -1,0 +1,68 @@
+//! `sdpa golden DIR`: replay golden case files through the module.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use crate::{BackendKind, Implementation};
+use crate::golden;
+
+/// Arguments of `sdpa golden`.
+#[derive(Args, Debug, Clone)]
+pub struct GoldenArgs {
+    /// Folder of case files (every *.json in it is a case).
+    pub dir: PathBuf,
+    /// Backend: ndarray, flex or wgpu (must be compiled in).
+    #[arg(long, default_value = "flex")]
+    pub backend: BackendKind,
+    /// Implementation: auto, naive, fused or chunked:BLOCK (e.g. chunked:2).
+    #[arg(long, default_value = "auto", value_parser = parse_implementation)]
+    pub implementation: Implementation,
+}
+
+/// Parses `auto`, `naive`, `fused` or `chunked:BLOCK`.
+pub fn parse_implementation(s: &str) -> Result<Implementation, String> {
+    match s {
+        "auto" => Ok(Implementation::Auto),
+        "naive" => Ok(Implementation::Naive),
+        "fused" => Ok(Implementation::Fused),
+        other => match other.strip_prefix("chunked:").map(str::parse::<usize>) {
+            Some(Ok(b)) if b > 0 => Ok(Implementation::Chunked { block_size: b }),
+            _ => Err(format!("expected auto, naive, fused or chunked:BLOCK (BLOCK > 0), got `{other}`")),
+        },
+    }
+}
+
+/// Runs every case, prints a line per case and `N passed, M failed`; true when all passed.
+pub fn run(args: &GoldenArgs) -> anyhow::Result<bool> {
+    let device = args.backend.device()?;
+    let files = golden::case_files(&args.dir)?;
+    if files.is_empty() {
+        anyhow::bail!("{}: no *.json case files", args.dir.display());
+    }
+    println!(
+        "golden cases in {} on {} ({:?})",
+        args.dir.display(),
+        args.backend,
+        args.implementation
+    );
+    let (mut passed, mut failed) = (0, 0);
+    for file in &files {
+        match golden::run_file(file, &device, args.implementation) {
+            Ok(report) => {
+                println!("{report}");
+                if report.passed() {
+                    passed += 1;
+                } else {
+                    failed += 1;
+                }
+            }
+            Err(e) => {
+                println!("FAIL {e}");
+                failed += 1;
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    Ok(failed == 0)
+}

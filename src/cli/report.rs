@@ -1,0 +1,159 @@
+//! `sdpa report` and `sdpa exp`: run the lab's experiments.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use sdpa_lab::{Experiment, LabBackend, LabContext, all_experiments, find_experiment, run_report};
+use sdpa_model::ProgressMode;
+
+use super::UsageError;
+use crate::BackendKind;
+
+/// Options shared by `report` and `exp`.
+#[derive(Args, Debug, Clone)]
+pub struct LabArgs {
+    /// Backend(s): ndarray, flex, wgpu or all (compiled-in ones); may be given more than once.
+    /// The first is the primary backend; `gradients`, `compare` and `masks` run on all of them.
+    #[arg(long = "backend", default_value = "flex")]
+    pub backends: Vec<String>,
+    /// Output folder.
+    #[arg(long, default_value = "report")]
+    pub out: PathBuf,
+    /// Smaller sizes for a first look (under 2 minutes).
+    #[arg(long)]
+    pub quick: bool,
+    /// Seed of every random draw.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Plain progress lines instead of a bar.
+    #[arg(long)]
+    pub plain: bool,
+}
+
+/// Arguments of `sdpa exp`.
+#[derive(Args, Debug, Clone)]
+pub struct ExpArgs {
+    /// The experiment to run (see --list).
+    #[arg(required_unless_present = "list")]
+    pub name: Option<String>,
+    /// List the experiments.
+    #[arg(long)]
+    pub list: bool,
+    /// Shared options.
+    #[command(flatten)]
+    pub lab: LabArgs,
+}
+
+impl LabArgs {
+    /// Opens the backends and builds the context.
+    pub fn context(&self) -> anyhow::Result<LabContext> {
+        let mut kinds: Vec<BackendKind> = Vec::new();
+        for name in &self.backends {
+            if name == "all" {
+                kinds.extend(BackendKind::compiled());
+            } else {
+                kinds.push(name.parse().map_err(|e: crate::BackendError| UsageError(e.to_string()))?);
+            }
+        }
+        kinds.dedup();
+        let mut backends = Vec::new();
+        for k in kinds {
+            if backends.iter().any(|b: &LabBackend| b.name == k.name()) {
+                continue;
+            }
+            backends.push(LabBackend { name: k.name().into(), device: k.device()? });
+        }
+        if backends.is_empty() {
+            return Err(UsageError("no backend".into()).into());
+        }
+        Ok(LabContext {
+            backends,
+            seed: self.seed,
+            quick: self.quick,
+            out_dir: self.out.clone(),
+            progress: if self.plain { ProgressMode::Lines } else { ProgressMode::Auto },
+        })
+    }
+}
+
+fn run(lab: &LabArgs, experiments: Vec<Box<dyn Experiment>>) -> anyhow::Result<bool> {
+    let ctx = lab.context()?;
+    let report = run_report(&ctx, &experiments)?;
+    println!(
+        "report: {}  numbers: {}",
+        ctx.out_dir.join("REPORT.md").display(),
+        ctx.out_dir.join("results.json").display()
+    );
+    for f in &report.failures {
+        eprintln!("experiment {} failed: {}", f.name, f.error);
+    }
+    Ok(report.failures.is_empty())
+}
+
+/// `sdpa report`: every experiment.
+pub fn report(lab: &LabArgs) -> anyhow::Result<bool> {
+    run(lab, all_experiments())
+}
+
+/// `sdpa exp NAME` or `sdpa exp --list`.
+pub fn exp(args: &ExpArgs) -> anyhow::Result<bool> {
+    if args.list {
+        for e in all_experiments() {
+            println!("{:<22} {}", e.name(), e.title());
+        }
+        return Ok(true);
+    }
+    let name = args.name.clone().unwrap_or_default();
+    let e = find_experiment(&name).ok_or_else(|| {
+        UsageError(format!(
+            "unknown experiment `{name}`; one of: {}",
+            all_experiments().iter().map(|e| e.name()).collect::<Vec<_>>().join(", ")
+        ))
+    })?;
+    run(&args.lab, vec![e])
+}
+
+/// Arguments of `sdpa bench`.
+#[derive(Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Backend(s): ndarray, flex, wgpu or all; may be given more than once.
+    #[arg(long = "backend", default_value = "flex")]
+    pub backends: Vec<String>,
+    /// Output folder.
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+    /// Tiny sizes (a smoke run, seconds).
+    #[arg(long)]
+    pub quick: bool,
+    /// Plain progress lines instead of a bar.
+    #[arg(long)]
+    pub plain: bool,
+}
+
+/// `sdpa bench`: times every path on every backend asked for.
+pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
+    let lab = LabArgs {
+        backends: args.backends.clone(),
+        out: args.out.clone(),
+        quick: args.quick,
+        seed: 42,
+        plain: args.plain,
+    };
+    let ctx = lab.context()?;
+    let config = sdpa_lab::bench::BenchConfig::new(args.quick);
+    let mut ok = true;
+    for backend in &ctx.backends {
+        let report = sdpa_lab::bench::run_bench(backend, &config, &ctx)?;
+        println!("{}", sdpa_lab::bench::markdown(&report));
+        for f in sdpa_lab::bench::write(&report, &ctx)? {
+            println!("wrote {f}");
+        }
+        for (mode, n, ratio) in &report.auto_ratio {
+            if *ratio > 1.10 {
+                println!("note: auto is {:.0}% slower than the fastest path ({mode}, n = {n})", (ratio - 1.0) * 100.0);
+                ok = false;
+            }
+        }
+    }
+    Ok(ok)
+}

@@ -1,0 +1,261 @@
+//! `sdpa train`: train the self-attention model on a synthetic task.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use clap::Args;
+use sdpa_model::{
+    OptimizerKind, ProgressMode, QkInit, RunOptions, TaskConfig, TaskKind, TrainConfig,
+    TrainResult,
+};
+
+use super::UsageError;
+use crate::{BackendKind, ScalePolicy};
+
+/// `--scale inv-sqrt-dk | none | <float>`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ScaleArg(pub ScalePolicy);
+
+impl FromStr for ScaleArg {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "inv-sqrt-dk" => Ok(ScaleArg(ScalePolicy::InvSqrtDk)),
+            "none" => Ok(ScaleArg(ScalePolicy::Unscaled)),
+            other => match other.parse::<f64>() {
+                Ok(x) if x.is_finite() && x > 0.0 => Ok(ScaleArg(ScalePolicy::Fixed(x))),
+                Ok(x) => Err(format!("a fixed scale must be finite and > 0, got {x}")),
+                Err(_) => Err(format!("expected inv-sqrt-dk, none or a number, got `{other}`")),
+            },
+        }
+    }
+}
+
+/// Arguments of `sdpa train`. Options left out take the defaults of [`TrainConfig`], or, with
+/// `--resume`, the values saved in the run.
+#[derive(Args, Debug, Clone, Default)]
+pub struct TrainArgs {
+    /// Task: match or recall.
+    #[arg(long, value_parser = parse_task)]
+    pub task: Option<TaskKind>,
+    /// Backend: ndarray, flex or wgpu.
+    #[arg(long, default_value = "flex")]
+    pub backend: BackendKind,
+    /// Scale of the scores: inv-sqrt-dk, none, or a positive number.
+    #[arg(long)]
+    pub scale: Option<ScaleArg>,
+    /// Query/key size per head (independent of --d-model).
+    #[arg(long)]
+    pub d_k: Option<usize>,
+    /// Model width.
+    #[arg(long)]
+    pub d_model: Option<usize>,
+    /// Attention heads.
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// Attention blocks.
+    #[arg(long)]
+    pub layers: Option<usize>,
+    /// Query/key initialization: default or unit.
+    #[arg(long, value_parser = parse_init)]
+    pub init: Option<QkInit>,
+    /// Optimizer: adam or sgd.
+    #[arg(long, value_parser = parse_optimizer)]
+    pub optimizer: Option<OptimizerKind>,
+    /// Learning rate.
+    #[arg(long, allow_negative_numbers = true)]
+    pub lr: Option<f64>,
+    /// SGD momentum.
+    #[arg(long)]
+    pub momentum: Option<f64>,
+    /// Clip the global gradient norm.
+    #[arg(long)]
+    pub grad_clip: Option<f64>,
+    /// Optimizer steps (the budget).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Batch size.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Task size k.
+    #[arg(long)]
+    pub k: Option<usize>,
+    /// Vocabulary size.
+    #[arg(long)]
+    pub vocab: Option<usize>,
+    /// Seed.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Record metrics every N steps.
+    #[arg(long)]
+    pub log_every: Option<usize>,
+    /// Evaluate every N steps.
+    #[arg(long)]
+    pub eval_every: Option<usize>,
+    /// Checkpoint every N steps (always at the end).
+    #[arg(long)]
+    pub checkpoint_every: Option<usize>,
+    /// Keep training after reaching the target accuracy.
+    #[arg(long)]
+    pub no_early_stop: bool,
+    /// Run directory (default runs/<task>-<seed>).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Continue the run saved in DIR.
+    #[arg(long, value_name = "DIR", conflicts_with = "out")]
+    pub resume: Option<PathBuf>,
+    /// Plain progress lines instead of a bar.
+    #[arg(long)]
+    pub plain: bool,
+}
+
+fn parse_task(s: &str) -> Result<TaskKind, String> {
+    s.parse().map_err(|e: sdpa_model::ModelError| e.to_string())
+}
+
+fn parse_init(s: &str) -> Result<QkInit, String> {
+    match s {
+        "default" => Ok(QkInit::Default),
+        "unit" => Ok(QkInit::Unit),
+        other => Err(format!("expected default or unit, got `{other}`")),
+    }
+}
+
+fn parse_optimizer(s: &str) -> Result<OptimizerKind, String> {
+    match s {
+        "adam" => Ok(OptimizerKind::Adam),
+        "sgd" => Ok(OptimizerKind::Sgd),
+        other => Err(format!("expected adam or sgd, got `{other}`")),
+    }
+}
+
+impl TrainArgs {
+    /// The configuration these arguments ask for, on top of `base` (the defaults, or the
+    /// saved configuration of a resumed run). Checked before anything is written.
+    pub fn config(&self, base: Option<TrainConfig>) -> Result<TrainConfig, UsageError> {
+        let mut c = match base {
+            Some(c) => c,
+            None => {
+                let mut task = TaskConfig::new().with_kind(self.task.unwrap_or_default());
+                if let Some(k) = self.k {
+                    task.k = k;
+                }
+                if let Some(v) = self.vocab {
+                    task.vocab = v;
+                }
+                let mut c = TrainConfig::for_task(task);
+                if c.task.kind == TaskKind::Recall {
+                    c.model.n_layers = 2;
+                }
+                c
+            }
+        };
+        let resumed = self.resume.is_some();
+        if let Some(t) = self.task {
+            c.task.kind = t;
+        }
+        if resumed {
+            if let Some(k) = self.k {
+                c.task.k = k;
+            }
+            if let Some(v) = self.vocab {
+                c.task.vocab = v;
+            }
+        }
+        // Task-derived model sizes follow the task.
+        c.model.vocab_size = c.task.vocab;
+        c.model.seq_len = c.task.seq_len();
+        c.model.n_classes = c.task.n_classes();
+        if let Some(ScaleArg(s)) = self.scale {
+            c.model.scale = s;
+        }
+        if self.d_k.is_some() {
+            c.model.d_k = self.d_k;
+        }
+        macro_rules! set {
+            ($field:expr, $opt:expr) => {
+                if let Some(v) = $opt {
+                    $field = v;
+                }
+            };
+        }
+        set!(c.model.d_model, self.d_model);
+        set!(c.model.n_heads, self.heads);
+        set!(c.model.n_layers, self.layers);
+        set!(c.model.qk_init, self.init);
+        set!(c.optimizer, self.optimizer);
+        set!(c.lr, self.lr);
+        set!(c.steps, self.steps);
+        set!(c.batch_size, self.batch_size);
+        set!(c.seed, self.seed);
+        set!(c.log_every, self.log_every);
+        set!(c.eval_every, self.eval_every);
+        if self.momentum.is_some() {
+            c.momentum = self.momentum;
+        }
+        if self.grad_clip.is_some() {
+            c.grad_clip = self.grad_clip;
+        }
+        if self.checkpoint_every.is_some() {
+            c.checkpoint_every = self.checkpoint_every;
+        }
+        if self.no_early_stop {
+            c.stop_at_target = false;
+        }
+        c.validate().map_err(|e| UsageError(e.to_string()))?;
+        Ok(c)
+    }
+
+    /// The run directory.
+    pub fn out_dir(&self, config: &TrainConfig) -> PathBuf {
+        match (&self.resume, &self.out) {
+            (Some(dir), _) | (None, Some(dir)) => dir.clone(),
+            (None, None) => PathBuf::from(format!("runs/{}-{}", config.task.kind, config.seed)),
+        }
+    }
+}
+
+/// Trains, printing where the results are.
+pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
+    let base = match &args.resume {
+        Some(dir) => {
+            let path = dir.join("config.json");
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| anyhow::anyhow!("cannot resume: {}: {e}", path.display()))?;
+            Some(
+                serde_json::from_str::<TrainConfig>(&text)
+                    .map_err(|e| anyhow::anyhow!("cannot resume: {}: {e}", path.display()))?,
+            )
+        }
+        None => None,
+    };
+    let config = args.config(base)?;
+    let device = args.backend.device()?;
+    let out_dir = args.out_dir(&config);
+    let options = RunOptions {
+        out_dir: out_dir.clone(),
+        resume: args.resume.is_some(),
+        backend: args.backend.to_string(),
+        progress: if args.plain { ProgressMode::Lines } else { ProgressMode::Auto },
+    };
+    let result = sdpa_model::train(&config, &device, &options)?;
+    let s = &result.summary;
+    println!(
+        "held-out accuracy {:.4} after {} steps ({}), {:.1} steps/s on {}",
+        s.final_eval_accuracy,
+        s.steps_run,
+        match s.steps_to_target {
+            Some(t) => format!("{:.0}% first reached at step {t}", s.target_accuracy * 100.0),
+            None => format!("{:.0}% not reached", s.target_accuracy * 100.0),
+        },
+        s.steps_per_s,
+        s.backend
+    );
+    println!(
+        "metrics: {}  summary: {}",
+        out_dir.join("metrics.csv").display(),
+        out_dir.join("summary.json").display()
+    );
+    Ok(result)
+}

@@ -1,0 +1,51 @@
+//! The `sdpa` command line: a thin layer that parses arguments, calls the library and turns
+//! errors into exit codes (0 success, 1 a failed check or run, 2 bad usage).
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use sdpa::cli::{self, UsageError};
+
+#[derive(Parser, Debug)]
+#[command(name = "sdpa", version, about = "Reference scaled dot-product attention for Burn")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Replay every golden case file (*.json) of DIR forward and backward and compare.
+    Golden(cli::golden::GoldenArgs),
+    /// Train the self-attention model on a synthetic task.
+    Train(Box<cli::train::TrainArgs>),
+    /// Run every experiment of the article and write REPORT.md, results.json, CSVs and plots.
+    Report(cli::report::LabArgs),
+    /// Run one experiment (`sdpa exp --list` lists them).
+    Exp(cli::report::ExpArgs),
+    /// Time every attention path, forward and forward+backward, and sweep inference memory.
+    Bench(cli::report::BenchArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Golden(args) => cli::golden::run(&args),
+        Command::Train(args) => cli::train::run(&args).map(|_| true),
+        Command::Report(args) => cli::report::report(&args),
+        Command::Exp(args) => cli::report::exp(&args),
+        Command::Bench(args) => cli::report::bench(&args),
+    };
+    match result {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            if e.downcast_ref::<UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
+        }
+    }
+}

@@ -1,0 +1,80 @@
+//! Devices and tensor helpers shared by the library tests.
+
+use burn::prelude::*;
+use burn::tensor::{DType, TensorData};
+use sdpa::BackendKind;
+
+/// Every backend compiled into this test binary, opened. A compiled-in backend that cannot open
+/// a device fails the test (no silent skip): in CI the wgpu feature is on and lavapipe provides
+/// the adapter.
+pub fn devices() -> Vec<(BackendKind, Device)> {
+    BackendKind::compiled()
+        .into_iter()
+        .map(|b| {
+            let device = b
+                .device()
+                .unwrap_or_else(|e| panic!("backend {b} is compiled in but unusable: {e}"));
+            device.seed(7);
+            (b, device)
+        })
+        .collect()
+}
+
+/// The CPU backends compiled in (fast enough for many random cases).
+pub fn cpu_devices() -> Vec<(BackendKind, Device)> {
+    devices()
+        .into_iter()
+        .filter(|(b, _)| *b != BackendKind::Wgpu)
+        .collect()
+}
+
+/// A float tensor from f64 values (stored as the device's default float, f32).
+pub fn tensor4(data: &[f64], shape: [usize; 4], device: &Device) -> Tensor<4> {
+    let data: Vec<f32> = data.iter().map(|&x| x as f32).collect();
+    Tensor::from_data(TensorData::new(data, shape), device)
+}
+
+/// A float64 tensor (for finite differences).
+pub fn tensor4_f64(data: &[f64], shape: [usize; 4], device: &Device) -> Tensor<4> {
+    Tensor::from_data(TensorData::new(data.to_vec(), shape), (device, DType::F64))
+}
+
+/// A bool tensor.
+pub fn bool4(data: &[bool], shape: [usize; 4], device: &Device) -> Tensor<4, Bool> {
+    Tensor::from_data(TensorData::new(data.to_vec(), shape), device)
+}
+
+/// Reads any float tensor as f64 values.
+pub fn values<const D: usize>(t: Tensor<D>) -> Vec<f64> {
+    t.into_data()
+        .convert::<f64>()
+        .try_into_vec::<f64>()
+        .expect("float data")
+}
+
+/// Largest |a − b|.
+pub fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f64::max)
+}
+
+/// A small deterministic generator of normal-ish values (sum of uniforms), for tests that need
+/// fixed data without a dependency on an RNG crate's stream.
+pub fn lcg_values(seed: u64, len: usize) -> Vec<f64> {
+    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            let mut s = 0.0;
+            for _ in 0..4 {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                s += (state >> 11) as f64 / (1u64 << 53) as f64;
+            }
+            (s - 2.0) * 1.732
+        })
+        .collect()
+}

@@ -1,0 +1,112 @@
+//! Every golden case (PyTorch, float64) passes forward and backward on every compiled backend.
+
+use std::path::PathBuf;
+
+use sdpa::Implementation;
+use sdpa::golden;
+
+use crate::common::devices;
+
+/// The golden folder: `shared/golden/sdpa` beside the repository when it is there (the source of
+/// truth, with any cases added since), else the copy in `tests/data/golden`.
+fn golden_dir() -> PathBuf {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let shared = root.join("../shared/golden/sdpa");
+    if shared.is_dir() { shared } else { root.join("tests/data/golden") }
+}
+
+fn golden_on_every_backend(implementation: Implementation) {
+    let dir = golden_dir();
+    let files = golden::case_files(&dir).expect("golden folder");
+    assert!(files.len() >= 12, "expected at least 12 cases in {}, found {}", dir.display(), files.len());
+    let mut failures = Vec::new();
+    for (backend, device) in devices() {
+        for file in &files {
+            match golden::run_file(file, &device, implementation) {
+                Ok(report) => {
+                    println!("{backend} {implementation:?}: {report}");
+                    if !report.passed() {
+                        failures.push(format!("{backend}: {report}"));
+                    }
+                }
+                Err(e) => failures.push(format!("{backend}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "failing golden cases ({implementation:?}):\n{}", failures.join("\n"));
+}
+
+#[test]
+fn every_golden_case_passes_on_every_backend_naive() {
+    golden_on_every_backend(Implementation::Naive);
+}
+
+#[test]
+fn every_golden_case_passes_on_every_backend_chunked() {
+    // Blocks of 2 keys: every case spans several blocks, and some blocks are fully masked.
+    golden_on_every_backend(Implementation::Chunked { block_size: 2 });
+}
+
+#[test]
+fn every_golden_case_passes_on_every_backend_auto() {
+    golden_on_every_backend(Implementation::Auto);
+}
+
+#[test]
+fn every_golden_case_passes_on_every_backend_fused_where_it_applies() {
+    // Fused only knows bottom-right causal alignment: the top-left cases with n != m are
+    // rejected with a clear error, and every other case passes.
+    let dir = golden_dir();
+    let mut failures = Vec::new();
+    for (backend, device) in devices() {
+        for file in golden::case_files(&dir).expect("golden folder") {
+            let case = golden::load_case(&file).expect("case");
+            let n = case.query.shape[2];
+            let m = case.key.shape[2];
+            let result = golden::run_case(&case, &file.display().to_string(), &device, Implementation::Fused);
+            if case.causal == "top_left" && n != m {
+                let e = result.expect_err("fused cannot do top-left with n != m");
+                assert!(e.to_string().contains("bottom-right"), "{e}");
+                continue;
+            }
+            match result {
+                Ok(r) if r.passed() => println!("{backend} Fused: {r}"),
+                Ok(r) => failures.push(format!("{backend}: {r}")),
+                Err(e) => failures.push(format!("{backend}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "failing golden cases (Fused):\n{}", failures.join("\n"));
+}
+
+#[test]
+fn vendored_copy_matches_the_cases_it_was_copied_from() {
+    // The copy in tests/data must stay loadable and complete on its own.
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let files = golden::case_files(&root.join("tests/data/golden")).expect("vendored folder");
+    assert_eq!(files.len(), 12);
+    for f in files {
+        golden::load_case(&f).unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[test]
+fn a_broken_case_file_is_an_error_not_a_panic() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("broken.json");
+    std::fs::write(&path, "{\"name\": \"x\", \"query\": ").expect("write");
+    let device = devices()[0].1.clone();
+    let err = golden::run_file(&path, &device, Implementation::Auto).expect_err("must fail");
+    assert!(err.to_string().contains("broken.json"), "{err}");
+
+    let bad_len = path.with_file_name("bad_len.json");
+    let text = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden/plain.json"),
+    )
+    .expect("plain case");
+    let mut json: serde_json::Value = serde_json::from_str(&text).expect("json");
+    json["query"]["shape"] = serde_json::json!([2, 3, 5, 5]);
+    std::fs::write(&bad_len, json.to_string()).expect("write");
+    let err = golden::run_file(&bad_len, &device, Implementation::Auto).expect_err("must fail");
+    assert!(err.to_string().contains("query has shape [2, 3, 5, 5]"), "{err}");
+}

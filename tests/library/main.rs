@@ -1,0 +1,11 @@
+//! Contract, reference-parity and end-to-end tests of the attention library, on every backend
+//! compiled in (`--features wgpu` adds the wgpu backend to the CPU ones).
+
+mod common;
+mod errors;
+mod golden;
+mod gradients;
+mod layers;
+mod parity;
+mod properties;
+mod reference;
