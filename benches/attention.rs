@@ -21,10 +21,17 @@ fn attention(c: &mut Criterion) {
         let v = normal_tensor(&mut rng, [b, h, n, d], &device);
         for (name, implementation) in paths(256) {
             group.bench_with_input(BenchmarkId::new(name, n), &n, |bench, _| {
-                let attn = implementation.map(|i| ScaledDotProductAttentionConfig::new().with_implementation(i).init());
+                let attn = implementation.map(|i| {
+                    ScaledDotProductAttentionConfig::new()
+                        .with_implementation(i)
+                        .init()
+                });
                 bench.iter(|| {
                     let out = match &attn {
-                        Some(a) => a.forward(AttentionInput::new(q.clone(), k.clone(), v.clone())).context,
+                        Some(a) => {
+                            a.forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))
+                                .context
+                        }
                         None => baseline(q.clone(), k.clone(), v.clone()),
                     };
                     out.slice(s![0..1, 0..1, 0..1, 0..1]).into_data()

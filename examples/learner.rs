@@ -57,7 +57,10 @@ fn main() -> anyhow::Result<()> {
     let inner = device.clone().without_autodiff();
     let batches: Vec<_> = (0..16).map(|_| task.batch(&mut rng, 64, &inner)).collect();
     let (loss, accuracy) = evaluate(&result.model, &batches);
-    println!("learner example on {backend}: held-out loss {loss:.4}, accuracy {:.2}%", 100.0 * accuracy);
+    println!(
+        "learner example on {backend}: held-out loss {loss:.4}, accuracy {:.2}%",
+        100.0 * accuracy
+    );
     println!("metric logs: runs/learner/train and runs/learner/valid");
     Ok(())
 }

@@ -10,10 +10,10 @@
 //! attention map of the first head.
 
 use burn::module::Module;
+use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
-use burn::nn::loss::CrossEntropyLossConfig;
 use sdpa::mask::padding_mask_from_tokens;
 use sdpa::{BackendKind, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 
@@ -40,11 +40,17 @@ impl TinyClassifier {
     fn forward(&self, tokens: Tensor<2, Int>) -> (Tensor<2>, Tensor<4>) {
         let padding = padding_mask_from_tokens(tokens.clone(), 0);
         let x = self.embedding.forward(tokens); // [b, s, d_model]
-        let out = self
-            .attention
-            .forward(MhaInput::self_attn(x).padding_mask(padding).causal().need_weights());
+        let out = self.attention.forward(
+            MhaInput::self_attn(x)
+                .padding_mask(padding)
+                .causal()
+                .need_weights(),
+        );
         let pooled = out.context.mean_dim(1).squeeze_dim::<2>(1); // [b, d_model]
-        (self.head.forward(pooled), out.weights.expect("asked for weights"))
+        (
+            self.head.forward(pooled),
+            out.weights.expect("asked for weights"),
+        )
     }
 }
 
@@ -80,8 +86,12 @@ fn main() -> anyhow::Result<()> {
     println!("backend: {backend}");
     println!("loss before one Adam step: {before:.4}, after: {after:.4}");
     println!("gradient norm of the query projection: {query_grad_norm:?}");
-    println!("attention map, sequence 0, head 0 (rows = queries, columns = keys; causal, token 5 is padding):");
-    let map = weights.slice(s![0..1, 0..1, .., ..]).squeeze_dims::<2>(&[0, 1]);
+    println!(
+        "attention map, sequence 0, head 0 (rows = queries, columns = keys; causal, token 5 is padding):"
+    );
+    let map = weights
+        .slice(s![0..1, 0..1, .., ..])
+        .squeeze_dims::<2>(&[0, 1]);
     let [s, _] = map.dims();
     let values: Vec<f32> = map.into_data().convert::<f32>().try_into_vec()?;
     print!("     ");

@@ -117,7 +117,7 @@ impl BackendKind {
                 }));
                 std::panic::set_hook(hook);
                 match result {
-                    Ok(v) if v == 4.0 => Ok(device),
+                    Ok(4.0) => Ok(device),
                     Ok(v) => Err(BackendError::NoDevice {
                         backend: *self,
                         reason: format!("a probe sum of four ones gave {v}"),

@@ -166,7 +166,12 @@ fn rank4(path: &str, what: &str, shape: &[usize]) -> Result<[usize; 4], GoldenEr
     Ok(out)
 }
 
-fn float_tensor(path: &str, what: &str, t: &JsonTensor, device: &Device) -> Result<Tensor<4>, GoldenError> {
+fn float_tensor(
+    path: &str,
+    what: &str,
+    t: &JsonTensor,
+    device: &Device,
+) -> Result<Tensor<4>, GoldenError> {
     check_len(path, what, &t.shape, t.data.len())?;
     let shape = rank4(path, what, &t.shape)?;
     let data: Vec<f32> = t.data.iter().map(|&x| x as f32).collect();
@@ -247,7 +252,8 @@ pub fn run_case(
     }
     let weights_input = input.clone().need_weights();
     let out = if returns_weights {
-        attn.try_forward(weights_input.clone()).map_err(|e| err(e.to_string()))?
+        attn.try_forward(weights_input.clone())
+            .map_err(|e| err(e.to_string()))?
     } else {
         attn.try_forward(input).map_err(|e| err(e.to_string()))?
     };
@@ -267,9 +273,17 @@ pub fn run_case(
     let results: [(&'static str, Tensor<4>, &JsonTensor); 5] = [
         ("context", out.context, &case.expected.context),
         ("weights", weights, &case.expected.weights),
-        ("grad_query", grad(&query, "query")?, &case.expected.grad_query),
+        (
+            "grad_query",
+            grad(&query, "query")?,
+            &case.expected.grad_query,
+        ),
         ("grad_key", grad(&key, "key")?, &case.expected.grad_key),
-        ("grad_value", grad(&value, "value")?, &case.expected.grad_value),
+        (
+            "grad_value",
+            grad(&value, "value")?,
+            &case.expected.grad_value,
+        ),
     ];
     let mut checks = Vec::new();
     for (name, got, want) in results {

@@ -7,7 +7,11 @@ use clap::{Parser, Subcommand};
 use sdpa::cli::{self, UsageError};
 
 #[derive(Parser, Debug)]
-#[command(name = "sdpa", version, about = "Reference scaled dot-product attention for Burn")]
+#[command(
+    name = "sdpa",
+    version,
+    about = "Reference scaled dot-product attention for Burn"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

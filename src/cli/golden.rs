@@ -4,8 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use crate::{BackendKind, Implementation};
 use crate::golden;
+use crate::{BackendKind, Implementation};
 
 /// Arguments of `sdpa golden`.
 #[derive(Args, Debug, Clone)]
@@ -28,7 +28,9 @@ pub fn parse_implementation(s: &str) -> Result<Implementation, String> {
         "fused" => Ok(Implementation::Fused),
         other => match other.strip_prefix("chunked:").map(str::parse::<usize>) {
             Some(Ok(b)) if b > 0 => Ok(Implementation::Chunked { block_size: b }),
-            _ => Err(format!("expected auto, naive, fused or chunked:BLOCK (BLOCK > 0), got `{other}`")),
+            _ => Err(format!(
+                "expected auto, naive, fused or chunked:BLOCK (BLOCK > 0), got `{other}`"
+            )),
         },
     }
 }

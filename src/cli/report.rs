@@ -52,7 +52,10 @@ impl LabArgs {
             if name == "all" {
                 kinds.extend(BackendKind::compiled());
             } else {
-                kinds.push(name.parse().map_err(|e: crate::BackendError| UsageError(e.to_string()))?);
+                kinds.push(
+                    name.parse()
+                        .map_err(|e: crate::BackendError| UsageError(e.to_string()))?,
+                );
             }
         }
         kinds.dedup();
@@ -61,7 +64,10 @@ impl LabArgs {
             if backends.iter().any(|b: &LabBackend| b.name == k.name()) {
                 continue;
             }
-            backends.push(LabBackend { name: k.name().into(), device: k.device()? });
+            backends.push(LabBackend {
+                name: k.name().into(),
+                device: k.device()?,
+            });
         }
         if backends.is_empty() {
             return Err(UsageError("no backend".into()).into());
@@ -71,7 +77,11 @@ impl LabArgs {
             seed: self.seed,
             quick: self.quick,
             out_dir: self.out.clone(),
-            progress: if self.plain { ProgressMode::Lines } else { ProgressMode::Auto },
+            progress: if self.plain {
+                ProgressMode::Lines
+            } else {
+                ProgressMode::Auto
+            },
         })
     }
 }
@@ -107,7 +117,11 @@ pub fn exp(args: &ExpArgs) -> anyhow::Result<bool> {
     let e = find_experiment(&name).ok_or_else(|| {
         UsageError(format!(
             "unknown experiment `{name}`; one of: {}",
-            all_experiments().iter().map(|e| e.name()).collect::<Vec<_>>().join(", ")
+            all_experiments()
+                .iter()
+                .map(|e| e.name())
+                .collect::<Vec<_>>()
+                .join(", ")
         ))
     })?;
     run(&args.lab, vec![e])
@@ -150,7 +164,10 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         }
         for (mode, n, ratio) in &report.auto_ratio {
             if *ratio > 1.10 {
-                println!("note: auto is {:.0}% slower than the fastest path ({mode}, n = {n})", (ratio - 1.0) * 100.0);
+                println!(
+                    "note: auto is {:.0}% slower than the fastest path ({mode}, n = {n})",
+                    (ratio - 1.0) * 100.0
+                );
                 ok = false;
             }
         }

@@ -5,8 +5,7 @@ use std::str::FromStr;
 
 use clap::Args;
 use sdpa_model::{
-    OptimizerKind, ProgressMode, QkInit, RunOptions, TaskConfig, TaskKind, TrainConfig,
-    TrainResult,
+    OptimizerKind, ProgressMode, QkInit, RunOptions, TaskConfig, TaskKind, TrainConfig, TrainResult,
 };
 
 use super::UsageError;
@@ -26,7 +25,9 @@ impl FromStr for ScaleArg {
             other => match other.parse::<f64>() {
                 Ok(x) if x.is_finite() && x > 0.0 => Ok(ScaleArg(ScalePolicy::Fixed(x))),
                 Ok(x) => Err(format!("a fixed scale must be finite and > 0, got {x}")),
-                Err(_) => Err(format!("expected inv-sqrt-dk, none or a number, got `{other}`")),
+                Err(_) => Err(format!(
+                    "expected inv-sqrt-dk, none or a number, got `{other}`"
+                )),
             },
         }
     }
@@ -99,7 +100,7 @@ pub struct TrainArgs {
     /// Keep training after reaching the target accuracy.
     #[arg(long)]
     pub no_early_stop: bool,
-    /// Run directory (default runs/<task>-<seed>).
+    /// Run directory (default `runs/TASK-SEED`).
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Continue the run saved in DIR.
@@ -237,7 +238,11 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
         out_dir: out_dir.clone(),
         resume: args.resume.is_some(),
         backend: args.backend.to_string(),
-        progress: if args.plain { ProgressMode::Lines } else { ProgressMode::Auto },
+        progress: if args.plain {
+            ProgressMode::Lines
+        } else {
+            ProgressMode::Auto
+        },
     };
     let result = sdpa_model::train(&config, &device, &options)?;
     let s = &result.summary;
@@ -246,7 +251,10 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
         s.final_eval_accuracy,
         s.steps_run,
         match s.steps_to_target {
-            Some(t) => format!("{:.0}% first reached at step {t}", s.target_accuracy * 100.0),
+            Some(t) => format!(
+                "{:.0}% first reached at step {t}",
+                s.target_accuracy * 100.0
+            ),
             None => format!("{:.0}% not reached", s.target_accuracy * 100.0),
         },
         s.steps_per_s,

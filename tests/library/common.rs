@@ -64,7 +64,9 @@ pub fn max_abs_diff(a: &[f64], b: &[f64]) -> f64 {
 /// A small deterministic generator of normal-ish values (sum of uniforms), for tests that need
 /// fixed data without a dependency on an RNG crate's stream.
 pub fn lcg_values(seed: u64, len: usize) -> Vec<f64> {
-    let mut state = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
     (0..len)
         .map(|_| {
             let mut s = 0.0;

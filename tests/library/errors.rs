@@ -33,7 +33,10 @@ fn message_of_panic(f: impl FnOnce() + std::panic::UnwindSafe) -> String {
 fn wrong_d_k() {
     let e = try_shapes([1, 2, 3, 4], [1, 2, 5, 8], [1, 2, 5, 6]);
     assert!(matches!(e, AttentionError::DkMismatch { .. }), "{e:?}");
-    assert!(e.to_string().contains("[1, 2, 3, 4]") && e.to_string().contains("[1, 2, 5, 8]"), "{e}");
+    assert!(
+        e.to_string().contains("[1, 2, 3, 4]") && e.to_string().contains("[1, 2, 5, 8]"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -46,27 +49,45 @@ fn wrong_batch() {
 #[test]
 fn key_and_value_lengths_differ() {
     let e = try_shapes([1, 2, 3, 4], [1, 2, 5, 4], [1, 2, 6, 6]);
-    assert!(matches!(e, AttentionError::KeyValueMismatch { .. }), "{e:?}");
+    assert!(
+        matches!(e, AttentionError::KeyValueMismatch { .. }),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("[1, 2, 6, 6]"), "{e}");
 }
 
 #[test]
 fn key_and_value_heads_differ() {
     let e = try_shapes([1, 4, 3, 4], [1, 2, 5, 4], [1, 4, 5, 6]);
-    assert!(matches!(e, AttentionError::KeyValueMismatch { .. }), "{e:?}");
+    assert!(
+        matches!(e, AttentionError::KeyValueMismatch { .. }),
+        "{e:?}"
+    );
 }
 
 #[test]
 fn heads_not_divisible() {
     let e = try_shapes([1, 3, 3, 4], [1, 2, 5, 4], [1, 2, 5, 6]);
-    assert_eq!(e, AttentionError::HeadGrouping { n_heads: 3, n_kv_heads: 2 });
-    assert!(e.to_string().contains("3 heads") && e.to_string().contains("2"), "{e}");
+    assert_eq!(
+        e,
+        AttentionError::HeadGrouping {
+            n_heads: 3,
+            n_kv_heads: 2
+        }
+    );
+    assert!(
+        e.to_string().contains("3 heads") && e.to_string().contains("2"),
+        "{e}"
+    );
 }
 
 #[test]
 fn empty_axis() {
     let e = try_shapes([1, 2, 3, 4], [1, 2, 0, 4], [1, 2, 0, 6]);
-    assert!(matches!(e, AttentionError::EmptyAxis { tensor: "key", .. }), "{e:?}");
+    assert!(
+        matches!(e, AttentionError::EmptyAxis { tensor: "key", .. }),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -76,10 +97,23 @@ fn mask_that_does_not_broadcast() {
     for shape in [[1, 1, 3, 4], [3, 1, 1, 5], [1, 3, 1, 5], [1, 1, 2, 5]] {
         let mask = Tensor::<4, Bool>::empty(shape, &d);
         let e = attn
-            .try_forward(AttentionInput::new(z([2, 2, 3, 4], &d), z([2, 2, 5, 4], &d), z([2, 2, 5, 6], &d)).mask(mask))
+            .try_forward(
+                AttentionInput::new(
+                    z([2, 2, 3, 4], &d),
+                    z([2, 2, 5, 4], &d),
+                    z([2, 2, 5, 6], &d),
+                )
+                .mask(mask),
+            )
             .expect_err("must be rejected");
-        assert!(matches!(e, AttentionError::NotBroadcastable { tensor: "mask", .. }), "{e:?}");
-        assert!(e.to_string().contains(&format!("{shape:?}")) && e.to_string().contains("[2, 2, 3, 5]"), "{e}");
+        assert!(
+            matches!(e, AttentionError::NotBroadcastable { tensor: "mask", .. }),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains(&format!("{shape:?}")) && e.to_string().contains("[2, 2, 3, 5]"),
+            "{e}"
+        );
     }
 }
 
@@ -88,9 +122,19 @@ fn bias_that_does_not_broadcast() {
     let d = device();
     let attn = ScaledDotProductAttentionConfig::new().init();
     let e = attn
-        .try_forward(AttentionInput::new(z([2, 2, 3, 4], &d), z([2, 2, 5, 4], &d), z([2, 2, 5, 6], &d)).bias(z([1, 1, 3, 4], &d)))
+        .try_forward(
+            AttentionInput::new(
+                z([2, 2, 3, 4], &d),
+                z([2, 2, 5, 4], &d),
+                z([2, 2, 5, 6], &d),
+            )
+            .bias(z([1, 1, 3, 4], &d)),
+        )
         .expect_err("must be rejected");
-    assert!(matches!(e, AttentionError::NotBroadcastable { tensor: "bias", .. }), "{e:?}");
+    assert!(
+        matches!(e, AttentionError::NotBroadcastable { tensor: "bias", .. }),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -121,8 +165,15 @@ fn dropout_outside_unit_interval() {
 fn forward_and_init_panic_with_the_same_message() {
     let d = device();
     let attn = ScaledDotProductAttentionConfig::new().init();
-    let input = AttentionInput::new(z([1, 2, 3, 4], &d), z([1, 2, 5, 8], &d), z([1, 2, 5, 6], &d));
-    let want = attn.try_forward(input.clone()).expect_err("rejected").to_string();
+    let input = AttentionInput::new(
+        z([1, 2, 3, 4], &d),
+        z([1, 2, 5, 8], &d),
+        z([1, 2, 5, 6], &d),
+    );
+    let want = attn
+        .try_forward(input.clone())
+        .expect_err("rejected")
+        .to_string();
     let got = message_of_panic(std::panic::AssertUnwindSafe(|| {
         attn.forward(input);
     }));
@@ -130,7 +181,12 @@ fn forward_and_init_panic_with_the_same_message() {
 
     let cfg = ScaledDotProductAttentionConfig::new().with_dropout(2.0);
     let want = cfg.try_init().expect_err("rejected").to_string();
-    assert_eq!(message_of_panic(|| { cfg.init(); }), want);
+    assert_eq!(
+        message_of_panic(|| {
+            cfg.init();
+        }),
+        want
+    );
 }
 
 #[test]
@@ -140,18 +196,39 @@ fn multi_head_config_is_validated_at_init() {
         (MultiHeadAttentionConfig::new(30, 4), "d_model = 30"),
         (MultiHeadAttentionConfig::new(32, 0), "n_heads = 0"),
         (MultiHeadAttentionConfig::new(0, 4), "d_model = 0"),
-        (MultiHeadAttentionConfig::new(32, 4).with_n_kv_heads(Some(3)), "4 heads"),
-        (MultiHeadAttentionConfig::new(32, 4).with_n_kv_heads(Some(0)), "n_kv_heads = 0"),
-        (MultiHeadAttentionConfig::new(32, 4).with_d_k(Some(0)), "d_k = 0"),
-        (MultiHeadAttentionConfig::new(32, 4).with_dropout(1.0), "dropout"),
-        (MultiHeadAttentionConfig::new(32, 4).with_scale(ScalePolicy::Fixed(-2.0)), "-2"),
+        (
+            MultiHeadAttentionConfig::new(32, 4).with_n_kv_heads(Some(3)),
+            "4 heads",
+        ),
+        (
+            MultiHeadAttentionConfig::new(32, 4).with_n_kv_heads(Some(0)),
+            "n_kv_heads = 0",
+        ),
+        (
+            MultiHeadAttentionConfig::new(32, 4).with_d_k(Some(0)),
+            "d_k = 0",
+        ),
+        (
+            MultiHeadAttentionConfig::new(32, 4).with_dropout(1.0),
+            "dropout",
+        ),
+        (
+            MultiHeadAttentionConfig::new(32, 4).with_scale(ScalePolicy::Fixed(-2.0)),
+            "-2",
+        ),
     ];
     for (cfg, needle) in cases {
         let e = cfg.try_init(&d).expect_err("must be rejected");
-        assert!(e.to_string().contains(needle), "`{e}` should mention `{needle}`");
+        assert!(
+            e.to_string().contains(needle),
+            "`{e}` should mention `{needle}`"
+        );
     }
     // d_k set explicitly lifts the divisibility requirement.
-    let mha = MultiHeadAttentionConfig::new(30, 4).with_d_k(Some(16)).try_init(&d).expect("valid");
+    let mha = MultiHeadAttentionConfig::new(30, 4)
+        .with_d_k(Some(16))
+        .try_init(&d)
+        .expect("valid");
     assert_eq!(mha.d_k, 16);
 }
 
@@ -160,15 +237,36 @@ fn multi_head_input_shapes_are_checked() {
     let d = device();
     let mha = MultiHeadAttentionConfig::new(16, 2).init(&d);
     let x = Tensor::<3>::zeros([2, 5, 8], &d);
-    let e = mha.try_forward(MhaInput::self_attn(x)).expect_err("wrong d_model");
-    assert!(e.to_string().contains("d_model = 16") && e.to_string().contains("[2, 5, 8]"), "{e}");
+    let e = mha
+        .try_forward(MhaInput::self_attn(x))
+        .expect_err("wrong d_model");
+    assert!(
+        e.to_string().contains("d_model = 16") && e.to_string().contains("[2, 5, 8]"),
+        "{e}"
+    );
 
     let x = Tensor::<3>::zeros([2, 5, 16], &d);
     let pad = Tensor::<2, Bool>::empty([2, 4], &d);
-    let e = mha.try_forward(MhaInput::self_attn(x.clone()).padding_mask(pad)).expect_err("wrong padding");
-    assert!(e.to_string().contains("[2, 5]") && e.to_string().contains("[2, 4]"), "{e}");
+    let e = mha
+        .try_forward(MhaInput::self_attn(x.clone()).padding_mask(pad))
+        .expect_err("wrong padding");
+    assert!(
+        e.to_string().contains("[2, 5]") && e.to_string().contains("[2, 4]"),
+        "{e}"
+    );
 
     let kv = Tensor::<3>::zeros([1, 5, 16], &d);
-    let e = mha.try_forward(MhaInput::new(x, kv.clone(), kv)).expect_err("wrong batch");
-    assert!(matches!(e, AttentionError::Shape { what: "key/value", .. }), "{e:?}");
+    let e = mha
+        .try_forward(MhaInput::new(x, kv.clone(), kv))
+        .expect_err("wrong batch");
+    assert!(
+        matches!(
+            e,
+            AttentionError::Shape {
+                what: "key/value",
+                ..
+            }
+        ),
+        "{e:?}"
+    );
 }

@@ -12,13 +12,22 @@ use crate::common::devices;
 fn golden_dir() -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
     let shared = root.join("../shared/golden/sdpa");
-    if shared.is_dir() { shared } else { root.join("tests/data/golden") }
+    if shared.is_dir() {
+        shared
+    } else {
+        root.join("tests/data/golden")
+    }
 }
 
 fn golden_on_every_backend(implementation: Implementation) {
     let dir = golden_dir();
     let files = golden::case_files(&dir).expect("golden folder");
-    assert!(files.len() >= 12, "expected at least 12 cases in {}, found {}", dir.display(), files.len());
+    assert!(
+        files.len() >= 12,
+        "expected at least 12 cases in {}, found {}",
+        dir.display(),
+        files.len()
+    );
     let mut failures = Vec::new();
     for (backend, device) in devices() {
         for file in &files {
@@ -33,7 +42,11 @@ fn golden_on_every_backend(implementation: Implementation) {
             }
         }
     }
-    assert!(failures.is_empty(), "failing golden cases ({implementation:?}):\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "failing golden cases ({implementation:?}):\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -63,7 +76,12 @@ fn every_golden_case_passes_on_every_backend_fused_where_it_applies() {
             let case = golden::load_case(&file).expect("case");
             let n = case.query.shape[2];
             let m = case.key.shape[2];
-            let result = golden::run_case(&case, &file.display().to_string(), &device, Implementation::Fused);
+            let result = golden::run_case(
+                &case,
+                &file.display().to_string(),
+                &device,
+                Implementation::Fused,
+            );
             if case.causal == "top_left" && n != m {
                 let e = result.expect_err("fused cannot do top-left with n != m");
                 assert!(e.to_string().contains("bottom-right"), "{e}");
@@ -76,7 +94,11 @@ fn every_golden_case_passes_on_every_backend_fused_where_it_applies() {
             }
         }
     }
-    assert!(failures.is_empty(), "failing golden cases (Fused):\n{}", failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "failing golden cases (Fused):\n{}",
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -108,5 +130,8 @@ fn a_broken_case_file_is_an_error_not_a_panic() {
     json["query"]["shape"] = serde_json::json!([2, 3, 5, 5]);
     std::fs::write(&bad_len, json.to_string()).expect("write");
     let err = golden::run_file(&bad_len, &device, Implementation::Auto).expect_err("must fail");
-    assert!(err.to_string().contains("query has shape [2, 3, 5, 5]"), "{err}");
+    assert!(
+        err.to_string().contains("query has shape [2, 3, 5, 5]"),
+        "{err}"
+    );
 }

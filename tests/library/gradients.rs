@@ -24,8 +24,17 @@ struct Inputs {
 
 /// The loss sum(context · g) for a causal, masked (one fully masked row), biased, grouped-query
 /// problem, in float64. Returns the loss and, when `grads`, the gradients of q, k, v.
-fn loss(x: &Inputs, device: &Device, grads: bool, implementation: Implementation) -> (f64, Option<[Vec<f64>; 3]>) {
-    let device = if grads { device.clone().autodiff() } else { device.clone() };
+fn loss(
+    x: &Inputs,
+    device: &Device,
+    grads: bool,
+    implementation: Implementation,
+) -> (f64, Option<[Vec<f64>; 3]>) {
+    let device = if grads {
+        device.clone().autodiff()
+    } else {
+        device.clone()
+    };
     let mut q = tensor4_f64(&x.q, [B, H, N, D], &device);
     let mut k = tensor4_f64(&x.k, [B, H_KV, M, D], &device);
     let mut v = tensor4_f64(&x.v, [B, H_KV, M, D], &device);
@@ -37,15 +46,13 @@ fn loss(x: &Inputs, device: &Device, grads: bool, implementation: Implementation
     // Query row 0 of head 1 sees nothing; key 2 is hidden from everyone in head 0.
     let mut mask = vec![false; H * N * M];
     for j in 0..M {
-        mask[(N + 0) * M + j] = true;
+        mask[N * M + j] = true;
     }
     for i in 0..N {
         mask[i * M + 2] = true;
     }
-    let mask = Tensor::<4, Bool>::from_data(
-        burn::tensor::TensorData::new(mask, [1, H, N, M]),
-        &device,
-    );
+    let mask =
+        Tensor::<4, Bool>::from_data(burn::tensor::TensorData::new(mask, [1, H, N, M]), &device);
     let bias = tensor4_f64(&x.bias, [1, 1, N, M], &device);
     let attn = ScaledDotProductAttentionConfig::new()
         .with_scale(ScalePolicy::Fixed(0.8))
@@ -99,21 +106,37 @@ fn check_gradients(implementation: Implementation) {
     let eps = 1e-6;
     let mut worst = 0.0f64;
     for (which, analytic) in [(0, &dq), (1, &dk), (2, &dv)] {
-        for idx in 0..analytic.len() {
+        for (idx, &autodiff) in analytic.iter().enumerate() {
             let perturb = |delta: f64| {
-                let mut y = Inputs { q: x.q.clone(), k: x.k.clone(), v: x.v.clone(), g: x.g.clone(), bias: x.bias.clone() };
-                match which { 0 => y.q[idx] += delta, 1 => y.k[idx] += delta, _ => y.v[idx] += delta }
+                let mut y = Inputs {
+                    q: x.q.clone(),
+                    k: x.k.clone(),
+                    v: x.v.clone(),
+                    g: x.g.clone(),
+                    bias: x.bias.clone(),
+                };
+                match which {
+                    0 => y.q[idx] += delta,
+                    1 => y.k[idx] += delta,
+                    _ => y.v[idx] += delta,
+                }
                 loss(&y, &device, false, implementation).0
             };
             let numeric = (perturb(eps) - perturb(-eps)) / (2.0 * eps);
-            let err = (numeric - analytic[idx]).abs();
+            let err = (numeric - autodiff).abs();
             worst = worst.max(err);
-            assert!(err < 1e-6 + 1e-5 * numeric.abs(),
-                "{implementation:?}: tensor {which} index {idx}: autodiff {} vs finite difference {numeric}", analytic[idx]);
+            assert!(
+                err < 1e-6 + 1e-5 * numeric.abs(),
+                "{implementation:?}: tensor {which} index {idx}: autodiff {autodiff} vs finite difference {numeric}"
+            );
         }
     }
     println!("{implementation:?}: worst |autodiff - finite difference| = {worst:.2e}");
     // The fully masked query row (head 1, row 0) receives exactly zero gradient.
-    assert!(dq[(N) * D..(N + 1) * D].iter().all(|&x| x == 0.0), "masked row gradient {:?}", &dq[N * D..(N + 1) * D]);
+    assert!(
+        dq[(N) * D..(N + 1) * D].iter().all(|&x| x == 0.0),
+        "masked row gradient {:?}",
+        &dq[N * D..(N + 1) * D]
+    );
     assert!(dq.iter().chain(&dk).chain(&dv).all(|x| x.is_finite()));
 }

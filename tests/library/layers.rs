@@ -15,7 +15,10 @@ use sdpa::{
 use crate::common::{devices, max_abs_diff, tensor4, values};
 
 fn bools(t: Tensor<2, Bool>) -> Vec<bool> {
-    t.into_data().convert::<bool>().try_into_vec::<bool>().expect("bool data")
+    t.into_data()
+        .convert::<bool>()
+        .try_into_vec::<bool>()
+        .expect("bool data")
 }
 
 #[test]
@@ -23,9 +26,17 @@ fn causal_masks_follow_their_alignment() {
     for (backend, device) in devices() {
         // n = 2 queries, m = 4 keys.
         let top_left = bools(causal_mask(2, 4, CausalAlignment::TopLeft, &device));
-        assert_eq!(top_left, [false, true, true, true, false, false, true, true], "{backend}");
+        assert_eq!(
+            top_left,
+            [false, true, true, true, false, false, true, true],
+            "{backend}"
+        );
         let bottom_right = bools(causal_mask(2, 4, CausalAlignment::BottomRight, &device));
-        assert_eq!(bottom_right, [false, false, false, true, false, false, false, false], "{backend}");
+        assert_eq!(
+            bottom_right,
+            [false, false, false, true, false, false, false, false],
+            "{backend}"
+        );
         // n = m: the same lower-triangular mask (the article's §5.1).
         let a = bools(causal_mask(4, 4, CausalAlignment::TopLeft, &device));
         let b = bools(causal_mask(4, 4, CausalAlignment::BottomRight, &device));
@@ -39,7 +50,11 @@ fn padding_masks_from_lengths_and_tokens() {
     for (backend, device) in devices() {
         let lengths = Tensor::<1, Int>::from_data([2, 0, 4], &device);
         let pad = bools(padding_mask_from_lengths(lengths, 3));
-        assert_eq!(pad, [false, false, true, true, true, true, false, false, false], "{backend}");
+        assert_eq!(
+            pad,
+            [false, false, true, true, true, true, false, false, false],
+            "{backend}"
+        );
         let tokens = Tensor::<2, Int>::from_data([[7, 3, 0], [0, 0, 0]], &device);
         let pad = bools(padding_mask_from_tokens(tokens, 0));
         assert_eq!(pad, [false, false, true, true, true, true], "{backend}");
@@ -56,7 +71,11 @@ fn causal_and_padding_combine_like_the_article() {
         )
         .expect("shapes fit");
         assert_eq!(combined.dims(), [2, 1, 3, 3]);
-        let got: Vec<bool> = combined.into_data().convert::<bool>().try_into_vec().expect("bools");
+        let got: Vec<bool> = combined
+            .into_data()
+            .convert::<bool>()
+            .try_into_vec()
+            .expect("bools");
         #[rustfmt::skip]
         let want = [
             false, true, true,   false, false, true,   false, false, true,
@@ -100,7 +119,10 @@ fn multi_head_attention_with_gqa_padding_and_causal() {
                     assert_eq!(p, 0.0, "{backend}: row {r} key {j} must be hidden");
                 }
             }
-            assert!((row.iter().sum::<f64>() - 1.0).abs() < 1e-5, "{backend}: row {r}");
+            assert!(
+                (row.iter().sum::<f64>() - 1.0).abs() < 1e-5,
+                "{backend}: row {r}"
+            );
         }
         // Padded query rows still attend to the visible keys: the sequence of length 3 gives the
         // same first three outputs as the same sequence cut to 3 tokens.
@@ -108,7 +130,10 @@ fn multi_head_attention_with_gqa_padding_and_causal() {
         let out_short = mha.forward(MhaInput::self_attn(short).causal()).context;
         let full = out.context.slice(s![1..2, 0..3, ..]);
         let diff = max_abs_diff(&values(full), &values(out_short));
-        assert!(diff < 1e-5, "{backend}: padding differs from truncation by {diff}");
+        assert!(
+            diff < 1e-5,
+            "{backend}: padding differs from truncation by {diff}"
+        );
     }
 }
 
@@ -116,12 +141,19 @@ fn multi_head_attention_with_gqa_padding_and_causal() {
 fn works_with_and_without_autodiff_on_every_backend() {
     for (backend, device) in devices() {
         for autodiff in [false, true] {
-            let dev = if autodiff { device.clone().autodiff() } else { device.clone() };
+            let dev = if autodiff {
+                device.clone().autodiff()
+            } else {
+                device.clone()
+            };
             let q = Tensor::<4>::random([1, 2, 4, 8], Distribution::Normal(0.0, 1.0), &dev);
             let attn = ScaledDotProductAttentionConfig::new().init();
             let out = attn.forward(AttentionInput::new(q.clone(), q.clone(), q).causal());
             assert_eq!(out.context.is_autodiff(), autodiff, "{backend}");
-            assert!(values(out.context).iter().all(|x| x.is_finite()), "{backend}");
+            assert!(
+                values(out.context).iter().all(|x| x.is_finite()),
+                "{backend}"
+            );
         }
     }
 }
@@ -130,7 +162,9 @@ fn works_with_and_without_autodiff_on_every_backend() {
 fn dropout_only_in_training_on_autodiff_devices() {
     for (backend, device) in devices() {
         device.seed(5);
-        let attn = ScaledDotProductAttentionConfig::new().with_dropout(0.5).init();
+        let attn = ScaledDotProductAttentionConfig::new()
+            .with_dropout(0.5)
+            .init();
         let plain = ScaledDotProductAttentionConfig::new().init();
         let make = |dev: &Device| {
             let q = tensor4(&crate::common::lcg_values(1, 2 * 8 * 8), [1, 2, 8, 8], dev);
@@ -144,10 +178,16 @@ fn dropout_only_in_training_on_autodiff_devices() {
         let ad = device.clone().autodiff();
         let out = attn.forward(make(&ad));
         let training = values(out.context);
-        assert!(max_abs_diff(&reference, &training) > 1e-3, "{backend}: dropout had no effect");
+        assert!(
+            max_abs_diff(&reference, &training) > 1e-3,
+            "{backend}: dropout had no effect"
+        );
         let w = values(out.weights.expect("weights"));
         let w_ref = values(plain.forward(make(&device)).weights.expect("weights"));
-        assert!(max_abs_diff(&w, &w_ref) < 1e-6, "{backend}: weights are returned before dropout");
+        assert!(
+            max_abs_diff(&w, &w_ref) < 1e-6,
+            "{backend}: weights are returned before dropout"
+        );
         // valid(): no dropout even on an autodiff device.
         let eval = values(attn.valid().forward(make(&ad)).context);
         assert!(max_abs_diff(&reference, &eval) < 1e-6, "{backend}");
@@ -161,7 +201,9 @@ fn huge_unscaled_logits_stay_finite() {
         let mut q = vec![0.0; 4];
         q[0] = 100.0;
         let k = vec![100.0, 0.0, 0.0, 0.0, -100.0, 0.0, 0.0, 0.0];
-        let attn = ScaledDotProductAttentionConfig::new().with_scale(ScalePolicy::Unscaled).init();
+        let attn = ScaledDotProductAttentionConfig::new()
+            .with_scale(ScalePolicy::Unscaled)
+            .init();
         let out = attn.forward(
             AttentionInput::new(
                 tensor4(&q, [1, 1, 1, 4], &device),
@@ -180,10 +222,22 @@ fn huge_unscaled_logits_stay_finite() {
 fn negative_infinite_bias_masks_and_never_gives_nan() {
     for (backend, device) in devices() {
         let q = tensor4(&[1.0, 0.5, -0.5, 1.0], [1, 1, 2, 2], &device);
-        let bias = tensor4(&[0.0, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY], [1, 1, 2, 2], &device);
+        let bias = tensor4(
+            &[0.0, f64::NEG_INFINITY, f64::NEG_INFINITY, f64::NEG_INFINITY],
+            [1, 1, 2, 2],
+            &device,
+        );
         let attn = ScaledDotProductAttentionConfig::new().init();
-        let out = attn.forward(AttentionInput::new(q.clone(), q.clone(), q).bias(bias).need_weights());
-        assert_eq!(values(out.weights.expect("weights")), [1.0, 0.0, 0.0, 0.0], "{backend}");
+        let out = attn.forward(
+            AttentionInput::new(q.clone(), q.clone(), q)
+                .bias(bias)
+                .need_weights(),
+        );
+        assert_eq!(
+            values(out.weights.expect("weights")),
+            [1.0, 0.0, 0.0, 0.0],
+            "{backend}"
+        );
         let ctx = values(out.context);
         assert_eq!(ctx, [1.0, 0.5, 0.0, 0.0], "{backend}");
     }
@@ -200,22 +254,43 @@ fn diagnostics_of_uniform_one_hot_and_masked_rows() {
         let d = attention_diagnostics(weights, None, Some(scores)).expect("shapes fit");
         let (u, o) = (d.per_head[0], d.per_head[1]);
         let ln4 = 4f64.ln();
-        assert!((u.entropy - ln4).abs() < 1e-5 && (u.normalized_entropy - 1.0).abs() < 1e-5, "{backend}: {u:?}");
-        assert!((u.max_prob - 0.25).abs() < 1e-6 && (u.effective_keys - 4.0).abs() < 1e-4, "{backend}: {u:?}");
+        assert!(
+            (u.entropy - ln4).abs() < 1e-5 && (u.normalized_entropy - 1.0).abs() < 1e-5,
+            "{backend}: {u:?}"
+        );
+        assert!(
+            (u.max_prob - 0.25).abs() < 1e-6 && (u.effective_keys - 4.0).abs() < 1e-4,
+            "{backend}: {u:?}"
+        );
         assert_eq!(u.saturated_fraction, 0.0);
-        assert!(o.entropy.abs() < 1e-6 && (o.max_prob - 1.0).abs() < 1e-6 && o.saturated_fraction == 1.0, "{backend}: {o:?}");
+        assert!(
+            o.entropy.abs() < 1e-6
+                && (o.max_prob - 1.0).abs() < 1e-6
+                && o.saturated_fraction == 1.0,
+            "{backend}: {o:?}"
+        );
         // std of [0, 1, 2, 3] is sqrt(1.25).
-        assert!((u.logit_std.expect("std") - 1.25f64.sqrt()).abs() < 1e-5, "{backend}: {u:?}");
+        assert!(
+            (u.logit_std.expect("std") - 1.25f64.sqrt()).abs() < 1e-5,
+            "{backend}: {u:?}"
+        );
 
         // A fully masked row is left out; a mask shrinks ln(k) for the normalized entropy.
         let w = vec![0.5, 0.5, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0];
         let mask = Tensor::<4, Bool>::from_data(
-            burn::tensor::TensorData::new(vec![false, false, true, true, true, true, true, true], [1, 1, 2, 4]),
+            burn::tensor::TensorData::new(
+                vec![false, false, true, true, true, true, true, true],
+                [1, 1, 2, 4],
+            ),
             &device,
         );
-        let d = attention_diagnostics(tensor4(&w, [1, 1, 2, 4], &device), Some(mask), None).expect("fit");
+        let d = attention_diagnostics(tensor4(&w, [1, 1, 2, 4], &device), Some(mask), None)
+            .expect("fit");
         let h = d.per_head[0];
-        assert!((h.normalized_entropy - 1.0).abs() < 1e-5 && (h.max_prob - 0.5).abs() < 1e-6, "{backend}: {h:?}");
+        assert!(
+            (h.normalized_entropy - 1.0).abs() < 1e-5 && (h.max_prob - 0.5).abs() < 1e-6,
+            "{backend}: {h:?}"
+        );
         assert!(h.logit_std.is_none());
         assert!((d.mean().entropy - 2f64.ln()).abs() < 1e-5);
     }
@@ -229,15 +304,32 @@ fn diagnostics_from_a_forward_pass_see_the_saturation_of_unscaled_logits() {
         let q = Tensor::<4>::random([1, 1, 64, d_k], Distribution::Normal(0.0, 1.0), &device);
         let k = Tensor::<4>::random([1, 1, 64, d_k], Distribution::Normal(0.0, 1.0), &device);
         let run = |scale| {
-            let attn = ScaledDotProductAttentionConfig::new().with_scale(scale).init();
-            let out = attn.forward(AttentionInput::new(q.clone(), k.clone(), k.clone()).need_weights().need_scores());
-            attention_diagnostics(out.weights.expect("w"), out.mask, out.scores).expect("fit").mean()
+            let attn = ScaledDotProductAttentionConfig::new()
+                .with_scale(scale)
+                .init();
+            let out = attn.forward(
+                AttentionInput::new(q.clone(), k.clone(), k.clone())
+                    .need_weights()
+                    .need_scores(),
+            );
+            attention_diagnostics(out.weights.expect("w"), out.mask, out.scores)
+                .expect("fit")
+                .mean()
         };
         let scaled = run(ScalePolicy::InvSqrtDk);
         let unscaled = run(ScalePolicy::Unscaled);
         println!("{backend}: scaled {scaled:?}\n{backend}: unscaled {unscaled:?}");
-        assert!((scaled.logit_std.expect("std") - 1.0).abs() < 0.15, "{backend}");
-        assert!((unscaled.logit_std.expect("std") - 16.0).abs() < 2.5, "{backend}");
-        assert!(unscaled.saturated_fraction > 0.2 && scaled.saturated_fraction == 0.0, "{backend}");
+        assert!(
+            (scaled.logit_std.expect("std") - 1.0).abs() < 0.15,
+            "{backend}"
+        );
+        assert!(
+            (unscaled.logit_std.expect("std") - 16.0).abs() < 2.5,
+            "{backend}"
+        );
+        assert!(
+            unscaled.saturated_fraction > 0.2 && scaled.saturated_fraction == 0.0,
+            "{backend}"
+        );
     }
 }

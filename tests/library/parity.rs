@@ -16,13 +16,20 @@ fn agrees_with_burn_builtin_attention() {
         let v = || tensor4(&lcg_values(13, b * h * m * d), [b, h, m, d], &device);
         let mask_data: Vec<bool> = lcg_values(14, b * n * m).iter().map(|x| *x > 0.8).collect();
         let mask = || bool4(&mask_data, [b, 1, n, m], &device).expand([b, h, n, m]);
-        let bias = || tensor4(&lcg_values(15, h * n * m), [1, h, n, m], &device).expand([b, h, n, m]);
+        let bias =
+            || tensor4(&lcg_values(15, h * n * m), [1, h, n, m], &device).expand([b, h, n, m]);
 
         let cases: Vec<(&str, ScalePolicy, bool, bool, bool)> = vec![
             ("plain", ScalePolicy::InvSqrtDk, false, false, false),
             ("fixed scale", ScalePolicy::Fixed(0.5), false, false, false),
             ("mask", ScalePolicy::InvSqrtDk, true, false, false),
-            ("causal bottom-right", ScalePolicy::InvSqrtDk, false, true, false),
+            (
+                "causal bottom-right",
+                ScalePolicy::InvSqrtDk,
+                false,
+                true,
+                false,
+            ),
             ("mask + causal", ScalePolicy::InvSqrtDk, true, true, false),
             ("bias", ScalePolicy::InvSqrtDk, false, false, true),
         ];
@@ -35,7 +42,14 @@ fn agrees_with_burn_builtin_attention() {
                 softcap: None,
                 is_causal: causal,
             };
-            let theirs = attention(q(), k(), v(), use_mask.then(mask), use_bias.then(bias), options);
+            let theirs = attention(
+                q(),
+                k(),
+                v(),
+                use_mask.then(mask),
+                use_bias.then(bias),
+                options,
+            );
             let attn = ScaledDotProductAttentionConfig::new()
                 .with_scale(scale)
                 .with_causal_alignment(CausalAlignment::BottomRight)
@@ -53,7 +67,10 @@ fn agrees_with_burn_builtin_attention() {
             let ours = attn.forward(input).context;
             let diff = max_abs_diff(&values(ours), &values(theirs));
             println!("{backend}: {name}: max |ours - burn::attention| = {diff:.2e}");
-            assert!(diff < 1e-5, "{backend}: {name}: differs from Burn's attention by {diff}");
+            assert!(
+                diff < 1e-5,
+                "{backend}: {name}: differs from Burn's attention by {diff}"
+            );
         }
     }
 }

@@ -122,7 +122,12 @@ fn run(p: &Problem, scale: ScalePolicy, device: &Device) -> (Vec<f64>, Vec<f64>)
 }
 
 /// Runs the module with an implementation: (context, weights if it returns them).
-fn run_with(p: &Problem, scale: ScalePolicy, device: &Device, implementation: Implementation) -> (Vec<f64>, Option<Vec<f64>>) {
+fn run_with(
+    p: &Problem,
+    scale: ScalePolicy,
+    device: &Device,
+    implementation: Implementation,
+) -> (Vec<f64>, Option<Vec<f64>>) {
     let attn = ScaledDotProductAttentionConfig::new()
         .with_scale(scale)
         .with_causal_alignment(p.causal.unwrap_or_default())

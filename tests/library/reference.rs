@@ -27,7 +27,8 @@ pub struct Problem {
 /// Index of a broadcast `[b|1, h|1, n|1, m]` tensor.
 fn bidx(shape: [usize; 4], b: usize, h: usize, i: usize, j: usize) -> usize {
     let pick = |x: usize, d: usize| if d == 1 { 0 } else { x };
-    ((pick(b, shape[0]) * shape[1] + pick(h, shape[1])) * shape[2] + pick(i, shape[2])) * shape[3] + j
+    ((pick(b, shape[0]) * shape[1] + pick(h, shape[1])) * shape[2] + pick(i, shape[2])) * shape[3]
+        + j
 }
 
 /// Returns (context `[b, h, n, d_v]`, weights `[b, h, n, m]`).

@@ -28,7 +28,8 @@ fn block_mask(
         let offset = alignment.offset(dims.n, dims.m);
         // [n] -> [n, 1] and [len] -> [1, len]
         let rows = Tensor::<1, Int>::arange(0..dims.n as i64, &device).reshape([dims.n, 1]);
-        let cols = Tensor::<1, Int>::arange(start as i64..(start + len) as i64, &device).reshape([1, len]);
+        let cols =
+            Tensor::<1, Int>::arange(start as i64..(start + len) as i64, &device).reshape([1, len]);
         let hidden = cols
             .expand([dims.n, len])
             .greater(rows.expand([dims.n, len]).add_scalar(offset));
@@ -89,7 +90,10 @@ pub fn chunked_attention(
     while start < m {
         let len = block_size.min(m - start);
         let k_block = input.key.clone().slice(s![.., .., start..start + len, ..]);
-        let v_block = input.value.clone().slice(s![.., .., start..start + len, ..]);
+        let v_block = input
+            .value
+            .clone()
+            .slice(s![.., .., start..start + len, ..]);
         // [b, h_kv, g·n, d_k] @ [b, h_kv, d_k, len] -> [b, h_kv, g·n, len] -> [b, h, n, len]
         let mut scores = query
             .clone()

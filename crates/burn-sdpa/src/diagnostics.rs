@@ -43,12 +43,14 @@ impl AttentionDiagnostics {
     /// The mean over heads.
     pub fn mean(&self) -> HeadDiagnostics {
         let n = self.per_head.len().max(1) as f64;
-        let sum = |f: &dyn Fn(&HeadDiagnostics) -> f64| self.per_head.iter().map(f).sum::<f64>() / n;
-        let logit_std = if self.per_head.iter().all(|h| h.logit_std.is_some()) && !self.per_head.is_empty() {
-            Some(sum(&|h| h.logit_std.unwrap_or_default()))
-        } else {
-            None
-        };
+        let sum =
+            |f: &dyn Fn(&HeadDiagnostics) -> f64| self.per_head.iter().map(f).sum::<f64>() / n;
+        let logit_std =
+            if self.per_head.iter().all(|h| h.logit_std.is_some()) && !self.per_head.is_empty() {
+                Some(sum(&|h| h.logit_std.unwrap_or_default()))
+            } else {
+                None
+            };
         HeadDiagnostics {
             entropy: sum(&|h| h.entropy),
             normalized_entropy: sum(&|h| h.normalized_entropy),
@@ -103,14 +105,22 @@ pub fn attention_diagnostics(
     // Diagnostics never take part in a backward pass, and are computed in f32 so that p·ln p of
     // tiny half-precision probabilities does not underflow.
     let prep = |t: Tensor<4>| {
-        let t = if t.is_autodiff() { t.without_autodiff() } else { t };
+        let t = if t.is_autodiff() {
+            t.without_autodiff()
+        } else {
+            t
+        };
         t.cast(FloatDType::F32)
     };
     let weights = prep(weights);
     let device = weights.device();
     let visible: Tensor<4> = match mask {
         Some(mask) => {
-            let mask = if mask.is_autodiff() { mask.without_autodiff() } else { mask };
+            let mask = if mask.is_autodiff() {
+                mask.without_autodiff()
+            } else {
+                mask
+            };
             mask.expand(shape).bool_not().float().cast(FloatDType::F32)
         }
         None => Tensor::ones(shape, (&device, DType::F32)),

@@ -89,7 +89,9 @@ pub enum AttentionError {
         reason: String,
     },
     /// The requested implementation cannot serve this call.
-    #[error("the {implementation} implementation cannot serve this call: {reason}; use Implementation::Naive or Auto")]
+    #[error(
+        "the {implementation} implementation cannot serve this call: {reason}; use Implementation::Naive or Auto"
+    )]
     Unsupported {
         /// The implementation asked for.
         implementation: String,

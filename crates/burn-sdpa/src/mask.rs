@@ -22,7 +22,12 @@ use crate::sdpa::CausalAlignment;
 /// //  [false, false, false, false]]
 /// assert_eq!(mask.dims(), [4, 4]);
 /// ```
-pub fn causal_mask(n: usize, m: usize, alignment: CausalAlignment, device: &Device) -> Tensor<2, Bool> {
+pub fn causal_mask(
+    n: usize,
+    m: usize,
+    alignment: CausalAlignment,
+    device: &Device,
+) -> Tensor<2, Bool> {
     // `tril_mask` is true where col > row + offset.
     Tensor::<2, Bool>::tril_mask([n, m], alignment.offset(n, m), device)
 }
@@ -92,8 +97,9 @@ pub fn combine_causal_and_padding(
 /// Logical or of two rank-4 masks that broadcast against each other (size-1 axes expand).
 ///
 /// # Panics
-/// If an axis differs and neither side is 1; [`ScaledDotProductAttention::try_forward`]
-/// (crate::ScaledDotProductAttention::try_forward) checks the shapes it passes here.
+/// If an axis differs and neither side is 1;
+/// [`ScaledDotProductAttention::try_forward`](crate::ScaledDotProductAttention::try_forward)
+/// checks the shapes it passes here.
 pub fn broadcast_or(a: Tensor<4, Bool>, b: Tensor<4, Bool>) -> Tensor<4, Bool> {
     let (da, db) = (a.dims(), b.dims());
     let target: [usize; 4] = core::array::from_fn(|i| da[i].max(db[i]));

@@ -83,7 +83,7 @@ impl MultiHeadAttentionConfig {
         if n_kv == 0 {
             return Err(invalid("n_kv_heads", 0, "must be > 0"));
         }
-        if self.n_heads % n_kv != 0 {
+        if !self.n_heads.is_multiple_of(n_kv) {
             return Err(AttentionError::HeadGrouping {
                 n_heads: self.n_heads,
                 n_kv_heads: n_kv,
@@ -92,7 +92,7 @@ impl MultiHeadAttentionConfig {
         let d_k = match self.d_k {
             Some(0) => return Err(invalid("d_k", 0, "must be > 0")),
             Some(d_k) => d_k,
-            None if self.d_model % self.n_heads != 0 => {
+            None if !self.d_model.is_multiple_of(self.n_heads) => {
                 return Err(invalid(
                     "d_model",
                     self.d_model,
@@ -118,7 +118,10 @@ impl MultiHeadAttentionConfig {
             .with_causal_alignment(self.causal_alignment)
             .with_implementation(self.implementation)
             .try_init()?;
-        let qk_init = self.qk_initializer.clone().unwrap_or(self.initializer.clone());
+        let qk_init = self
+            .qk_initializer
+            .clone()
+            .unwrap_or(self.initializer.clone());
         let linear = |d_in, d_out, init: &Initializer| {
             LinearConfig::new(d_in, d_out)
                 .with_bias(self.bias)

@@ -356,7 +356,7 @@ pub fn validate_input(input: &AttentionInput) -> Result<AttentionDims, Attention
     if q[3] != k[3] {
         return Err(AttentionError::DkMismatch { query: q, key: k });
     }
-    if q[1] % k[1] != 0 {
+    if !q[1].is_multiple_of(k[1]) {
         return Err(AttentionError::HeadGrouping {
             n_heads: q[1],
             n_kv_heads: k[1],
@@ -471,7 +471,11 @@ impl ScaledDotProductAttention {
     /// flex, and under autodiff Burn's `attention` falls back to the same matmul/softmax/matmul
     /// recipe as `Naive`, so choosing it costs nothing there. `Chunked` trades speed for
     /// memory and is only taken when asked for.
-    pub fn resolve(&self, input: &AttentionInput, dims: &AttentionDims) -> Result<Path, AttentionError> {
+    pub fn resolve(
+        &self,
+        input: &AttentionInput,
+        dims: &AttentionDims,
+    ) -> Result<Path, AttentionError> {
         let unsupported = |implementation: &str, reason: &str| AttentionError::Unsupported {
             implementation: implementation.to_string(),
             reason: reason.to_string(),
@@ -480,7 +484,10 @@ impl ScaledDotProductAttention {
             Implementation::Naive => Ok(Path::Naive),
             Implementation::Chunked { block_size } => {
                 if input.need_weights || input.need_scores {
-                    Err(unsupported("Chunked", "it cannot return the weights or scores"))
+                    Err(unsupported(
+                        "Chunked",
+                        "it cannot return the weights or scores",
+                    ))
                 } else {
                     Ok(Path::Chunked(block_size))
                 }
@@ -580,10 +587,7 @@ impl ScaledDotProductAttention {
         if let Some(bias) = &input.bias {
             // A −∞ bias entry is a mask entry: treat it as one so that a row whose bias is −∞
             // everywhere gives zeros, not NaN.
-            let neg_inf = bias
-                .clone()
-                .is_inf()
-                .bool_and(bias.clone().lower_elem(0.0));
+            let neg_inf = bias.clone().is_inf().bool_and(bias.clone().lower_elem(0.0));
             mask = Some(match mask {
                 Some(prev) => broadcast_or(prev, neg_inf),
                 None => neg_inf,
@@ -616,9 +620,7 @@ impl ScaledDotProductAttention {
         // [b, h, n, d_k] -> [b, h_kv, g·n, d_k]
         let query = query.reshape([b, h_kv, group * n, d_k]);
         // [b, h_kv, g·n, d_k] @ [b, h_kv, d_k, m] -> [b, h_kv, g·n, m] -> [b, h, n, m]
-        let mut scores = query
-            .matmul(input.key.transpose())
-            .reshape([b, h, n, m]);
+        let mut scores = query.matmul(input.key.transpose()).reshape([b, h, n, m]);
         if let Some(bias) = input.bias {
             scores = scores + bias;
         }

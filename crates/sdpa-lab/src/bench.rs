@@ -5,9 +5,11 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
-use burn_sdpa::{AttentionInput, Implementation, ScaledDotProductAttention, ScaledDotProductAttentionConfig};
-use serde::Serialize;
+use burn_sdpa::{
+    AttentionInput, Implementation, ScaledDotProductAttention, ScaledDotProductAttentionConfig,
+};
 use sdpa_model::Progress;
+use serde::Serialize;
 
 use crate::context::{LabBackend, LabContext, LabError, normal_tensor};
 use crate::experiments::{f, md_table};
@@ -41,7 +43,16 @@ impl BenchConfig {
     /// The sizes; `quick` shrinks them for a smoke run.
     pub fn new(quick: bool) -> Self {
         if quick {
-            Self { b: 1, h: 2, d: 16, ns: vec![64, 128], reps: 2, block_size: 32, memory_ns: vec![256, 512], naive_limit_bytes: 1 << 30 }
+            Self {
+                b: 1,
+                h: 2,
+                d: 16,
+                ns: vec![64, 128],
+                reps: 2,
+                block_size: 32,
+                memory_ns: vec![256, 512],
+                naive_limit_bytes: 1 << 30,
+            }
         } else {
             Self {
                 b: 4,
@@ -113,7 +124,9 @@ pub fn baseline(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
 }
 
 fn module(implementation: Implementation) -> Result<ScaledDotProductAttention, LabError> {
-    Ok(ScaledDotProductAttentionConfig::new().with_implementation(implementation).try_init()?)
+    Ok(ScaledDotProductAttentionConfig::new()
+        .with_implementation(implementation)
+        .try_init()?)
 }
 
 /// The paths, as (name, implementation or None for the baseline).
@@ -135,30 +148,45 @@ fn run_once(
     backward: bool,
 ) -> Result<(), LabError> {
     let (q, k, v) = if backward {
-        (q.clone().require_grad(), k.clone().require_grad(), v.clone().require_grad())
+        (
+            q.clone().require_grad(),
+            k.clone().require_grad(),
+            v.clone().require_grad(),
+        )
     } else {
         (q.clone(), k.clone(), v.clone())
     };
     let out = match attn {
-        Some(a) => a.try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))?.context,
+        Some(a) => {
+            a.try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))?
+                .context
+        }
         None => baseline(q.clone(), k.clone(), v.clone()),
     };
     let device = out.device();
     if backward {
         let grads = out.sum().backward();
         for t in [&q, &k, &v] {
-            let g = t.grad(&grads).ok_or_else(|| LabError::Other("missing gradient".into()))?;
+            let g = t
+                .grad(&grads)
+                .ok_or_else(|| LabError::Other("missing gradient".into()))?;
             let _ = g.slice(s![0..1, 0..1, 0..1, 0..1]).into_data();
         }
     } else {
         let _ = out.slice(s![0..1, 0..1, 0..1, 0..1]).into_data();
     }
-    device.sync().map_err(|e| LabError::Other(format!("device sync failed: {e:?}")))?;
+    device
+        .sync()
+        .map_err(|e| LabError::Other(format!("device sync failed: {e:?}")))?;
     Ok(())
 }
 
 /// Runs the benchmark on one backend.
-pub fn run_bench(backend: &LabBackend, config: &BenchConfig, ctx: &LabContext) -> Result<BenchReport, LabError> {
+pub fn run_bench(
+    backend: &LabBackend,
+    config: &BenchConfig,
+    ctx: &LabContext,
+) -> Result<BenchReport, LabError> {
     let (b, h, d) = (config.b, config.h, config.d);
     let paths = paths(config.block_size);
     let total = (config.ns.len() * paths.len() * 2 + config.memory_ns.len() * 2) as u64;
@@ -168,7 +196,11 @@ pub fn run_bench(backend: &LabBackend, config: &BenchConfig, ctx: &LabContext) -
     let mut rng = ctx.rng(5);
     for &n in &config.ns {
         for backward in [false, true] {
-            let device = if backward { backend.device.clone().autodiff() } else { backend.device.clone() };
+            let device = if backward {
+                backend.device.clone().autodiff()
+            } else {
+                backend.device.clone()
+            };
             let q = normal_tensor(&mut rng, [b, h, n, d], &device);
             let k = normal_tensor(&mut rng, [b, h, n, d], &device);
             let v = normal_tensor(&mut rng, [b, h, n, d], &device);
@@ -187,7 +219,11 @@ pub fn run_bench(backend: &LabBackend, config: &BenchConfig, ctx: &LabContext) -
                 let med = median(&times);
                 let row = BenchRow {
                     path: name.to_string(),
-                    mode: if backward { "forward+backward".into() } else { "forward".into() },
+                    mode: if backward {
+                        "forward+backward".into()
+                    } else {
+                        "forward".into()
+                    },
                     n,
                     median_ms: med,
                     times_ms: times,
@@ -195,7 +231,13 @@ pub fn run_bench(backend: &LabBackend, config: &BenchConfig, ctx: &LabContext) -
                     peak_mib: peak.map(|p| p as f64 / (1u64 << 20) as f64),
                 };
                 done += 1;
-                progress.update(done, &format!("{} {} n={n}: {:.1} ms, {:.1} GFLOP/s", row.path, row.mode, row.median_ms, row.gflops));
+                progress.update(
+                    done,
+                    &format!(
+                        "{} {} n={n}: {:.1} ms, {:.1} GFLOP/s",
+                        row.path, row.mode, row.median_ms, row.gflops
+                    ),
+                );
                 rows.push(row);
             }
         }
@@ -208,7 +250,12 @@ pub fn run_bench(backend: &LabBackend, config: &BenchConfig, ctx: &LabContext) -
         let k = normal_tensor(&mut rng, [1, h, n, d], &device);
         let v = normal_tensor(&mut rng, [1, h, n, d], &device);
         for (name, implementation) in [
-            ("chunked", Implementation::Chunked { block_size: config.block_size }),
+            (
+                "chunked",
+                Implementation::Chunked {
+                    block_size: config.block_size,
+                },
+            ),
             ("naive", Implementation::Naive),
         ] {
             let need = 3 * (h * n * n * 4) as u64;
@@ -247,7 +294,11 @@ pub fn run_bench(backend: &LabBackend, config: &BenchConfig, ctx: &LabContext) -
     let mut auto_ratio = Vec::new();
     for mode in ["forward", "forward+backward"] {
         for &n in &config.ns {
-            let cell = |p: &str| rows.iter().find(|r| r.mode == mode && r.n == n && r.path == p).map(|r| r.median_ms);
+            let cell = |p: &str| {
+                rows.iter()
+                    .find(|r| r.mode == mode && r.n == n && r.path == p)
+                    .map(|r| r.median_ms)
+            };
             let best_other = ["naive", "chunked", "fused", "baseline"]
                 .iter()
                 .filter_map(|p| cell(p))
@@ -257,7 +308,13 @@ pub fn run_bench(backend: &LabBackend, config: &BenchConfig, ctx: &LabContext) -
             }
         }
     }
-    Ok(BenchReport { backend: backend.name.clone(), config: config.clone(), rows, memory, auto_ratio })
+    Ok(BenchReport {
+        backend: backend.name.clone(),
+        config: config.clone(),
+        rows,
+        memory,
+        auto_ratio,
+    })
 }
 
 /// The Markdown tables of a report.
@@ -283,7 +340,9 @@ pub fn markdown(r: &BenchReport) -> String {
                         r.rows
                             .iter()
                             .find(|x| x.mode == mode && x.n == n && x.path == p)
-                            .map_or("–".into(), |x| format!("{} ({})", f(x.median_ms, 1), f(x.gflops, 1))),
+                            .map_or("–".into(), |x| {
+                                format!("{} ({})", f(x.median_ms, 1), f(x.gflops, 1))
+                            }),
                     );
                 }
                 row.push(
@@ -342,7 +401,8 @@ pub fn markdown(r: &BenchReport) -> String {
 pub fn write(r: &BenchReport, ctx: &LabContext) -> Result<Vec<String>, LabError> {
     std::fs::create_dir_all(&ctx.out_dir).map_err(|e| LabError::io(&ctx.out_dir, e))?;
     let json = ctx.out_dir.join(format!("bench_{}.json", r.backend));
-    std::fs::write(&json, serde_json::to_string_pretty(r).unwrap_or_default()).map_err(|e| LabError::io(&json, e))?;
+    std::fs::write(&json, serde_json::to_string_pretty(r).unwrap_or_default())
+        .map_err(|e| LabError::io(&json, e))?;
     let md = ctx.out_dir.join(format!("BENCH_{}.md", r.backend));
     std::fs::write(&md, markdown(r)).map_err(|e| LabError::io(&md, e))?;
     let mut files = vec![json.display().to_string(), md.display().to_string()];
@@ -351,7 +411,10 @@ pub fn write(r: &BenchReport, ctx: &LabContext) -> Result<Vec<String>, LabError>
         line_plot(
             &ctx.out_dir.join(&name),
             &LinePlot {
-                title: format!("Attention {mode} on {} (b={}, h={}, d={})", r.backend, r.config.b, r.config.h, r.config.d),
+                title: format!(
+                    "Attention {mode} on {} (b={}, h={}, d={})",
+                    r.backend, r.config.b, r.config.h, r.config.d
+                ),
                 x_label: "n = m".into(),
                 y_label: "GFLOP/s".into(),
                 log_x: true,
@@ -361,7 +424,11 @@ pub fn write(r: &BenchReport, ctx: &LabContext) -> Result<Vec<String>, LabError>
                     .map(|(p, _)| {
                         Series::line(
                             *p,
-                            r.rows.iter().filter(|x| x.mode == mode && x.path == *p).map(|x| (x.n as f64, x.gflops)).collect(),
+                            r.rows
+                                .iter()
+                                .filter(|x| x.mode == mode && x.path == *p)
+                                .map(|x| (x.n as f64, x.gflops))
+                                .collect(),
                         )
                     })
                     .collect(),

@@ -84,7 +84,11 @@ pub fn normal_vec(rng: &mut ChaCha8Rng, len: usize) -> Vec<f32> {
 }
 
 /// A tensor of standard normal values drawn on the host (so every backend sees the same input).
-pub fn normal_tensor<const D: usize>(rng: &mut ChaCha8Rng, shape: [usize; D], device: &Device) -> Tensor<D> {
+pub fn normal_tensor<const D: usize>(
+    rng: &mut ChaCha8Rng,
+    shape: [usize; D],
+    device: &Device,
+) -> Tensor<D> {
     let len = shape.iter().product();
     Tensor::from_data(TensorData::new(normal_vec(rng, len), shape), device)
 }

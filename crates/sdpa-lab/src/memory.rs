@@ -54,6 +54,9 @@ mod tests {
             v.iter().map(|&x| x as u64).sum::<u64>()
         });
         let added = added.expect("peak measurable on Linux");
-        assert!(added >= 60 << 20, "64 MiB allocation, measured {added} bytes");
+        assert!(
+            added >= 60 << 20,
+            "64 MiB allocation, measured {added} bytes"
+        );
     }
 }

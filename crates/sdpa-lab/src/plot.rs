@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::sync::Once;
 
-use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
@@ -49,12 +49,20 @@ pub struct Series {
 impl Series {
     /// A solid line with markers.
     pub fn line(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
-        Self { label: label.into(), points, dashed: false }
+        Self {
+            label: label.into(),
+            points,
+            dashed: false,
+        }
     }
 
     /// A dashed reference line.
     pub fn reference(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
-        Self { label: label.into(), points, dashed: true }
+        Self {
+            label: label.into(),
+            points,
+            dashed: true,
+        }
     }
 }
 
@@ -76,21 +84,40 @@ pub struct LinePlot {
 }
 
 fn bounds(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
-    let v: Vec<f64> = values.filter(|x| x.is_finite() && (!log || *x > 0.0)).collect();
+    let v: Vec<f64> = values
+        .filter(|x| x.is_finite() && (!log || *x > 0.0))
+        .collect();
     if v.is_empty() {
         return if log { (0.1, 10.0) } else { (0.0, 1.0) };
     }
-    let (lo, hi) = v.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| (a.min(x), b.max(x)));
+    let (lo, hi) = v
+        .iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &x| {
+            (a.min(x), b.max(x))
+        });
     if log {
-        let (lo, hi) = if lo == hi { (lo / 2.0, hi * 2.0) } else { (lo, hi) };
+        let (lo, hi) = if lo == hi {
+            (lo / 2.0, hi * 2.0)
+        } else {
+            (lo, hi)
+        };
         (lo / 1.3, hi * 1.3)
     } else {
-        let pad = if hi > lo { 0.06 * (hi - lo) } else { 0.5_f64.max(hi.abs() * 0.1) };
+        let pad = if hi > lo {
+            0.06 * (hi - lo)
+        } else {
+            0.5_f64.max(hi.abs() * 0.1)
+        };
         (lo - pad, hi + pad)
     }
 }
 
-fn draw_lines<XR, YR>(area: &DrawingArea<BitMapBackend<'_>, Shift>, plot: &LinePlot, x: XR, y: YR) -> Result<(), String>
+fn draw_lines<XR, YR>(
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    plot: &LinePlot,
+    x: XR,
+    y: YR,
+) -> Result<(), String>
 where
     XR: AsRangedCoord<Value = f64>,
     YR: AsRangedCoord<Value = f64>,
@@ -119,20 +146,29 @@ where
             .points
             .iter()
             .copied()
-            .filter(|(a, b)| a.is_finite() && b.is_finite() && (!plot.log_x || *a > 0.0) && (!plot.log_y || *b > 0.0))
+            .filter(|(a, b)| {
+                a.is_finite()
+                    && b.is_finite()
+                    && (!plot.log_x || *a > 0.0)
+                    && (!plot.log_y || *b > 0.0)
+            })
             .collect();
         if s.dashed {
             chart
                 .draw_series(DashedLineSeries::new(pts, 8, 5, color.stroke_width(2)))
                 .map_err(|e| e.to_string())?
                 .label(&s.label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], color.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 22, y)], color.stroke_width(2))
+                });
         } else {
             chart
                 .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
                 .map_err(|e| e.to_string())?
                 .label(&s.label)
-                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 22, y)], color.stroke_width(2)));
+                .legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 22, y)], color.stroke_width(2))
+                });
             chart
                 .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
                 .map_err(|e| e.to_string())?;
@@ -154,8 +190,14 @@ pub fn line_plot(path: &Path, plot: &LinePlot) -> Result<(), LabError> {
     register_font();
     let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| LabError::io(path, e))?;
-    let xs = plot.series.iter().flat_map(|s| s.points.iter().map(|p| p.0));
-    let ys = plot.series.iter().flat_map(|s| s.points.iter().map(|p| p.1));
+    let xs = plot
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.0));
+    let ys = plot
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p.1));
     let (x0, x1) = bounds(xs, plot.log_x);
     let (y0, y1) = bounds(ys, plot.log_y);
     let result = match (plot.log_x, plot.log_y) {
@@ -170,7 +212,13 @@ pub fn line_plot(path: &Path, plot: &LinePlot) -> Result<(), LabError> {
 
 /// Draws a matrix as a heatmap (white = 0, dark blue = 1) with the values written in the cells;
 /// row 0 is at the top.
-pub fn heatmap(path: &Path, title: &str, matrix: &[Vec<f64>], x_label: &str, y_label: &str) -> Result<(), LabError> {
+pub fn heatmap(
+    path: &Path,
+    title: &str,
+    matrix: &[Vec<f64>],
+    x_label: &str,
+    y_label: &str,
+) -> Result<(), LabError> {
     register_font();
     let rows = matrix.len();
     let cols = matrix.first().map_or(0, |r| r.len());

@@ -3,8 +3,8 @@
 use std::fmt::Write as _;
 use std::time::Instant;
 
-use serde::Serialize;
 use sdpa_model::Progress;
+use serde::Serialize;
 
 use crate::context::{LabContext, LabError};
 use crate::experiments::{Experiment, ExperimentOutput};
@@ -52,7 +52,10 @@ fn git_commit() -> String {
 }
 
 /// Runs the experiments in order, with a progress bar over them, and writes the report.
-pub fn run_report(ctx: &LabContext, experiments: &[Box<dyn Experiment>]) -> Result<Report, LabError> {
+pub fn run_report(
+    ctx: &LabContext,
+    experiments: &[Box<dyn Experiment>],
+) -> Result<Report, LabError> {
     std::fs::create_dir_all(&ctx.out_dir).map_err(|e| LabError::io(&ctx.out_dir, e))?;
     let t0 = Instant::now();
     let started = std::time::SystemTime::now()
@@ -78,12 +81,19 @@ pub fn run_report(ctx: &LabContext, experiments: &[Box<dyn Experiment>]) -> Resu
             }
             Err(err) => {
                 progress.println(&format!("{:<22} FAILED: {err}", e.name()));
-                failures.push(Failure { name: e.name().into(), error: err.to_string() });
+                failures.push(Failure {
+                    name: e.name().into(),
+                    error: err.to_string(),
+                });
             }
         }
     }
     progress.update(experiments.len() as u64, "done");
-    progress.finish(&format!("{} experiments in {:.1} s", experiments.len(), t0.elapsed().as_secs_f64()));
+    progress.finish(&format!(
+        "{} experiments in {:.1} s",
+        experiments.len(),
+        t0.elapsed().as_secs_f64()
+    ));
     let report = Report {
         backends: ctx.backends.iter().map(|b| b.name.clone()).collect(),
         seed: ctx.seed,
@@ -100,8 +110,11 @@ pub fn run_report(ctx: &LabContext, experiments: &[Box<dyn Experiment>]) -> Resu
         failures,
     };
     let json_path = ctx.out_dir.join("results.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&report).unwrap_or_default())
-        .map_err(|e| LabError::io(&json_path, e))?;
+    std::fs::write(
+        &json_path,
+        serde_json::to_string_pretty(&report).unwrap_or_default(),
+    )
+    .map_err(|e| LabError::io(&json_path, e))?;
     let md_path = ctx.out_dir.join("REPORT.md");
     std::fs::write(&md_path, markdown(&report)).map_err(|e| LabError::io(&md_path, e))?;
     Ok(report)
@@ -127,15 +140,31 @@ pub fn markdown(r: &Report) -> String {
         r.git_commit,
         r.seconds
     );
-    let _ = writeln!(s, "| # | experiment | verdict | key numbers | time (s) |\n|---|---|---|---|---|");
+    let _ = writeln!(
+        s,
+        "| # | experiment | verdict | key numbers | time (s) |\n|---|---|---|---|---|"
+    );
     for (i, e) in r.experiments.iter().enumerate() {
-        let _ = writeln!(s, "| {} | [{}](#{}) | {} | {} | {:.1} |", i + 1, e.name, e.name, e.verdict.label(), e.summary, e.seconds);
+        let _ = writeln!(
+            s,
+            "| {} | [{}](#{}) | {} | {} | {:.1} |",
+            i + 1,
+            e.name,
+            e.name,
+            e.verdict.label(),
+            e.summary,
+            e.seconds
+        );
     }
     for fail in &r.failures {
         let _ = writeln!(s, "| – | {} | **failed** | {} | – |", fail.name, fail.error);
     }
     for e in &r.experiments {
-        let _ = writeln!(s, "\n<a id=\"{}\"></a>\n## {}: {}\n", e.name, e.name, e.title);
+        let _ = writeln!(
+            s,
+            "\n<a id=\"{}\"></a>\n## {}: {}\n",
+            e.name, e.name, e.title
+        );
         let _ = writeln!(s, "**Verdict: {}.** {}\n", e.verdict.label(), e.summary);
         let _ = writeln!(s, "{}", e.markdown);
         for p in &e.plots {
@@ -150,7 +179,18 @@ pub fn markdown(r: &Report) -> String {
             }
             let _ = writeln!(s);
         }
-        let _ = writeln!(s, "_Backends: {}; {:.1} s; files: {}._", e.backends.join(", "), e.seconds, e.csv.iter().chain(&e.plots).cloned().collect::<Vec<_>>().join(", "));
+        let _ = writeln!(
+            s,
+            "_Backends: {}; {:.1} s; files: {}._",
+            e.backends.join(", "),
+            e.seconds,
+            e.csv
+                .iter()
+                .chain(&e.plots)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
     }
     s
 }

@@ -38,7 +38,9 @@ pub enum ModelError {
         reason: String,
     },
     /// A checkpoint does not match the run it is resumed into.
-    #[error("checkpoint {path} does not match the requested run: {field} is {saved} in the checkpoint but {requested} was asked for")]
+    #[error(
+        "checkpoint {path} does not match the requested run: {field} is {saved} in the checkpoint but {requested} was asked for"
+    )]
     Mismatch {
         /// The file holding the saved value.
         path: PathBuf,
@@ -50,7 +52,9 @@ pub enum ModelError {
         requested: String,
     },
     /// The output directory already holds a run.
-    #[error("{0} already holds a run (metrics.csv): pass --resume to continue it, or choose another --out")]
+    #[error(
+        "{0} already holds a run (metrics.csv): pass --resume to continue it, or choose another --out"
+    )]
     RunExists(PathBuf),
 }
 

@@ -92,7 +92,9 @@ fn to_output(r: BatchResult) -> AttentionClassificationOutput {
         Some(a) => {
             let w = a.weights.clone().detach();
             (
-                -(w.clone() * w.clone().clamp_min(1e-30).log()).sum_dim(3).mean(),
+                -(w.clone() * w.clone().clamp_min(1e-30).log())
+                    .sum_dim(3)
+                    .mean(),
                 w.max_dim(3).mean(),
             )
         }

@@ -35,6 +35,5 @@ pub use model::{AttentionModel, ModelConfig, QkInit};
 pub use progress::{Progress, ProgressMode};
 pub use task::{TaskBatch, TaskConfig, TaskKind};
 pub use train::{
-    OptimizerKind, RunOptions, TrainConfig, TrainResult, TrainSummary, evaluate, init_model,
-    train,
+    OptimizerKind, RunOptions, TrainConfig, TrainResult, TrainSummary, evaluate, init_model, train,
 };

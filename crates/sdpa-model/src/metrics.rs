@@ -52,7 +52,13 @@ pub fn csv_header(n_layers: usize) -> String {
         "step,loss,accuracy,grad_norm,grad_norm_query,grad_norm_key,grad_norm_value,eval_loss,eval_accuracy",
     );
     for l in 0..n_layers {
-        for name in ["entropy", "normalized_entropy", "max_prob", "saturated_fraction", "logit_std"] {
+        for name in [
+            "entropy",
+            "normalized_entropy",
+            "max_prob",
+            "saturated_fraction",
+            "logit_std",
+        ] {
             let _ = write!(h, ",{name}_l{l}");
         }
     }
@@ -97,7 +103,13 @@ impl StepMetrics {
             return None;
         }
         let num = |i: usize| f[i].parse::<f64>().ok();
-        let maybe = |i: usize| if f[i].is_empty() { Some(None) } else { num(i).map(Some) };
+        let maybe = |i: usize| {
+            if f[i].is_empty() {
+                Some(None)
+            } else {
+                num(i).map(Some)
+            }
+        };
         let layers = (0..n_layers)
             .map(|l| {
                 let b = 9 + 5 * l;
@@ -142,10 +154,19 @@ mod tests {
             grad_norm_value: 0.3,
             eval_loss: None,
             eval_accuracy: Some(0.5),
-            layers: vec![LayerMetrics { entropy: 1.0, normalized_entropy: 0.5, max_prob: 0.4, saturated_fraction: 0.0, logit_std: 2.5 }],
+            layers: vec![LayerMetrics {
+                entropy: 1.0,
+                normalized_entropy: 0.5,
+                max_prob: 0.4,
+                saturated_fraction: 0.0,
+                logit_std: 2.5,
+            }],
             elapsed_s: 1.25,
         };
-        assert_eq!(csv_header(1).split(',').count(), m.csv_row().split(',').count());
+        assert_eq!(
+            csv_header(1).split(',').count(),
+            m.csv_row().split(',').count()
+        );
         assert_eq!(StepMetrics::from_csv_row(&m.csv_row(), 1), Some(m));
     }
 }

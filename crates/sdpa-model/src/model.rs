@@ -3,8 +3,7 @@
 use burn::module::Module;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{
-    Embedding, EmbeddingConfig, Gelu, Initializer, LayerNorm, LayerNormConfig, Linear,
-    LinearConfig,
+    Embedding, EmbeddingConfig, Gelu, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
 };
 use burn::prelude::*;
 use burn_sdpa::{
@@ -98,7 +97,11 @@ impl ModelConfig {
         }
         self.mha_config().validate()?;
         if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {
-            return Err(ModelError::invalid("dropout", self.dropout, "must be in [0, 1)"));
+            return Err(ModelError::invalid(
+                "dropout",
+                self.dropout,
+                "must be in [0, 1)",
+            ));
         }
         Ok(())
     }
@@ -122,7 +125,10 @@ impl ModelConfig {
     /// Builds the model, or says which setting is wrong.
     pub fn try_init(&self, device: &Device) -> Result<AttentionModel, ModelError> {
         self.validate()?;
-        let norm = |d| self.layer_norm.then(|| LayerNormConfig::new(d).init(device));
+        let norm = |d| {
+            self.layer_norm
+                .then(|| LayerNormConfig::new(d).init(device))
+        };
         let blocks = (0..self.n_layers)
             .map(|_| {
                 Ok(Block {
@@ -226,10 +232,7 @@ impl BatchResult {
     /// Fraction of correct predictions, `[1]` (on the device).
     pub fn accuracy(&self) -> Tensor<1> {
         let predicted = self.logits.clone().argmax(1).squeeze_dim::<1>(1);
-        predicted
-            .equal(self.targets.clone())
-            .float()
-            .mean()
+        predicted.equal(self.targets.clone()).float().mean()
     }
 }
 
@@ -264,7 +267,8 @@ impl AttentionModel {
             .unsqueeze::<2>()
             .expand([b, s]);
         // [b, s, d_model]
-        let mut x = self.token_embedding.forward(tokens) + self.position_embedding.forward(positions);
+        let mut x =
+            self.token_embedding.forward(tokens) + self.position_embedding.forward(positions);
         let mut recorded = Vec::new();
         for block in &self.blocks {
             let h = match &block.norm_attn {
@@ -348,14 +352,20 @@ mod tests {
         let device = Device::flex();
         for kind in [TaskKind::Match, TaskKind::Recall] {
             let task = TaskConfig::new().with_kind(kind).with_k(4).with_vocab(16);
-            let model = ModelConfig::for_task(&task).with_n_layers(2).with_mlp(true).init(&device);
+            let model = ModelConfig::for_task(&task)
+                .with_n_layers(2)
+                .with_mlp(true)
+                .init(&device);
             let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0);
             let batch = task.batch(&mut rng, 3, &device);
             let out = model.forward_batch(&batch, true);
             let t = task.target_range().len();
             assert_eq!(out.logits.dims(), [3 * t, task.n_classes()]);
             assert_eq!(out.attention.len(), 2);
-            assert_eq!(out.attention[0].weights.dims(), [3, 2, task.seq_len(), task.seq_len()]);
+            assert_eq!(
+                out.attention[0].weights.dims(),
+                [3, 2, task.seq_len(), task.seq_len()]
+            );
             assert!(out.loss.into_scalar::<f32>().is_finite());
         }
     }
@@ -371,9 +381,16 @@ mod tests {
             .with_qk_init(QkInit::Unit)
             .with_scale(ScalePolicy::Unscaled);
         let model = cfg.init(&device);
-        let tokens = Tensor::<2, Int>::from_data([[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0]], &device);
+        let tokens = Tensor::<2, Int>::from_data(
+            [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0]],
+            &device,
+        );
         let (_, att) = model.encode(tokens, true);
-        let std = att[0].diagnostics().mean().logit_std.expect("scores recorded");
+        let std = att[0]
+            .diagnostics()
+            .mean()
+            .logit_std
+            .expect("scores recorded");
         // Unscaled logits of unit-variance q, k have std √256 = 16 (within-row, 16 keys).
         assert!((std - 16.0).abs() < 4.0, "logit std {std}");
     }
@@ -381,11 +398,21 @@ mod tests {
     #[test]
     fn invalid_configs_are_rejected() {
         let device = Device::flex();
-        let e = ModelConfig::new(10, 4, 2).with_d_k(Some(0)).try_init(&device).unwrap_err();
+        let e = ModelConfig::new(10, 4, 2)
+            .with_d_k(Some(0))
+            .try_init(&device)
+            .unwrap_err();
         assert!(e.to_string().contains("d_k = 0"), "{e}");
-        let e = ModelConfig::new(10, 4, 2).with_d_model(30).with_n_heads(4).try_init(&device).unwrap_err();
+        let e = ModelConfig::new(10, 4, 2)
+            .with_d_model(30)
+            .with_n_heads(4)
+            .try_init(&device)
+            .unwrap_err();
         assert!(e.to_string().contains("d_model = 30"), "{e}");
-        let e = ModelConfig::new(10, 4, 2).with_n_layers(0).try_init(&device).unwrap_err();
+        let e = ModelConfig::new(10, 4, 2)
+            .with_n_layers(0)
+            .try_init(&device)
+            .unwrap_err();
         assert!(e.to_string().contains("n_layers = 0"), "{e}");
     }
 }

@@ -101,7 +101,10 @@ impl TaskConfig {
             return Err(ModelError::invalid(
                 "vocab",
                 self.vocab,
-                &format!("the {} task with k = {} needs at least {min_vocab} tokens", self.kind, self.k),
+                &format!(
+                    "the {} task with k = {} needs at least {min_vocab} tokens",
+                    self.kind, self.k
+                ),
             ));
         }
         Ok(())
@@ -193,8 +196,14 @@ impl TaskConfig {
         let b = examples.len();
         let s = examples.first().map_or(0, |e| e.tokens.len());
         let t = examples.first().map_or(0, |e| e.targets.len());
-        let tokens: Vec<i64> = examples.iter().flat_map(|e| e.tokens.iter().copied()).collect();
-        let targets: Vec<i64> = examples.iter().flat_map(|e| e.targets.iter().copied()).collect();
+        let tokens: Vec<i64> = examples
+            .iter()
+            .flat_map(|e| e.tokens.iter().copied())
+            .collect();
+        let targets: Vec<i64> = examples
+            .iter()
+            .flat_map(|e| e.targets.iter().copied())
+            .collect();
         TaskBatch {
             tokens: Tensor::from_data(TensorData::new(tokens, [b, s]), device),
             targets: Tensor::from_data(TensorData::new(targets, [b, t]), device),
@@ -224,7 +233,10 @@ mod tests {
             b.sort();
             assert_eq!(a, b, "second half is not a permutation of the first");
             for (i, &t) in ex.targets.iter().enumerate() {
-                assert_eq!(first[t as usize], second[i], "target does not index the twin");
+                assert_eq!(
+                    first[t as usize], second[i],
+                    "target does not index the twin"
+                );
             }
             assert!(ex.tokens.iter().all(|&t| (0..10).contains(&t)));
         }
@@ -232,7 +244,10 @@ mod tests {
 
     #[test]
     fn recall_query_is_one_of_the_keys_and_target_its_value() {
-        let cfg = TaskConfig::new().with_kind(TaskKind::Recall).with_k(4).with_vocab(20);
+        let cfg = TaskConfig::new()
+            .with_kind(TaskKind::Recall)
+            .with_k(4)
+            .with_vocab(20);
         let mut rng = ChaCha8Rng::seed_from_u64(2);
         for _ in 0..200 {
             let ex = cfg.sample(&mut rng);
@@ -266,9 +281,18 @@ mod tests {
     #[test]
     fn invalid_sizes_are_rejected() {
         assert!(TaskConfig::new().with_k(1).validate().is_err());
-        let e = TaskConfig::new().with_k(8).with_vocab(4).validate().unwrap_err();
+        let e = TaskConfig::new()
+            .with_k(8)
+            .with_vocab(4)
+            .validate()
+            .unwrap_err();
         assert!(e.to_string().contains("vocab = 4"), "{e}");
-        let e = TaskConfig::new().with_kind(TaskKind::Recall).with_k(8).with_vocab(10).validate().unwrap_err();
+        let e = TaskConfig::new()
+            .with_kind(TaskKind::Recall)
+            .with_k(8)
+            .with_vocab(10)
+            .validate()
+            .unwrap_err();
         assert!(e.to_string().contains("16"), "{e}");
     }
 }

@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use burn::grad_clipping::GradientClippingConfig;
 use burn::module::{Module, ModuleVisitor, Param};
 use burn::optim::{
     AdamConfig, GradientsParams, ModuleOptimizer, SgdConfig, momentum::MomentumConfig,
 };
-use burn::grad_clipping::GradientClippingConfig;
 use burn::prelude::*;
 use burn::tensor::Gradients;
 use rand::SeedableRng;
@@ -124,7 +124,11 @@ impl TrainConfig {
         if let Some(c) = self.grad_clip
             && !(c.is_finite() && c > 0.0)
         {
-            return Err(ModelError::invalid("grad_clip", c, "must be finite and > 0"));
+            return Err(ModelError::invalid(
+                "grad_clip",
+                c,
+                "must be finite and > 0",
+            ));
         }
         for (field, v) in [
             ("steps", self.steps),
@@ -151,7 +155,9 @@ impl TrainConfig {
     }
 
     fn optimizer(&self) -> ModuleOptimizer {
-        let clip = self.grad_clip.map(|c| GradientClippingConfig::Norm(c as f32));
+        let clip = self
+            .grad_clip
+            .map(|c| GradientClippingConfig::Norm(c as f32));
         match self.optimizer {
             OptimizerKind::Adam => AdamConfig::new().with_grad_clipping(clip).init(),
             OptimizerKind::Sgd => SgdConfig::new()
@@ -285,8 +291,13 @@ fn squared_norm(t: Option<Tensor<2>>, device: &Device) -> Tensor<1> {
         .unwrap_or_else(|| Tensor::zeros([1], device))
 }
 
-/// Builds the model from a seed, drawing all its parameters under [`INIT_LOCK`].
-pub fn init_model(config: &ModelConfig, seed: u64, device: &Device) -> Result<AttentionModel, ModelError> {
+/// Builds the model from a seed, drawing all its parameters at once under a process-wide lock
+/// (the backend RNG is global, so two runs in one process must not interleave their draws).
+pub fn init_model(
+    config: &ModelConfig,
+    seed: u64,
+    device: &Device,
+) -> Result<AttentionModel, ModelError> {
     let _guard = INIT_LOCK.lock().unwrap_or_else(|p| p.into_inner());
     device.seed(seed);
     let model = config.try_init(device)?;
@@ -294,9 +305,17 @@ pub fn init_model(config: &ModelConfig, seed: u64, device: &Device) -> Result<At
     Ok(model)
 }
 
-fn held_out(task: &TaskConfig, seed: u64, n: usize, batch: usize, device: &Device) -> Vec<TaskBatch> {
+fn held_out(
+    task: &TaskConfig,
+    seed: u64,
+    n: usize,
+    batch: usize,
+    device: &Device,
+) -> Vec<TaskBatch> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0e7a_1c0d_e5ed);
-    (0..n).map(|_| task.batch(&mut rng, batch, device)).collect()
+    (0..n)
+        .map(|_| task.batch(&mut rng, batch, device))
+        .collect()
 }
 
 /// Held-out (loss, accuracy) of a model.
@@ -332,10 +351,17 @@ fn json<T: Serialize>(value: &T) -> String {
 
 /// Names the first setting that differs between two configurations, ignoring `steps` (a
 /// resumed run may extend its budget).
-fn config_mismatch(saved: &TrainConfig, requested: &TrainConfig) -> Option<(String, String, String)> {
+fn config_mismatch(
+    saved: &TrainConfig,
+    requested: &TrainConfig,
+) -> Option<(String, String, String)> {
     let a = serde_json::to_value(saved).ok()?;
     let b = serde_json::to_value(requested).ok()?;
-    fn walk(prefix: &str, a: &serde_json::Value, b: &serde_json::Value) -> Option<(String, String, String)> {
+    fn walk(
+        prefix: &str,
+        a: &serde_json::Value,
+        b: &serde_json::Value,
+    ) -> Option<(String, String, String)> {
         match (a, b) {
             (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
                 for (k, va) in x {
@@ -343,7 +369,11 @@ fn config_mismatch(saved: &TrainConfig, requested: &TrainConfig) -> Option<(Stri
                         continue;
                     }
                     let vb = y.get(k).unwrap_or(&serde_json::Value::Null);
-                    let name = if prefix.is_empty() { k.clone() } else { format!("{prefix}.{k}") };
+                    let name = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
                     if let Some(d) = walk(&name, va, vb) {
                         return Some(d);
                     }
@@ -365,15 +395,28 @@ struct Resumed {
     metrics: Vec<StepMetrics>,
 }
 
-fn load_checkpoint(config: &TrainConfig, dir: &Path, device: &Device) -> Result<Resumed, ModelError> {
+fn load_checkpoint(
+    config: &TrainConfig,
+    dir: &Path,
+    device: &Device,
+) -> Result<Resumed, ModelError> {
     let ckpt = dir.join("checkpoint");
     let state_path = ckpt.join("state.json");
     let text = fs::read_to_string(&state_path)
         .map_err(|e| ModelError::checkpoint(&state_path, format!("cannot read: {e}")))?;
-    let state: CheckpointState = serde_json::from_str(&text)
-        .map_err(|e| ModelError::checkpoint(&state_path, format!("truncated or not a checkpoint state: {e}")))?;
+    let state: CheckpointState = serde_json::from_str(&text).map_err(|e| {
+        ModelError::checkpoint(
+            &state_path,
+            format!("truncated or not a checkpoint state: {e}"),
+        )
+    })?;
     if let Some((field, saved, requested)) = config_mismatch(&state.config, config) {
-        return Err(ModelError::Mismatch { path: state_path, field, saved, requested });
+        return Err(ModelError::Mismatch {
+            path: state_path,
+            field,
+            saved,
+            requested,
+        });
     }
     if state.step > config.steps {
         return Err(ModelError::Mismatch {
@@ -391,15 +434,16 @@ fn load_checkpoint(config: &TrainConfig, dir: &Path, device: &Device) -> Result<
         .model
         .try_init(device)?
         .try_load_file(&model_path)
-        .map_err(|e| ModelError::checkpoint(&model_path, format!("truncated or unreadable: {e:?}")))?;
+        .map_err(|e| {
+            ModelError::checkpoint(&model_path, format!("truncated or unreadable: {e:?}"))
+        })?;
     let optim_path = ckpt.join("optim.bpk");
     if !optim_path.is_file() {
         return Err(ModelError::checkpoint(&optim_path, "missing"));
     }
-    let optim = config
-        .optimizer()
-        .load(&optim_path)
-        .map_err(|e| ModelError::checkpoint(&optim_path, format!("truncated or unreadable: {e:?}")))?;
+    let optim = config.optimizer().load(&optim_path).map_err(|e| {
+        ModelError::checkpoint(&optim_path, format!("truncated or unreadable: {e:?}"))
+    })?;
     let metrics_path = dir.join("metrics.csv");
     let n_layers = config.model.n_layers;
     let metrics = match fs::read_to_string(&metrics_path) {
@@ -410,9 +454,19 @@ fn load_checkpoint(config: &TrainConfig, dir: &Path, device: &Device) -> Result<
             // Rows written after the checkpoint are recomputed by the resumed run.
             .filter(|m| m.step <= state.step)
             .collect(),
-        Err(e) => return Err(ModelError::checkpoint(&metrics_path, format!("cannot read: {e}"))),
+        Err(e) => {
+            return Err(ModelError::checkpoint(
+                &metrics_path,
+                format!("cannot read: {e}"),
+            ));
+        }
     };
-    Ok(Resumed { model, optim, state, metrics })
+    Ok(Resumed {
+        model,
+        optim,
+        state,
+        metrics,
+    })
 }
 
 fn save_checkpoint(
@@ -440,7 +494,11 @@ fn save_checkpoint(
 }
 
 fn rng_state(rng: &ChaCha8Rng) -> ([u8; 32], u64, String) {
-    (rng.get_seed(), rng.get_stream(), rng.get_word_pos().to_string())
+    (
+        rng.get_seed(),
+        rng.get_stream(),
+        rng.get_word_pos().to_string(),
+    )
 }
 
 /// Trains a model on a task and writes the run directory.
@@ -449,7 +507,11 @@ fn rng_state(rng: &ChaCha8Rng) -> ([u8; 32], u64, String) {
 /// `options.resume`, the run saved in `options.out_dir` continues from its last checkpoint and
 /// ends with the same metrics as an uninterrupted run (the data RNG, the parameters and the
 /// optimizer state are all restored; dropout randomness is not, and the default is no dropout).
-pub fn train(config: &TrainConfig, device: &Device, options: &RunOptions) -> Result<TrainResult, ModelError> {
+pub fn train(
+    config: &TrainConfig,
+    device: &Device,
+    options: &RunOptions,
+) -> Result<TrainResult, ModelError> {
     config.validate()?;
     let dir = &options.out_dir;
     let device = device.clone().autodiff();
@@ -465,37 +527,45 @@ pub fn train(config: &TrainConfig, device: &Device, options: &RunOptions) -> Res
         }
         None
     };
-    let (mut model, mut optim, start, mut rng, mut history, mut steps_to_target, elapsed0, mut initial) =
-        match resumed {
-            Some(r) => {
-                let mut rng = ChaCha8Rng::from_seed(r.state.rng_seed);
-                rng.set_stream(r.state.rng_stream);
-                let pos: u128 = r.state.rng_word_pos.parse().map_err(|_| {
-                    ModelError::checkpoint(&dir.join("checkpoint/state.json"), "bad rng_word_pos")
-                })?;
-                rng.set_word_pos(pos);
-                (
-                    r.model,
-                    r.optim,
-                    r.state.step,
-                    rng,
-                    r.metrics,
-                    r.state.steps_to_target,
-                    r.state.elapsed_s,
-                    r.state.initial_attention,
-                )
-            }
-            None => (
-                init_model(&config.model, config.seed, &device)?,
-                config.optimizer(),
-                0,
-                ChaCha8Rng::seed_from_u64(config.seed),
-                Vec::new(),
-                None,
-                0.0,
-                Vec::new(),
-            ),
-        };
+    let (
+        mut model,
+        mut optim,
+        start,
+        mut rng,
+        mut history,
+        mut steps_to_target,
+        elapsed0,
+        mut initial,
+    ) = match resumed {
+        Some(r) => {
+            let mut rng = ChaCha8Rng::from_seed(r.state.rng_seed);
+            rng.set_stream(r.state.rng_stream);
+            let pos: u128 = r.state.rng_word_pos.parse().map_err(|_| {
+                ModelError::checkpoint(&dir.join("checkpoint/state.json"), "bad rng_word_pos")
+            })?;
+            rng.set_word_pos(pos);
+            (
+                r.model,
+                r.optim,
+                r.state.step,
+                rng,
+                r.metrics,
+                r.state.steps_to_target,
+                r.state.elapsed_s,
+                r.state.initial_attention,
+            )
+        }
+        None => (
+            init_model(&config.model, config.seed, &device)?,
+            config.optimizer(),
+            0,
+            ChaCha8Rng::seed_from_u64(config.seed),
+            Vec::new(),
+            None,
+            0.0,
+            Vec::new(),
+        ),
+    };
 
     fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
     write_atomic(&dir.join("config.json"), &json(config))?;
@@ -513,7 +583,13 @@ pub fn train(config: &TrainConfig, device: &Device, options: &RunOptions) -> Res
         .open(&metrics_path)
         .map_err(|e| ModelError::io(&metrics_path, e))?;
 
-    let eval_set = held_out(&config.task, config.seed, config.eval_batches, config.batch_size, &inner);
+    let eval_set = held_out(
+        &config.task,
+        config.seed,
+        config.eval_batches,
+        config.batch_size,
+        &inner,
+    );
     let progress = Progress::new(
         options.progress,
         &format!("train {}", config.task.kind),
@@ -524,7 +600,11 @@ pub fn train(config: &TrainConfig, device: &Device, options: &RunOptions) -> Res
     let mut step = start;
     let mut last_loss = history.last().map_or(f64::NAN, |m| m.loss);
 
-    let state_at = |step: usize, rng: &ChaCha8Rng, stt: Option<usize>, initial: &[LayerMetrics], elapsed: f64| {
+    let state_at = |step: usize,
+                    rng: &ChaCha8Rng,
+                    stt: Option<usize>,
+                    initial: &[LayerMetrics],
+                    elapsed: f64| {
         let (rng_seed, rng_stream, rng_word_pos) = rng_state(rng);
         CheckpointState {
             step,
@@ -546,7 +626,10 @@ pub fn train(config: &TrainConfig, device: &Device, options: &RunOptions) -> Res
         let grads = out.loss.backward();
 
         if record {
-            let mut squares = GradSquares { grads: &grads, sums: Vec::new() };
+            let mut squares = GradSquares {
+                grads: &grads,
+                sums: Vec::new(),
+            };
             model.visit(&mut squares);
             let mut parts = vec![
                 out.loss.clone().without_autodiff(),
@@ -606,10 +689,15 @@ pub fn train(config: &TrainConfig, device: &Device, options: &RunOptions) -> Res
             let rate = (step + 1 - start) as f64 / clock.elapsed().as_secs_f64().max(1e-9);
             progress.update(
                 step as u64,
-                &format!("loss {:.4} acc {:.3} {:.1} steps/s", m.loss, m.accuracy, rate),
+                &format!(
+                    "loss {:.4} acc {:.3} {:.1} steps/s",
+                    m.loss, m.accuracy, rate
+                ),
             );
             if let Some((l, a)) = eval {
-                progress.println(&format!("step {step:>6}: held-out loss {l:.4}, accuracy {a:.4}"));
+                progress.println(&format!(
+                    "step {step:>6}: held-out loss {l:.4}, accuracy {a:.4}"
+                ));
                 if a >= config.target_accuracy && steps_to_target.is_none() {
                     steps_to_target = Some(step);
                 }
@@ -626,7 +714,13 @@ pub fn train(config: &TrainConfig, device: &Device, options: &RunOptions) -> Res
             && step % every == 0
             && step < config.steps
         {
-            let st = state_at(step, &rng, steps_to_target, &initial, elapsed0 + clock.elapsed().as_secs_f64());
+            let st = state_at(
+                step,
+                &rng,
+                steps_to_target,
+                &initial,
+                elapsed0 + clock.elapsed().as_secs_f64(),
+            );
             save_checkpoint(dir, &model, &optim, &st)?;
         }
     }
@@ -634,9 +728,10 @@ pub fn train(config: &TrainConfig, device: &Device, options: &RunOptions) -> Res
     // Final held-out evaluation of the model as it ends.
     let (eval_loss, eval_acc) = match history.last() {
         // Stopped at the target: the last record already evaluated this very model.
-        Some(m) if m.step == step && m.eval_accuracy.is_some() => {
-            (m.eval_loss.unwrap_or(f64::NAN), m.eval_accuracy.unwrap_or(f64::NAN))
-        }
+        Some(m) if m.step == step && m.eval_accuracy.is_some() => (
+            m.eval_loss.unwrap_or(f64::NAN),
+            m.eval_accuracy.unwrap_or(f64::NAN),
+        ),
         _ => evaluate(&model, &eval_set),
     };
     if eval_acc >= config.target_accuracy && steps_to_target.is_none() {

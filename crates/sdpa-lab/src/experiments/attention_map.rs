@@ -52,10 +52,19 @@ pub struct TrainedMap {
 }
 
 /// PyTorch's `nn.Linear` default initialization: weights and biases uniform in ±1/√fan_in.
-fn linear(rng: &mut ChaCha8Rng, d_in: usize, d_out: usize, device: &Device) -> (Tensor<2>, Tensor<2>) {
+fn linear(
+    rng: &mut ChaCha8Rng,
+    d_in: usize,
+    d_out: usize,
+    device: &Device,
+) -> (Tensor<2>, Tensor<2>) {
     let bound = 1.0 / (d_in as f32).sqrt();
-    let w: Vec<f32> = (0..d_in * d_out).map(|_| rng.random_range(-bound..bound)).collect();
-    let b: Vec<f32> = (0..d_out).map(|_| rng.random_range(-bound..bound)).collect();
+    let w: Vec<f32> = (0..d_in * d_out)
+        .map(|_| rng.random_range(-bound..bound))
+        .collect();
+    let b: Vec<f32> = (0..d_out)
+        .map(|_| rng.random_range(-bound..bound))
+        .collect();
     (
         Tensor::from_data(TensorData::new(w, [d_in, d_out]), device),
         Tensor::from_data(TensorData::new(b, [1, d_out]), device),
@@ -64,7 +73,10 @@ fn linear(rng: &mut ChaCha8Rng, d_in: usize, d_out: usize, device: &Device) -> (
 
 fn random_map(rng: &mut ChaCha8Rng, device: &Device) -> Vec<Vec<f64>> {
     let (seq, d) = (8, 32);
-    let half: Vec<f32> = normal_vec(rng, 4 * d).into_iter().map(|x| x * 0.5).collect();
+    let half: Vec<f32> = normal_vec(rng, 4 * d)
+        .into_iter()
+        .map(|x| x * 0.5)
+        .collect();
     let mut x = half.clone();
     x.extend(half); // tokens 4..7 are copies of 0..3
     let x = Tensor::<2>::from_data(TensorData::new(x, [seq, d]), device);
@@ -77,7 +89,12 @@ fn random_map(rng: &mut ChaCha8Rng, device: &Device) -> Vec<Vec<f64>> {
 }
 
 fn argmax(row: &[f64]) -> usize {
-    row.iter().enumerate().fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &v)| if v > bv { (i, v) } else { (bi, bv) }).0
+    row.iter()
+        .enumerate()
+        .fold((0, f64::NEG_INFINITY), |(bi, bv), (i, &v)| {
+            if v > bv { (i, v) } else { (bi, bv) }
+        })
+        .0
 }
 
 /// The experiment.
@@ -100,7 +117,11 @@ impl Experiment for AttentionMap {
         let draws = if ctx.quick { 200 } else { 1000 };
         let (mut hits, mut twin_w, mut rows) = (0usize, 0.0, 0usize);
         for i in 0..draws {
-            let w = if i == 0 { first.clone() } else { random_map(&mut rng, device) };
+            let w = if i == 0 {
+                first.clone()
+            } else {
+                random_map(&mut rng, device)
+            };
             for (r, row) in w.iter().enumerate().skip(4) {
                 let a = argmax(row);
                 if a == r - 4 || a == r {
@@ -118,7 +139,13 @@ impl Experiment for AttentionMap {
             mean_twin_weight: twin_w / rows as f64,
         };
         let p1 = "attention_map_random.png";
-        heatmap(&out_path(ctx, p1), "Random projections (article's experiment 3)", &first, "key", "query")?;
+        heatmap(
+            &out_path(ctx, p1),
+            "Random projections (article's experiment 3)",
+            &first,
+            "key",
+            "query",
+        )?;
 
         // A model trained on match.
         let task = TaskConfig::new();
@@ -128,7 +155,12 @@ impl Experiment for AttentionMap {
         let result = train(
             &config,
             device,
-            &RunOptions { out_dir: run_dir, resume: false, backend: ctx.primary().name.clone(), progress: ProgressMode::Quiet },
+            &RunOptions {
+                out_dir: run_dir,
+                resume: false,
+                backend: ctx.primary().name.clone(),
+                progress: ProgressMode::Quiet,
+            },
         )?;
         let mut data_rng = ctx.rng(77);
         let batch = task.batch(&mut data_rng, 256, device);
@@ -147,7 +179,10 @@ impl Experiment for AttentionMap {
             .try_into_vec::<i64>()
             .unwrap_or_default();
         let (_, att) = result.model.encode(batch.tokens.clone(), true);
-        let w = att.first().map(|a| a.weights.clone()).ok_or_else(|| LabError::Other("no attention recorded".into()))?;
+        let w = att
+            .first()
+            .map(|a| a.weights.clone())
+            .ok_or_else(|| LabError::Other("no attention recorded".into()))?;
         let [b, h, s, _] = w.dims();
         let wv = to_vec(w);
         let k = task.k;
@@ -164,8 +199,12 @@ impl Experiment for AttentionMap {
             }
             *share = hit as f64 / (b * k) as f64;
         }
-        let best = (0..h).max_by(|&a, &c| shares[a].total_cmp(&shares[c])).unwrap_or(0);
-        let map: Vec<Vec<f64>> = (0..s).map(|i| wv[(best * s + i) * s..(best * s + i + 1) * s].to_vec()).collect();
+        let best = (0..h)
+            .max_by(|&a, &c| shares[a].total_cmp(&shares[c]))
+            .unwrap_or(0);
+        let map: Vec<Vec<f64>> = (0..s)
+            .map(|i| wv[(best * s + i) * s..(best * s + i + 1) * s].to_vec())
+            .collect();
         let trained = TrainedMap {
             weights: map.clone(),
             tokens: tokens[..s].to_vec(),
@@ -177,7 +216,10 @@ impl Experiment for AttentionMap {
         let p2 = "attention_map_trained.png";
         heatmap(
             &out_path(ctx, p2),
-            &format!("Trained on match, head {best} (tokens {:?})", trained.tokens),
+            &format!(
+                "Trained on match, head {best} (tokens {:?})",
+                trained.tokens
+            ),
             &map,
             "key",
             "query",
@@ -192,9 +234,15 @@ impl Experiment for AttentionMap {
             }
             rows
         };
-        let headers8: Vec<String> = std::iter::once("".to_string()).chain((0..8).map(|j| j.to_string())).collect();
+        let headers8: Vec<String> = std::iter::once("".to_string())
+            .chain((0..8).map(|j| j.to_string()))
+            .collect();
         let h8: Vec<&str> = headers8.iter().map(|s| s.as_str()).collect();
-        let verdict = if random.share_twin_is_max > 0.9 { Verdict::Reproduced } else { Verdict::Corrected };
+        let verdict = if random.share_twin_is_max > 0.9 {
+            Verdict::Reproduced
+        } else {
+            Verdict::Corrected
+        };
         let markdown = format!(
             "**The article's setup.** 8 tokens of width 32 (x ~ N(0, 0.5²)), tokens 4–7 copies of 0–3, \
              Q, K from two independent random `nn.Linear(32, 32)` (PyTorch's default init), softmax of \
@@ -217,7 +265,11 @@ impl Experiment for AttentionMap {
             f(random.mean_twin_weight, 3),
             trained.steps,
             f(trained.accuracy, 4),
-            shares.iter().map(|s| format!("{:.1}%", 100.0 * s)).collect::<Vec<_>>().join(", "),
+            shares
+                .iter()
+                .map(|s| format!("{:.1}%", 100.0 * s))
+                .collect::<Vec<_>>()
+                .join(", "),
         );
         Ok(ExperimentOutput {
             name: self.name().into(),

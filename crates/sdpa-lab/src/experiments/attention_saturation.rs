@@ -7,7 +7,9 @@
 use std::time::Instant;
 
 use burn::tensor::activation::softmax;
-use burn_sdpa::{AttentionInput, ScalePolicy, ScaledDotProductAttentionConfig, attention_diagnostics};
+use burn_sdpa::{
+    AttentionInput, ScalePolicy, ScaledDotProductAttentionConfig, attention_diagnostics,
+};
 use serde::Serialize;
 
 use super::{Experiment, ExperimentOutput, Verdict, f, md_table, write_csv};
@@ -98,12 +100,21 @@ impl Experiment for AttentionSaturation {
             let k = normal_tensor(&mut rng, [1, 1, m, d], device);
             for scaled in [false, true] {
                 let attn = ScaledDotProductAttentionConfig::new()
-                    .with_scale(if scaled { ScalePolicy::InvSqrtDk } else { ScalePolicy::Unscaled })
+                    .with_scale(if scaled {
+                        ScalePolicy::InvSqrtDk
+                    } else {
+                        ScalePolicy::Unscaled
+                    })
                     .try_init()?;
                 let out = attn.try_forward(
-                    AttentionInput::new(q.clone(), k.clone(), k.clone()).need_weights().need_scores(),
+                    AttentionInput::new(q.clone(), k.clone(), k.clone())
+                        .need_weights()
+                        .need_scores(),
                 )?;
-                let weights = out.weights.clone().ok_or_else(|| LabError::Other("no weights".into()))?;
+                let weights = out
+                    .weights
+                    .clone()
+                    .ok_or_else(|| LabError::Other("no weights".into()))?;
                 let diag = attention_diagnostics(weights.clone(), None, out.scores)?.mean();
                 let keys = to_vec(weights.greater_elem(1e-3).float().sum_dim(3).mean())[0];
                 corrected.push(CorrectedRow {
@@ -120,7 +131,16 @@ impl Experiment for AttentionSaturation {
         }
 
         let article_table = md_table(
-            &["d", "max p unscaled (article)", "replicated", "max p scaled (article)", "replicated", "\"entropy\" (article)", "−b ln b of replicated b", "\"uniform entropy\" ln d"],
+            &[
+                "d",
+                "max p unscaled (article)",
+                "replicated",
+                "max p scaled (article)",
+                "replicated",
+                "\"entropy\" (article)",
+                "−b ln b of replicated b",
+                "\"uniform entropy\" ln d",
+            ],
             &ARTICLE
                 .iter()
                 .zip(&replicated)
@@ -139,13 +159,26 @@ impl Experiment for AttentionSaturation {
                 .collect::<Vec<_>>(),
         );
         let corrected_table = md_table(
-            &["d", "scaling", "logit std", "mean max p", "entropy", "ln m", "keys with p > 1e-3", "rows with max p > 0.99"],
+            &[
+                "d",
+                "scaling",
+                "logit std",
+                "mean max p",
+                "entropy",
+                "ln m",
+                "keys with p > 1e-3",
+                "rows with max p > 0.99",
+            ],
             &corrected
                 .iter()
                 .map(|r| {
                     vec![
                         r.d.to_string(),
-                        if r.scaled { "1/√d".into() } else { "none".into() },
+                        if r.scaled {
+                            "1/√d".into()
+                        } else {
+                            "none".into()
+                        },
                         f(r.logit_std, 2),
                         f(r.max_p, 4),
                         f(r.entropy, 3),
@@ -191,7 +224,14 @@ impl Experiment for AttentionSaturation {
                 .map(|r| {
                     format!(
                         "{},{},{},{},{},{},{},{}",
-                        r.d, r.scaled, r.logit_std, r.max_p, r.entropy, r.ln_m, r.keys_above_1e3, r.saturated_fraction
+                        r.d,
+                        r.scaled,
+                        r.logit_std,
+                        r.max_p,
+                        r.entropy,
+                        r.ln_m,
+                        r.keys_above_1e3,
+                        r.saturated_fraction
                     )
                 })
                 .collect::<Vec<_>>(),

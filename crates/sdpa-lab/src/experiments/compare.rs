@@ -76,24 +76,39 @@ impl Experiment for Compare {
             let q = normal_tensor(&mut rng, [b, h, s, d], device);
             let k = normal_tensor(&mut rng, [b, h, s, d], device);
             let v = normal_tensor(&mut rng, [b, h, s, d], device);
-            let ours = attn.try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()).causal())?.context;
+            let ours = attn
+                .try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()).causal())?
+                .context;
             let burn = attention(
                 q.clone(),
                 k.clone(),
                 v.clone(),
                 None,
                 None,
-                AttentionModuleOptions { is_causal: true, ..Default::default() },
+                AttentionModuleOptions {
+                    is_causal: true,
+                    ..Default::default()
+                },
             );
             let hand = naive(q.clone(), k.clone(), v.clone(), true);
-            let ours_plain = attn.try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))?.context;
+            let ours_plain = attn
+                .try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))?
+                .context;
             let hand_plain = naive(q.clone(), k.clone(), v.clone(), false);
             // V2[:, :, 5:] = randn * 100
             let noise = normal_tensor(&mut rng, [b, h, s - 5, d], device) * 100.0;
             let v2 = Tensor::cat(vec![v.clone().slice(s![.., .., 0..5, ..]), noise], 2);
-            let ours2 = attn.try_forward(AttentionInput::new(q, k, v2).causal())?.context;
-            let early = max_abs(ours.clone().slice(s![.., .., 0..5, ..]), ours2.clone().slice(s![.., .., 0..5, ..]));
-            let late = max_abs(ours.clone().slice(s![.., .., 5.., ..]), ours2.slice(s![.., .., 5.., ..]));
+            let ours2 = attn
+                .try_forward(AttentionInput::new(q, k, v2).causal())?
+                .context;
+            let early = max_abs(
+                ours.clone().slice(s![.., .., 0..5, ..]),
+                ours2.clone().slice(s![.., .., 0..5, ..]),
+            );
+            let late = max_abs(
+                ours.clone().slice(s![.., .., 5.., ..]),
+                ours2.slice(s![.., .., 5.., ..]),
+            );
             rows.push(CompareRow {
                 backend: backend.name.clone(),
                 ours_vs_burn: max_abs(ours.clone(), burn.clone()),
@@ -105,10 +120,21 @@ impl Experiment for Compare {
             });
         }
         let ok = rows.iter().all(|r| {
-            r.ours_vs_burn < 1e-5 && r.ours_vs_naive < 1e-5 && r.causal_early_change == 0.0 && r.causal_late_change > 1.0
+            r.ours_vs_burn < 1e-5
+                && r.ours_vs_naive < 1e-5
+                && r.causal_early_change == 0.0
+                && r.causal_late_change > 1.0
         });
         let table = md_table(
-            &["backend", "ours vs Burn attention", "ours vs hand-written", "Burn vs hand-written", "ours vs hand-written (no mask)", "change at positions 0–4", "change at positions 5–7"],
+            &[
+                "backend",
+                "ours vs Burn attention",
+                "ours vs hand-written",
+                "Burn vs hand-written",
+                "ours vs hand-written (no mask)",
+                "change at positions 0–4",
+                "change at positions 5–7",
+            ],
             &rows
                 .iter()
                 .map(|r| {
@@ -142,7 +168,13 @@ impl Experiment for Compare {
                 .map(|r| {
                     format!(
                         "{},{},{},{},{},{},{}",
-                        r.backend, r.ours_vs_burn, r.ours_vs_naive, r.burn_vs_naive, r.ours_vs_naive_unmasked, r.causal_early_change, r.causal_late_change
+                        r.backend,
+                        r.ours_vs_burn,
+                        r.ours_vs_naive,
+                        r.burn_vs_naive,
+                        r.ours_vs_naive_unmasked,
+                        r.causal_early_change,
+                        r.causal_late_change
                     )
                 })
                 .collect::<Vec<_>>(),
@@ -150,12 +182,22 @@ impl Experiment for Compare {
         Ok(ExperimentOutput {
             name: self.name().into(),
             title: self.title().into(),
-            verdict: if ok { Verdict::Reproduced } else { Verdict::Differs },
+            verdict: if ok {
+                Verdict::Reproduced
+            } else {
+                Verdict::Differs
+            },
             summary: format!(
                 "max |ours − Burn| ≤ {:.1e}; earlier outputs unchanged (max change {:.1e}) on {}",
                 rows.iter().map(|r| r.ours_vs_burn).fold(0.0, f64::max),
-                rows.iter().map(|r| r.causal_early_change).fold(0.0, f64::max),
-                ctx.backends.iter().map(|b| b.name.as_str()).collect::<Vec<_>>().join(", ")
+                rows.iter()
+                    .map(|r| r.causal_early_change)
+                    .fold(0.0, f64::max),
+                ctx.backends
+                    .iter()
+                    .map(|b| b.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             markdown,
             results: serde_json::json!({ "rows": rows }),

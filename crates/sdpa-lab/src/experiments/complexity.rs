@@ -16,6 +16,9 @@ use crate::memory::measure_peak;
 use crate::plot::{LinePlot, Series, line_plot};
 use crate::stats::{growth_exponent, median};
 
+/// One timed computation.
+type Runner<'a> = Box<dyn Fn() -> Result<f64, LabError> + 'a>;
+
 /// The attention-matrix memory of a transformer, from its config.
 #[derive(Debug, Clone, Serialize)]
 pub struct MatrixMemory {
@@ -39,7 +42,15 @@ impl MatrixMemory {
     /// Computes the sizes.
     pub fn new(batch: u64, heads: u64, seq_len: u64, bytes_per_element: u64, layers: u64) -> Self {
         let per_layer = batch * heads * seq_len * seq_len * bytes_per_element;
-        Self { batch, heads, seq_len, bytes_per_element, layers, bytes_per_layer: per_layer, bytes_all_layers: per_layer * layers }
+        Self {
+            batch,
+            heads,
+            seq_len,
+            bytes_per_element,
+            layers,
+            bytes_per_layer: per_layer,
+            bytes_all_layers: per_layer * layers,
+        }
     }
 
     /// LLaMA-7B as in the article: batch 2, 32 heads, 4096 tokens, fp16, 32 layers.
@@ -80,7 +91,11 @@ impl Experiment for Complexity {
         let backend = ctx.primary();
         let device = &backend.device;
         let (b, h, d) = (1usize, 8usize, 64usize);
-        let ns: Vec<usize> = if ctx.quick { vec![128, 256, 512, 1024] } else { vec![128, 256, 512, 1024, 2048, 4096] };
+        let ns: Vec<usize> = if ctx.quick {
+            vec![128, 256, 512, 1024]
+        } else {
+            vec![128, 256, 512, 1024, 2048, 4096]
+        };
         let reps = if ctx.quick { 3 } else { 5 };
         let attn = ScaledDotProductAttentionConfig::new().try_init()?;
         let mut rows = Vec::new();
@@ -89,16 +104,34 @@ impl Experiment for Complexity {
             let q = normal_tensor(&mut rng, [b, h, n, d], device);
             let k = normal_tensor(&mut rng, [b, h, n, d], device);
             let v = normal_tensor(&mut rng, [b, h, n, d], device);
-            let paths: [(&str, Box<dyn Fn() -> Result<f64, LabError>>); 2] = [
-                ("materialized weights (module, need_weights)", Box::new(|| {
-                    let out = attn.try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()).need_weights())?;
-                    let w = out.weights.ok_or_else(|| LabError::Other("no weights".into()))?;
-                    Ok(to_vec(out.context.slice(s![0..1, 0..1, 0..1, 0..1]))[0] + to_vec(w.slice(s![0..1, 0..1, 0..1, 0..1]))[0])
-                })),
-                ("fused (Burn attention)", Box::new(|| {
-                    let out = attention(q.clone(), k.clone(), v.clone(), None, None, AttentionModuleOptions::default());
-                    Ok(to_vec(out.slice(s![0..1, 0..1, 0..1, 0..1]))[0])
-                })),
+            let paths: [(&str, Runner<'_>); 2] = [
+                (
+                    "materialized weights (module, need_weights)",
+                    Box::new(|| {
+                        let out = attn.try_forward(
+                            AttentionInput::new(q.clone(), k.clone(), v.clone()).need_weights(),
+                        )?;
+                        let w = out
+                            .weights
+                            .ok_or_else(|| LabError::Other("no weights".into()))?;
+                        Ok(to_vec(out.context.slice(s![0..1, 0..1, 0..1, 0..1]))[0]
+                            + to_vec(w.slice(s![0..1, 0..1, 0..1, 0..1]))[0])
+                    }),
+                ),
+                (
+                    "fused (Burn attention)",
+                    Box::new(|| {
+                        let out = attention(
+                            q.clone(),
+                            k.clone(),
+                            v.clone(),
+                            None,
+                            None,
+                            AttentionModuleOptions::default(),
+                        );
+                        Ok(to_vec(out.slice(s![0..1, 0..1, 0..1, 0..1]))[0])
+                    }),
+                ),
             ];
             for (name, run) in paths.iter() {
                 run()?; // warm-up
@@ -108,7 +141,7 @@ impl Experiment for Complexity {
                     run()?;
                     times.push(t.elapsed().as_secs_f64() * 1e3);
                 }
-                let (_, peak) = measure_peak(|| run());
+                let (_, peak) = measure_peak(run);
                 rows.push(ComplexityRow {
                     path: name.to_string(),
                     n,
@@ -138,7 +171,13 @@ impl Experiment for Complexity {
             growth_exponent(&x, &y)
         };
         let table = md_table(
-            &["path", "n = m", "time (ms)", "peak memory added (MiB)", "weights tensor (MiB)"],
+            &[
+                "path",
+                "n = m",
+                "time (ms)",
+                "peak memory added (MiB)",
+                "weights tensor (MiB)",
+            ],
             &rows
                 .iter()
                 .map(|r| {
@@ -154,7 +193,13 @@ impl Experiment for Complexity {
         );
         let exps: Vec<(String, f64, f64)> = paths
             .iter()
-            .map(|p| (p.clone(), fit(p, |r| Some(r.time_ms)), fit(p, |r| r.peak_mib)))
+            .map(|p| {
+                (
+                    p.clone(),
+                    fit(p, |r| Some(r.time_ms)),
+                    fit(p, |r| r.peak_mib),
+                )
+            })
             .collect();
         let llama = MatrixMemory::llama_7b();
         let gb = |x: u64| x as f64 / 1e9;
@@ -169,7 +214,10 @@ impl Experiment for Complexity {
              layer's attention matrices take {} × {} × {}² × {} = {} bytes = **{} GB** ({} GiB); all {} \
              layers **{} GB** ({} GiB). The article's 2.1 GB is right; its \"68 GB\" truncates 68.7 GB.\n",
             backend.name,
-            exps.iter().map(|(p, t, m)| format!("{p}: time n^{}, memory n^{}", f(*t, 2), f(*m, 2))).collect::<Vec<_>>().join("; "),
+            exps.iter()
+                .map(|(p, t, m)| format!("{p}: time n^{}, memory n^{}", f(*t, 2), f(*m, 2)))
+                .collect::<Vec<_>>()
+                .join("; "),
             llama.batch,
             llama.heads,
             llama.seq_len,
@@ -192,22 +240,47 @@ impl Experiment for Complexity {
             "path,n,time_ms,peak_mib,weights_mib",
             &rows
                 .iter()
-                .map(|r| format!("\"{}\",{},{},{},{}", r.path, r.n, r.time_ms, r.peak_mib.map(|m| m.to_string()).unwrap_or_default(), r.weights_mib))
+                .map(|r| {
+                    format!(
+                        "\"{}\",{},{},{},{}",
+                        r.path,
+                        r.n,
+                        r.time_ms,
+                        r.peak_mib.map(|m| m.to_string()).unwrap_or_default(),
+                        r.weights_mib
+                    )
+                })
                 .collect::<Vec<_>>(),
         )?;
         let mut series: Vec<Series> = paths
             .iter()
-            .map(|p| Series::line(p.clone(), rows.iter().filter(|r| &r.path == p).map(|r| (r.n as f64, r.time_ms)).collect()))
+            .map(|p| {
+                Series::line(
+                    p.clone(),
+                    rows.iter()
+                        .filter(|r| &r.path == p)
+                        .map(|r| (r.n as f64, r.time_ms))
+                        .collect(),
+                )
+            })
             .collect();
         if let Some(first) = rows.iter().find(|r| r.n == ns[0]) {
             let c = first.time_ms / (ns[0] as f64).powi(2);
-            series.push(Series::reference("∝ n²", ns.iter().map(|&n| (n as f64, c * (n as f64).powi(2))).collect()));
+            series.push(Series::reference(
+                "∝ n²",
+                ns.iter()
+                    .map(|&n| (n as f64, c * (n as f64).powi(2)))
+                    .collect(),
+            ));
         }
         let plot = "complexity_time.png";
         line_plot(
             &out_path(ctx, plot),
             &LinePlot {
-                title: format!("Attention forward time vs sequence length ({})", backend.name),
+                title: format!(
+                    "Attention forward time vs sequence length ({})",
+                    backend.name
+                ),
                 x_label: "n = m".into(),
                 y_label: "time (ms)".into(),
                 log_x: true,
@@ -215,11 +288,16 @@ impl Experiment for Complexity {
                 series,
             },
         )?;
-        let ok = (gb(llama.bytes_per_layer) - 2.1).abs() < 0.06 && (gb(llama.bytes_all_layers) - 69.0).abs() < 1.0;
+        let ok = (gb(llama.bytes_per_layer) - 2.1).abs() < 0.06
+            && (gb(llama.bytes_all_layers) - 69.0).abs() < 1.0;
         Ok(ExperimentOutput {
             name: self.name().into(),
             title: self.title().into(),
-            verdict: if ok { Verdict::Reproduced } else { Verdict::Differs },
+            verdict: if ok {
+                Verdict::Reproduced
+            } else {
+                Verdict::Differs
+            },
             summary: format!(
                 "LLaMA-7B: {} GB per layer, {} GB for 32 layers; materialized attention time grows as n^{}",
                 f(gb(llama.bytes_per_layer), 2),

@@ -29,7 +29,11 @@ pub struct DotStdConfig {
 impl DotStdConfig {
     /// The article's sizes (quick: fewer repetitions).
     pub fn new(quick: bool) -> Self {
-        Self { dims: vec![16, 64, 256, 1024], pairs: 2000, repeats: if quick { 5 } else { 30 } }
+        Self {
+            dims: vec![16, 64, 256, 1024],
+            pairs: 2000,
+            repeats: if quick { 5 } else { 30 },
+        }
     }
 }
 
@@ -104,9 +108,19 @@ impl Experiment for DotStd {
         let config = DotStdConfig::new(ctx.quick);
         let rows = measure(&config, ctx);
         let within = |x: f64, want: f64| (x - want).abs() <= 0.05 * want;
-        let ok = rows.iter().all(|r| within(r.std, r.sqrt_d) && within(r.scaled_std, 1.0));
+        let ok = rows
+            .iter()
+            .all(|r| within(r.std, r.sqrt_d) && within(r.scaled_std, 1.0));
         let table = md_table(
-            &["d", "√d", "std(q·k) ours", "article", "std/√d ours", "article", "std/√d over repeats (mean ± sd)"],
+            &[
+                "d",
+                "√d",
+                "std(q·k) ours",
+                "article",
+                "std/√d ours",
+                "article",
+                "std/√d over repeats (mean ± sd)",
+            ],
             &rows
                 .iter()
                 .map(|r| {
@@ -122,7 +136,10 @@ impl Experiment for DotStd {
                 })
                 .collect::<Vec<_>>(),
         );
-        let worst_article = rows.iter().map(|r| (r.article_scaled - 1.0).abs()).fold(0.0, f64::max);
+        let worst_article = rows
+            .iter()
+            .map(|r| (r.article_scaled - 1.0).abs())
+            .fold(0.0, f64::max);
         let spread = rows.iter().map(|r| r.scaled_spread).fold(0.0, f64::max);
         let markdown = format!(
             "{} pairs of standard normal vectors per d; Var[q·k] = Σ Var[q_i]Var[k_i] = d, so std = √d.\n\n{table}\n\
@@ -146,7 +163,14 @@ impl Experiment for DotStd {
                 .map(|r| {
                     format!(
                         "{},{},{},{},{},{},{},{}",
-                        r.d, r.sqrt_d, r.std, r.scaled_std, r.scaled_mean, r.scaled_spread, r.article_std, r.article_scaled
+                        r.d,
+                        r.sqrt_d,
+                        r.std,
+                        r.scaled_std,
+                        r.scaled_mean,
+                        r.scaled_spread,
+                        r.article_std,
+                        r.article_scaled
                     )
                 })
                 .collect::<Vec<_>>(),
@@ -162,19 +186,35 @@ impl Experiment for DotStd {
                 log_y: true,
                 series: vec![
                     Series::reference("√d", rows.iter().map(|r| (r.d as f64, r.sqrt_d)).collect()),
-                    Series::line("std(q·k), ours", rows.iter().map(|r| (r.d as f64, r.std)).collect()),
-                    Series::line("std(q·k), article", rows.iter().map(|r| (r.d as f64, r.article_std)).collect()),
-                    Series::line("std(q·k)/√d, ours", rows.iter().map(|r| (r.d as f64, r.scaled_std)).collect()),
+                    Series::line(
+                        "std(q·k), ours",
+                        rows.iter().map(|r| (r.d as f64, r.std)).collect(),
+                    ),
+                    Series::line(
+                        "std(q·k), article",
+                        rows.iter().map(|r| (r.d as f64, r.article_std)).collect(),
+                    ),
+                    Series::line(
+                        "std(q·k)/√d, ours",
+                        rows.iter().map(|r| (r.d as f64, r.scaled_std)).collect(),
+                    ),
                 ],
             },
         )?;
         Ok(ExperimentOutput {
             name: self.name().into(),
             title: self.title().into(),
-            verdict: if ok { Verdict::Reproduced } else { Verdict::Differs },
+            verdict: if ok {
+                Verdict::Reproduced
+            } else {
+                Verdict::Differs
+            },
             summary: format!(
                 "std(q·k)/√d = {} for d = 16…1024 (article {}…{})",
-                rows.iter().map(|r| f(r.scaled_std, 3)).collect::<Vec<_>>().join(", "),
+                rows.iter()
+                    .map(|r| f(r.scaled_std, 3))
+                    .collect::<Vec<_>>()
+                    .join(", "),
                 f(ARTICLE_SCALED[0], 3),
                 f(ARTICLE_SCALED[3], 3)
             ),

@@ -82,10 +82,19 @@ pub fn outcome(p: &[f64], fully_masked: bool) -> String {
 }
 
 fn row_tensor(values: &[f64], device: &Device, dtype: DType) -> Tensor<4> {
-    Tensor::from_data(TensorData::new(values.to_vec(), [1, 1, 1, values.len()]), (device, dtype))
+    Tensor::from_data(
+        TensorData::new(values.to_vec(), [1, 1, 1, values.len()]),
+        (device, dtype),
+    )
 }
 
-fn run_cell(device: &Device, dtype: DType, fill: f64, n_masks: usize, fully: bool) -> Result<(String, String, String, String), LabError> {
+fn run_cell(
+    device: &Device,
+    dtype: DType,
+    fill: f64,
+    n_masks: usize,
+    fully: bool,
+) -> Result<(String, String, String, String), LabError> {
     let masked: Vec<bool> = (0..4).map(|j| fully || j >= 2).collect();
     let mask_values: Vec<f64> = masked.iter().map(|&m| if m { fill } else { 0.0 }).collect();
     let scores = row_tensor(&SCORES, device, dtype);
@@ -95,19 +104,28 @@ fn run_cell(device: &Device, dtype: DType, fill: f64, n_masks: usize, fully: boo
     }
     let masked_score = {
         let v = to_vec(additive.clone())[2];
-        if v.is_infinite() { format!("{}inf", if v < 0.0 { "-" } else { "+" }) } else { format!("{v:.4e}") }
+        if v.is_infinite() {
+            format!("{}inf", if v < 0.0 { "-" } else { "+" })
+        } else {
+            format!("{v:.4e}")
+        }
     };
     let p = to_vec(softmax(scores + additive.clone(), 3));
     let plain = outcome(&p, fully);
 
     // The module: d_k = 1 with q = 1 and k = scores gives QKᵀ = scores; V = I makes the context
     // equal to the weights.
-    let attn = ScaledDotProductAttentionConfig::new().with_scale(ScalePolicy::Fixed(1.0)).try_init()?;
+    let attn = ScaledDotProductAttentionConfig::new()
+        .with_scale(ScalePolicy::Fixed(1.0))
+        .try_init()?;
     let q = row_tensor(&[1.0], device, dtype).reshape([1, 1, 1, 1]);
     let k = row_tensor(&SCORES, device, dtype).reshape([1, 1, 4, 1]);
-    let eye: Vec<f64> = (0..16).map(|i| if i / 4 == i % 4 { 1.0 } else { 0.0 }).collect();
+    let eye: Vec<f64> = (0..16)
+        .map(|i| if i / 4 == i % 4 { 1.0 } else { 0.0 })
+        .collect();
     let v = Tensor::<4>::from_data(TensorData::new(eye, [1, 1, 4, 4]), (device, dtype));
-    let with_bias = attn.try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()).bias(additive))?;
+    let with_bias =
+        attn.try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()).bias(additive))?;
     let module_bias = outcome(&to_vec(with_bias.context), fully);
     let bool_mask = Tensor::<4, Bool>::from_data(TensorData::new(masked, [1, 1, 1, 4]), device);
     let with_bool = attn.try_forward(AttentionInput::new(q, k, v).mask(bool_mask))?;
@@ -173,7 +191,17 @@ impl Experiment for Masks {
             }
         }
         let table = md_table(
-            &["backend", "dtype", "fill", "masks added", "row", "masked score becomes", "plain softmax", "module, additive mask as bias", "module, bool mask"],
+            &[
+                "backend",
+                "dtype",
+                "fill",
+                "masks added",
+                "row",
+                "masked score becomes",
+                "plain softmax",
+                "module, additive mask as bias",
+                "module, bool mask",
+            ],
             &rows
                 .iter()
                 .map(|r| {
@@ -182,7 +210,11 @@ impl Experiment for Masks {
                         r.dtype.clone(),
                         r.fill.clone(),
                         r.n_masks.to_string(),
-                        if r.fully_masked { "fully masked".into() } else { "2 of 4 masked".into() },
+                        if r.fully_masked {
+                            "fully masked".into()
+                        } else {
+                            "2 of 4 masked".into()
+                        },
                         r.masked_score.clone(),
                         r.softmax.clone(),
                         r.module_bias.clone(),
@@ -192,9 +224,16 @@ impl Experiment for Masks {
                 .collect::<Vec<_>>(),
         );
         let find = |dtype: &str, fill: &str, n: usize, fully: bool| {
-            rows.iter().find(|r| r.dtype == dtype && r.fill.starts_with(fill) && r.n_masks == n && r.fully_masked == fully)
+            rows.iter().find(|r| {
+                r.dtype == dtype
+                    && r.fill.starts_with(fill)
+                    && r.n_masks == n
+                    && r.fully_masked == fully
+            })
         };
-        let f16_1e9 = find("f16", "-1e9", 1, false).map(|r| r.masked_score.clone()).unwrap_or_else(|| "(f16 not run)".into());
+        let f16_1e9 = find("f16", "-1e9", 1, false)
+            .map(|r| r.masked_score.clone())
+            .unwrap_or_else(|| "(f16 not run)".into());
         let markdown = format!(
             "Logits {:?} for 4 keys; \"2 of 4 masked\" hides keys 2 and 3, \"fully masked\" hides all. The \
              additive mask is built in the dtype, as a model in that precision would hold it.\n\n{table}\n\
@@ -226,12 +265,22 @@ impl Experiment for Masks {
                 .map(|r| {
                     format!(
                         "{},{},\"{}\",{},{},{},\"{}\",\"{}\",\"{}\"",
-                        r.backend, r.dtype, r.fill, r.n_masks, r.fully_masked, r.masked_score, r.softmax, r.module_bias, r.module_bool
+                        r.backend,
+                        r.dtype,
+                        r.fill,
+                        r.n_masks,
+                        r.fully_masked,
+                        r.masked_score,
+                        r.softmax,
+                        r.module_bias,
+                        r.module_bool
                     )
                 })
                 .collect::<Vec<_>>(),
         )?;
-        let nan_inf = find("f32", "-inf", 1, true).map(|r| r.softmax.clone()).unwrap_or_default();
+        let nan_inf = find("f32", "-inf", 1, true)
+            .map(|r| r.softmax.clone())
+            .unwrap_or_default();
         Ok(ExperimentOutput {
             name: self.name().into(),
             title: self.title().into(),

@@ -104,7 +104,11 @@ pub fn find_experiment(name: &str) -> Option<Box<dyn Experiment>> {
 
 /// A Markdown table.
 pub fn md_table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut s = format!("| {} |\n|{}|\n", headers.join(" | "), vec!["---"; headers.len()].join("|"));
+    let mut s = format!(
+        "| {} |\n|{}|\n",
+        headers.join(" | "),
+        vec!["---"; headers.len()].join("|")
+    );
     for r in rows {
         s.push_str(&format!("| {} |\n", r.join(" | ")));
     }
@@ -112,7 +116,12 @@ pub fn md_table(headers: &[&str], rows: &[Vec<String>]) -> String {
 }
 
 /// Writes a CSV file under the output folder and returns its relative name.
-pub fn write_csv(ctx: &LabContext, name: &str, header: &str, rows: &[String]) -> Result<String, LabError> {
+pub fn write_csv(
+    ctx: &LabContext,
+    name: &str,
+    header: &str,
+    rows: &[String],
+) -> Result<String, LabError> {
     let path = ctx.out_dir.join(name);
     let mut text = String::from(header);
     text.push('\n');
@@ -131,7 +140,11 @@ pub fn out_path(ctx: &LabContext, name: &str) -> std::path::PathBuf {
 
 /// Formats a float with `digits` decimals.
 pub fn f(x: f64, digits: usize) -> String {
-    if x.is_nan() { "NaN".into() } else { format!("{x:.digits$}") }
+    if x.is_nan() {
+        "NaN".into()
+    } else {
+        format!("{x:.digits$}")
+    }
 }
 
 /// Whether a path exists (for tests).

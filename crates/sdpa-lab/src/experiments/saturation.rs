@@ -46,7 +46,12 @@ pub struct SaturationRow {
 }
 
 /// Measures mean max p and entropy for every n and scale on the primary backend.
-pub fn measure(ns: &[usize], scales: &[f64], rows_per: usize, ctx: &LabContext) -> Vec<SaturationRow> {
+pub fn measure(
+    ns: &[usize],
+    scales: &[f64],
+    rows_per: usize,
+    ctx: &LabContext,
+) -> Vec<SaturationRow> {
     let device = &ctx.primary().device;
     let mut out = Vec::new();
     for &n in ns {
@@ -93,15 +98,30 @@ impl Experiment for Saturation {
             vec![0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
         };
         let rows = measure(&ns, &scales, 2000, ctx);
-        let compared: Vec<&SaturationRow> = rows.iter().filter(|r| r.article_max_p.is_some()).collect();
+        let compared: Vec<&SaturationRow> =
+            rows.iter().filter(|r| r.article_max_p.is_some()).collect();
         let ok = compared.iter().all(|r| {
             (r.max_p - r.article_max_p.unwrap_or(f64::NAN)).abs() <= 0.03
                 && (r.entropy - r.article_entropy.unwrap_or(f64::NAN)).abs() <= 0.08
         });
-        let worst_p = compared.iter().map(|r| (r.max_p - r.article_max_p.unwrap_or(0.0)).abs()).fold(0.0, f64::max);
-        let worst_h = compared.iter().map(|r| (r.entropy - r.article_entropy.unwrap_or(0.0)).abs()).fold(0.0, f64::max);
+        let worst_p = compared
+            .iter()
+            .map(|r| (r.max_p - r.article_max_p.unwrap_or(0.0)).abs())
+            .fold(0.0, f64::max);
+        let worst_h = compared
+            .iter()
+            .map(|r| (r.entropy - r.article_entropy.unwrap_or(0.0)).abs())
+            .fold(0.0, f64::max);
         let table = md_table(
-            &["n", "logit std s", "max p ours", "article", "entropy ours", "article", "ln n"],
+            &[
+                "n",
+                "logit std s",
+                "max p ours",
+                "article",
+                "entropy ours",
+                "article",
+                "ln n",
+            ],
             &compared
                 .iter()
                 .map(|r| {
@@ -151,7 +171,10 @@ impl Experiment for Saturation {
         for &n in &ns {
             series.push(Series::line(
                 format!("n = {n}"),
-                rows.iter().filter(|r| r.n == n).map(|r| (r.scale, r.entropy)).collect(),
+                rows.iter()
+                    .filter(|r| r.n == n)
+                    .map(|r| (r.scale, r.entropy))
+                    .collect(),
             ));
         }
         for &n in &ns {
@@ -175,7 +198,11 @@ impl Experiment for Saturation {
         Ok(ExperimentOutput {
             name: self.name().into(),
             title: self.title().into(),
-            verdict: if ok { Verdict::Reproduced } else { Verdict::Differs },
+            verdict: if ok {
+                Verdict::Reproduced
+            } else {
+                Verdict::Differs
+            },
             summary: format!(
                 "all 12 cells within max p ±{} and entropy ±{} of the article",
                 f(worst_p, 3),

@@ -5,7 +5,9 @@ use std::time::Instant;
 
 use burn_sdpa::ScalePolicy;
 use sdpa_model::metrics::StepMetrics;
-use sdpa_model::{OptimizerKind, Progress, ProgressMode, QkInit, RunOptions, TaskConfig, TrainConfig, train};
+use sdpa_model::{
+    OptimizerKind, Progress, ProgressMode, QkInit, RunOptions, TaskConfig, TrainConfig, train,
+};
 use serde::Serialize;
 
 use super::{Experiment, ExperimentOutput, Verdict, f, md_table, out_path, write_csv};
@@ -109,7 +111,12 @@ fn opt_name(o: OptimizerKind) -> &'static str {
 /// Reads a run's saved metrics back (the plots are drawn from the files, not from memory).
 pub fn read_metrics(path: &std::path::Path, n_layers: usize) -> Vec<StepMetrics> {
     std::fs::read_to_string(path)
-        .map(|t| t.lines().skip(1).filter_map(|l| StepMetrics::from_csv_row(l, n_layers)).collect())
+        .map(|t| {
+            t.lines()
+                .skip(1)
+                .filter_map(|l| StepMetrics::from_csv_row(l, n_layers))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -130,9 +137,14 @@ impl Experiment for Training {
         let grid = TrainingGrid::new(ctx.quick, ctx.seed);
         let backend = ctx.primary();
         let root = ctx.out_dir.join("runs").join("training");
-        let total = grid.d_k.len() * grid.inits.len() * grid.optimizers.len() * grid.seeds.len() * 2;
+        let total =
+            grid.d_k.len() * grid.inits.len() * grid.optimizers.len() * grid.seeds.len() * 2;
         let progress = Progress::new(
-            if ctx.progress == ProgressMode::Quiet { ProgressMode::Quiet } else { ProgressMode::Lines },
+            if ctx.progress == ProgressMode::Quiet {
+                ProgressMode::Quiet
+            } else {
+                ProgressMode::Lines
+            },
             "training grid",
             0,
             total as u64,
@@ -154,7 +166,11 @@ impl Experiment for Training {
                             let mut config = TrainConfig::for_task(TaskConfig::new());
                             config.model.d_k = Some(d_k);
                             config.model.qk_init = init;
-                            config.model.scale = if scaled { ScalePolicy::InvSqrtDk } else { ScalePolicy::Unscaled };
+                            config.model.scale = if scaled {
+                                ScalePolicy::InvSqrtDk
+                            } else {
+                                ScalePolicy::Unscaled
+                            };
                             config.optimizer = optimizer;
                             config.lr = match optimizer {
                                 OptimizerKind::Adam => grid.adam_lr,
@@ -173,9 +189,19 @@ impl Experiment for Training {
                             let r = train(
                                 &config,
                                 &backend.device,
-                                &RunOptions { out_dir: dir, resume: false, backend: backend.name.clone(), progress: ProgressMode::Quiet },
+                                &RunOptions {
+                                    out_dir: dir,
+                                    resume: false,
+                                    backend: backend.name.clone(),
+                                    progress: ProgressMode::Quiet,
+                                },
                             )?;
-                            let init_att = r.summary.initial_attention.first().copied().unwrap_or_default();
+                            let init_att = r
+                                .summary
+                                .initial_attention
+                                .first()
+                                .copied()
+                                .unwrap_or_default();
                             let run = TrainingRun {
                                 name: name.clone(),
                                 d_k,
@@ -194,7 +220,10 @@ impl Experiment for Training {
                                 "[{}/{}] {name}: {} (final accuracy {:.3}, {:.1} s)",
                                 runs.len() + 1,
                                 total,
-                                run.steps_to_target.map_or("target not reached".to_string(), |s| format!("99% at step {s}")),
+                                run.steps_to_target
+                                    .map_or("target not reached".to_string(), |s| format!(
+                                        "99% at step {s}"
+                                    )),
                                 run.final_accuracy,
                                 run.seconds
                             ));
@@ -213,23 +242,51 @@ impl Experiment for Training {
             for &init in &grid.inits {
                 for &d_k in &grid.d_k {
                     let pick = |scaled: bool| -> Vec<&TrainingRun> {
-                        runs.iter().filter(|r| r.optimizer == optimizer && r.init == init && r.d_k == d_k && r.scaled == scaled).collect()
+                        runs.iter()
+                            .filter(|r| {
+                                r.optimizer == optimizer
+                                    && r.init == init
+                                    && r.d_k == d_k
+                                    && r.scaled == scaled
+                            })
+                            .collect()
                     };
                     let describe = |rs: &[&TrainingRun]| {
-                        let reached: Vec<f64> = rs.iter().filter_map(|r| r.steps_to_target.map(|s| s as f64)).collect();
+                        let reached: Vec<f64> = rs
+                            .iter()
+                            .filter_map(|r| r.steps_to_target.map(|s| s as f64))
+                            .collect();
                         let steps = rs
                             .iter()
                             .map(|r| r.steps_to_target.map_or("—".to_string(), |s| s.to_string()))
                             .collect::<Vec<_>>()
                             .join(" / ");
-                        (steps, reached.len(), if reached.is_empty() { f64::NAN } else { median(&reached) })
+                        (
+                            steps,
+                            reached.len(),
+                            if reached.is_empty() {
+                                f64::NAN
+                            } else {
+                                median(&reached)
+                            },
+                        )
                     };
                     let (s, u) = (pick(true), pick(false));
                     let (s_steps, s_n, s_med) = describe(&s);
                     let (u_steps, u_n, u_med) = describe(&u);
-                    let acc = |rs: &[&TrainingRun]| mean(&rs.iter().map(|r| r.final_accuracy).collect::<Vec<_>>());
-                    let ent = |rs: &[&TrainingRun]| mean(&rs.iter().map(|r| r.initial_normalized_entropy).collect::<Vec<_>>());
-                    let std_ = |rs: &[&TrainingRun]| mean(&rs.iter().map(|r| r.initial_logit_std).collect::<Vec<_>>());
+                    let acc = |rs: &[&TrainingRun]| {
+                        mean(&rs.iter().map(|r| r.final_accuracy).collect::<Vec<_>>())
+                    };
+                    let ent = |rs: &[&TrainingRun]| {
+                        mean(
+                            &rs.iter()
+                                .map(|r| r.initial_normalized_entropy)
+                                .collect::<Vec<_>>(),
+                        )
+                    };
+                    let std_ = |rs: &[&TrainingRun]| {
+                        mean(&rs.iter().map(|r| r.initial_logit_std).collect::<Vec<_>>())
+                    };
                     groups.push((optimizer, init, d_k, s_n, s_med, u_n, u_med, s.len()));
                     table_rows.push(vec![
                         opt_name(optimizer).into(),
@@ -245,7 +302,16 @@ impl Experiment for Training {
             }
         }
         let table = md_table(
-            &["optimizer", "qk init", "d_k", "steps to 99%, scaled (per seed)", "steps to 99%, unscaled", "final accuracy scaled / unscaled", "initial norm. entropy scaled / unscaled", "initial logit std scaled / unscaled"],
+            &[
+                "optimizer",
+                "qk init",
+                "d_k",
+                "steps to 99%, scaled (per seed)",
+                "steps to 99%, unscaled",
+                "final accuracy scaled / unscaled",
+                "initial norm. entropy scaled / unscaled",
+                "initial logit std scaled / unscaled",
+            ],
             &table_rows,
         );
         // Verdict lines per group.
@@ -254,13 +320,29 @@ impl Experiment for Training {
             let what = if *u_n < *s_n {
                 format!("unscaled reaches 99% in {u_n}/{n} seeds vs {s_n}/{n} scaled")
             } else if u_med > s_med && *u_med > 1.25 * *s_med {
-                format!("unscaled is slower (median {} vs {} steps)", f(*u_med, 0), f(*s_med, 0))
+                format!(
+                    "unscaled is slower (median {} vs {} steps)",
+                    f(*u_med, 0),
+                    f(*s_med, 0)
+                )
             } else if s_med > u_med && *s_med > 1.25 * *u_med {
-                format!("unscaled is *faster* (median {} vs {} steps)", f(*u_med, 0), f(*s_med, 0))
+                format!(
+                    "unscaled is *faster* (median {} vs {} steps)",
+                    f(*u_med, 0),
+                    f(*s_med, 0)
+                )
             } else {
-                format!("no clear difference (median {} vs {} steps)", f(*u_med, 0), f(*s_med, 0))
+                format!(
+                    "no clear difference (median {} vs {} steps)",
+                    f(*u_med, 0),
+                    f(*s_med, 0)
+                )
             };
-            findings.push(format!("- {} / {} init / d_k = {d_k}: {what}", opt_name(*optimizer), init_name(*init)));
+            findings.push(format!(
+                "- {} / {} init / d_k = {d_k}: {what}",
+                opt_name(*optimizer),
+                init_name(*init)
+            ));
         }
         let csv = write_csv(
             ctx,
@@ -289,7 +371,11 @@ impl Experiment for Training {
         )?;
         // Curves of the first seed, unit init, each optimizer, from the saved metrics.
         let mut plots = Vec::new();
-        let init = if grid.inits.contains(&QkInit::Unit) { QkInit::Unit } else { grid.inits[0] };
+        let init = if grid.inits.contains(&QkInit::Unit) {
+            QkInit::Unit
+        } else {
+            grid.inits[0]
+        };
         for &optimizer in &grid.optimizers {
             let mut loss_series = Vec::new();
             let mut grad_series = Vec::new();
@@ -305,15 +391,29 @@ impl Experiment for Training {
                     );
                     let metrics = read_metrics(&root.join(&name).join("metrics.csv"), 1);
                     let label = format!("d_k={d_k} {}", if scaled { "scaled" } else { "unscaled" });
-                    loss_series.push(Series::line(label.clone(), metrics.iter().map(|m| (m.step as f64, m.loss)).collect()));
-                    grad_series.push(Series::line(label, metrics.iter().map(|m| (m.step as f64, m.grad_norm_query.max(1e-12))).collect()));
+                    loss_series.push(Series::line(
+                        label.clone(),
+                        metrics.iter().map(|m| (m.step as f64, m.loss)).collect(),
+                    ));
+                    grad_series.push(Series::line(
+                        label,
+                        metrics
+                            .iter()
+                            .map(|m| (m.step as f64, m.grad_norm_query.max(1e-12)))
+                            .collect(),
+                    ));
                 }
             }
             let p = format!("training_loss_{}.png", opt_name(optimizer));
             line_plot(
                 &out_path(ctx, &p),
                 &LinePlot {
-                    title: format!("Training loss on match ({}, {} init, seed {})", opt_name(optimizer), init_name(init), grid.seeds[0]),
+                    title: format!(
+                        "Training loss on match ({}, {} init, seed {})",
+                        opt_name(optimizer),
+                        init_name(init),
+                        grid.seeds[0]
+                    ),
                     x_label: "step".into(),
                     y_label: "cross-entropy".into(),
                     log_x: false,
@@ -326,7 +426,11 @@ impl Experiment for Training {
             line_plot(
                 &out_path(ctx, &p),
                 &LinePlot {
-                    title: format!("‖∂L/∂W_Q‖ during training ({}, {} init)", opt_name(optimizer), init_name(init)),
+                    title: format!(
+                        "‖∂L/∂W_Q‖ during training ({}, {} init)",
+                        opt_name(optimizer),
+                        init_name(init)
+                    ),
                     x_label: "step".into(),
                     y_label: "query projection gradient norm".into(),
                     log_x: false,
@@ -349,14 +453,24 @@ impl Experiment for Training {
             grid.adam_lr,
             grid.sgd_lr,
             findings.join("\n"),
-            plots.iter().map(|p| format!("![{p}]({p})")).collect::<Vec<_>>().join("\n"),
+            plots
+                .iter()
+                .map(|p| format!("![{p}]({p})"))
+                .collect::<Vec<_>>()
+                .join("\n"),
         );
-        let slower = groups.iter().filter(|g| g.5 < g.3 || (g.6 > 1.25 * g.4)).count();
+        let slower = groups
+            .iter()
+            .filter(|g| g.5 < g.3 || (g.6 > 1.25 * g.4))
+            .count();
         Ok(ExperimentOutput {
             name: self.name().into(),
             title: self.title().into(),
             verdict: Verdict::Measured,
-            summary: format!("unscaled is slower or fails in {slower} of {} (optimizer, init, d_k) groups", groups.len()),
+            summary: format!(
+                "unscaled is slower or fails in {slower} of {} (optimizer, init, d_k) groups",
+                groups.len()
+            ),
             markdown,
             results: serde_json::json!({ "grid": grid, "runs": runs }),
             plots,

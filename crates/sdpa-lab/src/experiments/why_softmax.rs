@@ -66,7 +66,11 @@ impl Experiment for WhySoftmax {
     fn run(&self, ctx: &LabContext) -> Result<ExperimentOutput, LabError> {
         let t0 = Instant::now();
         let device = &ctx.primary().device;
-        let ns: Vec<usize> = if ctx.quick { vec![16, 64, 256] } else { vec![16, 64, 256, 1024] };
+        let ns: Vec<usize> = if ctx.quick {
+            vec![16, 64, 256]
+        } else {
+            vec![16, 64, 256, 1024]
+        };
         let ds = [16usize, 64, 256];
         let d_v = 64;
         let mut rows = Vec::new();
@@ -103,7 +107,9 @@ impl Experiment for WhySoftmax {
                 .map(|m| {
                     let mut r = vec![m.to_string()];
                     for &n in &ns {
-                        let x = rows.iter().find(|r| r.method == *m && r.n == n && r.d == d_ref);
+                        let x = rows
+                            .iter()
+                            .find(|r| r.method == *m && r.n == n && r.d == d_ref);
                         r.push(f(x.map_or(f64::NAN, |x| x.output_std), 3));
                     }
                     r
@@ -118,15 +124,25 @@ impl Experiment for WhySoftmax {
                 .map(|m| {
                     let mut r = vec![m.to_string()];
                     for &d in &ds {
-                        let x = rows.iter().find(|r| r.method == *m && r.n == n_ref && r.d == d);
+                        let x = rows
+                            .iter()
+                            .find(|r| r.method == *m && r.n == n_ref && r.d == d);
                         r.push(f(x.map_or(f64::NAN, |x| x.output_std), 3));
                     }
                     r
                 })
                 .collect::<Vec<_>>(),
         );
-        let raw = |n: usize| rows.iter().find(|r| r.method == METHODS[1] && r.n == n && r.d == d_ref).map_or(f64::NAN, |r| r.output_std);
-        let soft = |n: usize| rows.iter().find(|r| r.method == METHODS[0] && r.n == n && r.d == d_ref).map_or(f64::NAN, |r| r.output_std);
+        let raw = |n: usize| {
+            rows.iter()
+                .find(|r| r.method == METHODS[1] && r.n == n && r.d == d_ref)
+                .map_or(f64::NAN, |r| r.output_std)
+        };
+        let soft = |n: usize| {
+            rows.iter()
+                .find(|r| r.method == METHODS[0] && r.n == n && r.d == d_ref)
+                .map_or(f64::NAN, |r| r.output_std)
+        };
         let (n0, n1) = (ns[0], *ns.last().unwrap_or(&ns[0]));
         let markdown = format!(
             "Scores QKᵀ/√d (std 1), values with unit variance (d_v = {d_v}); the output's component std for \
@@ -147,7 +163,15 @@ impl Experiment for WhySoftmax {
             ctx,
             "why_softmax.csv",
             "method,n,d,output_std,weight_sum",
-            &rows.iter().map(|r| format!("{},{},{},{},{}", r.method, r.n, r.d, r.output_std, r.weight_sum)).collect::<Vec<_>>(),
+            &rows
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{},{},{},{},{}",
+                        r.method, r.n, r.d, r.output_std, r.weight_sum
+                    )
+                })
+                .collect::<Vec<_>>(),
         )?;
         let plot = "why_softmax.png";
         line_plot(
@@ -163,7 +187,10 @@ impl Experiment for WhySoftmax {
                     .map(|m| {
                         Series::line(
                             *m,
-                            rows.iter().filter(|r| r.method == *m && r.d == d_ref).map(|r| (r.n as f64, r.output_std)).collect(),
+                            rows.iter()
+                                .filter(|r| r.method == *m && r.d == d_ref)
+                                .map(|r| (r.n as f64, r.output_std))
+                                .collect(),
                         )
                     })
                     .collect(),
