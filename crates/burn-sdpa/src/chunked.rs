@@ -155,3 +155,34 @@ pub fn chunked_attention(
         // [b, h_kv, g·n, d_v] -> [b, h, n, d_v]
         .reshape([b, h, n, d_v])
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{AttentionInput, Implementation, ScaledDotProductAttentionConfig};
+    use burn::tensor::Distribution;
+
+    #[test]
+    fn every_block_size_matches_the_naive_path() {
+        let device = Device::flex();
+        device.seed(2);
+        let q = Tensor::<4>::random([2, 4, 6, 8], Distribution::Normal(0.0, 1.0), &device);
+        let k = Tensor::<4>::random([2, 2, 7, 8], Distribution::Normal(0.0, 1.0), &device);
+        let v = Tensor::<4>::random([2, 2, 7, 3], Distribution::Normal(0.0, 1.0), &device);
+        let input = AttentionInput::new(q, k, v).causal();
+        let naive = ScaledDotProductAttentionConfig::new()
+            .with_implementation(Implementation::Naive)
+            .init()
+            .forward(input.clone())
+            .context;
+        for block_size in [1, 2, 3, 7, 100] {
+            let chunked = ScaledDotProductAttentionConfig::new()
+                .with_implementation(Implementation::Chunked { block_size })
+                .init()
+                .forward(input.clone())
+                .context;
+            let diff = (chunked - naive.clone()).abs().max().into_scalar::<f32>();
+            assert!(diff < 1e-5, "block {block_size}: {diff}");
+        }
+    }
+}

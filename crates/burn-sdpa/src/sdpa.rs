@@ -652,3 +652,94 @@ impl ScaledDotProductAttention {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::{Distribution, TensorData};
+
+    fn values(t: Tensor<4>) -> Vec<f32> {
+        t.into_data()
+            .convert::<f32>()
+            .try_into_vec::<f32>()
+            .unwrap()
+    }
+
+    #[test]
+    fn scale_policies() {
+        assert_eq!(ScalePolicy::InvSqrtDk.factor(64), 0.125);
+        assert_eq!(ScalePolicy::Unscaled.factor(64), 1.0);
+        assert_eq!(ScalePolicy::Fixed(0.3).factor(64), 0.3);
+        assert!(ScalePolicy::Fixed(0.0).validate().is_err());
+        assert_eq!(CausalAlignment::BottomRight.offset(2, 5), 3);
+        assert_eq!(CausalAlignment::TopLeft.offset(2, 5), 0);
+    }
+
+    #[test]
+    fn fully_masked_row_is_zero_on_every_path() {
+        let device = Device::flex();
+        device.seed(0);
+        let q = Tensor::<4>::random([1, 1, 3, 4], Distribution::Default, &device);
+        let k = Tensor::<4>::random([1, 1, 5, 4], Distribution::Default, &device);
+        let v = Tensor::<4>::random([1, 1, 5, 2], Distribution::Default, &device);
+        // Row 1 sees nothing.
+        let mut m = vec![false; 15];
+        m[5..10].iter_mut().for_each(|x| *x = true);
+        let mask = Tensor::<4, Bool>::from_data(TensorData::new(m, [1, 1, 3, 5]), &device);
+        for implementation in [
+            Implementation::Naive,
+            Implementation::Chunked { block_size: 2 },
+            Implementation::Fused,
+            Implementation::Auto,
+        ] {
+            let attn = ScaledDotProductAttentionConfig::new()
+                .with_implementation(implementation)
+                .init();
+            let out = attn
+                .forward(AttentionInput::new(q.clone(), k.clone(), v.clone()).mask(mask.clone()));
+            let ctx = values(out.context);
+            assert_eq!(&ctx[2..4], &[0.0, 0.0], "{implementation:?}");
+            assert!(ctx.iter().all(|x| x.is_finite()), "{implementation:?}");
+        }
+    }
+
+    #[test]
+    fn auto_takes_naive_for_weights_and_fused_otherwise() {
+        let device = Device::flex();
+        let t = Tensor::<4>::zeros([1, 2, 3, 4], &device);
+        let input = AttentionInput::new(t.clone(), t.clone(), t);
+        let attn = ScaledDotProductAttentionConfig::new().init();
+        let dims = validate_input(&input).unwrap();
+        assert_eq!(attn.resolve(&input, &dims).unwrap(), Path::Fused);
+        assert_eq!(
+            attn.resolve(&input.clone().need_weights(), &dims).unwrap(),
+            Path::Naive
+        );
+        let chunked = ScaledDotProductAttentionConfig::new()
+            .with_implementation(Implementation::Chunked { block_size: 8 })
+            .init();
+        let e = chunked.resolve(&input.need_weights(), &dims).unwrap_err();
+        assert!(matches!(e, AttentionError::Unsupported { .. }), "{e:?}");
+        let e = ScaledDotProductAttentionConfig::new()
+            .with_implementation(Implementation::Chunked { block_size: 0 })
+            .try_init()
+            .unwrap_err();
+        assert!(e.to_string().contains("block size"), "{e}");
+    }
+
+    #[test]
+    fn grouped_query_heads_use_their_kv_head() {
+        // Two query heads share one kv head: with identical queries they give identical outputs.
+        let device = Device::flex();
+        device.seed(1);
+        let q1 = Tensor::<4>::random([1, 1, 3, 4], Distribution::Default, &device);
+        let q = Tensor::cat(vec![q1.clone(), q1], 1);
+        let k = Tensor::<4>::random([1, 1, 5, 4], Distribution::Default, &device);
+        let v = Tensor::<4>::random([1, 1, 5, 2], Distribution::Default, &device);
+        let out = ScaledDotProductAttentionConfig::new()
+            .init()
+            .forward(AttentionInput::new(q, k, v));
+        let ctx = values(out.context);
+        assert_eq!(&ctx[..6], &ctx[6..]);
+    }
+}
