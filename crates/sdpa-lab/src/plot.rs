@@ -83,6 +83,21 @@ pub struct LinePlot {
     pub series: Vec<Series>,
 }
 
+/// A short tick label: plain for ordinary magnitudes, scientific otherwise.
+fn tick(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if !(1e-2..1e5).contains(&a) {
+        format!("{v:.1e}")
+    } else if a >= 100.0 || (v.round() - v).abs() < 1e-9 {
+        format!("{}", v.round())
+    } else {
+        let s = format!("{v:.3}");
+        s.trim_end_matches('0').trim_end_matches('.').to_string()
+    }
+}
+
 fn bounds(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
     let v: Vec<f64> = values
         .filter(|x| x.is_finite() && (!log || *x > 0.0))
@@ -135,6 +150,8 @@ where
         .configure_mesh()
         .x_desc(&plot.x_label)
         .y_desc(&plot.y_label)
+        .x_label_formatter(&|v| tick(*v))
+        .y_label_formatter(&|v| tick(*v))
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 19))
         .light_line_style(RGBColor(235, 235, 235))

@@ -42,7 +42,9 @@ pub struct Report {
 }
 
 fn git_commit() -> String {
+    // The sources' commit, wherever the report is run from.
     std::process::Command::new("git")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
         .args(["rev-parse", "--short=12", "HEAD"])
         .output()
         .ok()
@@ -152,12 +154,17 @@ pub fn markdown(r: &Report) -> String {
             e.name,
             e.name,
             e.verdict.label(),
-            e.summary,
+            crate::experiments::md_cell(&e.summary),
             e.seconds
         );
     }
     for fail in &r.failures {
-        let _ = writeln!(s, "| – | {} | **failed** | {} | – |", fail.name, fail.error);
+        let _ = writeln!(
+            s,
+            "| – | {} | **failed** | {} | – |",
+            fail.name,
+            crate::experiments::md_cell(&fail.error)
+        );
     }
     for e in &r.experiments {
         let _ = writeln!(

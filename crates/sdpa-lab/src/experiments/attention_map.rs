@@ -257,7 +257,8 @@ impl Experiment for AttentionMap {
              column i − 4 always get exactly the same weight.\n\n\
              **A trained model.** The default model trained on *match* ({} steps, held-out accuracy {}) \
              learns content matching: the share of second-half rows whose largest weight is on their twin \
-             is {} per head. Head {best} on one held-out sequence:\n\n![trained map]({p2})\n",
+             is {} per head. Head {best} on one held-out sequence (tokens {:?}; rows 8–15 are the second \
+             half, their twins are in columns 0–7):\n\n![trained map]({p2})\n",
             md_table(&h8, &matrix(&first)),
             draws,
             100.0 * random.share_twin_is_max,
@@ -270,6 +271,7 @@ impl Experiment for AttentionMap {
                 .map(|s| format!("{:.1}%", 100.0 * s))
                 .collect::<Vec<_>>()
                 .join(", "),
+            trained.tokens,
         );
         Ok(ExperimentOutput {
             name: self.name().into(),

@@ -9,7 +9,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn_sdpa::mask::causal_mask;
-use burn_sdpa::{AttentionInput, CausalAlignment, ScaledDotProductAttentionConfig};
+use burn_sdpa::{AttentionInput, CausalAlignment, Implementation, ScaledDotProductAttentionConfig};
 use serde::Serialize;
 
 use super::{Experiment, ExperimentOutput, Verdict, md_table, write_csv};
@@ -68,7 +68,10 @@ impl Experiment for Compare {
         let t0 = Instant::now();
         // The article: b, h, seq, d = 2, 4, 8, 16.
         let (b, h, s, d) = (2, 4, 8, 16);
-        let attn = ScaledDotProductAttentionConfig::new().try_init()?;
+        // Our own computation (the naive path), not the fused path that delegates to Burn.
+        let attn = ScaledDotProductAttentionConfig::new()
+            .with_implementation(Implementation::Naive)
+            .try_init()?;
         let mut rows = Vec::new();
         for backend in &ctx.backends {
             let device = &backend.device;

@@ -102,15 +102,28 @@ pub fn find_experiment(name: &str) -> Option<Box<dyn Experiment>> {
     all_experiments().into_iter().find(|e| e.name() == name)
 }
 
-/// A Markdown table.
+/// Escapes the characters that would break a Markdown table cell.
+pub fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// A Markdown table (cells are escaped).
 pub fn md_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let esc = |cells: &[String]| {
+        cells
+            .iter()
+            .map(|c| md_cell(c))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let headers: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
     let mut s = format!(
         "| {} |\n|{}|\n",
-        headers.join(" | "),
+        esc(&headers),
         vec!["---"; headers.len()].join("|")
     );
     for r in rows {
-        s.push_str(&format!("| {} |\n", r.join(" | ")));
+        s.push_str(&format!("| {} |\n", esc(r)));
     }
     s
 }

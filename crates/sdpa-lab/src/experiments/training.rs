@@ -182,6 +182,7 @@ impl Experiment for Training {
                             config.steps = grid.steps;
                             config.seed = seed;
                             config.eval_every = 25;
+                            config.eval_batches = 8;
                             config.log_every = 5;
                             config.target_accuracy = grid.target;
                             let dir = root.join(&name);
@@ -442,7 +443,7 @@ impl Experiment for Training {
         }
         let markdown = format!(
             "The default model (d_model = 64, 2 heads, 1 layer, pre-layer-norm) on *match* (k = 8, vocabulary 64), \
-             d_k per head independent of d_model. Budget {} steps per run (evaluation every 25 steps on 16 \
+             d_k per head independent of d_model. Budget {} steps per run (evaluation every 25 steps on 8 \
              held-out batches; a run stops at 99%), Adam lr {} and SGD lr {} with momentum 0.9. \"unit\" init \
              draws W_Q, W_K so that q and k components have unit variance (the article's assumption: \
              unscaled logits then have std √d_k); \"default\" is Burn's Kaiming-uniform (components of \
