@@ -5,9 +5,7 @@
 use std::time::Instant;
 
 use burn::prelude::*;
-use burn::tensor::module::attention;
-use burn::tensor::ops::AttentionModuleOptions;
-use burn_sdpa::{AttentionInput, ScaledDotProductAttentionConfig};
+use burn_sdpa::{AttentionInput, Implementation, ScaledDotProductAttentionConfig};
 use serde::Serialize;
 
 use super::{Experiment, ExperimentOutput, Verdict, f, md_table, out_path, write_csv};
@@ -97,7 +95,10 @@ impl Experiment for Complexity {
             vec![128, 256, 512, 1024, 2048, 4096]
         };
         let reps = if ctx.quick { 3 } else { 5 };
-        let attn = ScaledDotProductAttentionConfig::new().try_init()?;
+        let attn = ScaledDotProductAttentionConfig::new()
+            .with_implementation(Implementation::Naive)
+            .try_init()?;
+        let fast = ScaledDotProductAttentionConfig::new().try_init()?;
         let mut rows = Vec::new();
         let mut rng = ctx.rng(10);
         for &n in &ns {
@@ -119,16 +120,11 @@ impl Experiment for Complexity {
                     }),
                 ),
                 (
-                    "fused (Burn attention)",
+                    "fastest path (module, Auto: fused here)",
                     Box::new(|| {
-                        let out = attention(
-                            q.clone(),
-                            k.clone(),
-                            v.clone(),
-                            None,
-                            None,
-                            AttentionModuleOptions::default(),
-                        );
+                        let out = fast
+                            .try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))?
+                            .context;
                         Ok(to_vec(out.slice(s![0..1, 0..1, 0..1, 0..1]))[0])
                     }),
                 ),
