@@ -108,6 +108,18 @@ fn opt_name(o: OptimizerKind) -> &'static str {
     }
 }
 
+/// The folder name of one run under `runs/training`.
+fn run_name(optimizer: OptimizerKind, init: QkInit, d_k: usize, scaled: bool, seed: u64) -> String {
+    format!(
+        "{}-{}-dk{}-{}-s{}",
+        opt_name(optimizer),
+        init_name(init),
+        d_k,
+        if scaled { "scaled" } else { "unscaled" },
+        seed
+    )
+}
+
 /// Reads a run's saved metrics back (the plots are drawn from the files, not from memory).
 pub fn read_metrics(path: &std::path::Path, n_layers: usize) -> Vec<StepMetrics> {
     std::fs::read_to_string(path)
@@ -155,14 +167,7 @@ impl Experiment for Training {
                 for &d_k in &grid.d_k {
                     for &seed in &grid.seeds {
                         for scaled in [true, false] {
-                            let name = format!(
-                                "{}-{}-dk{}-{}-s{}",
-                                opt_name(optimizer),
-                                init_name(init),
-                                d_k,
-                                if scaled { "scaled" } else { "unscaled" },
-                                seed
-                            );
+                            let name = run_name(optimizer, init, d_k, scaled, seed);
                             let mut config = TrainConfig::for_task(TaskConfig::new());
                             config.model.d_k = Some(d_k);
                             config.model.qk_init = init;
@@ -382,14 +387,7 @@ impl Experiment for Training {
             let mut grad_series = Vec::new();
             for &d_k in &grid.d_k {
                 for scaled in [true, false] {
-                    let name = format!(
-                        "{}-{}-dk{}-{}-s{}",
-                        opt_name(optimizer),
-                        init_name(init),
-                        d_k,
-                        if scaled { "scaled" } else { "unscaled" },
-                        grid.seeds[0]
-                    );
+                    let name = run_name(optimizer, init, d_k, scaled, grid.seeds[0]);
                     let metrics = read_metrics(&root.join(&name).join("metrics.csv"), 1);
                     let label = format!("d_k={d_k} {}", if scaled { "scaled" } else { "unscaled" });
                     loss_series.push(Series::line(
