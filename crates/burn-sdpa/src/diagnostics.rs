@@ -9,6 +9,7 @@ use burn::tensor::{DType, FloatDType};
 use serde::{Deserialize, Serialize};
 
 use crate::error::AttentionError;
+use crate::sdpa::check_broadcast;
 
 /// The probability above which a row counts as saturated (nearly one-hot).
 pub const SATURATION_THRESHOLD: f64 = 0.99;
@@ -82,16 +83,9 @@ pub fn attention_diagnostics(
     scores: Option<Tensor<4>>,
 ) -> Result<AttentionDiagnostics, AttentionError> {
     let shape = weights.dims();
-    let [_, h, _, m] = shape;
+    let [_, h, _, _] = shape;
     if let Some(mask) = &mask {
-        let d = mask.dims();
-        if !((0..3).all(|i| d[i] == 1 || d[i] == shape[i]) && d[3] == m) {
-            return Err(AttentionError::NotBroadcastable {
-                tensor: "mask",
-                shape: d,
-                scores: shape,
-            });
-        }
+        check_broadcast("mask", mask.dims(), shape)?;
     }
     if let Some(scores) = &scores
         && scores.dims() != shape

@@ -313,7 +313,8 @@ impl AttentionDims {
     }
 }
 
-fn check_broadcast(
+/// Checks that a mask or bias of `shape` broadcasts to the scores' shape `[b, h, n, m]`.
+pub(crate) fn check_broadcast(
     tensor: &'static str,
     shape: [usize; 4],
     scores: [usize; 4],

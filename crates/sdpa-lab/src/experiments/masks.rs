@@ -8,6 +8,7 @@ use std::time::Instant;
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use burn::tensor::{DType, TensorData};
+use burn_sdpa::sdpa::most_negative;
 use burn_sdpa::{AttentionInput, ScalePolicy, ScaledDotProductAttentionConfig};
 use serde::Serialize;
 
@@ -46,10 +47,6 @@ fn dtype_name(d: DType) -> &'static str {
         DType::BF16 => "bf16",
         _ => "f32",
     }
-}
-
-fn most_negative(d: DType) -> f64 {
-    burn_sdpa::sdpa::most_negative(d)
 }
 
 /// Classifies a probability row.
