@@ -6,45 +6,7 @@
 use burn::nn::Dropout;
 use burn::prelude::*;
 
-use crate::sdpa::{AttentionDims, AttentionInput, CausalAlignment, most_negative};
-
-/// Key-block mask `[b|1, h|1, n|1, len]` for keys `start..start + len`: the user mask's slice,
-/// the causal part and −∞ bias entries, or `None` when nothing in the block is masked by them.
-fn block_mask(
-    input: &AttentionInput,
-    dims: &AttentionDims,
-    alignment: CausalAlignment,
-    start: usize,
-    len: usize,
-    bias_block: Option<&Tensor<4>>,
-) -> Option<Tensor<4, Bool>> {
-    let device = input.query.device();
-    let mut parts: Vec<Tensor<4, Bool>> = Vec::new();
-    if let Some(mask) = &input.mask {
-        parts.push(mask.clone().slice(s![.., .., .., start..start + len]));
-    }
-    if input.causal {
-        // Key j (absolute start + c) is hidden from query i when j > i + offset.
-        let offset = alignment.offset(dims.n, dims.m);
-        // [n] -> [n, 1] and [len] -> [1, len]
-        let rows = Tensor::<1, Int>::arange(0..dims.n as i64, &device).reshape([dims.n, 1]);
-        let cols =
-            Tensor::<1, Int>::arange(start as i64..(start + len) as i64, &device).reshape([1, len]);
-        let hidden = cols
-            .expand([dims.n, len])
-            .greater(rows.expand([dims.n, len]).add_scalar(offset));
-        // [n, len] -> [1, 1, n, len]
-        parts.push(hidden.reshape([1, 1, dims.n, len]));
-    }
-    if let Some(bias) = bias_block {
-        parts.push(bias.clone().is_inf().bool_and(bias.clone().lower_elem(0.0)));
-    }
-    let target = [dims.batch, dims.n_heads, dims.n, len];
-    parts
-        .into_iter()
-        .map(|m| m.expand(target))
-        .reduce(|a, b| a.bool_or(b))
-}
+use crate::sdpa::{AttentionDims, AttentionInput, CausalAlignment, mask_for_keys, most_negative};
 
 /// Attention by blocks of `block_size` keys. Same semantics as the naive path: masks, bias,
 /// causal alignments, grouped-query heads, dropout on the weights, and zero output for rows
@@ -106,7 +68,15 @@ pub fn chunked_attention(
         if let Some(bias) = &bias_block {
             scores = scores + bias.clone();
         }
-        let mask = block_mask(&input, &dims, alignment, start, len, bias_block.as_ref());
+        // [b|1, h|1, n|1, len] -> [b, h, n, len]
+        let mask = mask_for_keys(
+            &input,
+            &dims,
+            alignment,
+            start..start + len,
+            bias_block.as_ref(),
+        )
+        .map(|mask| mask.expand([b, h, n, len]));
         if let Some(mask) = &mask {
             scores = scores.mask_fill(mask.clone(), fill);
         }

@@ -1,6 +1,8 @@
 //! Mask helpers. Every mask here uses **true = masked out** (Burn's and the article's polarity;
 //! PyTorch's boolean `attn_mask` is the opposite).
 
+use core::ops::Range;
+
 use burn::prelude::*;
 
 use crate::error::AttentionError;
@@ -28,8 +30,36 @@ pub fn causal_mask(
     alignment: CausalAlignment,
     device: &Device,
 ) -> Tensor<2, Bool> {
-    // `tril_mask` is true where col > row + offset.
-    Tensor::<2, Bool>::tril_mask([n, m], alignment.offset(n, m), device)
+    causal_mask_for_keys(n, m, 0..m, alignment, device)
+}
+
+/// The columns `keys` of [`causal_mask`]`(n, m, ..)`: `[n, keys.len()]`, true where key j
+/// (absolute index) is hidden from query i, i.e. j > i + offset. The chunked path builds its
+/// mask one key block at a time with it.
+///
+/// ```
+/// # use burn::prelude::*;
+/// use burn_sdpa::{mask::causal_mask_for_keys, CausalAlignment};
+/// let device = Device::flex();
+/// // Keys 2..4 of a 4 × 4 top-left mask: [[true, true], [true, true], [false, true], [false, false]]
+/// let block = causal_mask_for_keys(4, 4, 2..4, CausalAlignment::TopLeft, &device);
+/// assert_eq!(block.dims(), [4, 2]);
+/// ```
+pub fn causal_mask_for_keys(
+    n: usize,
+    m: usize,
+    keys: Range<usize>,
+    alignment: CausalAlignment,
+    device: &Device,
+) -> Tensor<2, Bool> {
+    let len = keys.len();
+    let offset = alignment.offset(n, m);
+    // [n] -> [n, 1] and [len] -> [1, len]
+    let rows = Tensor::<1, Int>::arange(0..n as i64, device).reshape([n, 1]);
+    let cols =
+        Tensor::<1, Int>::arange(keys.start as i64..keys.end as i64, device).reshape([1, len]);
+    cols.expand([n, len])
+        .greater(rows.expand([n, len]).add_scalar(offset))
 }
 
 /// A padding mask `[b, m]` from sequence lengths `[b]`: true at positions `j >= length`.

@@ -1,5 +1,7 @@
 //! The scaled dot-product attention module: softmax(QKᵀ·scale + M)·V.
 
+use core::ops::Range;
+
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig};
 use burn::prelude::*;
@@ -12,7 +14,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 
 use crate::chunked::chunked_attention;
 use crate::error::AttentionError;
-use crate::mask::{broadcast_or, causal_mask};
+use crate::mask::{broadcast_or, causal_mask_for_keys};
 
 /// How the scores QKᵀ are scaled before the softmax.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
@@ -392,6 +394,46 @@ pub fn most_negative(dtype: DType) -> f64 {
     }
 }
 
+/// The mask of the keys `keys` of a call, `[b|1, h|1, n|1, keys.len()]` (broadcastable to the
+/// scores of those keys), or `None` when nothing there is masked: the user mask's columns, the
+/// causal part and the −∞ entries of `bias` (the bias of the same keys). The naive path asks for
+/// all keys, the chunked path for one block at a time.
+pub(crate) fn mask_for_keys(
+    input: &AttentionInput,
+    dims: &AttentionDims,
+    alignment: CausalAlignment,
+    keys: Range<usize>,
+    bias: Option<&Tensor<4>>,
+) -> Option<Tensor<4, Bool>> {
+    let device = input.query.device();
+    let mut mask = input.mask.clone().map(|mask| {
+        if keys.len() == dims.m {
+            mask
+        } else {
+            mask.slice(s![.., .., .., keys.clone()])
+        }
+    });
+    if input.causal {
+        // [n, len] -> [1, 1, n, len]
+        let causal =
+            causal_mask_for_keys(dims.n, dims.m, keys.clone(), alignment, &device).unsqueeze();
+        mask = Some(match mask {
+            Some(prev) => broadcast_or(prev, causal),
+            None => causal,
+        });
+    }
+    if let Some(bias) = bias {
+        // A −∞ bias entry is a mask entry: treat it as one so that a row whose bias is −∞
+        // everywhere gives zeros, not NaN.
+        let neg_inf = bias.clone().is_inf().bool_and(bias.clone().lower_elem(0.0));
+        mask = Some(match mask {
+            Some(prev) => broadcast_or(prev, neg_inf),
+            None => neg_inf,
+        });
+    }
+    mask
+}
+
 impl ScaledDotProductAttention {
     /// The factor that multiplies QKᵀ for a given d_k.
     pub fn scale_factor(&self, d_k: usize) -> f64 {
@@ -575,26 +617,14 @@ impl ScaledDotProductAttention {
         input: &AttentionInput,
         dims: &AttentionDims,
     ) -> Option<Tensor<4, Bool>> {
-        let device = input.query.device();
-        let mut mask = input.mask.clone();
-        if input.causal {
-            // [n, m] -> [1, 1, n, m]
-            let causal = causal_mask(dims.n, dims.m, self.causal_alignment, &device).unsqueeze();
-            mask = Some(match mask {
-                Some(prev) => broadcast_or(prev, causal),
-                None => causal,
-            });
-        }
-        if let Some(bias) = &input.bias {
-            // A −∞ bias entry is a mask entry: treat it as one so that a row whose bias is −∞
-            // everywhere gives zeros, not NaN.
-            let neg_inf = bias.clone().is_inf().bool_and(bias.clone().lower_elem(0.0));
-            mask = Some(match mask {
-                Some(prev) => broadcast_or(prev, neg_inf),
-                None => neg_inf,
-            });
-        }
-        mask.map(|m| m.expand(dims.scores_shape()))
+        mask_for_keys(
+            input,
+            dims,
+            self.causal_alignment,
+            0..dims.m,
+            input.bias.as_ref(),
+        )
+        .map(|m| m.expand(dims.scores_shape()))
     }
 
     /// The plain path: materializes the scores and weights `[b, h, n, m]`.
