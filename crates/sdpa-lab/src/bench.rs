@@ -28,8 +28,13 @@ pub struct BenchConfig {
     pub d: usize,
     /// Sequence lengths (n = m).
     pub ns: Vec<usize>,
-    /// Timed runs per cell (after one warm-up).
+    /// Least timed runs per cell (after one warm-up).
     pub reps: usize,
+    /// More runs are timed (up to `max_reps`) until every path of a cell has run this long in
+    /// total, so that the medians of the fast small-n cells are not at the mercy of one hiccup.
+    pub min_total_ms: f64,
+    /// Most timed runs per cell.
+    pub max_reps: usize,
     /// Key block of the chunked path.
     pub block_size: usize,
     /// Sequence lengths of the inference memory sweep (b = 1).
@@ -49,6 +54,8 @@ impl BenchConfig {
                 d: 16,
                 ns: vec![64, 128],
                 reps: 2,
+                min_total_ms: 0.0,
+                max_reps: 2,
                 block_size: 32,
                 memory_ns: vec![256, 512],
                 naive_limit_bytes: 1 << 30,
@@ -60,6 +67,8 @@ impl BenchConfig {
                 d: 64,
                 ns: vec![128, 256, 512, 1024, 2048, 4096],
                 reps: 5,
+                min_total_ms: 1000.0,
+                max_reps: 25,
                 block_size: 256,
                 memory_ns: vec![1024, 2048, 4096, 8192, 16384, 32768],
                 naive_limit_bytes: 12 << 30,
@@ -204,15 +213,29 @@ pub fn run_bench(
             let q = normal_tensor(&mut rng, [b, h, n, d], &device);
             let k = normal_tensor(&mut rng, [b, h, n, d], &device);
             let v = normal_tensor(&mut rng, [b, h, n, d], &device);
-            for (name, implementation) in &paths {
-                let attn = implementation.map(module).transpose()?;
+            let attns = paths
+                .iter()
+                .map(|(name, implementation)| Ok((*name, implementation.map(module).transpose()?)))
+                .collect::<Result<Vec<_>, LabError>>()?;
+            for (_, attn) in &attns {
                 run_once(attn.as_ref(), &q, &k, &v, backward)?; // warm-up
-                let mut times = Vec::new();
-                for _ in 0..config.reps {
+            }
+            // Round-robin over the paths, so that a slow spell of the machine hits all of them.
+            let mut times = vec![Vec::new(); attns.len()];
+            let enough = |times: &Vec<Vec<f64>>| {
+                times.iter().all(|t| {
+                    t.len() >= config.max_reps
+                        || (t.len() >= config.reps && t.iter().sum::<f64>() >= config.min_total_ms)
+                })
+            };
+            while !enough(&times) {
+                for ((_, attn), times) in attns.iter().zip(times.iter_mut()) {
                     let t = Instant::now();
                     run_once(attn.as_ref(), &q, &k, &v, backward)?;
                     times.push(t.elapsed().as_secs_f64() * 1e3);
                 }
+            }
+            for ((name, attn), times) in attns.iter().zip(times) {
                 let (r, peak) = measure_peak(|| run_once(attn.as_ref(), &q, &k, &v, backward));
                 r?;
                 let flop = (if backward { 12.0 } else { 4.0 }) * (b * h * n * n * d) as f64;
@@ -320,8 +343,15 @@ pub fn run_bench(
 /// The Markdown tables of a report.
 pub fn markdown(r: &BenchReport) -> String {
     let mut s = format!(
-        "## Benchmark on {} (b = {}, h = {}, d = {}; median of {} runs after a warm-up)\n\n",
-        r.backend, r.config.b, r.config.h, r.config.d, r.config.reps
+        "## Benchmark on {} (b = {}, h = {}, d = {}; median of {} to {} runs after a warm-up, \
+         the paths taking turns, more runs until each path has run {} ms)\n\n",
+        r.backend,
+        r.config.b,
+        r.config.h,
+        r.config.d,
+        r.config.reps,
+        r.config.max_reps,
+        r.config.min_total_ms
     );
     for mode in ["forward", "forward+backward"] {
         s.push_str(&format!("### {mode}: median ms (GFLOP/s)\n\n"));
