@@ -1,6 +1,7 @@
 //! Contract, reference-parity and end-to-end tests of the attention library, on every backend
 //! compiled in (`--features wgpu` adds the wgpu backend to the CPU ones).
 
+mod auto;
 mod common;
 mod errors;
 mod golden;

@@ -28,6 +28,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod auto;
 pub mod chunked;
 pub mod diagnostics;
 pub mod error;

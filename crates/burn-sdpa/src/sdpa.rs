@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 
+use crate::auto::{AutoRequest, BackendFamily, auto_path};
 use crate::chunked::chunked_attention;
 use crate::error::AttentionError;
 use crate::mask::{broadcast_or, causal_mask_for_keys};
@@ -504,16 +505,10 @@ impl ScaledDotProductAttention {
     /// The path a call takes.
     ///
     /// Explicit implementations are honoured or rejected with [`AttentionError::Unsupported`]
-    /// (e.g. weights asked of `Chunked` or `Fused`). `Auto` picks:
-    /// 1. `Naive` when the weights or scores are asked for (only it has them);
-    /// 2. otherwise `Fused` when it can serve the call;
-    /// 3. otherwise `Naive`.
-    ///
-    /// The measurements behind the rule (`sdpa bench`, 2 CPU cores, b = 4, h = 8, d = 64) are in
-    /// the README's benchmark section: Burn's fused kernels are the fastest path for inference on
-    /// flex, and under autodiff Burn's `attention` falls back to the same matmul/softmax/matmul
-    /// recipe as `Naive`, so choosing it costs nothing there. `Chunked` trades speed for
-    /// memory and is only taken when asked for.
+    /// (e.g. weights asked of `Chunked` or `Fused`). `Auto` takes `Naive` when the weights or
+    /// scores are asked for (only it has them); otherwise it follows the measured rule of
+    /// [`crate::auto`]: by backend ([`BackendFamily`]), autodiff state, number of keys and
+    /// size of the scores.
     pub fn resolve(
         &self,
         input: &AttentionInput,
@@ -541,12 +536,17 @@ impl ScaledDotProductAttention {
             },
             Implementation::Auto => {
                 if input.need_weights || input.need_scores {
-                    Ok(Path::Naive)
-                } else if self.fused_blocker(input, dims).is_none() {
-                    Ok(Path::Fused)
-                } else {
-                    Ok(Path::Naive)
+                    return Ok(Path::Naive);
                 }
+                let device = input.query.device();
+                let [b, h, n, m] = dims.scores_shape();
+                Ok(auto_path(AutoRequest {
+                    family: BackendFamily::of(&device),
+                    autodiff: device.is_autodiff(),
+                    n_keys: m,
+                    scores_bytes: (b * h * n * m * input.query.dtype().size()) as u64,
+                    fused_ok: self.fused_blocker(input, dims).is_none(),
+                }))
             }
         }
     }

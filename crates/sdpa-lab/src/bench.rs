@@ -5,8 +5,10 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
+use burn_sdpa::sdpa::validate_input;
 use burn_sdpa::{
-    AttentionInput, Implementation, ScaledDotProductAttention, ScaledDotProductAttentionConfig,
+    AttentionInput, Implementation, Path, ScaledDotProductAttention,
+    ScaledDotProductAttentionConfig,
 };
 use sdpa_model::Progress;
 use serde::Serialize;
@@ -67,8 +69,8 @@ impl BenchConfig {
                 d: 64,
                 ns: vec![128, 256, 512, 1024, 2048, 4096],
                 reps: 5,
-                min_total_ms: 1000.0,
-                max_reps: 25,
+                min_total_ms: 3000.0,
+                max_reps: 30,
                 block_size: 256,
                 memory_ns: vec![1024, 2048, 4096, 8192, 16384, 32768],
                 naive_limit_bytes: 12 << 30,
@@ -94,12 +96,15 @@ pub struct BenchRow {
     pub gflops: f64,
     /// Peak resident memory added by one run (MiB).
     pub peak_mib: Option<f64>,
+    /// The path the module actually took (`naive`, `chunked(256)`, `fused`; `None` for the
+    /// baseline).
+    pub takes: Option<String>,
 }
 
 /// One cell of the memory sweep.
 #[derive(Debug, Clone, Serialize)]
 pub struct MemoryRow {
-    /// `chunked` or `naive`.
+    /// `chunked`, `auto` or `naive`.
     pub path: String,
     /// n = m.
     pub n: usize,
@@ -109,6 +114,8 @@ pub struct MemoryRow {
     pub peak_mib: Option<f64>,
     /// Why it did not run.
     pub skipped: Option<String>,
+    /// The path the module actually took.
+    pub takes: Option<String>,
 }
 
 /// The benchmark's result.
@@ -147,6 +154,22 @@ pub fn paths(block_size: usize) -> Vec<(&'static str, Option<Implementation>)> {
         ("fused", Some(Implementation::Fused)),
         ("baseline", None),
     ]
+}
+
+/// The path `attn` takes for q, k, v: `naive`, `chunked(B)` or `fused`.
+fn path_taken(
+    attn: &ScaledDotProductAttention,
+    q: &Tensor<4>,
+    k: &Tensor<4>,
+    v: &Tensor<4>,
+) -> Result<String, LabError> {
+    let input = AttentionInput::new(q.clone(), k.clone(), v.clone());
+    let dims = validate_input(&input)?;
+    Ok(match attn.resolve(&input, &dims)? {
+        Path::Naive => "naive".into(),
+        Path::Chunked(block_size) => format!("chunked({block_size})"),
+        Path::Fused => "fused".into(),
+    })
 }
 
 fn run_once(
@@ -198,7 +221,7 @@ pub fn run_bench(
 ) -> Result<BenchReport, LabError> {
     let (b, h, d) = (config.b, config.h, config.d);
     let paths = paths(config.block_size);
-    let total = (config.ns.len() * paths.len() * 2 + config.memory_ns.len() * 2) as u64;
+    let total = (config.ns.len() * paths.len() * 2 + config.memory_ns.len() * 3) as u64;
     let progress = Progress::new(ctx.progress, &format!("bench {}", backend.name), 0, total);
     let mut done = 0;
     let mut rows = Vec::new();
@@ -252,6 +275,10 @@ pub fn run_bench(
                     times_ms: times,
                     gflops: flop / (med * 1e-3) / 1e9,
                     peak_mib: peak.map(|p| p as f64 / (1u64 << 20) as f64),
+                    takes: attn
+                        .as_ref()
+                        .map(|a| path_taken(a, &q, &k, &v))
+                        .transpose()?,
                 };
                 done += 1;
                 progress.update(
@@ -279,6 +306,7 @@ pub fn run_bench(
                     block_size: config.block_size,
                 },
             ),
+            ("auto", Implementation::Auto),
             ("naive", Implementation::Naive),
         ] {
             let need = 3 * (h * n * n * 4) as u64;
@@ -288,6 +316,7 @@ pub fn run_bench(
                     n,
                     seconds: None,
                     peak_mib: None,
+                    takes: None,
                     skipped: Some(format!(
                         "its scores, weights and softmax temporaries would need ≈ {:.1} GiB (limit {:.0} GiB)",
                         need as f64 / (1u64 << 30) as f64,
@@ -298,6 +327,7 @@ pub fn run_bench(
                 continue;
             }
             let attn = module(implementation)?;
+            let takes = Some(path_taken(&attn, &q, &k, &v)?);
             let t = Instant::now();
             let (r, peak) = measure_peak(|| run_once(Some(&attn), &q, &k, &v, false));
             r?;
@@ -310,6 +340,7 @@ pub fn run_bench(
                 seconds: Some(secs),
                 peak_mib: peak.map(|p| p as f64 / (1u64 << 20) as f64),
                 skipped: None,
+                takes,
             });
         }
     }
@@ -371,7 +402,11 @@ pub fn markdown(r: &BenchReport) -> String {
                             .iter()
                             .find(|x| x.mode == mode && x.n == n && x.path == p)
                             .map_or("–".into(), |x| {
-                                format!("{} ({})", f(x.median_ms, 1), f(x.gflops, 1))
+                                let takes = match (&x.takes, p) {
+                                    (Some(t), "auto") => format!(" → {t}"),
+                                    _ => String::new(),
+                                };
+                                format!("{} ({}){takes}", f(x.median_ms, 1), f(x.gflops, 1))
                             }),
                     );
                 }
@@ -410,13 +445,21 @@ pub fn markdown(r: &BenchReport) -> String {
     s.push_str(&md_table(&hs, &rows));
     s.push_str("\n### Inference memory sweep (b = 1)\n\n");
     s.push_str(&md_table(
-        &["path", "n", "time (s)", "peak memory added (MiB)", "note"],
+        &[
+            "path",
+            "n",
+            "takes",
+            "time (s)",
+            "peak memory added (MiB)",
+            "note",
+        ],
         &r.memory
             .iter()
             .map(|m| {
                 vec![
                     m.path.clone(),
                     m.n.to_string(),
+                    m.takes.clone().unwrap_or_else(|| "–".into()),
                     m.seconds.map_or("–".into(), |x| f(x, 2)),
                     m.peak_mib.map_or("–".into(), |x| f(x, 0)),
                     m.skipped.clone().unwrap_or_default(),

@@ -15,6 +15,15 @@ use serde::Serialize;
 use super::{Experiment, ExperimentOutput, Verdict, md_table, write_csv};
 use crate::context::{LabContext, LabError, normal_tensor, to_vec};
 
+/// `0` for an exact zero (bit-identical), else `1.2e-7`.
+fn sci(x: f64) -> String {
+    if x == 0.0 {
+        "0".into()
+    } else {
+        format!("{x:.1e}")
+    }
+}
+
 /// One backend's comparison.
 #[derive(Debug, Clone, Serialize)]
 pub struct CompareRow {
@@ -191,11 +200,13 @@ impl Experiment for Compare {
                 Verdict::Differs
             },
             summary: format!(
-                "max |ours − Burn| ≤ {:.1e}; earlier outputs unchanged (max change {:.1e}) on {}",
-                rows.iter().map(|r| r.ours_vs_burn).fold(0.0, f64::max),
-                rows.iter()
+                "max |ours (naive path) − Burn| = {}; outputs before position 5 change by {} \
+                 when the later values change, on {}",
+                sci(rows.iter().map(|r| r.ours_vs_burn).fold(0.0, f64::max)),
+                sci(rows
+                    .iter()
                     .map(|r| r.causal_early_change)
-                    .fold(0.0, f64::max),
+                    .fold(0.0, f64::max)),
                 ctx.backends
                     .iter()
                     .map(|b| b.name.as_str())

@@ -1,0 +1,170 @@
+//! What `Implementation::Auto` knows about the device: which Burn backend runs the call, because
+//! the paths' speed and memory depend on it (Flex and CubeCL have fused inference kernels for
+//! `burn::tensor::module::attention`, NdArray and every autodiff device run Burn's plain
+//! fallback).
+
+use burn::prelude::*;
+
+/// The backend family of a device, as far as the choice of attention path is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendFamily {
+    /// Burn's Flex CPU backend: a tiled (flash) inference kernel for `attention`.
+    Flex,
+    /// Burn's NdArray CPU backend: `attention` is the plain matmul/softmax/matmul fallback.
+    NdArray,
+    /// A CubeCL backend (wgpu, CUDA, ROCm, Metal, the CubeCL CPU runtime): an autotuned flash
+    /// kernel for `attention` when no explicit scale, bias or softcap is given.
+    CubeCl,
+    /// Anything else (LibTorch, remote, ...).
+    Other,
+}
+
+impl BackendFamily {
+    /// The family of `device` (its autodiff wrapper, if any, looked through).
+    ///
+    /// Burn 0.22 has no public accessor for the backend behind a [`Device`] that works without
+    /// naming the backend's cargo feature, so this reads the variant name of the device's
+    /// `Debug` form (`Device<Flex(..)>`, `Device<NdArray(..)>`, `Device<Cube(..)>`); the
+    /// integration tests check it on every backend the workspace builds, so a change in Burn
+    /// shows up there.
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_sdpa::auto::BackendFamily;
+    /// assert_eq!(BackendFamily::of(&Device::flex()), BackendFamily::Flex);
+    /// assert_eq!(BackendFamily::of(&Device::flex().autodiff()), BackendFamily::Flex);
+    /// ```
+    pub fn of(device: &Device) -> Self {
+        let name = format!("{:?}", device.clone().without_autodiff());
+        let variant = name.strip_prefix("Device<").unwrap_or(&name);
+        if variant.starts_with("Flex") {
+            BackendFamily::Flex
+        } else if variant.starts_with("NdArray") {
+            BackendFamily::NdArray
+        } else if variant.starts_with("Cube") {
+            BackendFamily::CubeCl
+        } else {
+            BackendFamily::Other
+        }
+    }
+
+    /// Whether Burn's `attention` runs a kernel that never materializes the `[b, h, n, m]`
+    /// scores for inference on this backend.
+    pub fn has_fused_inference_kernel(self) -> bool {
+        matches!(self, BackendFamily::Flex | BackendFamily::CubeCl)
+    }
+}
+
+/// Key block of the chunked path when `Auto` picks it (the block size the benchmark measured).
+pub const AUTO_BLOCK_SIZE: usize = 256;
+
+/// Largest `[b, h, n, m]` score tensor (in bytes) that `Auto` lets an inference call
+/// materialize on a backend without a fused inference kernel; above it, `Auto` takes the chunked
+/// path, whose memory is O(n · block). 4 GiB keeps the benchmark's largest training-size case
+/// (b = 4, h = 8, n = m = 4096, f32: 2 GiB) on the faster plain path, while n = 16 384 at
+/// b = 1, h = 8 (8 GiB of scores, three times that with the softmax temporaries) no longer
+/// runs a 24 GiB machine out of memory.
+pub const AUTO_INFERENCE_SCORES_BUDGET_BYTES: u64 = 4 << 30;
+
+/// What `Auto` looks at.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct AutoRequest {
+    /// The device's backend.
+    pub family: BackendFamily,
+    /// Whether the call runs on an autodiff device (training).
+    pub autodiff: bool,
+    /// Number of keys m.
+    pub n_keys: usize,
+    /// Size of the `[b, h, n, m]` scores in the input's dtype.
+    pub scores_bytes: u64,
+    /// Whether `Fused` can serve the call (no weights, no active dropout, alignment it knows).
+    pub fused_ok: bool,
+}
+
+/// `Auto`'s rule for a call that does not ask for the weights or scores (those always take
+/// `Naive`). Measured with `sdpa bench` (b = 4, h = 8, d = 64, n = m from 128 to 4096, 2 CPU
+/// cores; the tables are in the README):
+///
+/// - **Training (autodiff)** on CPU backends: Burn's `attention` is its plain fallback built from
+///   autodiff ops, 20–45% slower than `Naive` on flex for n ≥ 512, because its masked,
+///   clamped softmax adds passes over the n×m scores in both directions. `Chunked` (block 256)
+///   is the fastest path from n = 256 up (flex, n = 4096: 17.7 s vs 20.0 s for `Naive` and
+///   25.6 s for `Fused`), since its normalization divides the n×d output, not the n×m weights.
+///   At m ≤ 256 the chunked path is a single block and `Naive` is as fast or faster, so:
+///   m ≤ [`AUTO_BLOCK_SIZE`] → `Naive`, else `Chunked`.
+///   On CubeCL (GPU) backends, where the chunked path's per-block kernel launches were not
+///   measured, `Naive`.
+/// - **Inference** on Flex and CubeCL: `Fused`, i.e. Burn's own kernel (Flex's tiled CPU kernel
+///   was 1.5–2× faster than every other path at every n on flex; CubeCL's flash kernel, kept
+///   reachable by passing no explicit scale).
+/// - **Inference** on NdArray and other backends: Burn's `attention` is the plain fallback,
+///   `Fused` while the scores fit [`AUTO_INFERENCE_SCORES_BUDGET_BYTES`], else `Chunked`.
+/// - When `Fused` cannot serve the call (top-left causal with n ≠ m): `Naive`, or `Chunked`
+///   above the budget.
+pub(crate) fn auto_path(request: AutoRequest) -> crate::Path {
+    use crate::Path;
+    let chunked = Path::Chunked(AUTO_BLOCK_SIZE);
+    let over_budget = request.scores_bytes > AUTO_INFERENCE_SCORES_BUDGET_BYTES;
+    if request.autodiff {
+        if request.family == BackendFamily::CubeCl || request.n_keys <= AUTO_BLOCK_SIZE {
+            Path::Naive
+        } else {
+            chunked
+        }
+    } else if !request.fused_ok {
+        if over_budget { chunked } else { Path::Naive }
+    } else if request.family.has_fused_inference_kernel() || !over_budget {
+        Path::Fused
+    } else {
+        chunked
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Path;
+
+    fn request(family: BackendFamily, autodiff: bool, n_keys: usize, gib: u64) -> AutoRequest {
+        AutoRequest {
+            family,
+            autodiff,
+            n_keys,
+            scores_bytes: gib << 30,
+            fused_ok: true,
+        }
+    }
+
+    #[test]
+    fn the_rule_as_documented() {
+        use BackendFamily::*;
+        // Training on CPU backends: naive for one block of keys, chunked beyond.
+        assert_eq!(auto_path(request(Flex, true, 256, 0)), Path::Naive);
+        assert_eq!(auto_path(request(Flex, true, 257, 0)), Path::Chunked(256));
+        assert_eq!(
+            auto_path(request(NdArray, true, 4096, 2)),
+            Path::Chunked(256)
+        );
+        assert_eq!(auto_path(request(CubeCl, true, 4096, 2)), Path::Naive);
+        // Inference: Burn's kernel where it has one, the fallback within the budget.
+        assert_eq!(auto_path(request(Flex, false, 32768, 32)), Path::Fused);
+        assert_eq!(auto_path(request(CubeCl, false, 32768, 32)), Path::Fused);
+        assert_eq!(auto_path(request(NdArray, false, 4096, 2)), Path::Fused);
+        assert_eq!(
+            auto_path(request(NdArray, false, 16384, 8)),
+            Path::Chunked(256)
+        );
+        let top_left = AutoRequest {
+            fused_ok: false,
+            ..request(Flex, false, 100, 0)
+        };
+        assert_eq!(auto_path(top_left), Path::Naive);
+    }
+
+    #[test]
+    fn the_family_of_a_flex_device() {
+        let device = Device::flex();
+        assert_eq!(BackendFamily::of(&device), BackendFamily::Flex);
+        assert_eq!(BackendFamily::of(&device.autodiff()), BackendFamily::Flex);
+    }
+}

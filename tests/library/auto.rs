@@ -1,0 +1,84 @@
+//! `Implementation::Auto` on every backend compiled in: it recognizes the backend, takes the
+//! path its documented rule names, and that path gives the naive path's output and gradients.
+
+use burn::prelude::*;
+use sdpa::auto::{AUTO_BLOCK_SIZE, BackendFamily};
+use sdpa::sdpa::validate_input;
+use sdpa::{AttentionInput, BackendKind, Implementation, Path, ScaledDotProductAttentionConfig};
+
+use crate::common::{devices, lcg_values, max_abs_diff, tensor4, values};
+
+#[test]
+fn backend_family_is_recognized() {
+    for (backend, device) in devices() {
+        let expected = match backend {
+            BackendKind::Flex => BackendFamily::Flex,
+            BackendKind::Ndarray => BackendFamily::NdArray,
+            BackendKind::Wgpu => BackendFamily::CubeCl,
+        };
+        assert_eq!(BackendFamily::of(&device), expected, "{backend}");
+        assert_eq!(
+            BackendFamily::of(&device.clone().autodiff()),
+            expected,
+            "{backend} autodiff"
+        );
+    }
+}
+
+#[test]
+fn auto_takes_the_documented_path_and_matches_naive() {
+    // m = AUTO_BLOCK_SIZE + 44 keys: more than one block, so training takes the chunked path on
+    // the CPU backends.
+    let (b, h, n, m, d) = (1, 2, 6, AUTO_BLOCK_SIZE + 44, 8);
+    let auto = ScaledDotProductAttentionConfig::new().init();
+    let naive = ScaledDotProductAttentionConfig::new()
+        .with_implementation(Implementation::Naive)
+        .init();
+    for (backend, device) in devices() {
+        for autodiff in [false, true] {
+            let device = if autodiff {
+                device.clone().autodiff()
+            } else {
+                device.clone()
+            };
+            let q = tensor4(&lcg_values(21, b * h * n * d), [b, h, n, d], &device);
+            let k = tensor4(&lcg_values(22, b * h * m * d), [b, h, m, d], &device);
+            let v = tensor4(&lcg_values(23, b * h * m * d), [b, h, m, d], &device);
+            let input =
+                |q: &Tensor<4>| AttentionInput::new(q.clone(), k.clone(), v.clone()).causal();
+            let dims = validate_input(&input(&q)).expect("valid input");
+            let path = auto.resolve(&input(&q), &dims).expect("auto resolves");
+            let expected = match (backend, autodiff) {
+                (BackendKind::Wgpu, true) => Path::Naive,
+                (_, true) => Path::Chunked(AUTO_BLOCK_SIZE),
+                (_, false) => Path::Fused,
+            };
+            assert_eq!(path, expected, "{backend}, autodiff {autodiff}");
+            // Asking for the weights always takes the naive path.
+            let with_weights = input(&q).need_weights();
+            assert_eq!(
+                auto.resolve(&with_weights, &dims).expect("auto resolves"),
+                Path::Naive
+            );
+
+            let (q_auto, q_naive) = if autodiff {
+                (q.clone().require_grad(), q.clone().require_grad())
+            } else {
+                (q.clone(), q.clone())
+            };
+            let out_auto = auto.forward(input(&q_auto)).context;
+            let out_naive = naive.forward(input(&q_naive)).context;
+            let diff = max_abs_diff(&values(out_auto.clone()), &values(out_naive.clone()));
+            assert!(
+                diff < 1e-5,
+                "{backend}, autodiff {autodiff}: output differs by {diff}"
+            );
+            if autodiff {
+                let g_auto = q_auto.grad(&out_auto.sum().backward()).expect("grad");
+                let g_naive = q_naive.grad(&out_naive.sum().backward()).expect("grad");
+                let diff = max_abs_diff(&values(g_auto), &values(g_naive));
+                assert!(diff < 1e-5, "{backend}: ∂/∂Q differs by {diff}");
+            }
+        }
+    }
+}
