@@ -42,5 +42,39 @@ fn attention(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, attention);
+fn attention_backward(c: &mut Criterion) {
+    // Training: the autodiff device, where Auto takes the chunked path beyond one key block.
+    let device = Device::flex().autodiff();
+    let (b, h, d, n) = (4, 8, 64, 512);
+    let mut group = c.benchmark_group("attention forward+backward (flex, b=4, h=8, d=64)");
+    group.sample_size(10);
+    let mut rng = ChaCha8Rng::seed_from_u64(2);
+    let q = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
+    let k = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
+    let v = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
+    for (name, implementation) in paths(256) {
+        group.bench_with_input(BenchmarkId::new(name, n), &n, |bench, _| {
+            let attn = implementation.map(|i| {
+                ScaledDotProductAttentionConfig::new()
+                    .with_implementation(i)
+                    .init()
+            });
+            bench.iter(|| {
+                let out = match &attn {
+                    Some(a) => {
+                        a.forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))
+                            .context
+                    }
+                    None => baseline(q.clone(), k.clone(), v.clone()),
+                };
+                let grads = out.sum().backward();
+                q.grad(&grads)
+                    .map(|g| g.slice(s![0..1, 0..1, 0..1, 0..1]).into_data())
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, attention, attention_backward);
 criterion_main!(benches);

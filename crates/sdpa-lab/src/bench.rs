@@ -281,13 +281,18 @@ pub fn run_bench(
                         .transpose()?,
                 };
                 done += 1;
-                progress.update(
-                    done,
-                    &format!(
-                        "{} {} n={n}: {:.1} ms, {:.1} GFLOP/s",
-                        row.path, row.mode, row.median_ms, row.gflops
-                    ),
+                let line = format!(
+                    "{} {} n={n}: {:.1} ms, {:.1} GFLOP/s{}",
+                    row.path,
+                    row.mode,
+                    row.median_ms,
+                    row.gflops,
+                    row.takes
+                        .as_ref()
+                        .map_or(String::new(), |t| format!(" ({t})"))
                 );
+                progress.update(done, &line);
+                progress.println(&line);
                 rows.push(row);
             }
         }
@@ -333,7 +338,12 @@ pub fn run_bench(
             r?;
             let secs = t.elapsed().as_secs_f64();
             done += 1;
-            progress.update(done, &format!("memory {name} n={n}: {secs:.1} s"));
+            let line = format!(
+                "memory {name} n={n}: {secs:.1} s, peak +{:.0} MiB",
+                peak.map_or(f64::NAN, |p| p as f64 / (1u64 << 20) as f64)
+            );
+            progress.update(done, &line);
+            progress.println(&line);
             memory.push(MemoryRow {
                 path: name.into(),
                 n,
