@@ -162,12 +162,19 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         for f in sdpa_lab::bench::write(&report, &ctx)? {
             println!("wrote {f}");
         }
-        for (mode, n, ratio) in &report.auto_ratio {
-            if *ratio > 1.10 {
+        // The target (Auto at most 10% slower than the fastest other path) is checked on the
+        // paired estimate; a ratio of medians above it is reported too.
+        for ((mode, n, medians), (_, _, paired)) in
+            report.auto_ratio.iter().zip(&report.auto_ratio_paired)
+        {
+            if *paired > 1.10 || *medians > 1.10 {
                 println!(
-                    "note: auto is {:.0}% slower than the fastest path ({mode}, n = {n})",
-                    (ratio - 1.0) * 100.0
+                    "note: {}: auto / fastest other path = {medians:.2} (medians), {paired:.2} \
+                     (paired runs) ({mode}, n = {n})",
+                    report.backend
                 );
+            }
+            if *paired > 1.10 {
                 ok = false;
             }
         }

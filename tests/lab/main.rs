@@ -304,6 +304,13 @@ fn bench_smoke_run_times_every_path_and_writes_its_files() {
             .all(|r| r.median_ms > 0.0 && r.gflops > 0.0 && r.times_ms.len() == config.reps)
     );
     assert_eq!(report.auto_ratio.len(), 4);
+    assert_eq!(report.auto_ratio_paired.len(), 4);
+    assert!(
+        report
+            .auto_ratio_paired
+            .iter()
+            .all(|(_, _, r)| r.is_finite() && *r > 0.0)
+    );
     assert!(
         report
             .memory
