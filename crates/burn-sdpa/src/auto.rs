@@ -97,8 +97,12 @@ pub(crate) struct AutoRequest {
 ///   is 1.7–2.2× faster than every other path at every n on flex (n = 1024: 215 ms against 381
 ///   ms for `Naive`) and holds O(n) memory (n = 32 768, b = 1: +64 MiB); CubeCL's flash kernel
 ///   is kept reachable by passing no explicit scale.
-/// - **Inference** on NdArray and other backends: Burn's `attention` is the plain fallback;
-///   `Fused` while the scores fit [`AUTO_INFERENCE_SCORES_BUDGET_BYTES`], else `Chunked`.
+/// - **Inference** on NdArray and other backends: Burn's `attention` is the plain fallback, and
+///   all paths are within ±15% of each other. `Chunked` is ahead for 256 ≤ m ≤ 512 (ndarray,
+///   n = 512, two runs: 109 and 113 ms against 126 and 120 ms for `Fused`) and behind at
+///   m = 128 (one partial block: 7.7 ms against 6.6 ms) and from m = 1024 (491 against 433 ms).
+///   So `Chunked` for 256 ≤ m ≤ 512 or when the scores exceed
+///   [`AUTO_INFERENCE_SCORES_BUDGET_BYTES`], else `Fused`.
 /// - When `Fused` cannot serve an inference call (top-left causal with n ≠ m): `Naive`, or
 ///   `Chunked` above the budget.
 pub(crate) fn auto_path(request: AutoRequest) -> crate::Path {
@@ -113,10 +117,12 @@ pub(crate) fn auto_path(request: AutoRequest) -> crate::Path {
         }
     } else if !request.fused_ok {
         if over_budget { chunked } else { Path::Naive }
-    } else if request.family.has_fused_inference_kernel() || !over_budget {
+    } else if request.family.has_fused_inference_kernel() {
         Path::Fused
-    } else {
+    } else if over_budget || (AUTO_BLOCK_SIZE..=2 * AUTO_BLOCK_SIZE).contains(&request.n_keys) {
         chunked
+    } else {
+        Path::Fused
     }
 }
 
@@ -150,6 +156,11 @@ mod tests {
         assert_eq!(auto_path(request(Flex, false, 32768, 32)), Path::Fused);
         assert_eq!(auto_path(request(CubeCl, false, 32768, 32)), Path::Fused);
         assert_eq!(auto_path(request(NdArray, false, 4096, 2)), Path::Fused);
+        assert_eq!(auto_path(request(NdArray, false, 128, 0)), Path::Fused);
+        assert_eq!(
+            auto_path(request(NdArray, false, 512, 0)),
+            Path::Chunked(256)
+        );
         assert_eq!(
             auto_path(request(NdArray, false, 16384, 8)),
             Path::Chunked(256)
