@@ -735,7 +735,7 @@ mod tests {
     }
 
     #[test]
-    fn auto_takes_naive_for_weights_and_fused_otherwise() {
+    fn auto_on_flex_inference_takes_fused_and_naive_for_weights() {
         let device = Device::flex();
         let t = Tensor::<4>::zeros([1, 2, 3, 4], &device);
         let input = AttentionInput::new(t.clone(), t.clone(), t);
