@@ -66,9 +66,9 @@ pub const AUTO_BLOCK_SIZE: usize = 256;
 /// runs a 24 GiB machine out of memory.
 pub const AUTO_INFERENCE_SCORES_BUDGET_BYTES: u64 = 4 << 30;
 
-/// What `Auto` looks at.
+/// What `Auto` looks at (built by [`ScaledDotProductAttention::resolve`](crate::ScaledDotProductAttention::resolve)).
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct AutoRequest {
+pub struct AutoRequest {
     /// The device's backend.
     pub family: BackendFamily,
     /// Whether the call runs on an autodiff device (training).
@@ -86,7 +86,8 @@ pub(crate) struct AutoRequest {
 /// cores, medians; the tables are in the README):
 ///
 /// - **Training (autodiff)** on CPU backends: Burn's `attention` is its plain fallback built from
-///   autodiff ops, 10–35% slower than `Naive` on flex, because its masked, clamped softmax adds
+///   autodiff ops, slower than `Naive` on flex from n = 256 (by 8–15% in one run,
+///   up to 44% in another), because its masked, clamped softmax adds
 ///   passes over the n×m scores in both directions. `Chunked` (block 256) is the fastest path
 ///   from m = 256 up (flex, forward+backward, n = 2048: 4.6 s against 5.8 s for `Naive` and
 ///   6.7 s for `Fused`), because it normalizes the n×d output instead of the n×m weights; at
@@ -94,7 +95,7 @@ pub(crate) struct AutoRequest {
 ///   `Naive`, else `Chunked`. On CubeCL (GPU) backends, where the chunked path's per-block
 ///   kernel launches were not measured, `Naive`.
 /// - **Inference** on Flex and CubeCL: `Fused`, i.e. Burn's own kernel. Flex's tiled kernel
-///   is 1.7–2.2× faster than every other path at every n on flex (n = 1024: 215 ms against 381
+///   is 1.5–2.2× faster than every other path at every n on flex (n = 1024: 215 ms against 381
 ///   ms for `Naive`) and holds O(n) memory (n = 32 768, b = 1: +64 MiB); CubeCL's flash kernel
 ///   is kept reachable by passing no explicit scale.
 /// - **Inference** on NdArray and other backends: Burn's `attention` is the plain fallback, and
@@ -105,7 +106,7 @@ pub(crate) struct AutoRequest {
 ///   [`AUTO_INFERENCE_SCORES_BUDGET_BYTES`], else `Fused`.
 /// - When `Fused` cannot serve an inference call (top-left causal with n ≠ m): `Naive`, or
 ///   `Chunked` above the budget.
-pub(crate) fn auto_path(request: AutoRequest) -> crate::Path {
+pub fn auto_path(request: AutoRequest) -> crate::Path {
     use crate::Path;
     let chunked = Path::Chunked(AUTO_BLOCK_SIZE);
     let over_budget = request.scores_bytes > AUTO_INFERENCE_SCORES_BUDGET_BYTES;
