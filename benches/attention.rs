@@ -5,9 +5,8 @@ use burn::prelude::*;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use sdpa::lab::bench::{baseline, paths};
+use sdpa::lab::bench::{forward_path, module, paths};
 use sdpa::lab::context::normal_tensor;
-use sdpa::{AttentionInput, ScaledDotProductAttentionConfig};
 
 fn attention(c: &mut Criterion) {
     let device = Device::flex();
@@ -20,21 +19,16 @@ fn attention(c: &mut Criterion) {
         let k = normal_tensor(&mut rng, [b, h, n, d], &device);
         let v = normal_tensor(&mut rng, [b, h, n, d], &device);
         for (name, implementation) in paths(256) {
+            let attn = implementation
+                .map(module)
+                .transpose()
+                .expect("valid config");
             group.bench_with_input(BenchmarkId::new(name, n), &n, |bench, _| {
-                let attn = implementation.map(|i| {
-                    ScaledDotProductAttentionConfig::new()
-                        .with_implementation(i)
-                        .init()
-                });
                 bench.iter(|| {
-                    let out = match &attn {
-                        Some(a) => {
-                            a.forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))
-                                .context
-                        }
-                        None => baseline(q.clone(), k.clone(), v.clone()),
-                    };
-                    out.slice(s![0..1, 0..1, 0..1, 0..1]).into_data()
+                    forward_path(attn.as_ref(), q.clone(), k.clone(), v.clone())
+                        .expect("valid input")
+                        .slice(s![0..1, 0..1, 0..1, 0..1])
+                        .into_data()
                 })
             });
         }
@@ -53,20 +47,14 @@ fn attention_backward(c: &mut Criterion) {
     let k = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
     let v = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
     for (name, implementation) in paths(256) {
+        let attn = implementation
+            .map(module)
+            .transpose()
+            .expect("valid config");
         group.bench_with_input(BenchmarkId::new(name, n), &n, |bench, _| {
-            let attn = implementation.map(|i| {
-                ScaledDotProductAttentionConfig::new()
-                    .with_implementation(i)
-                    .init()
-            });
             bench.iter(|| {
-                let out = match &attn {
-                    Some(a) => {
-                        a.forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))
-                            .context
-                    }
-                    None => baseline(q.clone(), k.clone(), v.clone()),
-                };
+                let out = forward_path(attn.as_ref(), q.clone(), k.clone(), v.clone())
+                    .expect("valid input");
                 let grads = out.sum().backward();
                 q.grad(&grads)
                     .map(|g| g.slice(s![0..1, 0..1, 0..1, 0..1]).into_data())

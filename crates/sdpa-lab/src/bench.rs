@@ -145,7 +145,8 @@ pub fn baseline(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
     softmax(q.matmul(k.transpose()) / (d as f64).sqrt(), 3).matmul(v)
 }
 
-fn module(implementation: Implementation) -> Result<ScaledDotProductAttention, LabError> {
+/// The attention module with the given implementation and the default settings.
+pub fn module(implementation: Implementation) -> Result<ScaledDotProductAttention, LabError> {
     Ok(ScaledDotProductAttentionConfig::new()
         .with_implementation(implementation)
         .try_init()?)
@@ -178,6 +179,19 @@ fn path_taken(
     })
 }
 
+/// The context of one path: the module's forward, or [`baseline`] when `attn` is `None`.
+pub fn forward_path(
+    attn: Option<&ScaledDotProductAttention>,
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+) -> Result<Tensor<4>, LabError> {
+    Ok(match attn {
+        Some(a) => a.try_forward(AttentionInput::new(q, k, v))?.context,
+        None => baseline(q, k, v),
+    })
+}
+
 fn run_once(
     attn: Option<&ScaledDotProductAttention>,
     q: &Tensor<4>,
@@ -194,13 +208,7 @@ fn run_once(
     } else {
         (q.clone(), k.clone(), v.clone())
     };
-    let out = match attn {
-        Some(a) => {
-            a.try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))?
-                .context
-        }
-        None => baseline(q.clone(), k.clone(), v.clone()),
-    };
+    let out = forward_path(attn, q.clone(), k.clone(), v.clone())?;
     let device = out.device();
     if backward {
         let grads = out.sum().backward();
