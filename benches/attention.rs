@@ -5,7 +5,7 @@ use burn::prelude::*;
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use sdpa::lab::bench::{forward_path, module, paths};
+use sdpa::lab::bench::{forward_path, module, paths_for};
 use sdpa::lab::context::normal_tensor;
 
 fn attention(c: &mut Criterion) {
@@ -18,7 +18,7 @@ fn attention(c: &mut Criterion) {
         let q = normal_tensor(&mut rng, [b, h, n, d], &device);
         let k = normal_tensor(&mut rng, [b, h, n, d], &device);
         let v = normal_tensor(&mut rng, [b, h, n, d], &device);
-        for (name, implementation) in paths(256) {
+        for (name, implementation) in paths_for(256, false) {
             let attn = implementation
                 .map(module)
                 .transpose()
@@ -46,7 +46,7 @@ fn attention_backward(c: &mut Criterion) {
     let q = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
     let k = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
     let v = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
-    for (name, implementation) in paths(256) {
+    for (name, implementation) in paths_for(256, true) {
         let attn = implementation
             .map(module)
             .transpose()

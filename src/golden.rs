@@ -195,6 +195,9 @@ pub fn load_case(path: &Path) -> Result<GoldenCase, GoldenError> {
 /// context, the weights and the three gradients with the case's tolerance. The context and
 /// gradients come from `implementation`; the weights from the naive path when that
 /// implementation cannot return them.
+///
+/// [`Implementation::CpuKernel`] has no backward pass: it runs on `device` without autodiff,
+/// and only its context is compared.
 pub fn run_case(
     case: &GoldenCase,
     path: &str,
@@ -205,10 +208,16 @@ pub fn run_case(
         path: path.to_string(),
         reason,
     };
-    let device = device.clone().autodiff();
-    let query = float_tensor(path, "query", &case.query, &device)?.require_grad();
-    let key = float_tensor(path, "key", &case.key, &device)?.require_grad();
-    let value = float_tensor(path, "value", &case.value, &device)?.require_grad();
+    let inference_only = implementation == Implementation::CpuKernel;
+    let device = if inference_only {
+        device.clone()
+    } else {
+        device.clone().autodiff()
+    };
+    let leaf = |t: Tensor<4>| if inference_only { t } else { t.require_grad() };
+    let query = leaf(float_tensor(path, "query", &case.query, &device)?);
+    let key = leaf(float_tensor(path, "key", &case.key, &device)?);
+    let value = leaf(float_tensor(path, "value", &case.value, &device)?);
     let grad_out = float_tensor(path, "grad_out", &case.grad_out, &device)?;
 
     let (alignment, causal) = match case.causal.as_str() {
@@ -251,6 +260,20 @@ pub fn run_case(
         input = input.bias(float_tensor(path, "bias", bias, &device)?);
     }
     let weights_input = input.clone().need_weights();
+    if inference_only {
+        let out = attn.try_forward(input).map_err(|e| err(e.to_string()))?;
+        let checks = vec![compare(
+            path,
+            case,
+            "context",
+            out.context,
+            &case.expected.context,
+        )?];
+        return Ok(CaseReport {
+            name: case.name.clone(),
+            checks,
+        });
+    }
     let out = if returns_weights {
         attn.try_forward(weights_input.clone())
             .map_err(|e| err(e.to_string()))?
@@ -285,47 +308,62 @@ pub fn run_case(
             &case.expected.grad_value,
         ),
     ];
-    let mut checks = Vec::new();
-    for (name, got, want) in results {
-        let got_shape = got.dims();
-        let want_shape = rank4(path, name, &want.shape)?;
-        if got_shape != want_shape {
-            return Err(err(format!(
-                "{name}: the module gave shape {got_shape:?}, the case expects {:?}",
-                want.shape
-            )));
-        }
-        check_len(path, name, &want.shape, want.data.len())?;
-        let got: Vec<f64> = got
-            .into_data()
-            .convert::<f64>()
-            .try_into_vec::<f64>()
-            .map_err(|e| err(format!("{name}: cannot read the result: {e:?}")))?;
-        let mut max_abs_err = 0.0f64;
-        let mut passed = true;
-        let mut non_finite = false;
-        for (g, w) in got.iter().zip(&want.data) {
-            if !g.is_finite() {
-                non_finite = true;
-                passed = false;
-                continue;
-            }
-            let e = (g - w).abs();
-            max_abs_err = max_abs_err.max(e);
-            if e > case.tolerance.abs + case.tolerance.rel * w.abs() {
-                passed = false;
-            }
-        }
-        checks.push(TensorCheck {
-            name,
-            max_abs_err: if non_finite { f64::NAN } else { max_abs_err },
-            passed,
-            non_finite,
-        });
-    }
+    let checks = results
+        .into_iter()
+        .map(|(name, got, want)| compare(path, case, name, got, want))
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(CaseReport {
         name: case.name.clone(),
         checks,
+    })
+}
+
+/// Compares one result tensor with the case's expected values, within the case's tolerance.
+fn compare(
+    path: &str,
+    case: &GoldenCase,
+    name: &'static str,
+    got: Tensor<4>,
+    want: &JsonTensor,
+) -> Result<TensorCheck, GoldenError> {
+    let err = |reason: String| GoldenError {
+        path: path.to_string(),
+        reason,
+    };
+    let got_shape = got.dims();
+    let want_shape = rank4(path, name, &want.shape)?;
+    if got_shape != want_shape {
+        return Err(err(format!(
+            "{name}: the module gave shape {got_shape:?}, the case expects {:?}",
+            want.shape
+        )));
+    }
+    check_len(path, name, &want.shape, want.data.len())?;
+    let got: Vec<f64> = got
+        .into_data()
+        .convert::<f64>()
+        .try_into_vec::<f64>()
+        .map_err(|e| err(format!("{name}: cannot read the result: {e:?}")))?;
+    let mut max_abs_err = 0.0f64;
+    let mut passed = true;
+    let mut non_finite = false;
+    for (g, w) in got.iter().zip(&want.data) {
+        if !g.is_finite() {
+            non_finite = true;
+            passed = false;
+            continue;
+        }
+        let e = (g - w).abs();
+        max_abs_err = max_abs_err.max(e);
+        if e > case.tolerance.abs + case.tolerance.rel * w.abs() {
+            passed = false;
+        }
+    }
+    Ok(TensorCheck {
+        name,
+        max_abs_err: if non_finite { f64::NAN } else { max_abs_err },
+        passed,
+        non_finite,
     })
 }
 

@@ -20,16 +20,17 @@ pub struct GoldenArgs {
     pub implementation: Implementation,
 }
 
-/// Parses `auto`, `naive`, `fused` or `chunked:BLOCK`.
+/// Parses `auto`, `naive`, `fused`, `cpu_kernel` or `chunked:BLOCK`.
 pub fn parse_implementation(s: &str) -> Result<Implementation, String> {
     match s {
         "auto" => Ok(Implementation::Auto),
         "naive" => Ok(Implementation::Naive),
         "fused" => Ok(Implementation::Fused),
+        "cpu_kernel" => Ok(Implementation::CpuKernel),
         other => match other.strip_prefix("chunked:").map(str::parse::<usize>) {
             Some(Ok(b)) if b > 0 => Ok(Implementation::Chunked { block_size: b }),
             _ => Err(format!(
-                "expected auto, naive, fused or chunked:BLOCK (BLOCK > 0), got `{other}`"
+                "expected auto, naive, fused, cpu_kernel or chunked:BLOCK (BLOCK > 0), got `{other}`"
             )),
         },
     }

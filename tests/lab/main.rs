@@ -295,8 +295,15 @@ fn bench_smoke_run_times_every_path_and_writes_its_files() {
     let ctx = ctx(tmp.path(), false);
     let config = sdpa::lab::bench::BenchConfig::new(true);
     let report = sdpa::lab::bench::run_bench(ctx.primary(), &config, &ctx).expect("bench");
-    // 5 paths × 2 modes × 2 sizes.
-    assert_eq!(report.rows.len(), 20);
+    // (6 paths forward + 5 forward+backward, where the CPU kernel cannot run) × 2 sizes.
+    assert_eq!(report.rows.len(), 22);
+    assert!(
+        report
+            .rows
+            .iter()
+            .filter(|r| r.path == "cpu_kernel")
+            .all(|r| r.mode == "forward")
+    );
     assert!(
         report
             .rows

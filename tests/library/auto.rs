@@ -51,11 +51,24 @@ fn auto_takes_the_documented_path_and_matches_naive() {
             let expected = match (backend, autodiff) {
                 (BackendKind::Wgpu, true) => Path::Naive,
                 (_, true) => Path::Chunked(AUTO_BLOCK_SIZE),
-                // NdArray has no fused kernel; the chunked path is faster at 256 ≤ m ≤ 512.
-                (BackendKind::Ndarray, false) => Path::Chunked(AUTO_BLOCK_SIZE),
-                (_, false) => Path::Fused,
+                // Inference without a mask on the CPU: this crate's kernel.
+                (BackendKind::Flex | BackendKind::Ndarray, false) => Path::CpuKernel,
+                (BackendKind::Wgpu, false) => Path::Fused,
             };
             assert_eq!(path, expected, "{backend}, autodiff {autodiff}");
+            // With a mask, the kernel cannot serve the call: Burn's kernel where there is one,
+            // else the chunked path (faster at 256 ≤ m ≤ 512 on NdArray).
+            let masked = input(&q).mask(Tensor::<4, Bool>::full([1, 1, 1, m], false, &device));
+            let expected_masked = match (backend, autodiff) {
+                (BackendKind::Ndarray, false) => Path::Chunked(AUTO_BLOCK_SIZE),
+                (_, false) => Path::Fused,
+                (_, true) => expected,
+            };
+            assert_eq!(
+                auto.resolve(&masked, &dims).expect("auto resolves"),
+                expected_masked,
+                "{backend}, autodiff {autodiff}, masked"
+            );
             // Asking for the weights always takes the naive path.
             let with_weights = input(&q).need_weights();
             assert_eq!(

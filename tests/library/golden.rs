@@ -102,6 +102,46 @@ fn every_golden_case_passes_on_every_backend_fused_where_it_applies() {
 }
 
 #[test]
+fn every_golden_case_passes_on_every_backend_cpu_kernel_where_it_applies() {
+    // The CPU kernel takes no mask or bias and has no backward pass: the cases with a mask or a
+    // bias are rejected with a clear error, and every other case (plain, scales, both causal
+    // alignments with n != m, grouped-query heads) passes on the context.
+    let dir = golden_dir();
+    let mut failures = Vec::new();
+    let mut passed = 0;
+    for (backend, device) in devices() {
+        for file in golden::case_files(&dir).expect("golden folder") {
+            let case = golden::load_case(&file).expect("case");
+            let result = golden::run_case(
+                &case,
+                &file.display().to_string(),
+                &device,
+                Implementation::CpuKernel,
+            );
+            if case.mask.is_some() || case.bias.is_some() {
+                let e = result.expect_err("the CPU kernel takes no mask or bias");
+                assert!(e.to_string().contains("no mask or bias"), "{e}");
+                continue;
+            }
+            match result {
+                Ok(r) if r.passed() && r.checks.len() == 1 => {
+                    println!("{backend} CpuKernel: {r}");
+                    passed += 1;
+                }
+                Ok(r) => failures.push(format!("{backend}: {r}")),
+                Err(e) => failures.push(format!("{backend}: {e}")),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "failing golden cases (CpuKernel):\n{}",
+        failures.join("\n")
+    );
+    assert!(passed >= 7 * devices().len(), "only {passed} cases ran");
+}
+
+#[test]
 fn vendored_copy_matches_the_cases_it_was_copied_from() {
     // The copy in tests/data must stay loadable and complete on its own.
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));

@@ -48,6 +48,12 @@ impl BackendFamily {
         }
     }
 
+    /// Whether the backend computes on the host CPU, where [`crate::cpu_kernel`] reads and writes
+    /// the tensors without a device transfer.
+    pub fn is_host_cpu(self) -> bool {
+        matches!(self, BackendFamily::Flex | BackendFamily::NdArray)
+    }
+
     /// Whether Burn's `attention` runs a kernel that never materializes the `[b, h, n, m]`
     /// scores for inference on this backend.
     pub fn has_fused_inference_kernel(self) -> bool {
@@ -79,6 +85,9 @@ pub struct AutoRequest {
     pub scores_bytes: u64,
     /// Whether `Fused` can serve the call (no weights, no active dropout, alignment it knows).
     pub fused_ok: bool,
+    /// Whether [`Implementation::CpuKernel`](crate::Implementation::CpuKernel) can serve the call
+    /// (f32, no mask or bias, no weights, no dropout, no autodiff).
+    pub cpu_kernel_ok: bool,
 }
 
 /// `Auto`'s rule for a call that does not ask for the weights or scores (those always take
@@ -116,6 +125,8 @@ pub fn auto_path(request: AutoRequest) -> crate::Path {
         } else {
             chunked
         }
+    } else if request.cpu_kernel_ok && request.family.is_host_cpu() {
+        Path::CpuKernel
     } else if !request.fused_ok {
         if over_budget { chunked } else { Path::Naive }
     } else if request.family.has_fused_inference_kernel() {
@@ -139,6 +150,7 @@ mod tests {
             n_keys,
             scores_bytes: gib << 30,
             fused_ok: true,
+            cpu_kernel_ok: !autodiff,
         }
     }
 
@@ -153,7 +165,16 @@ mod tests {
             Path::Chunked(256)
         );
         assert_eq!(auto_path(request(CubeCl, true, 4096, 2)), Path::Naive);
-        // Inference: Burn's kernel where it has one, the fallback within the budget.
+        // Inference on the host CPU: this crate's kernel whenever it can serve the call.
+        assert_eq!(auto_path(request(Flex, false, 32768, 32)), Path::CpuKernel);
+        assert_eq!(auto_path(request(NdArray, false, 128, 0)), Path::CpuKernel);
+        assert_eq!(auto_path(request(CubeCl, false, 128, 0)), Path::Fused);
+        // Otherwise (a mask or bias): Burn's kernel where it has one, the fallback within the
+        // budget.
+        let request = |family, autodiff, n_keys, gib| AutoRequest {
+            cpu_kernel_ok: false,
+            ..request(family, autodiff, n_keys, gib)
+        };
         assert_eq!(auto_path(request(Flex, false, 32768, 32)), Path::Fused);
         assert_eq!(auto_path(request(CubeCl, false, 32768, 32)), Path::Fused);
         assert_eq!(auto_path(request(NdArray, false, 4096, 2)), Path::Fused);

@@ -30,6 +30,7 @@
 
 pub mod auto;
 pub mod chunked;
+pub mod cpu_kernel;
 pub mod diagnostics;
 pub mod error;
 pub mod mask;

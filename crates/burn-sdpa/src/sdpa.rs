@@ -14,6 +14,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 
 use crate::auto::{AutoRequest, BackendFamily, auto_path};
 use crate::chunked::chunked_attention;
+use crate::cpu_kernel::{self, KernelShape};
 use crate::error::AttentionError;
 use crate::mask::{broadcast_or, causal_mask_for_keys};
 
@@ -96,6 +97,11 @@ pub enum Implementation {
     /// kernel, the fallback under autodiff). Cannot return weights or apply dropout, and only
     /// knows bottom-right causal alignment.
     Fused,
+    /// This crate's query-blocked flash kernel for CPU inference ([`crate::cpu_kernel`]): `f32`,
+    /// no mask or bias (causal with either alignment is fine), no autodiff (it has no backward
+    /// pass), no weights, no dropout. It reads the tensors on the host, so it belongs on CPU
+    /// backends.
+    CpuKernel,
 }
 
 /// The path an attention call actually takes.
@@ -107,6 +113,8 @@ pub enum Path {
     Chunked(usize),
     /// See [`Implementation::Fused`].
     Fused,
+    /// See [`Implementation::CpuKernel`].
+    CpuKernel,
 }
 
 /// Configuration of [`ScaledDotProductAttention`].
@@ -476,6 +484,12 @@ impl ScaledDotProductAttention {
                 scores: None,
                 mask: None,
             }),
+            Path::CpuKernel => Ok(AttentionOutput {
+                context: self.forward_cpu_kernel(input, dims)?,
+                weights: None,
+                scores: None,
+                mask: None,
+            }),
         }
     }
 
@@ -497,6 +511,24 @@ impl ScaledDotProductAttention {
             && dims.n != dims.m
         {
             Some("it only knows bottom-right causal alignment (n != m here)")
+        } else {
+            None
+        }
+    }
+
+    /// Why the CPU kernel cannot serve this call, if it cannot.
+    fn cpu_kernel_blocker(&self, input: &AttentionInput) -> Option<&'static str> {
+        let f32_data = [&input.query, &input.key, &input.value]
+            .iter()
+            .all(|t| t.dtype() == DType::F32);
+        if input.need_weights || input.need_scores {
+            Some("it cannot return the weights or scores")
+        } else if input.query.device().is_autodiff() {
+            Some("it has no backward pass (use Chunked or Auto under autodiff)")
+        } else if input.mask.is_some() || input.bias.is_some() {
+            Some("it takes no mask or bias, only causal masking")
+        } else if !f32_data {
+            Some("it computes on f32 data only")
         } else {
             None
         }
@@ -534,6 +566,10 @@ impl ScaledDotProductAttention {
                 Some(reason) => Err(unsupported("Fused", reason)),
                 None => Ok(Path::Fused),
             },
+            Implementation::CpuKernel => match self.cpu_kernel_blocker(input) {
+                Some(reason) => Err(unsupported("CpuKernel", reason)),
+                None => Ok(Path::CpuKernel),
+            },
             Implementation::Auto => {
                 if input.need_weights || input.need_scores {
                     return Ok(Path::Naive);
@@ -546,9 +582,54 @@ impl ScaledDotProductAttention {
                     n_keys: m,
                     scores_bytes: (b * h * n * m * input.query.dtype().size()) as u64,
                     fused_ok: self.fused_blocker(input, dims).is_none(),
+                    cpu_kernel_ok: self.cpu_kernel_blocker(input).is_none(),
                 }))
             }
         }
+    }
+
+    /// Runs [`crate::cpu_kernel`] on the host copies of q, k and v.
+    fn forward_cpu_kernel(
+        &self,
+        input: AttentionInput,
+        dims: AttentionDims,
+    ) -> Result<Tensor<4>, AttentionError> {
+        let AttentionDims {
+            batch,
+            n_heads,
+            n_kv_heads,
+            n,
+            m,
+            d_k,
+            d_v,
+        } = dims;
+        let shape = KernelShape {
+            batch,
+            n_heads,
+            n_kv_heads,
+            n,
+            m,
+            d_k,
+            d_v,
+            scale: self.scale_factor(d_k) as f32,
+            causal_offset: input.causal.then(|| self.causal_alignment.offset(n, m)),
+        };
+        let device = input.query.device();
+        let host = |t: Tensor<4>| {
+            t.into_data()
+                .try_into_vec::<f32>()
+                .map_err(|e| AttentionError::Unsupported {
+                    implementation: "CpuKernel".to_string(),
+                    reason: format!("its input is not f32 data ({e:?})"),
+                })
+        };
+        let (q, k, v) = (host(input.query)?, host(input.key)?, host(input.value)?);
+        let mut out = vec![0.0f32; batch * n_heads * n * d_v];
+        cpu_kernel::attention_f32(&shape, &q, &k, &v, &mut out);
+        Ok(Tensor::from_data(
+            TensorData::new(out, [batch, n_heads, n, d_v]),
+            &device,
+        ))
     }
 
     /// Delegates to `burn::tensor::module::attention`.
@@ -735,13 +816,27 @@ mod tests {
     }
 
     #[test]
-    fn auto_on_flex_inference_takes_fused_and_naive_for_weights() {
+    fn auto_on_flex_inference_takes_the_kernels_and_naive_for_weights() {
         let device = Device::flex();
         let t = Tensor::<4>::zeros([1, 2, 3, 4], &device);
         let input = AttentionInput::new(t.clone(), t.clone(), t);
         let attn = ScaledDotProductAttentionConfig::new().init();
         let dims = validate_input(&input).unwrap();
-        assert_eq!(attn.resolve(&input, &dims).unwrap(), Path::Fused);
+        assert_eq!(attn.resolve(&input, &dims).unwrap(), Path::CpuKernel);
+        let masked = input
+            .clone()
+            .mask(Tensor::<4, Bool>::full([1, 1, 1, 3], false, &device));
+        assert_eq!(attn.resolve(&masked, &dims).unwrap(), Path::Fused);
+        // Explicitly asked, the CPU kernel names what it cannot do.
+        let kernel = ScaledDotProductAttentionConfig::new()
+            .with_implementation(Implementation::CpuKernel)
+            .init();
+        let e = kernel.resolve(&masked, &dims).unwrap_err();
+        assert!(e.to_string().contains("no mask or bias"), "{e}");
+        let autodiff = Tensor::<4>::zeros([1, 2, 3, 4], &device.clone().autodiff());
+        let training = AttentionInput::new(autodiff.clone(), autodiff.clone(), autodiff);
+        let e = kernel.resolve(&training, &dims).unwrap_err();
+        assert!(e.to_string().contains("no backward pass"), "{e}");
         assert_eq!(
             attn.resolve(&input.clone().need_weights(), &dims).unwrap(),
             Path::Naive

@@ -159,11 +159,23 @@ pub fn paths(block_size: usize) -> Vec<(&'static str, Option<Implementation>)> {
         ("naive", Some(Implementation::Naive)),
         ("chunked", Some(Implementation::Chunked { block_size })),
         ("fused", Some(Implementation::Fused)),
+        ("cpu_kernel", Some(Implementation::CpuKernel)),
         ("baseline", None),
     ]
 }
 
-/// The path `attn` takes for q, k, v: `naive`, `chunked(B)` or `fused`.
+/// The paths that can run in a mode: all of them for inference; for forward+backward, all but
+/// `cpu_kernel`, which has no backward pass.
+pub fn paths_for(block_size: usize, backward: bool) -> Vec<(&'static str, Option<Implementation>)> {
+    paths(block_size)
+        .into_iter()
+        .filter(|(_, implementation)| {
+            !(backward && *implementation == Some(Implementation::CpuKernel))
+        })
+        .collect()
+}
+
+/// The path `attn` takes for q, k, v: `naive`, `chunked(B)`, `fused` or `cpu_kernel`.
 fn path_taken(
     attn: &ScaledDotProductAttention,
     q: &Tensor<4>,
@@ -176,6 +188,7 @@ fn path_taken(
         Path::Naive => "naive".into(),
         Path::Chunked(block_size) => format!("chunked({block_size})"),
         Path::Fused => "fused".into(),
+        Path::CpuKernel => "cpu_kernel".into(),
     })
 }
 
@@ -234,8 +247,9 @@ pub fn run_bench(
     ctx: &LabContext,
 ) -> Result<BenchReport, LabError> {
     let (b, h, d) = (config.b, config.h, config.d);
-    let paths = paths(config.block_size);
-    let total = (config.ns.len() * paths.len() * 2 + config.memory_ns.len() * 3) as u64;
+    let total = (config.ns.len()
+        * (paths_for(config.block_size, false).len() + paths_for(config.block_size, true).len())
+        + config.memory_ns.len() * 3) as u64;
     let progress = Progress::new(ctx.progress, &format!("bench {}", backend.name), 0, total);
     let mut done = 0;
     let mut rows = Vec::new();
@@ -250,7 +264,7 @@ pub fn run_bench(
             let q = normal_tensor(&mut rng, [b, h, n, d], &device);
             let k = normal_tensor(&mut rng, [b, h, n, d], &device);
             let v = normal_tensor(&mut rng, [b, h, n, d], &device);
-            let attns = paths
+            let attns = paths_for(config.block_size, backward)
                 .iter()
                 .map(|(name, implementation)| Ok((*name, implementation.map(module).transpose()?)))
                 .collect::<Result<Vec<_>, LabError>>()?;
@@ -377,7 +391,7 @@ pub fn run_bench(
                 rows.iter()
                     .find(|r| r.mode == mode && r.n == n && r.path == p)
             };
-            let others: Vec<&BenchRow> = ["naive", "chunked", "fused", "baseline"]
+            let others: Vec<&BenchRow> = ["naive", "chunked", "fused", "cpu_kernel", "baseline"]
                 .iter()
                 .filter_map(|p| cell(p))
                 .collect();
