@@ -142,6 +142,13 @@ pub struct BenchArgs {
     /// Plain progress lines instead of a bar.
     #[arg(long)]
     pub plain: bool,
+    /// Time only these n = m (may be given more than once; default: the whole sweep), e.g. to
+    /// re-measure the cells a rule change touched.
+    #[arg(long = "n")]
+    pub ns: Vec<usize>,
+    /// Skip the inference memory sweep.
+    #[arg(long)]
+    pub skip_memory: bool,
 }
 
 /// `sdpa bench`: times every path on every backend asked for.
@@ -154,7 +161,16 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         plain: args.plain,
     };
     let ctx = lab.context()?;
-    let config = sdpa_lab::bench::BenchConfig::new(args.quick);
+    let mut config = sdpa_lab::bench::BenchConfig::new(args.quick);
+    if !args.ns.is_empty() {
+        if let Some(bad) = args.ns.iter().find(|&&n| n == 0) {
+            anyhow::bail!("--n must be > 0, got {bad}");
+        }
+        config.ns = args.ns.clone();
+    }
+    if args.skip_memory {
+        config.memory_ns.clear();
+    }
     let mut ok = true;
     for backend in &ctx.backends {
         let report = sdpa_lab::bench::run_bench(backend, &config, &ctx)?;

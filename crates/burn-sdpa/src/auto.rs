@@ -48,12 +48,6 @@ impl BackendFamily {
         }
     }
 
-    /// Whether the backend computes on the host CPU, where [`crate::cpu_kernel`] reads and writes
-    /// the tensors without a device transfer.
-    pub fn is_host_cpu(self) -> bool {
-        matches!(self, BackendFamily::Flex | BackendFamily::NdArray)
-    }
-
     /// Whether Burn's `attention` runs a kernel that never materializes the `[b, h, n, m]`
     /// scores for inference on this backend.
     pub fn has_fused_inference_kernel(self) -> bool {
@@ -103,18 +97,27 @@ pub struct AutoRequest {
 ///   m = 128 it ties with `Naive` (19.2 ms against 19.1 ms). So: m < [`AUTO_BLOCK_SIZE`] →
 ///   `Naive`, else `Chunked`. On CubeCL (GPU) backends, where the chunked path's per-block
 ///   kernel launches were not measured, `Naive`.
-/// - **Inference** on Flex and CubeCL: `Fused`, i.e. Burn's own kernel. Flex's tiled kernel
-///   is 1.5–2.2× faster than every other path at every n on flex (n = 1024: 215 ms against 381
-///   ms for `Naive`) and holds O(n) memory (n = 32 768, b = 1: +64 MiB); CubeCL's flash kernel
-///   is kept reachable by passing no explicit scale.
-/// - **Inference** on NdArray and other backends: Burn's `attention` is the plain fallback, and
-///   all paths are within ±15% of each other. `Chunked` is ahead for 256 ≤ m ≤ 512 (ndarray,
-///   n = 512, two runs: 109 and 113 ms against 126 and 120 ms for `Fused`) and behind at
-///   m = 128 (one partial block: 7.7 ms against 6.6 ms) and from m = 1024 (491 against 433 ms).
-///   So `Chunked` for 256 ≤ m ≤ 512 or when the scores exceed
+/// - **Inference on Flex and NdArray**, when [`Implementation::CpuKernel`](crate::Implementation::CpuKernel)
+///   can serve the call (f32, no mask or bias, causal or not): `CpuKernel`, this crate's
+///   query-blocked flash kernel. On flex it ran 73–82 GFLOP/s from n = 512 up, 1.8–2.1× Flex's
+///   own kernel (n = 1024: 107.7 ms against 195.5 ms, and 333 ms for `Naive`); at m = 128,
+///   where Flex's kernel materializes one small score matrix per head, the two tie (4.6 against
+///   4.5 ms) and the kernel pays a host copy of shared inputs, so Flex keeps `Fused` for
+///   m < [`AUTO_BLOCK_SIZE`]. On ndarray, whose `attention` is the plain fallback, the kernel
+///   is NDARRAY_NUMBERS.
+/// - **Other inference on Flex and CubeCL** (a mask or bias, another dtype): `Fused`, i.e.
+///   Burn's own kernel. Flex's tiled kernel was 1.5–2.2× faster than the tensor-op paths at
+///   every n on flex (n = 1024: 215 ms against 381 ms for `Naive`) and holds O(n) memory
+///   (n = 32 768, b = 1: +64 MiB); CubeCL's flash kernel is kept reachable by passing no
+///   explicit scale.
+/// - **Other inference on NdArray and other backends**: Burn's `attention` is the plain
+///   fallback, and all tensor-op paths are within ±15% of each other. `Chunked` is ahead for
+///   256 ≤ m ≤ 512 (ndarray, n = 512, two runs: 109 and 113 ms against 126 and 120 ms for
+///   `Fused`) and behind at m = 128 (one partial block: 7.7 ms against 6.6 ms) and from
+///   m = 1024 (491 against 433 ms). So `Chunked` for 256 ≤ m ≤ 512 or when the scores exceed
 ///   [`AUTO_INFERENCE_SCORES_BUDGET_BYTES`], else `Fused`.
-/// - When `Fused` cannot serve an inference call (top-left causal with n ≠ m): `Naive`, or
-///   `Chunked` above the budget.
+/// - When `Fused` cannot serve an inference call either (top-left causal with n ≠ m and a
+///   mask): `Naive`, or `Chunked` above the budget.
 pub fn auto_path(request: AutoRequest) -> crate::Path {
     use crate::Path;
     let chunked = Path::Chunked(AUTO_BLOCK_SIZE);
@@ -125,7 +128,10 @@ pub fn auto_path(request: AutoRequest) -> crate::Path {
         } else {
             chunked
         }
-    } else if request.cpu_kernel_ok && request.family.is_host_cpu() {
+    } else if request.cpu_kernel_ok
+        && (request.family == BackendFamily::NdArray
+            || (request.family == BackendFamily::Flex && request.n_keys >= AUTO_BLOCK_SIZE))
+    {
         Path::CpuKernel
     } else if !request.fused_ok {
         if over_budget { chunked } else { Path::Naive }
@@ -167,7 +173,10 @@ mod tests {
         assert_eq!(auto_path(request(CubeCl, true, 4096, 2)), Path::Naive);
         // Inference on the host CPU: this crate's kernel whenever it can serve the call.
         assert_eq!(auto_path(request(Flex, false, 32768, 32)), Path::CpuKernel);
+        assert_eq!(auto_path(request(Flex, false, 256, 0)), Path::CpuKernel);
         assert_eq!(auto_path(request(NdArray, false, 128, 0)), Path::CpuKernel);
+        // Below one key block on Flex, Burn's kernel ties with it and needs no host copy.
+        assert_eq!(auto_path(request(Flex, false, 255, 0)), Path::Fused);
         assert_eq!(auto_path(request(CubeCl, false, 128, 0)), Path::Fused);
         // Otherwise (a mask or bias): Burn's kernel where it has one, the fallback within the
         // budget.

@@ -843,14 +843,19 @@ mod tests {
     #[test]
     fn auto_on_flex_inference_takes_the_kernels_and_naive_for_weights() {
         let device = Device::flex();
-        let t = Tensor::<4>::zeros([1, 2, 3, 4], &device);
-        let input = AttentionInput::new(t.clone(), t.clone(), t);
+        // One block of keys (256): the CPU kernel; fewer keys: Flex's own kernel.
+        let q = Tensor::<4>::zeros([1, 2, 3, 4], &device);
+        let kv = Tensor::<4>::zeros([1, 2, 256, 4], &device);
+        let input = AttentionInput::new(q.clone(), kv.clone(), kv);
         let attn = ScaledDotProductAttentionConfig::new().init();
         let dims = validate_input(&input).unwrap();
         assert_eq!(attn.resolve(&input, &dims).unwrap(), Path::CpuKernel);
+        let short = AttentionInput::new(q.clone(), q.clone(), q.clone());
+        let short_dims = validate_input(&short).unwrap();
+        assert_eq!(attn.resolve(&short, &short_dims).unwrap(), Path::Fused);
         let masked = input
             .clone()
-            .mask(Tensor::<4, Bool>::full([1, 1, 1, 3], false, &device));
+            .mask(Tensor::<4, Bool>::full([1, 1, 1, 256], false, &device));
         assert_eq!(attn.resolve(&masked, &dims).unwrap(), Path::Fused);
         // Explicitly asked, the CPU kernel names what it cannot do.
         let kernel = ScaledDotProductAttentionConfig::new()
@@ -860,7 +865,7 @@ mod tests {
         assert!(e.to_string().contains("no mask or bias"), "{e}");
         let autodiff = Tensor::<4>::zeros([1, 2, 3, 4], &device.clone().autodiff());
         let training = AttentionInput::new(autodiff.clone(), autodiff.clone(), autodiff);
-        let e = kernel.resolve(&training, &dims).unwrap_err();
+        let e = kernel.resolve(&training, &short_dims).unwrap_err();
         assert!(e.to_string().contains("no backward pass"), "{e}");
         assert_eq!(
             attn.resolve(&input.clone().need_weights(), &dims).unwrap(),
