@@ -271,8 +271,12 @@ pub fn run_bench(
             for (_, attn) in &attns {
                 run_once(attn.as_ref(), &q, &k, &v, backward)?; // warm-up
             }
-            // Round-robin over the paths, so that a slow spell of the machine hits all of them.
+            // Round-robin over the paths, so that a slow spell of the machine hits all of them,
+            // starting each round one path later, so that no path always runs first (right after
+            // the previous round's last path freed its memory): with a fixed order, Auto (first)
+            // ran up to 11% slower than the identical path it takes.
             let mut times = vec![Vec::new(); attns.len()];
+            let mut round = 0;
             let enough = |times: &Vec<Vec<f64>>| {
                 times.iter().all(|t| {
                     t.len() >= config.max_reps
@@ -280,11 +284,13 @@ pub fn run_bench(
                 })
             };
             while !enough(&times) {
-                for ((_, attn), times) in attns.iter().zip(times.iter_mut()) {
+                for offset in 0..attns.len() {
+                    let path_idx = (round + offset) % attns.len();
                     let t = Instant::now();
-                    run_once(attn.as_ref(), &q, &k, &v, backward)?;
-                    times.push(t.elapsed().as_secs_f64() * 1e3);
+                    run_once(attns[path_idx].1.as_ref(), &q, &k, &v, backward)?;
+                    times[path_idx].push(t.elapsed().as_secs_f64() * 1e3);
                 }
+                round += 1;
             }
             for ((name, attn), times) in attns.iter().zip(times) {
                 let (r, peak) = measure_peak(|| run_once(attn.as_ref(), &q, &k, &v, backward));
@@ -431,7 +437,7 @@ pub fn run_bench(
 pub fn markdown(r: &BenchReport) -> String {
     let mut s = format!(
         "## Benchmark on {} (b = {}, h = {}, d = {}; median of {} to {} runs after a warm-up, \
-         the paths taking turns, more runs until each path has run {} ms)\n\n",
+         the paths taking turns in an order that rotates each round, more runs until each path has run {} ms)\n\n",
         r.backend,
         r.config.b,
         r.config.h,
