@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use burn::prelude::*;
 use burn::tensor::TensorData;
 use burn_sdpa::{
-    AttentionInput, CausalAlignment, Implementation, ScalePolicy, ScaledDotProductAttentionConfig,
+    AttentionError, AttentionInput, CausalAlignment, Implementation, ScalePolicy,
+    ScaledDotProductAttentionConfig,
 };
 use serde::Deserialize;
 
@@ -90,6 +91,9 @@ pub struct GoldenError {
     pub path: String,
     /// What is wrong with it.
     pub reason: String,
+    /// The implementation asked for cannot serve the case (e.g. the CPU kernel and a mask): not a
+    /// wrong result.
+    pub unsupported: bool,
 }
 
 /// The comparison of one tensor.
@@ -148,6 +152,7 @@ fn check_len(path: &str, what: &str, shape: &[usize], len: usize) -> Result<(), 
         return Err(GoldenError {
             path: path.to_string(),
             reason: format!("{what} has shape {shape:?} ({want} values) but {len} values"),
+            unsupported: false,
         });
     }
     Ok(())
@@ -159,6 +164,7 @@ fn rank4(path: &str, what: &str, shape: &[usize]) -> Result<[usize; 4], GoldenEr
         return Err(GoldenError {
             path: path.to_string(),
             reason: format!("{what} must have rank 1 to 4, got shape {shape:?}"),
+            unsupported: false,
         });
     }
     let mut out = [1; 4];
@@ -184,10 +190,12 @@ pub fn load_case(path: &Path) -> Result<GoldenCase, GoldenError> {
     let text = std::fs::read_to_string(path).map_err(|e| GoldenError {
         path: p.clone(),
         reason: format!("cannot read: {e}"),
+        unsupported: false,
     })?;
     serde_json::from_str(&text).map_err(|e| GoldenError {
         path: p,
         reason: format!("not a golden case: {e}"),
+        unsupported: false,
     })
 }
 
@@ -207,6 +215,12 @@ pub fn run_case(
     let err = |reason: String| GoldenError {
         path: path.to_string(),
         reason,
+        unsupported: false,
+    };
+    let forward_err = |e: AttentionError| GoldenError {
+        path: path.to_string(),
+        reason: e.to_string(),
+        unsupported: matches!(e, AttentionError::Unsupported { .. }),
     };
     let inference_only = implementation == Implementation::CpuKernel;
     let device = if inference_only {
@@ -261,7 +275,7 @@ pub fn run_case(
     }
     let weights_input = input.clone().need_weights();
     if inference_only {
-        let out = attn.try_forward(input).map_err(|e| err(e.to_string()))?;
+        let out = attn.try_forward(input).map_err(forward_err)?;
         let checks = vec![compare(
             path,
             case,
@@ -276,9 +290,9 @@ pub fn run_case(
     }
     let out = if returns_weights {
         attn.try_forward(weights_input.clone())
-            .map_err(|e| err(e.to_string()))?
+            .map_err(forward_err)?
     } else {
-        attn.try_forward(input).map_err(|e| err(e.to_string()))?
+        attn.try_forward(input).map_err(forward_err)?
     };
     let weights = match out.weights.clone() {
         Some(w) => w,
@@ -329,6 +343,7 @@ fn compare(
     let err = |reason: String| GoldenError {
         path: path.to_string(),
         reason,
+        unsupported: false,
     };
     let got_shape = got.dims();
     let want_shape = rank4(path, name, &want.shape)?;
@@ -372,6 +387,7 @@ pub fn case_files(dir: &Path) -> Result<Vec<PathBuf>, GoldenError> {
     let entries = std::fs::read_dir(dir).map_err(|e| GoldenError {
         path: dir.display().to_string(),
         reason: format!("cannot read the directory: {e}"),
+        unsupported: false,
     })?;
     let mut files: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))

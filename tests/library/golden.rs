@@ -85,6 +85,7 @@ fn every_golden_case_passes_on_every_backend_fused_where_it_applies() {
             if case.causal == "top_left" && n != m {
                 let e = result.expect_err("fused cannot do top-left with n != m");
                 assert!(e.to_string().contains("bottom-right"), "{e}");
+                assert!(e.unsupported, "{e}");
                 continue;
             }
             match result {
@@ -121,6 +122,7 @@ fn every_golden_case_passes_on_every_backend_cpu_kernel_where_it_applies() {
             if case.mask.is_some() || case.bias.is_some() {
                 let e = result.expect_err("the CPU kernel takes no mask or bias");
                 assert!(e.to_string().contains("no mask or bias"), "{e}");
+                assert!(e.unsupported, "{e}");
                 continue;
             }
             match result {

@@ -104,7 +104,8 @@ pub struct AutoRequest {
 ///   where Flex's kernel materializes one small score matrix per head, the two tie (4.6 against
 ///   4.5 ms) and the kernel pays a host copy of shared inputs, so Flex keeps `Fused` for
 ///   m < [`AUTO_BLOCK_SIZE`]. On ndarray, whose `attention` is the plain fallback, the kernel
-///   is NDARRAY_NUMBERS.
+///   was 3.7–4.7× faster than every tensor-op path from n = 256 (n = 1024: 110 ms against
+///   522 ms for `Chunked` and 557 ms for `Fused`) and 1.8× at n = 128 (3.8 against 6.9 ms).
 /// - **Other inference on Flex and CubeCL** (a mask or bias, another dtype): `Fused`, i.e.
 ///   Burn's own kernel. Flex's tiled kernel was 1.5–2.2× faster than the tensor-op paths at
 ///   every n on flex (n = 1024: 215 ms against 381 ms for `Naive`) and holds O(n) memory
