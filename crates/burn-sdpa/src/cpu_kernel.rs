@@ -29,6 +29,8 @@
 
 use rayon::prelude::*;
 
+use crate::error::AttentionError;
+
 /// Queries per task (default). Measured with `cargo run --release --example cpu_kernel_tiles`
 /// (b = 4, h = 8, d = 64, n = 1024, 2 cores); the numbers are in the README. At 128 × 256 the
 /// score tile (128 KiB), the accumulator and the key/value tiles fit in L2.
@@ -62,26 +64,48 @@ pub struct KernelShape {
 }
 
 impl KernelShape {
-    fn check(&self, q: &[f32], k: &[f32], v: &[f32], out: &[f32]) {
+    /// Checks the slice lengths, the head grouping and the tile sizes against this shape.
+    pub fn validate(
+        &self,
+        tiles: Tiles,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        out: &[f32],
+    ) -> Result<(), AttentionError> {
         let s = self;
-        assert!(
-            s.n_kv_heads > 0 && s.n_heads.is_multiple_of(s.n_kv_heads),
-            "n_heads = {} must be a multiple of n_kv_heads = {}",
-            s.n_heads,
-            s.n_kv_heads
-        );
-        assert_eq!(q.len(), s.batch * s.n_heads * s.n * s.d_k, "query length");
-        assert_eq!(k.len(), s.batch * s.n_kv_heads * s.m * s.d_k, "key length");
-        assert_eq!(
-            v.len(),
-            s.batch * s.n_kv_heads * s.m * s.d_v,
-            "value length"
-        );
-        assert_eq!(
-            out.len(),
-            s.batch * s.n_heads * s.n * s.d_v,
-            "output length"
-        );
+        if s.n_kv_heads == 0 || !s.n_heads.is_multiple_of(s.n_kv_heads) {
+            return Err(AttentionError::HeadGrouping {
+                n_heads: s.n_heads,
+                n_kv_heads: s.n_kv_heads,
+            });
+        }
+        if tiles.query_block == 0 || tiles.key_block == 0 {
+            return Err(AttentionError::InvalidConfig {
+                field: "tiles",
+                value: format!("{tiles:?}"),
+                reason: "tile sizes must be > 0".into(),
+            });
+        }
+        let lengths = [
+            ("query slice", q.len(), [s.batch, s.n_heads, s.n, s.d_k]),
+            ("key slice", k.len(), [s.batch, s.n_kv_heads, s.m, s.d_k]),
+            ("value slice", v.len(), [s.batch, s.n_kv_heads, s.m, s.d_v]),
+            ("output slice", out.len(), [s.batch, s.n_heads, s.n, s.d_v]),
+        ];
+        for (what, len, shape) in lengths {
+            if len != shape.iter().product::<usize>() {
+                return Err(AttentionError::Shape {
+                    what,
+                    expected: format!(
+                        "{} values for the shape {shape:?}",
+                        shape.iter().product::<usize>()
+                    ),
+                    got: vec![len],
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Keys visible to query `query_idx`: `0..visible_keys(query_idx)`.
@@ -117,7 +141,7 @@ impl Default for Tiles {
 ///
 /// # Panics
 /// When the slice lengths do not match `shape` or `n_heads` is not a multiple of `n_kv_heads`
-/// (callers validate the input first).
+/// (see [`try_attention_f32_tiled`] for the typed error).
 pub fn attention_f32(shape: &KernelShape, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32]) {
     attention_f32_tiled(shape, Tiles::default(), q, k, v, out)
 }
@@ -126,7 +150,7 @@ pub fn attention_f32(shape: &KernelShape, q: &[f32], k: &[f32], v: &[f32], out: 
 /// cpu_kernel_tiles`).
 ///
 /// # Panics
-/// As [`attention_f32`], and when a tile size is 0.
+/// With the message of [`try_attention_f32_tiled`]'s error.
 pub fn attention_f32_tiled(
     shape: &KernelShape,
     tiles: Tiles,
@@ -135,14 +159,23 @@ pub fn attention_f32_tiled(
     v: &[f32],
     out: &mut [f32],
 ) {
-    shape.check(q, k, v, out);
-    assert!(
-        tiles.query_block > 0 && tiles.key_block > 0,
-        "tile sizes must be > 0, got {tiles:?}"
-    );
+    try_attention_f32_tiled(shape, tiles, q, k, v, out).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`attention_f32_tiled`], or an [`AttentionError`] naming the slice, head grouping or tile size
+/// that does not fit `shape` (nothing is written then).
+pub fn try_attention_f32_tiled(
+    shape: &KernelShape,
+    tiles: Tiles,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &mut [f32],
+) -> Result<(), AttentionError> {
+    shape.validate(tiles, q, k, v, out)?;
     let KernelShape { n, d_v, .. } = *shape;
     if out.is_empty() {
-        return;
+        return Ok(());
     }
     // out: [b·h, n, d_v] -> tasks of [query_block, d_v] rows, each with its (b·h, first query).
     let mut tasks: Vec<(usize, usize, &mut [f32])> = Vec::new();
@@ -157,6 +190,7 @@ pub fn attention_f32_tiled(
             query_block(shape, tiles, q, k, v, bh_idx, q_start, block_out, scratch)
         },
     );
+    Ok(())
 }
 
 /// Per-thread buffers of one query block.
@@ -618,6 +652,29 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn bad_slices_and_tiles_are_typed_errors() {
+        let s = shape(4, 6, None);
+        let q = vec![0.0; s.batch * s.n_heads * s.n * s.d_k];
+        let k = vec![0.0; s.batch * s.n_kv_heads * s.m * s.d_k];
+        let v = vec![0.0; s.batch * s.n_kv_heads * s.m * s.d_v];
+        let mut out = vec![0.0; s.batch * s.n_heads * s.n * s.d_v];
+        let e =
+            try_attention_f32_tiled(&s, Tiles::default(), &q[1..], &k, &v, &mut out).unwrap_err();
+        assert!(e.to_string().contains("query slice"), "{e}");
+        let zero = Tiles {
+            query_block: 0,
+            key_block: 8,
+        };
+        let e = try_attention_f32_tiled(&s, zero, &q, &k, &v, &mut out).unwrap_err();
+        assert!(e.to_string().contains("tile sizes"), "{e}");
+        let odd = KernelShape { n_kv_heads: 3, ..s };
+        assert!(matches!(
+            try_attention_f32_tiled(&odd, Tiles::default(), &q, &k, &v, &mut out),
+            Err(AttentionError::HeadGrouping { .. })
+        ));
     }
 
     #[test]
