@@ -15,6 +15,7 @@ use std::time::Instant;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
+use sdpa::AttentionDims;
 use sdpa::cpu_kernel::{KernelShape, Tiles, attention_f32_tiled};
 
 /// Rounds per size; every tile setting runs once per round.
@@ -44,13 +45,15 @@ fn main() -> anyhow::Result<()> {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     for n in ns {
         let shape = KernelShape {
-            batch: b,
-            n_heads: h,
-            n_kv_heads: h,
-            n,
-            m: n,
-            d_k: d,
-            d_v: d,
+            dims: AttentionDims {
+                batch: b,
+                n_heads: h,
+                n_kv_heads: h,
+                n,
+                m: n,
+                d_k: d,
+                d_v: d,
+            },
             scale: 1.0 / (d as f32).sqrt(),
             causal_offset: None,
         };

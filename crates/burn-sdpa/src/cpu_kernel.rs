@@ -30,6 +30,7 @@
 use rayon::prelude::*;
 
 use crate::error::AttentionError;
+use crate::sdpa::AttentionDims;
 
 /// Queries per task (default). Measured with `cargo run --release --example cpu_kernel_tiles`
 /// (b = 4, h = 8, d = 64, n = 1024, 2 cores); the numbers are in the README. At 128 × 256 the
@@ -38,25 +39,13 @@ pub const QUERY_BLOCK: usize = 128;
 /// Keys per tile (default).
 pub const KEY_BLOCK: usize = 256;
 
-/// Shapes and options of one kernel call; the slices are contiguous row-major
+/// Sizes and options of one kernel call; the slices are contiguous row-major
 /// `q: [batch, n_heads, n, d_k]`, `k: [batch, n_kv_heads, m, d_k]`,
 /// `v: [batch, n_kv_heads, m, d_v]`, `out: [batch, n_heads, n, d_v]`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct KernelShape {
-    /// Batch size b.
-    pub batch: usize,
-    /// Query heads h.
-    pub n_heads: usize,
-    /// Key/value heads h_kv (divides h).
-    pub n_kv_heads: usize,
-    /// Queries n.
-    pub n: usize,
-    /// Keys m.
-    pub m: usize,
-    /// Query/key width d_k.
-    pub d_k: usize,
-    /// Value width d_v.
-    pub d_v: usize,
+    /// The sizes (h_kv must divide h).
+    pub dims: AttentionDims,
     /// Factor applied to QKᵀ.
     pub scale: f32,
     /// `Some(offset)`: key `j` is visible to query `i` only when `j <= i + offset`.
@@ -73,7 +62,7 @@ impl KernelShape {
         v: &[f32],
         out: &[f32],
     ) -> Result<(), AttentionError> {
-        let s = self;
+        let s = &self.dims;
         if s.n_kv_heads == 0 || !s.n_heads.is_multiple_of(s.n_kv_heads) {
             return Err(AttentionError::HeadGrouping {
                 n_heads: s.n_heads,
@@ -111,8 +100,8 @@ impl KernelShape {
     /// Keys visible to query `query_idx`: `0..visible_keys(query_idx)`.
     fn visible_keys(&self, query_idx: usize) -> usize {
         match self.causal_offset {
-            None => self.m,
-            Some(offset) => (query_idx as i64 + offset + 1).clamp(0, self.m as i64) as usize,
+            None => self.dims.m,
+            Some(offset) => (query_idx as i64 + offset + 1).clamp(0, self.dims.m as i64) as usize,
         }
     }
 }
@@ -173,7 +162,7 @@ pub fn try_attention_f32_tiled(
     out: &mut [f32],
 ) -> Result<(), AttentionError> {
     shape.validate(tiles, q, k, v, out)?;
-    let KernelShape { n, d_v, .. } = *shape;
+    let AttentionDims { n, d_v, .. } = shape.dims;
     if out.is_empty() {
         return Ok(());
     }
@@ -209,7 +198,7 @@ impl Scratch {
     fn new(shape: &KernelShape, tiles: Tiles) -> Self {
         Self {
             scores: vec![0.0; tiles.query_block * tiles.key_block],
-            acc: vec![0.0; tiles.query_block * shape.d_v],
+            acc: vec![0.0; tiles.query_block * shape.dims.d_v],
             row_max: vec![f32::NEG_INFINITY; tiles.query_block],
             row_sum: vec![0.0; tiles.query_block],
         }
@@ -229,23 +218,23 @@ fn query_block(
     block_out: &mut [f32],
     scratch: &mut Scratch,
 ) {
-    let KernelShape {
+    let AttentionDims {
         n_heads,
         n_kv_heads,
         n,
         d_k,
         d_v,
-        scale,
         ..
-    } = *shape;
+    } = shape.dims;
+    let scale = shape.scale;
     let rows = block_out.len() / d_v;
     let (b_idx, head_idx) = (bh_idx / n_heads, bh_idx % n_heads);
     let kv_head_idx = head_idx / (n_heads / n_kv_heads);
     let kv_idx = b_idx * n_kv_heads + kv_head_idx;
     // q block: [rows, d_k]; k, v of the kv head: [m, d_k], [m, d_v].
     let q_block = &q[(bh_idx * n + q_start) * d_k..][..rows * d_k];
-    let k_head = &k[kv_idx * shape.m * d_k..][..shape.m * d_k];
-    let v_head = &v[kv_idx * shape.m * d_v..][..shape.m * d_v];
+    let k_head = &k[kv_idx * shape.dims.m * d_k..][..shape.dims.m * d_k];
+    let v_head = &v[kv_idx * shape.dims.m * d_v..][..shape.dims.m * d_v];
 
     let acc = &mut scratch.acc[..rows * d_v];
     acc.fill(0.0);
@@ -526,7 +515,7 @@ mod tests {
 
     /// The textbook computation in f64, for parity.
     fn reference(shape: &KernelShape, q: &[f32], k: &[f32], v: &[f32]) -> Vec<f32> {
-        let KernelShape {
+        let AttentionDims {
             batch,
             n_heads,
             n_kv_heads,
@@ -534,8 +523,7 @@ mod tests {
             m,
             d_k,
             d_v,
-            ..
-        } = *shape;
+        } = shape.dims;
         let mut out = vec![0.0f32; batch * n_heads * n * d_v];
         for bh in 0..batch * n_heads {
             let kv = (bh / n_heads) * n_kv_heads + (bh % n_heads) / (n_heads / n_kv_heads);
@@ -586,10 +574,20 @@ mod tests {
 
     /// Compares with the f64 reference: `|got − want| ≤ atol + 1e-4·|want|`.
     fn check_within(shape: KernelShape, atol: f32) {
-        let q = data(shape.batch * shape.n_heads * shape.n * shape.d_k, 1);
-        let k = data(shape.batch * shape.n_kv_heads * shape.m * shape.d_k, 2);
-        let v = data(shape.batch * shape.n_kv_heads * shape.m * shape.d_v, 3);
-        let mut out = vec![f32::NAN; shape.batch * shape.n_heads * shape.n * shape.d_v];
+        let q = data(
+            shape.dims.batch * shape.dims.n_heads * shape.dims.n * shape.dims.d_k,
+            1,
+        );
+        let k = data(
+            shape.dims.batch * shape.dims.n_kv_heads * shape.dims.m * shape.dims.d_k,
+            2,
+        );
+        let v = data(
+            shape.dims.batch * shape.dims.n_kv_heads * shape.dims.m * shape.dims.d_v,
+            3,
+        );
+        let mut out =
+            vec![f32::NAN; shape.dims.batch * shape.dims.n_heads * shape.dims.n * shape.dims.d_v];
         attention_f32(&shape, &q, &k, &v, &mut out);
         let want = reference(&shape, &q, &k, &v);
         for (idx, (got, want)) in out.iter().zip(&want).enumerate() {
@@ -606,13 +604,15 @@ mod tests {
 
     fn shape(n: usize, m: usize, causal_offset: Option<i64>) -> KernelShape {
         KernelShape {
-            batch: 2,
-            n_heads: 4,
-            n_kv_heads: 2,
-            n,
-            m,
-            d_k: 16,
-            d_v: 8,
+            dims: AttentionDims {
+                batch: 2,
+                n_heads: 4,
+                n_kv_heads: 2,
+                n,
+                m,
+                d_k: 16,
+                d_v: 8,
+            },
             scale: 0.25,
             causal_offset,
         }
@@ -633,10 +633,10 @@ mod tests {
     #[test]
     fn other_tile_sizes_give_the_same_result() {
         let s = shape(130, 513, Some(513 - 130));
-        let q = data(s.batch * s.n_heads * s.n * s.d_k, 4);
-        let k = data(s.batch * s.n_kv_heads * s.m * s.d_k, 5);
-        let v = data(s.batch * s.n_kv_heads * s.m * s.d_v, 6);
-        let mut want = vec![0.0; s.batch * s.n_heads * s.n * s.d_v];
+        let q = data(s.dims.batch * s.dims.n_heads * s.dims.n * s.dims.d_k, 4);
+        let k = data(s.dims.batch * s.dims.n_kv_heads * s.dims.m * s.dims.d_k, 5);
+        let v = data(s.dims.batch * s.dims.n_kv_heads * s.dims.m * s.dims.d_v, 6);
+        let mut want = vec![0.0; s.dims.batch * s.dims.n_heads * s.dims.n * s.dims.d_v];
         attention_f32(&s, &q, &k, &v, &mut want);
         for (query_block, key_block) in [(1, 1), (7, 33), (256, 1024)] {
             let mut got = vec![f32::NAN; want.len()];
@@ -657,10 +657,10 @@ mod tests {
     #[test]
     fn bad_slices_and_tiles_are_typed_errors() {
         let s = shape(4, 6, None);
-        let q = vec![0.0; s.batch * s.n_heads * s.n * s.d_k];
-        let k = vec![0.0; s.batch * s.n_kv_heads * s.m * s.d_k];
-        let v = vec![0.0; s.batch * s.n_kv_heads * s.m * s.d_v];
-        let mut out = vec![0.0; s.batch * s.n_heads * s.n * s.d_v];
+        let q = vec![0.0; s.dims.batch * s.dims.n_heads * s.dims.n * s.dims.d_k];
+        let k = vec![0.0; s.dims.batch * s.dims.n_kv_heads * s.dims.m * s.dims.d_k];
+        let v = vec![0.0; s.dims.batch * s.dims.n_kv_heads * s.dims.m * s.dims.d_v];
+        let mut out = vec![0.0; s.dims.batch * s.dims.n_heads * s.dims.n * s.dims.d_v];
         let e =
             try_attention_f32_tiled(&s, Tiles::default(), &q[1..], &k, &v, &mut out).unwrap_err();
         assert!(e.to_string().contains("query slice"), "{e}");
@@ -670,7 +670,13 @@ mod tests {
         };
         let e = try_attention_f32_tiled(&s, zero, &q, &k, &v, &mut out).unwrap_err();
         assert!(e.to_string().contains("tile sizes"), "{e}");
-        let odd = KernelShape { n_kv_heads: 3, ..s };
+        let odd = KernelShape {
+            dims: AttentionDims {
+                n_kv_heads: 3,
+                ..s.dims
+            },
+            ..s
+        };
         assert!(matches!(
             try_attention_f32_tiled(&odd, Tiles::default(), &q, &k, &v, &mut out),
             Err(AttentionError::HeadGrouping { .. })

@@ -598,20 +598,14 @@ impl ScaledDotProductAttention {
         let AttentionDims {
             batch,
             n_heads,
-            n_kv_heads,
             n,
             m,
             d_k,
             d_v,
+            ..
         } = dims;
         let shape = KernelShape {
-            batch,
-            n_heads,
-            n_kv_heads,
-            n,
-            m,
-            d_k,
-            d_v,
+            dims,
             scale: self.scale_factor(d_k) as f32,
             causal_offset: input.causal.then(|| self.causal_alignment.offset(n, m)),
         };
