@@ -120,7 +120,7 @@ impl Experiment for Complexity {
                     }),
                 ),
                 (
-                    "fastest path (module, Auto: fused here)",
+                    "fastest path (module, Auto)",
                     Box::new(|| {
                         let out = fast
                             .try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))?
