@@ -9,7 +9,7 @@ use burn::tensor::{DType, FloatDType};
 use serde::{Deserialize, Serialize};
 
 use crate::error::AttentionError;
-use crate::sdpa::check_broadcast;
+use crate::module::check_broadcast;
 
 /// The probability above which a row counts as saturated (nearly one-hot).
 pub const SATURATION_THRESHOLD: f64 = 0.99;

@@ -28,19 +28,21 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod auto;
-pub mod chunked;
-pub mod cpu_kernel;
 pub mod diagnostics;
 pub mod error;
 pub mod mask;
 pub mod mha;
-pub mod sdpa;
+pub mod module;
+pub mod paths;
+
+pub use module as sdpa;
+pub use paths::cpu::kernel as cpu_kernel;
+pub use paths::{auto, chunked};
 
 pub use diagnostics::{AttentionDiagnostics, HeadDiagnostics, attention_diagnostics};
 pub use error::AttentionError;
 pub use mha::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig};
-pub use sdpa::{
+pub use module::{
     AttentionDims, AttentionInput, AttentionOutput, CausalAlignment, Implementation, Path,
     ScalePolicy, ScaledDotProductAttention, ScaledDotProductAttentionConfig,
 };

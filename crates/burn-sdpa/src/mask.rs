@@ -6,7 +6,7 @@ use core::ops::Range;
 use burn::prelude::*;
 
 use crate::error::AttentionError;
-use crate::sdpa::CausalAlignment;
+use crate::module::CausalAlignment;
 
 /// The causal mask for n queries and m keys, `[n, m]`, true where key j is hidden from query i.
 ///

@@ -6,7 +6,7 @@ use burn::prelude::*;
 
 use crate::error::AttentionError;
 use crate::mask::{broadcast_or, padding_to_attention_mask};
-use crate::sdpa::{
+use crate::module::{
     AttentionInput, CausalAlignment, Implementation, ScalePolicy, ScaledDotProductAttention,
     ScaledDotProductAttentionConfig,
 };

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 
-use crate::auto::{AutoRequest, BackendFamily, auto_path};
-use crate::chunked::chunked_attention;
-use crate::cpu_kernel::{self, KernelShape, Tiles};
+use crate::paths::auto::{AutoRequest, BackendFamily, auto_path};
+use crate::paths::chunked::chunked_attention;
+use crate::paths::cpu::kernel::{self as cpu_kernel, KernelShape, Tiles};
 use crate::error::AttentionError;
 use crate::mask::{broadcast_or, causal_mask_for_keys};
 

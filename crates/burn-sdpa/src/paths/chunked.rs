@@ -6,7 +6,7 @@
 use burn::nn::Dropout;
 use burn::prelude::*;
 
-use crate::sdpa::{AttentionDims, AttentionInput, CausalAlignment, mask_for_keys, most_negative};
+use crate::module::{AttentionDims, AttentionInput, CausalAlignment, mask_for_keys, most_negative};
 
 /// Attention by blocks of `block_size` keys. Same semantics as the naive path: masks, bias,
 /// causal alignments, grouped-query heads, dropout on the weights, and zero output for rows

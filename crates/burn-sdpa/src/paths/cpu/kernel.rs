@@ -18,7 +18,7 @@
 //!
 //! The two tile products go through the `gemm` crate (the one Flex uses), single-threaded
 //! inside a task. The kernel reads the tensors' data on the host, so it only makes sense on CPU
-//! backends, and it has no backward pass: [`auto_path`](crate::auto::auto_path) takes it for
+//! backends, and it has no backward pass: [`auto_path`](crate::paths::auto::auto_path) takes it for
 //! inference on Flex and NdArray only.
 //!
 //! # Semantics
@@ -30,7 +30,7 @@
 use rayon::prelude::*;
 
 use crate::error::AttentionError;
-use crate::sdpa::AttentionDims;
+use crate::module::AttentionDims;
 
 /// Queries per task (default). Measured with `cargo run --release --example cpu_kernel_tiles`
 /// (b = 4, h = 8, d = 64, n = 1024, 2 cores); the numbers are in the README. At 128 × 256 the

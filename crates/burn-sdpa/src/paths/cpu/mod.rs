@@ -1,0 +1,3 @@
+//! The CPU flash kernel.
+
+pub mod kernel;

@@ -1,0 +1,5 @@
+//! The attention paths.
+
+pub mod auto;
+pub mod chunked;
+pub mod cpu;
