@@ -9,7 +9,7 @@ use burn::tensor::{DType, FloatDType};
 use serde::{Deserialize, Serialize};
 
 use crate::error::AttentionError;
-use crate::module::check_broadcast;
+use crate::input::{check_broadcast, read_back};
 
 /// The probability above which a row counts as saturated (nearly one-hot).
 pub const SATURATION_THRESHOLD: f64 = 0.99;
@@ -46,12 +46,13 @@ impl AttentionDiagnostics {
         let n = self.per_head.len().max(1) as f64;
         let sum =
             |f: &dyn Fn(&HeadDiagnostics) -> f64| self.per_head.iter().map(f).sum::<f64>() / n;
-        let logit_std =
-            if self.per_head.iter().all(|h| h.logit_std.is_some()) && !self.per_head.is_empty() {
-                Some(sum(&|h| h.logit_std.unwrap_or_default()))
-            } else {
-                None
-            };
+        // The mean over heads when every head has one.
+        let logit_std = if self.per_head.is_empty() {
+            None
+        } else {
+            let total: Option<f64> = self.per_head.iter().map(|h| h.logit_std).sum();
+            total.map(|total| total / n)
+        };
         HeadDiagnostics {
             entropy: sum(&|h| h.entropy),
             normalized_entropy: sum(&|h| h.normalized_entropy),
@@ -156,12 +157,9 @@ pub fn attention_diagnostics(
         rows.push(per_head_sum(std * multi));
     }
     // [rows, h], read back in one transfer.
-    let table: Vec<f32> = Tensor::stack::<2>(rows, 0)
-        .into_data()
-        .convert::<f32>()
-        .try_into_vec::<f32>()
-        .unwrap_or_default();
-    let at = |r: usize, head: usize| table.get(r * h + head).copied().unwrap_or(0.0) as f64;
+    let table: Vec<f32> = read_back("the diagnostics", Tensor::stack::<2>(rows, 0))?;
+    // `table` is [rows, h] by construction.
+    let at = |r: usize, head: usize| table[r * h + head] as f64;
     let per_head = (0..h)
         .map(|head| {
             let n_valid = at(0, head).max(1.0);

@@ -2,6 +2,8 @@
 
 use thiserror::Error;
 
+use crate::paths::kind::Implementation;
+
 /// What went wrong in an attention call or configuration.
 ///
 /// Every message names the shapes or values involved, so that a user can fix the call without
@@ -94,8 +96,16 @@ pub enum AttentionError {
     )]
     Unsupported {
         /// The implementation asked for.
-        implementation: String,
+        implementation: Implementation,
         /// Why not.
+        reason: String,
+    },
+    /// A tensor could not be read back from its device to the host.
+    #[error("could not read {what} back from the device: {reason}")]
+    ReadBack {
+        /// Which tensor.
+        what: &'static str,
+        /// The backend's error.
         reason: String,
     },
     /// An input of the multi-head layer or of a helper has the wrong shape.

@@ -7,6 +7,7 @@
 //! | question | this crate |
 //! |---|---|
 //! | boolean mask polarity | **true = masked out** (Burn, the article; PyTorch's bool `attn_mask` is the opposite) |
+//! | padding | a `[b, m]` padding mask (true = padding) hides keys from every head and query |
 //! | causal alignment when n ≠ m | explicit: [`CausalAlignment::BottomRight`] (default, Burn/FlashAttention) or [`CausalAlignment::TopLeft`] (PyTorch `is_causal`) |
 //! | a query with no visible key | zero context, zero weights, zero gradients; never NaN |
 //! | additive bias | added to the *scaled* scores; −∞ entries mask |
@@ -26,23 +27,53 @@
 //! assert_eq!(out.context.dims(), [2, 4, 8, 32]);
 //! assert_eq!(out.weights.unwrap().dims(), [2, 4, 8, 8]);
 //! ```
+//!
+//! # Layout
+//!
+//! Each file is one concept, and imports run one way, from the bottom of this list up:
+//!
+//! | file | what it holds |
+//! |---|---|
+//! | `paths/kind.rs` | [`Implementation`] (what a user asks for) and [`Path`] (what runs); both print themselves |
+//! | `error.rs` | [`AttentionError`] |
+//! | `types.rs` | [`ScalePolicy`], [`CausalAlignment`], [`AttentionDims`] |
+//! | `input.rs` | [`AttentionInput`], [`AttentionOutput`], [`validate_input`], [`read_back`] |
+//! | `mask.rs` | the public [`mask`] helpers and the one mask builder every path uses |
+//! | `paths/` | one file per path (`naive.rs`, `chunked.rs`, `fused.rs`, `cpu/`), the shared score preparation (`call.rs`), the measured `Auto` rule (`auto.rs`), and `mod.rs`, the only place that chooses a path |
+//! | `module.rs` | [`ScaledDotProductAttentionConfig`] and [`ScaledDotProductAttention`]: validate, resolve, run |
+//! | `mha.rs` | [`MultiHeadAttention`] |
+//! | `diagnostics.rs` | [`attention_diagnostics`] |
 #![warn(missing_docs)]
 
-pub mod diagnostics;
-pub mod error;
+mod diagnostics;
+mod error;
+mod input;
 pub mod mask;
-pub mod mha;
-pub mod module;
-pub mod paths;
+mod mha;
+mod module;
+mod paths;
+mod types;
 
-pub use module as sdpa;
-pub use paths::cpu::kernel as cpu_kernel;
-pub use paths::{auto, chunked};
-
-pub use diagnostics::{AttentionDiagnostics, HeadDiagnostics, attention_diagnostics};
-pub use error::AttentionError;
-pub use mha::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig};
-pub use module::{
-    AttentionDims, AttentionInput, AttentionOutput, CausalAlignment, Implementation, Path,
-    ScalePolicy, ScaledDotProductAttention, ScaledDotProductAttentionConfig,
+pub use diagnostics::{
+    AttentionDiagnostics, HeadDiagnostics, SATURATION_THRESHOLD, attention_diagnostics,
 };
+pub use error::AttentionError;
+pub use input::{AttentionInput, AttentionOutput, check_broadcast, read_back, validate_input};
+pub use mask::most_negative;
+pub use mha::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig};
+pub use module::{ScaledDotProductAttention, ScaledDotProductAttentionConfig};
+pub use paths::auto::{
+    AUTO_BLOCK_SIZE, AUTO_INFERENCE_SCORES_BUDGET_BYTES, AutoRequest, BackendFamily, auto_path,
+};
+pub use paths::chunked::chunked_attention;
+pub use paths::kind::{Implementation, Path};
+pub use types::{AttentionDims, CausalAlignment, ScalePolicy};
+
+/// The CPU flash kernel on host slices (what [`Implementation::CpuKernel`] runs), for callers
+/// that hold their data on the host or want to tune its tiles.
+pub mod cpu_kernel {
+    pub use crate::paths::cpu::kernel::{
+        KEY_BLOCK, KernelShape, QUERY_BLOCK, Tiles, attention_f32, attention_f32_tiled,
+        try_attention_f32_tiled,
+    };
+}

@@ -4,9 +4,11 @@
 use core::ops::Range;
 
 use burn::prelude::*;
+use burn::tensor::DType;
 
 use crate::error::AttentionError;
-use crate::module::CausalAlignment;
+use crate::input::AttentionInput;
+use crate::types::{AttentionDims, CausalAlignment};
 
 /// The causal mask for n queries and m keys, `[n, m]`, true where key j is hidden from query i.
 ///
@@ -134,4 +136,60 @@ pub fn broadcast_or(a: Tensor<4, Bool>, b: Tensor<4, Bool>) -> Tensor<4, Bool> {
     let (da, db) = (a.dims(), b.dims());
     let target: [usize; 4] = core::array::from_fn(|i| da[i].max(db[i]));
     a.expand(target).bool_or(b.expand(target))
+}
+
+/// The most negative finite value of a float dtype: what masked scores are filled with before
+/// the softmax (they are zeroed again after it, so the value never reaches the output).
+pub fn most_negative(dtype: DType) -> f64 {
+    match dtype {
+        DType::F64 => f64::MIN,
+        DType::F16 => -65504.0,
+        DType::BF16 => -3.389_531_4e38,
+        _ => f32::MIN as f64,
+    }
+}
+
+/// The padding mask and the user mask of a call, or-ed, `[b|1, h|1, n|1, m]` (no causal part,
+/// no bias), or `None` when it has neither.
+pub(crate) fn user_mask(input: &AttentionInput) -> Option<Tensor<4, Bool>> {
+    let padding = input.padding_mask.clone().map(padding_to_attention_mask);
+    match (padding, input.mask.clone()) {
+        (Some(padding), Some(mask)) => Some(broadcast_or(padding, mask)),
+        (padding, mask) => padding.or(mask),
+    }
+}
+
+/// The mask of the keys `keys` of a call, `[b|1, h|1, n|1, keys.len()]` (broadcastable to the
+/// scores of those keys), or `None` when nothing there is masked: the padding mask's and the
+/// user mask's columns, the causal part and the −∞ entries of `bias` (the bias of the same
+/// keys). This is the one mask builder of the crate: the naive path asks for all keys, the
+/// chunked path for one block at a time.
+pub(crate) fn mask_for_keys(
+    input: &AttentionInput,
+    dims: &AttentionDims,
+    alignment: CausalAlignment,
+    keys: Range<usize>,
+    bias: Option<&Tensor<4>>,
+) -> Option<Tensor<4, Bool>> {
+    let device = input.query.device();
+    let mut parts: Vec<Tensor<4, Bool>> = Vec::new();
+    if let Some(mask) = user_mask(input) {
+        parts.push(if keys.len() == dims.m {
+            mask
+        } else {
+            mask.slice(s![.., .., .., keys.clone()])
+        });
+    }
+    if input.causal {
+        // [n, len] -> [1, 1, n, len]
+        parts.push(
+            causal_mask_for_keys(dims.n, dims.m, keys.clone(), alignment, &device).unsqueeze(),
+        );
+    }
+    if let Some(bias) = bias {
+        // A −∞ bias entry is a mask entry: treat it as one so that a row whose bias is −∞
+        // everywhere gives zeros, not NaN.
+        parts.push(bias.clone().is_inf().bool_and(bias.clone().lower_elem(0.0)));
+    }
+    parts.into_iter().reduce(broadcast_or)
 }

@@ -5,11 +5,10 @@ use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::prelude::*;
 
 use crate::error::AttentionError;
-use crate::mask::{broadcast_or, padding_to_attention_mask};
-use crate::module::{
-    AttentionInput, CausalAlignment, Implementation, ScalePolicy, ScaledDotProductAttention,
-    ScaledDotProductAttentionConfig,
-};
+use crate::input::{AttentionInput, AttentionOutput};
+use crate::module::{ScaledDotProductAttention, ScaledDotProductAttentionConfig};
+use crate::paths::kind::Implementation;
+use crate::types::{CausalAlignment, ScalePolicy};
 
 /// Configuration of [`MultiHeadAttention`].
 ///
@@ -174,91 +173,21 @@ pub struct MultiHeadAttention {
     pub d_k: usize,
 }
 
-/// The inputs of [`MultiHeadAttention`].
-#[derive(Debug, Clone)]
-pub struct MhaInput {
-    /// `[b, n, d_model]`
-    pub query: Tensor<3>,
-    /// `[b, m, d_model]`
-    pub key: Tensor<3>,
-    /// `[b, m, d_model]`
-    pub value: Tensor<3>,
-    /// `[b, m]`, true = padding (hidden from every query).
-    pub padding_mask: Option<Tensor<2, Bool>>,
-    /// `[b|1, h|1, n|1, m]`, true = masked out.
-    pub mask: Option<Tensor<4, Bool>>,
-    /// Causal masking with the layer's alignment.
-    pub causal: bool,
-    /// Return the attention weights.
-    pub need_weights: bool,
-    /// Return the scaled scores.
-    pub need_scores: bool,
-}
+/// The inputs of [`MultiHeadAttention`]: query `[b, n, d_model]`, key and value
+/// `[b, m, d_model]`, with the masks and options of every attention call (see
+/// [`AttentionInput`]).
+pub type MhaInput = AttentionInput<3>;
 
-impl MhaInput {
+impl AttentionInput<3> {
     /// Self-attention: query, key and value are all `x` `[b, s, d_model]`.
     pub fn self_attn(x: Tensor<3>) -> Self {
         Self::new(x.clone(), x.clone(), x)
     }
-
-    /// Cross-attention: query `[b, n, d_model]`, key and value `[b, m, d_model]`.
-    pub fn new(query: Tensor<3>, key: Tensor<3>, value: Tensor<3>) -> Self {
-        Self {
-            query,
-            key,
-            value,
-            padding_mask: None,
-            mask: None,
-            causal: false,
-            need_weights: false,
-            need_scores: false,
-        }
-    }
-
-    /// Hide padded keys: `[b, m]`, true = padding.
-    pub fn padding_mask(mut self, padding: Tensor<2, Bool>) -> Self {
-        self.padding_mask = Some(padding);
-        self
-    }
-
-    /// A general mask `[b|1, h|1, n|1, m]`, true = masked out.
-    pub fn mask(mut self, mask: Tensor<4, Bool>) -> Self {
-        self.mask = Some(mask);
-        self
-    }
-
-    /// Causal masking.
-    pub fn causal(mut self) -> Self {
-        self.causal = true;
-        self
-    }
-
-    /// Also return the attention weights.
-    pub fn need_weights(mut self) -> Self {
-        self.need_weights = true;
-        self
-    }
-
-    /// Also return the scaled scores.
-    pub fn need_scores(mut self) -> Self {
-        self.need_scores = true;
-        self
-    }
 }
 
-/// The outputs of [`MultiHeadAttention`].
-#[derive(Debug, Clone)]
-pub struct MhaOutput {
-    /// `[b, n, d_model]`
-    pub context: Tensor<3>,
-    /// `[b, h, n, m]`, if asked for.
-    pub weights: Option<Tensor<4>>,
-    /// `[b, h, n, m]`, if asked for.
-    pub scores: Option<Tensor<4>>,
-    /// `[b, h, n, m]`: the combined mask that was applied (padding, mask, causal), true =
-    /// masked out, for the diagnostics; `None` when nothing was masked.
-    pub mask: Option<Tensor<4, Bool>>,
-}
+/// The outputs of [`MultiHeadAttention`]: the context `[b, n, d_model]`, and the weights,
+/// scores and combined mask `[b, h, n, m]` when asked for (see [`AttentionOutput`]).
+pub type MhaOutput = AttentionOutput<3>;
 
 impl MultiHeadAttention {
     /// Splits `[b, s, heads · d_k]` into `[b, heads, s, d_k]`.
@@ -272,7 +201,7 @@ impl MultiHeadAttention {
     ///
     /// # Shapes
     /// - query: `[b, n, d_model]`; key and value: `[b, m, d_model]`
-    /// - padding mask: `[b, m]`; mask: `[b|1, h|1, n|1, m]`
+    /// - padding mask: `[b, m]`; mask and bias: `[b|1, h|1, n|1, m]`
     /// - context: `[b, n, d_model]`; weights and scores: `[b, h, n, m]`
     pub fn try_forward(&self, input: MhaInput) -> Result<MhaOutput, AttentionError> {
         let [b, n, d_q] = input.query.dims();
@@ -298,40 +227,10 @@ impl MultiHeadAttention {
                 got: vec![b_k, m, d_key, b_v, m_v, d_v],
             });
         }
-        let mut mask = input.mask;
-        if let Some(padding) = input.padding_mask {
-            if padding.dims() != [b, m] {
-                return Err(AttentionError::Shape {
-                    what: "padding mask",
-                    expected: format!("[b, m] = [{b}, {m}]"),
-                    got: padding.dims().to_vec(),
-                });
-            }
-            let padding = padding_to_attention_mask(padding);
-            mask = Some(match mask {
-                Some(prev) => {
-                    let d = prev.dims();
-                    if d[3] != m || (d[0] != 1 && d[0] != b) {
-                        return Err(AttentionError::NotBroadcastable {
-                            tensor: "mask",
-                            shape: d,
-                            scores: [b, self.n_heads, n, m],
-                        });
-                    }
-                    broadcast_or(prev, padding)
-                }
-                None => padding,
-            });
-        }
-        let query = self.split_heads(self.query.forward(input.query), self.n_heads);
-        let key = self.split_heads(self.key.forward(input.key), self.n_kv_heads);
-        let value = self.split_heads(self.value.forward(input.value), self.n_kv_heads);
-
-        let mut attn_input = AttentionInput::new(query, key, value);
-        attn_input.mask = mask;
-        attn_input.causal = input.causal;
-        attn_input.need_weights = input.need_weights;
-        attn_input.need_scores = input.need_scores;
+        let query = self.split_heads(self.query.forward(input.query.clone()), self.n_heads);
+        let key = self.split_heads(self.key.forward(input.key.clone()), self.n_kv_heads);
+        let value = self.split_heads(self.value.forward(input.value.clone()), self.n_kv_heads);
+        let attn_input = input.with_tensors(query, key, value);
         let out = self.attention.try_forward(attn_input)?;
         // [b, h, n, d_k] -> [b, n, h, d_k] -> [b, n, h·d_k]
         let context = out
@@ -350,7 +249,7 @@ impl MultiHeadAttention {
     ///
     /// # Shapes
     /// - query: `[b, n, d_model]`; key and value: `[b, m, d_model]`
-    /// - padding mask: `[b, m]`; mask: `[b|1, h|1, n|1, m]`
+    /// - padding mask: `[b, m]`; mask and bias: `[b|1, h|1, n|1, m]`
     /// - context: `[b, n, d_model]`; weights and scores: `[b, h, n, m]`
     ///
     /// # Panics

@@ -1,9 +1,12 @@
-//! What `Implementation::Auto` knows about the device: which Burn backend runs the call, because
+//! `Implementation::Auto`: the measured rule (a pure function of [`AutoRequest`], tested as a
+//! table) and what it knows about the device: which Burn backend runs the call, because
 //! the paths' speed and memory depend on it (Flex and CubeCL have fused inference kernels for
 //! `burn::tensor::module::attention`, NdArray and every autodiff device run Burn's plain
 //! fallback).
 
 use burn::prelude::*;
+
+use crate::paths::kind::Path;
 
 /// The backend family of a device, as far as the choice of attention path is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +33,7 @@ impl BackendFamily {
     ///
     /// ```
     /// use burn::prelude::*;
-    /// use burn_sdpa::auto::BackendFamily;
+    /// use burn_sdpa::BackendFamily;
     /// assert_eq!(BackendFamily::of(&Device::flex()), BackendFamily::Flex);
     /// assert_eq!(BackendFamily::of(&Device::flex().autodiff()), BackendFamily::Flex);
     /// ```
@@ -66,7 +69,8 @@ pub const AUTO_BLOCK_SIZE: usize = 256;
 /// runs a 24 GiB machine out of memory.
 pub const AUTO_INFERENCE_SCORES_BUDGET_BYTES: u64 = 4 << 30;
 
-/// What `Auto` looks at (built by [`ScaledDotProductAttention::resolve`](crate::ScaledDotProductAttention::resolve)).
+/// What `Auto` looks at (built by [`ScaledDotProductAttention::resolve`](crate::ScaledDotProductAttention::resolve)
+/// from the call and from what each path says it supports).
 #[derive(Debug, Clone, Copy)]
 pub struct AutoRequest {
     /// The device's backend.
@@ -85,42 +89,25 @@ pub struct AutoRequest {
 }
 
 /// `Auto`'s rule for a call that does not ask for the weights or scores (those always take
-/// `Naive`). Measured with `sdpa bench` (b = 4, h = 8, d = 64, n = m from 128 to 4096, 2 CPU
-/// cores, medians; the tables are in the README):
+/// `Naive`). It was set by `sdpa bench` (b = 4, h = 8, d = 64, n = m from 128 to 4096, 2 CPU
+/// cores); the measurements behind each branch are in the README ("Attention paths and speed").
 ///
 /// - **Training (autodiff)** on CPU backends: Burn's `attention` is its plain fallback built from
-///   autodiff ops, slower than `Naive` on flex from n = 256 (by 8–15% in one run,
-///   up to 44% in another), because its masked, clamped softmax adds
-///   passes over the n×m scores in both directions. `Chunked` (block 256) is the fastest path
-///   from m = 256 up (flex, forward+backward, n = 2048: 4.6 s against 5.8 s for `Naive` and
-///   6.7 s for `Fused`), because it normalizes the n×d output instead of the n×m weights; at
-///   m = 128 it ties with `Naive` (19.2 ms against 19.1 ms). So: m < [`AUTO_BLOCK_SIZE`] →
-///   `Naive`, else `Chunked`. On CubeCL (GPU) backends, where the chunked path's per-block
-///   kernel launches were not measured, `Naive`.
+///   autodiff ops, slower than `Naive`, and `Chunked` (block [`AUTO_BLOCK_SIZE`]) normalizes the
+///   n×d output instead of the n×m weights: m < [`AUTO_BLOCK_SIZE`] → `Naive`, else `Chunked`.
+///   On CubeCL (GPU) backends, where the chunked path's per-block kernel launches were not
+///   measured, `Naive`.
 /// - **Inference on Flex and NdArray**, when [`Implementation::CpuKernel`](crate::Implementation::CpuKernel)
-///   can serve the call (f32, no mask or bias, causal or not): `CpuKernel`, this crate's
-///   query-blocked flash kernel. On flex it ran 73–82 GFLOP/s from n = 512 up, 1.8–2.1× Flex's
-///   own kernel (n = 1024: 107.7 ms against 195.5 ms, and 333 ms for `Naive`); at m = 128,
-///   where Flex's kernel materializes one small score matrix per head, the two tie (4.6 against
-///   4.5 ms) and the kernel pays a host copy of shared inputs, so Flex keeps `Fused` for
-///   m < [`AUTO_BLOCK_SIZE`]. On ndarray, whose `attention` is the plain fallback, the kernel
-///   was 3.7–4.7× faster than every tensor-op path from n = 256 (n = 1024: 110 ms against
-///   522 ms for `Chunked` and 557 ms for `Fused`) and 1.8× at n = 128 (3.8 against 6.9 ms).
-/// - **Other inference on Flex and CubeCL** (a mask or bias, another dtype): `Fused`, i.e.
-///   Burn's own kernel. Flex's tiled kernel was 1.5–2.2× faster than the tensor-op paths at
-///   every n on flex (n = 1024: 215 ms against 381 ms for `Naive`) and holds O(n) memory
-///   (n = 32 768, b = 1: +64 MiB); CubeCL's flash kernel is kept reachable by passing no
-///   explicit scale.
+///   can serve the call (f32, no mask or bias): `CpuKernel`, except on Flex for
+///   m < [`AUTO_BLOCK_SIZE`], where Flex's own kernel ties with it and needs no host copy.
+/// - **Other inference on Flex and CubeCL** (a mask or bias, another dtype): `Fused`, Burn's own
+///   kernel, which holds O(n) memory.
 /// - **Other inference on NdArray and other backends**: Burn's `attention` is the plain
-///   fallback, and all tensor-op paths are within ±15% of each other. `Chunked` is ahead for
-///   256 ≤ m ≤ 512 (ndarray, n = 512, two runs: 109 and 113 ms against 126 and 120 ms for
-///   `Fused`) and behind at m = 128 (one partial block: 7.7 ms against 6.6 ms) and from
-///   m = 1024 (491 against 433 ms). So `Chunked` for 256 ≤ m ≤ 512 or when the scores exceed
-///   [`AUTO_INFERENCE_SCORES_BUDGET_BYTES`], else `Fused`.
+///   fallback: `Chunked` for [`AUTO_BLOCK_SIZE`] ≤ m ≤ 2·[`AUTO_BLOCK_SIZE`] or when the scores
+///   exceed [`AUTO_INFERENCE_SCORES_BUDGET_BYTES`], else `Fused`.
 /// - When `Fused` cannot serve an inference call either (top-left causal with n ≠ m and a
 ///   mask): `Naive`, or `Chunked` above the budget.
-pub fn auto_path(request: AutoRequest) -> crate::Path {
-    use crate::Path;
+pub fn auto_path(request: AutoRequest) -> Path {
     let chunked = Path::Chunked(AUTO_BLOCK_SIZE);
     let over_budget = request.scores_bytes > AUTO_INFERENCE_SCORES_BUDGET_BYTES;
     if request.autodiff {
@@ -148,7 +135,6 @@ pub fn auto_path(request: AutoRequest) -> crate::Path {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Path;
 
     fn request(family: BackendFamily, autodiff: bool, n_keys: usize, gib: u64) -> AutoRequest {
         AutoRequest {

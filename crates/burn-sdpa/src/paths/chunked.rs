@@ -6,11 +6,24 @@
 use burn::nn::Dropout;
 use burn::prelude::*;
 
-use crate::module::{AttentionDims, AttentionInput, CausalAlignment, mask_for_keys, most_negative};
+use crate::error::AttentionError;
+use crate::input::{AttentionInput, AttentionOutput};
+use crate::mask::most_negative;
+use crate::paths::call::Call;
+use crate::types::{AttentionDims, CausalAlignment};
+
+/// Why the chunked path cannot serve `call`, if it cannot.
+pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
+    (call.input.need_weights || call.input.need_scores)
+        .then_some("it cannot return the weights or scores")
+}
 
 /// Attention by blocks of `block_size` keys. Same semantics as the naive path: masks, bias,
 /// causal alignments, grouped-query heads, dropout on the weights, and zero output for rows
 /// without a visible key.
+///
+/// `dims` come from [`validate_input`](crate::validate_input); `dropout`, when given, acts on the
+/// weights.
 ///
 /// # Shapes
 /// - query: `[b, h, n, d_k]`, key: `[b, h_kv, m, d_k]`, value: `[b, h_kv, m, d_v]`
@@ -23,24 +36,29 @@ pub fn chunked_attention(
     block_size: usize,
     dropout: Option<&Dropout>,
 ) -> Tensor<4> {
-    let AttentionDims {
-        batch: b,
-        n_heads: h,
-        n_kv_heads: h_kv,
-        n,
-        m,
-        d_k,
-        d_v,
-    } = dims;
-    let group = h / h_kv;
+    let call = Call {
+        input,
+        dims,
+        scale,
+        alignment,
+        dropout: dropout.cloned(),
+    };
+    context(&call, block_size)
+}
+
+/// Runs the chunked path with blocks of `block_size` keys.
+pub(crate) fn run(call: Call, block_size: usize) -> Result<AttentionOutput, AttentionError> {
+    Ok(AttentionOutput::from_context(context(&call, block_size)))
+}
+
+/// The context `[b, h, n, d_v]` of `call`, one block of keys at a time.
+fn context(call: &Call, block_size: usize) -> Tensor<4> {
+    let [b, h, n, m] = call.dims.scores_shape();
+    let (h_kv, d_v) = (call.dims.n_kv_heads, call.dims.d_v);
+    let group = call.dims.group();
     let block_size = block_size.max(1);
-    let device = input.query.device();
-    let mut query = input.query.clone();
-    if scale != 1.0 {
-        query = query.mul_scalar(scale);
-    }
-    // [b, h, n, d_k] -> [b, h_kv, g·n, d_k]: query heads of a group share their kv head.
-    let query = query.reshape([b, h_kv, group * n, d_k]);
+    let device = call.input.query.device();
+    let query = call.grouped_query();
     let dtype = query.dtype();
     let fill = most_negative(dtype);
 
@@ -51,32 +69,9 @@ pub fn chunked_attention(
     let mut start = 0;
     while start < m {
         let len = block_size.min(m - start);
-        let k_block = input.key.clone().slice(s![.., .., start..start + len, ..]);
-        let v_block = input
-            .value
-            .clone()
-            .slice(s![.., .., start..start + len, ..]);
-        // [b, h_kv, g·n, d_k] @ [b, h_kv, d_k, len] -> [b, h_kv, g·n, len] -> [b, h, n, len]
-        let mut scores = query
-            .clone()
-            .matmul(k_block.transpose())
-            .reshape([b, h, n, len]);
-        let bias_block = input
-            .bias
-            .as_ref()
-            .map(|bias| bias.clone().slice(s![.., .., .., start..start + len]));
-        if let Some(bias) = &bias_block {
-            scores = scores + bias.clone();
-        }
-        // [b|1, h|1, n|1, len] -> [b, h, n, len]
-        let mask = mask_for_keys(
-            &input,
-            &dims,
-            alignment,
-            start..start + len,
-            bias_block.as_ref(),
-        )
-        .map(|mask| mask.expand([b, h, n, len]));
+        let keys = start..start + len;
+        // [b, h, n, len], mask expanded to the same shape
+        let (mut scores, mask) = call.scores(&query, keys.clone());
         if let Some(mask) = &mask {
             scores = scores.mask_fill(mask.clone(), fill);
         }
@@ -97,11 +92,11 @@ pub fn chunked_attention(
         let block_sum = p.clone().sum_dim(3);
         // Dropout acts on the normalized weights p/l; being element-wise, it can act on p here
         // while the running sum l keeps the undropped values.
-        if let Some(dropout) = dropout {
+        if let Some(dropout) = &call.dropout {
             p = dropout.forward(p);
         }
         // [b, h_kv, g·n, len] @ [b, h_kv, len, d_v] -> [b, h_kv, g·n, d_v]
-        let block_acc = p.matmul(v_block);
+        let block_acc = p.matmul(call.values(keys));
         match (run_max.take(), run_sum.take(), acc.take()) {
             (Some(prev_max), Some(prev_sum), Some(prev_acc)) => {
                 let correction = (prev_max - new_max.clone()).exp();
@@ -128,8 +123,8 @@ pub fn chunked_attention(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::{AttentionInput, Implementation, ScaledDotProductAttentionConfig};
+    use burn::prelude::*;
     use burn::tensor::Distribution;
 
     #[test]

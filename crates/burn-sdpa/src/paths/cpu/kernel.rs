@@ -2,9 +2,8 @@
 //! [`Implementation::CpuKernel`](crate::Implementation::CpuKernel).
 //!
 //! Burn's Flex kernel runs one `[n, 64]` score tile per step over all n queries of a head and
-//! exponentiates with the scalar `f32::exp`; on 2 cores it measured 38–44 GFLOP/s at n = 1024
-//! (`sdpa bench`, b = 4, h = 8, d = 64).
-//! This kernel differs in three ways:
+//! exponentiates with the scalar `f32::exp`. This kernel differs in three ways (how much each
+//! gains is measured by `sdpa bench`; the figures are in the README):
 //!
 //! - **Query blocks.** Each task is one (batch, head, block of [`QUERY_BLOCK`] queries), so the
 //!   score tile `[QUERY_BLOCK, KEY_BLOCK]`, the accumulator `[QUERY_BLOCK, d_v]` and the
@@ -29,12 +28,13 @@
 
 use rayon::prelude::*;
 
+use super::simd;
 use crate::error::AttentionError;
-use crate::module::AttentionDims;
+use crate::types::AttentionDims;
 
-/// Queries per task (default). Measured with `cargo run --release --example cpu_kernel_tiles`
-/// (b = 4, h = 8, d = 64, n = 1024, 2 cores); the numbers are in the README. At 128 × 256 the
-/// score tile (128 KiB), the accumulator and the key/value tiles fit in L2.
+/// Queries per task (default), chosen with `cargo run --release --example cpu_kernel_tiles`
+/// (the sweep is in the README). At 128 × 256 the score tile (128 KiB), the accumulator and
+/// the key/value tiles fit in L2.
 pub const QUERY_BLOCK: usize = 128;
 /// Keys per tile (default).
 pub const KEY_BLOCK: usize = 256;
@@ -336,175 +336,6 @@ fn query_block(
         let out_row = &mut block_out[row * d_v..][..d_v];
         for (o, a) in out_row.iter_mut().zip(&acc[row * d_v..][..d_v]) {
             *o = a * inv;
-        }
-    }
-}
-
-/// The softmax loops, compiled once per instruction set and picked at run time.
-mod simd {
-    /// Calls `$name::$body(args)` through the best `#[target_feature]` instance.
-    macro_rules! dispatch {
-        ($body:ident($($arg:expr),*)) => {{
-            #[cfg(target_arch = "x86_64")]
-            {
-                if std::arch::is_x86_feature_detected!("avx512f") {
-                    // SAFETY: the CPU supports AVX-512F (checked just above).
-                    return unsafe { avx512::$body($($arg),*) };
-                }
-                if std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-                {
-                    // SAFETY: the CPU supports AVX2 and FMA (checked just above).
-                    return unsafe { avx2::$body($($arg),*) };
-                }
-            }
-            portable::$body($($arg),*)
-        }};
-    }
-
-    /// Largest element (−∞ for an empty or all −∞ slice).
-    pub fn max(xs: &[f32]) -> f32 {
-        dispatch!(max_body(xs))
-    }
-
-    /// `x ← exp(x − max)` for every element; returns the sum of the new values.
-    pub fn exp_sub_sum(xs: &mut [f32], max: f32) -> f32 {
-        dispatch!(exp_sub_sum_body(xs, max))
-    }
-
-    /// `x ← x · factor` for every element.
-    pub fn scale(xs: &mut [f32], factor: f32) {
-        dispatch!(scale_body(xs, factor))
-    }
-
-    /// Lanes the loops are written for (the compiler maps them onto 4, 8 or 16-wide registers).
-    const LANES: usize = 16;
-
-    /// The loop bodies, written as plain lane-parallel arithmetic so the compiler vectorizes them.
-    macro_rules! bodies {
-        ($madd:expr, $(#[$attr:meta])*) => {
-            $(#[$attr])*
-            pub fn max_body(xs: &[f32]) -> f32 {
-                let mut lanes = [f32::NEG_INFINITY; LANES];
-                let mut chunks = xs.chunks_exact(LANES);
-                for chunk in &mut chunks {
-                    for (l, x) in lanes.iter_mut().zip(chunk) {
-                        *l = l.max(*x);
-                    }
-                }
-                let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |a, x| a.max(*x));
-                lanes.iter().fold(tail, |a, x| a.max(*x))
-            }
-
-            $(#[$attr])*
-            pub fn exp_sub_sum_body(xs: &mut [f32], max: f32) -> f32 {
-                let mut lanes = [0.0f32; LANES];
-                let mut chunks = xs.chunks_exact_mut(LANES);
-                for chunk in &mut chunks {
-                    for (l, x) in lanes.iter_mut().zip(chunk.iter_mut()) {
-                        *x = super::exp(*x - max, $madd);
-                        *l += *x;
-                    }
-                }
-                let mut sum = 0.0;
-                for x in chunks.into_remainder() {
-                    *x = super::exp(*x - max, $madd);
-                    sum += *x;
-                }
-                sum + lanes.iter().sum::<f32>()
-            }
-
-            $(#[$attr])*
-            pub fn scale_body(xs: &mut [f32], factor: f32) {
-                for x in xs {
-                    *x *= factor;
-                }
-            }
-        };
-    }
-
-    pub mod portable {
-        use super::LANES;
-        // Without FMA, `mul_add` would be a libm call: multiply and add separately.
-        bodies!(|a: f32, b: f32, c: f32| a * b + c, #[inline(always)]);
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    pub mod avx2 {
-        //! # Safety
-        //! Call only on a CPU with AVX2 and FMA.
-        #![allow(clippy::missing_safety_doc)]
-        use super::LANES;
-        bodies!(f32::mul_add, #[target_feature(enable = "avx2,fma")]);
-    }
-
-    #[cfg(target_arch = "x86_64")]
-    pub mod avx512 {
-        //! # Safety
-        //! Call only on a CPU with AVX-512F.
-        #![allow(clippy::missing_safety_doc)]
-        use super::LANES;
-        bodies!(f32::mul_add, #[target_feature(enable = "avx512f,avx2,fma")]);
-    }
-
-    /// `e^x` for `x ≤ 0` (the softmax argument), 0 below −87.3 (where `f32` underflows) and for −∞.
-    ///
-    /// Range reduction `x = k·ln 2 + r`, |r| ≤ ln 2 / 2, then a degree-6 Taylor polynomial for
-    /// `e^r` (truncation error < 2e-7 relative) and `2^k` built in the exponent bits. Branch-free
-    /// so the loops above vectorize.
-    #[inline(always)]
-    fn exp(x: f32, madd: impl Fn(f32, f32, f32) -> f32) -> f32 {
-        const LOG2_E: f32 = std::f32::consts::LOG2_E;
-        // ln 2 split so that k · LN2_HI is exact for |k| < 2^11.
-        const LN2_HI: f32 = 0.693_145_75;
-        const LN2_LO: f32 = 1.428_606_8e-6;
-        // 1.5 · 2^23: adding it rounds to an integer, held in the low mantissa bits.
-        const ROUND: f32 = 12_582_912.0;
-        let clamped = x.max(-87.0);
-        let shifted = madd(clamped, LOG2_E, ROUND);
-        let k = shifted - ROUND;
-        let r = madd(k, -LN2_LO, madd(k, -LN2_HI, clamped));
-        let mut p: f32 = 1.0 / 720.0;
-        p = madd(p, r, 1.0 / 120.0);
-        p = madd(p, r, 1.0 / 24.0);
-        p = madd(p, r, 1.0 / 6.0);
-        p = madd(p, r, 0.5);
-        p = madd(p, r, 1.0);
-        p = madd(p, r, 1.0);
-        // 2^k: k + 127 in the exponent field (k is the low bits of `shifted`).
-        let k_bits = shifted.to_bits().wrapping_sub(ROUND.to_bits());
-        let two_k = f32::from_bits(k_bits.wrapping_add(127) << 23);
-        if x < -87.0 { 0.0 } else { p * two_k }
-    }
-
-    #[cfg(test)]
-    mod tests {
-        #[test]
-        fn exp_matches_std_on_the_softmax_range() {
-            let mut worst: f32 = 0.0;
-            for i in 0..=200_000 {
-                let x = -87.0 * i as f32 / 200_000.0;
-                let rel = (super::exp(x, f32::mul_add) - x.exp()).abs() / x.exp();
-                worst = worst.max(rel);
-            }
-            assert!(worst < 5e-7, "worst relative error {worst}");
-            assert_eq!(super::exp(f32::NEG_INFINITY, f32::mul_add), 0.0);
-            assert_eq!(super::exp(-100.0, f32::mul_add), 0.0);
-            assert_eq!(super::exp(0.0, f32::mul_add), 1.0);
-        }
-
-        #[test]
-        fn every_instance_agrees_with_the_portable_loops() {
-            let xs: Vec<f32> = (0..103).map(|i| ((i * 37) % 101) as f32 * -0.173).collect();
-            let max = super::max(&xs);
-            assert_eq!(max, super::portable::max_body(&xs));
-            let (mut a, mut b) = (xs.clone(), xs.clone());
-            let sum_a = super::exp_sub_sum(&mut a, max);
-            let sum_b = super::portable::exp_sub_sum_body(&mut b, max);
-            assert!((sum_a - sum_b).abs() < 1e-5, "{sum_a} vs {sum_b}");
-            for (x, y) in a.iter().zip(&b) {
-                assert!((x - y).abs() < 1e-6);
-            }
         }
     }
 }

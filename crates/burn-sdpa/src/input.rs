@@ -1,0 +1,262 @@
+//! The inputs and outputs of an attention call, and the checks that turn an input into its
+//! validated sizes ([`AttentionDims`]).
+
+use burn::prelude::*;
+use burn::tensor::Element;
+use burn::tensor::kind::Basic;
+
+use crate::error::AttentionError;
+use crate::types::AttentionDims;
+
+/// The inputs of one attention call, built fluently.
+///
+/// `D` is the rank of query, key and value: 4 for [`ScaledDotProductAttention`](crate::ScaledDotProductAttention)
+/// (`[b, h, s, d]`, the default) and 3 for [`MultiHeadAttention`](crate::MultiHeadAttention)
+/// (`[b, s, d_model]`, named [`MhaInput`](crate::MhaInput)); the masks and options are the
+/// same for both.
+///
+/// ```
+/// # use burn::prelude::*;
+/// # use burn_sdpa::AttentionInput;
+/// # let device = Device::flex();
+/// let q = Tensor::<4>::zeros([1, 2, 3, 4], &device);
+/// let k = Tensor::<4>::zeros([1, 2, 5, 4], &device);
+/// let v = Tensor::<4>::zeros([1, 2, 5, 6], &device);
+/// let input = AttentionInput::new(q, k, v).causal().need_weights();
+/// ```
+#[derive(Debug, Clone)]
+pub struct AttentionInput<const D: usize = 4> {
+    /// `[b, h, n, d_k]` (rank 4) or `[b, n, d_model]` (rank 3).
+    pub query: Tensor<D>,
+    /// `[b, h_kv, m, d_k]` (rank 4) or `[b, m, d_model]` (rank 3).
+    pub key: Tensor<D>,
+    /// `[b, h_kv, m, d_v]` (rank 4) or `[b, m, d_model]` (rank 3).
+    pub value: Tensor<D>,
+    /// `[b, m]`, true = padding: the key is hidden from every head and query.
+    pub padding_mask: Option<Tensor<2, Bool>>,
+    /// `[b|1, h|1, n|1, m]`, true = masked out.
+    pub mask: Option<Tensor<4, Bool>>,
+    /// `[b|1, h|1, n|1, m]`, added to the scaled scores.
+    pub bias: Option<Tensor<4>>,
+    /// Apply a causal mask with the module's alignment.
+    pub causal: bool,
+    /// Return the attention weights.
+    pub need_weights: bool,
+    /// Return the scaled scores (plus bias, before masking), e.g. for logit statistics.
+    pub need_scores: bool,
+}
+
+impl<const D: usize> AttentionInput<D> {
+    /// Query, key and value, with nothing masked.
+    pub fn new(query: Tensor<D>, key: Tensor<D>, value: Tensor<D>) -> Self {
+        Self {
+            query,
+            key,
+            value,
+            padding_mask: None,
+            mask: None,
+            bias: None,
+            causal: false,
+            need_weights: false,
+            need_scores: false,
+        }
+    }
+
+    /// Hide padded keys: `[b, m]`, true = padding (replaces an earlier padding mask; the
+    /// helpers `mask::padding_mask_from_lengths` and `mask::padding_mask_from_tokens` build
+    /// one).
+    pub fn padding_mask(mut self, padding: Tensor<2, Bool>) -> Self {
+        self.padding_mask = Some(padding);
+        self
+    }
+
+    /// A boolean mask, true = masked out, broadcastable to `[b, h, n, m]` (replaces an earlier
+    /// one; combine masks with `mask::broadcast_or` or the other helpers of the `mask`
+    /// module).
+    pub fn mask(mut self, mask: Tensor<4, Bool>) -> Self {
+        self.mask = Some(mask);
+        self
+    }
+
+    /// An additive bias (e.g. ALiBi, relative positions, or a float mask with −∞), broadcastable
+    /// to `[b, h, n, m]`, added to the scaled scores (replaces an earlier one).
+    pub fn bias(mut self, bias: Tensor<4>) -> Self {
+        self.bias = Some(bias);
+        self
+    }
+
+    /// Causal masking with the module's [`CausalAlignment`](crate::CausalAlignment).
+    pub fn causal(mut self) -> Self {
+        self.causal = true;
+        self
+    }
+
+    /// Also return the attention weights `[b, h, n, m]`.
+    pub fn need_weights(mut self) -> Self {
+        self.need_weights = true;
+        self
+    }
+
+    /// Also return the scaled scores `[b, h, n, m]` (with the bias, before masking).
+    pub fn need_scores(mut self) -> Self {
+        self.need_scores = true;
+        self
+    }
+
+    /// The same masks and options with other query, key and value tensors (the multi-head layer
+    /// swaps its `[b, s, d_model]` inputs for the projected `[b, h, s, d_k]` heads).
+    pub fn with_tensors<const E: usize>(
+        self,
+        query: Tensor<E>,
+        key: Tensor<E>,
+        value: Tensor<E>,
+    ) -> AttentionInput<E> {
+        AttentionInput {
+            query,
+            key,
+            value,
+            padding_mask: self.padding_mask,
+            mask: self.mask,
+            bias: self.bias,
+            causal: self.causal,
+            need_weights: self.need_weights,
+            need_scores: self.need_scores,
+        }
+    }
+
+    /// Whether anything beyond causal masking hides keys or shifts scores (a padding mask, a
+    /// mask or a bias).
+    pub fn has_mask_or_bias(&self) -> bool {
+        self.padding_mask.is_some() || self.mask.is_some() || self.bias.is_some()
+    }
+}
+
+/// The result of an attention call: rank 4 (`[b, h, n, d_v]`) for
+/// [`ScaledDotProductAttention`](crate::ScaledDotProductAttention), rank 3 (`[b, n, d_model]`,
+/// named [`MhaOutput`](crate::MhaOutput)) for the multi-head layer.
+#[derive(Debug, Clone)]
+pub struct AttentionOutput<const D: usize = 4> {
+    /// `[b, h, n, d_v]` (rank 4) or `[b, n, d_model]` (rank 3).
+    pub context: Tensor<D>,
+    /// `[b, h, n, m]`: the softmax probabilities before dropout, if asked for. Masked keys and
+    /// fully masked rows are exactly 0.
+    pub weights: Option<Tensor<4>>,
+    /// `[b, h, n, m]`: the scaled scores plus bias, before masking, if asked for.
+    pub scores: Option<Tensor<4>>,
+    /// `[b, h, n, m]`: the combined mask that was applied (padding, user mask, causal mask, −∞
+    /// bias entries), true = masked out; `None` when nothing was masked or the path did not
+    /// build it.
+    pub mask: Option<Tensor<4, Bool>>,
+}
+
+impl<const D: usize> AttentionOutput<D> {
+    /// An output with the context only.
+    pub fn from_context(context: Tensor<D>) -> Self {
+        Self {
+            context,
+            weights: None,
+            scores: None,
+            mask: None,
+        }
+    }
+}
+
+/// Checks that a mask or bias of `shape` broadcasts to the scores' shape `[b, h, n, m]`.
+pub fn check_broadcast(
+    tensor: &'static str,
+    shape: [usize; 4],
+    scores: [usize; 4],
+) -> Result<(), AttentionError> {
+    let leading_ok = (0..3).all(|i| shape[i] == 1 || shape[i] == scores[i]);
+    if leading_ok && shape[3] == scores[3] {
+        Ok(())
+    } else {
+        Err(AttentionError::NotBroadcastable {
+            tensor,
+            shape,
+            scores,
+        })
+    }
+}
+
+/// Checks the shapes of an attention call and returns its sizes.
+pub fn validate_input(input: &AttentionInput) -> Result<AttentionDims, AttentionError> {
+    let q = input.query.dims();
+    let k = input.key.dims();
+    let v = input.value.dims();
+    for (name, shape) in [("query", q), ("key", k), ("value", v)] {
+        if shape.contains(&0) {
+            return Err(AttentionError::EmptyAxis {
+                tensor: name,
+                shape: shape.to_vec(),
+            });
+        }
+    }
+    if q[0] != k[0] || q[0] != v[0] {
+        return Err(AttentionError::BatchMismatch {
+            query: q,
+            key: k,
+            value: v,
+        });
+    }
+    if k[1] != v[1] || k[2] != v[2] {
+        return Err(AttentionError::KeyValueMismatch { key: k, value: v });
+    }
+    if q[3] != k[3] {
+        return Err(AttentionError::DkMismatch { query: q, key: k });
+    }
+    if !q[1].is_multiple_of(k[1]) {
+        return Err(AttentionError::HeadGrouping {
+            n_heads: q[1],
+            n_kv_heads: k[1],
+        });
+    }
+    let dims = AttentionDims {
+        batch: q[0],
+        n_heads: q[1],
+        n_kv_heads: k[1],
+        n: q[2],
+        m: k[2],
+        d_k: q[3],
+        d_v: v[3],
+    };
+    if let Some(padding) = &input.padding_mask
+        && padding.dims() != [dims.batch, dims.m]
+    {
+        return Err(AttentionError::Shape {
+            what: "padding mask",
+            expected: format!("[b, m] = [{}, {}]", dims.batch, dims.m),
+            got: padding.dims().to_vec(),
+        });
+    }
+    if let Some(mask) = &input.mask {
+        check_broadcast("mask", mask.dims(), dims.scores_shape())?;
+    }
+    if let Some(bias) = &input.bias {
+        check_broadcast("bias", bias.dims(), dims.scores_shape())?;
+    }
+    Ok(dims)
+}
+
+/// Reads a tensor back to the host as a `Vec<E>` (converting the element type), or says which
+/// tensor could not be read. The one read-back of the workspace: a failed read is an error, never
+/// an empty or zero vector.
+///
+/// ```
+/// # use burn::prelude::*;
+/// let device = Device::flex();
+/// let x = Tensor::<2>::from_data([[1.0, 2.0]], &device);
+/// let values: Vec<f64> = burn_sdpa::read_back("x", x).unwrap();
+/// assert_eq!(values, [1.0, 2.0]);
+/// ```
+pub fn read_back<E: Element, const D: usize, K: Basic>(
+    what: &'static str,
+    tensor: Tensor<D, K>,
+) -> Result<Vec<E>, AttentionError> {
+    tensor
+        .try_into_vec_as::<E>()
+        .map_err(|e| AttentionError::ReadBack {
+            what,
+            reason: e.to_string(),
+        })
+}

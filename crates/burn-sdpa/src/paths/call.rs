@@ -1,0 +1,96 @@
+//! One validated attention call as every path receives it, and the score preparation that the
+//! tensor-op paths (naive, chunked) share.
+
+use core::ops::Range;
+
+use burn::nn::Dropout;
+use burn::prelude::*;
+
+use crate::input::AttentionInput;
+use crate::mask::mask_for_keys;
+use crate::types::{AttentionDims, CausalAlignment};
+
+/// A call whose shapes have been checked, with the module's settings resolved for it.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    /// The tensors, masks and options.
+    pub input: AttentionInput,
+    /// The validated sizes.
+    pub dims: AttentionDims,
+    /// The factor that multiplies QKᵀ.
+    pub scale: f64,
+    /// The causal alignment, used when `input.causal`.
+    pub alignment: CausalAlignment,
+    /// Dropout on the weights, when it is active for this call (training flag on, p > 0,
+    /// autodiff device).
+    pub dropout: Option<Dropout>,
+}
+
+impl Call {
+    /// The query, scaled and regrouped so that the query heads of a key/value group form one
+    /// batch of rows: `[b, h, n, d_k] -> [b, h_kv, g·n, d_k]`. Scaling Q (n·d_k elements) is
+    /// cheaper than scaling the scores (n·m elements).
+    pub fn grouped_query(&self) -> Tensor<4> {
+        let AttentionDims {
+            batch,
+            n_kv_heads,
+            n,
+            d_k,
+            ..
+        } = self.dims;
+        let mut query = self.input.query.clone();
+        if self.scale != 1.0 {
+            query = query.mul_scalar(self.scale);
+        }
+        // Query heads g·i .. g·(i+1) share kv head i, so grouping them is a reshape.
+        query.reshape([batch, n_kv_heads, self.dims.group() * n, d_k])
+    }
+
+    /// The scaled scores plus bias of the keys `keys`, `[b, h, n, len]`, and the mask of those
+    /// keys expanded to the same shape (`None` when nothing there is masked).
+    ///
+    /// `grouped_query` is [`grouped_query`](Self::grouped_query)'s result, computed once per
+    /// call.
+    pub fn scores(
+        &self,
+        grouped_query: &Tensor<4>,
+        keys: Range<usize>,
+    ) -> (Tensor<4>, Option<Tensor<4, Bool>>) {
+        let [b, h, n, m] = self.dims.scores_shape();
+        let len = keys.len();
+        let all_keys = len == m;
+        let key = if all_keys {
+            self.input.key.clone()
+        } else {
+            self.input.key.clone().slice(s![.., .., keys.clone(), ..])
+        };
+        // [b, h_kv, g·n, d_k] @ [b, h_kv, d_k, len] -> [b, h_kv, g·n, len] -> [b, h, n, len]
+        let mut scores = grouped_query
+            .clone()
+            .matmul(key.transpose())
+            .reshape([b, h, n, len]);
+        let bias = self.input.bias.as_ref().map(|bias| {
+            if all_keys {
+                bias.clone()
+            } else {
+                bias.clone().slice(s![.., .., .., keys.clone()])
+            }
+        });
+        if let Some(bias) = &bias {
+            scores = scores + bias.clone();
+        }
+        // [b|1, h|1, n|1, len] -> [b, h, n, len]
+        let mask = mask_for_keys(&self.input, &self.dims, self.alignment, keys, bias.as_ref())
+            .map(|mask| mask.expand([b, h, n, len]));
+        (scores, mask)
+    }
+
+    /// The values of the keys `keys`, `[b, h_kv, len, d_v]`.
+    pub fn values(&self, keys: Range<usize>) -> Tensor<4> {
+        if keys.len() == self.dims.m {
+            self.input.value.clone()
+        } else {
+            self.input.value.clone().slice(s![.., .., keys, ..])
+        }
+    }
+}

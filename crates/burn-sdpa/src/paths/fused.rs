@@ -1,0 +1,64 @@
+//! The fused path: Burn's own `burn::tensor::module::attention` (Flex's tiled CPU kernel,
+//! CubeCL's flash kernel, Burn's fallback elsewhere and under autodiff).
+
+use burn::prelude::*;
+use burn::tensor::module::attention;
+use burn::tensor::ops::AttentionModuleOptions;
+
+use crate::error::AttentionError;
+use crate::input::AttentionOutput;
+use crate::mask::user_mask;
+use crate::paths::call::Call;
+use crate::types::CausalAlignment;
+
+/// Why the fused path cannot serve `call`, if it cannot.
+pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
+    if call.input.need_weights || call.input.need_scores {
+        Some("it cannot return the weights or scores")
+    } else if call.dropout.is_some() {
+        Some("it has no dropout")
+    } else if call.input.causal
+        && call.alignment == CausalAlignment::TopLeft
+        && call.dims.n != call.dims.m
+    {
+        Some("it only knows bottom-right causal alignment (n != m here)")
+    } else {
+        None
+    }
+}
+
+/// Delegates to `burn::tensor::module::attention`, with the key/value heads repeated for
+/// grouped-query attention and the padding and user masks or-ed into one mask.
+pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
+    let [b, h, n, m] = call.dims.scores_shape();
+    let (h_kv, d_k, d_v) = (call.dims.n_kv_heads, call.dims.d_k, call.dims.d_v);
+    let group = call.dims.group();
+    let expand_heads = |t: Tensor<4>, d: usize| {
+        if group == 1 {
+            t
+        } else {
+            // [b, h_kv, m, d] -> [b, h_kv, 1, m, d] -> [b, h_kv, g, m, d] -> [b, h, m, d]
+            t.unsqueeze_dim::<5>(2)
+                .expand([b, h_kv, group, m, d])
+                .reshape([b, h, m, d])
+        }
+    };
+    let mask = user_mask(&call.input).map(|mask| mask.expand([b, h, n, m]));
+    let input = call.input;
+    let options = AttentionModuleOptions {
+        // An explicit scale disables CubeCL's flash kernel: pass None for 1/√d_k, which is
+        // Burn's default.
+        scale: (call.scale != 1.0 / (d_k as f64).sqrt()).then_some(call.scale),
+        softcap: None,
+        is_causal: input.causal,
+    };
+    let context = attention(
+        input.query,
+        expand_heads(input.key, d_k),
+        expand_heads(input.value, d_v),
+        mask,
+        input.bias.map(|bias| bias.expand([b, h, n, m])),
+        options,
+    );
+    Ok(AttentionOutput::from_context(context))
+}
