@@ -56,7 +56,7 @@ fn main() -> anyhow::Result<()> {
     let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(99);
     let inner = device.clone().without_autodiff();
     let batches: Vec<_> = (0..16).map(|_| task.batch(&mut rng, 64, &inner)).collect();
-    let (loss, accuracy) = evaluate(&result.model, &batches);
+    let (loss, accuracy) = evaluate(&result.model, &batches)?;
     println!(
         "learner example on {backend}: held-out loss {loss:.4}, accuracy {:.2}%",
         100.0 * accuracy

@@ -7,8 +7,8 @@ use burn::nn::{
 };
 use burn::prelude::*;
 use burn_sdpa::{
-    AttentionDiagnostics, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig, ScalePolicy,
-    attention_diagnostics,
+    AttentionDiagnostics, AttentionError, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig,
+    ScalePolicy, attention_diagnostics,
 };
 use serde::{Deserialize, Serialize};
 
@@ -199,10 +199,10 @@ pub struct LayerAttention {
 }
 
 impl LayerAttention {
-    /// The library's diagnostics of this layer.
-    pub fn diagnostics(&self) -> AttentionDiagnostics {
+    /// The library's diagnostics of this layer (an error only when they cannot be read back
+    /// from the device).
+    pub fn diagnostics(&self) -> Result<AttentionDiagnostics, AttentionError> {
         attention_diagnostics(self.weights.clone(), None, Some(self.scores.clone()))
-            .unwrap_or_default()
     }
 }
 
@@ -388,6 +388,7 @@ mod tests {
         let (_, att) = model.encode(tokens, true);
         let std = att[0]
             .diagnostics()
+            .expect("diagnostics read back")
             .mean()
             .logit_std
             .expect("scores recorded");

@@ -1,0 +1,212 @@
+//! Checkpoints: what a run saves so that a resumed run continues exactly (model, optimizer,
+//! data RNG, progress), loading them back with every check done before anything is written, and
+//! the small file helpers the run uses.
+
+use std::fs;
+use std::path::Path;
+
+use burn::module::Module;
+use burn::optim::ModuleOptimizer;
+use burn::prelude::*;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use serde::{Deserialize, Serialize};
+
+use super::config::TrainConfig;
+use crate::error::ModelError;
+use crate::metrics::{LayerMetrics, StepMetrics};
+use crate::model::AttentionModel;
+
+/// What a checkpoint holds beside the model and optimizer files.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct CheckpointState {
+    pub step: usize,
+    pub rng_seed: [u8; 32],
+    pub rng_stream: u64,
+    pub rng_word_pos: String,
+    pub steps_to_target: Option<usize>,
+    pub elapsed_s: f64,
+    pub initial_attention: Vec<LayerMetrics>,
+    pub config: TrainConfig,
+}
+
+/// Writes `text` to `path` through a temporary file and a rename.
+pub(crate) fn write_atomic(path: &Path, text: &str) -> Result<(), ModelError> {
+    let tmp = path.with_extension("tmp");
+    fs::write(&tmp, text).map_err(|e| ModelError::io(&tmp, e))?;
+    fs::rename(&tmp, path).map_err(|e| ModelError::io(path, e))
+}
+
+/// Pretty JSON of a value.
+pub(crate) fn json<T: Serialize>(value: &T) -> String {
+    serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}
+
+/// Names the first setting that differs between two configurations, ignoring `steps` (a
+/// resumed run may extend its budget).
+fn config_mismatch(
+    saved: &TrainConfig,
+    requested: &TrainConfig,
+) -> Option<(String, String, String)> {
+    let a = serde_json::to_value(saved).ok()?;
+    let b = serde_json::to_value(requested).ok()?;
+    fn walk(
+        prefix: &str,
+        a: &serde_json::Value,
+        b: &serde_json::Value,
+    ) -> Option<(String, String, String)> {
+        match (a, b) {
+            (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+                for (k, va) in x {
+                    if prefix.is_empty() && k == "steps" {
+                        continue;
+                    }
+                    let vb = y.get(k).unwrap_or(&serde_json::Value::Null);
+                    let name = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    if let Some(d) = walk(&name, va, vb) {
+                        return Some(d);
+                    }
+                }
+                None
+            }
+            _ if a != b => Some((prefix.to_string(), a.to_string(), b.to_string())),
+            _ => None,
+        }
+    }
+    walk("", &a, &b)
+}
+
+/// A run resumed from disk: everything is loaded and checked before anything is written.
+pub(crate) struct Resumed {
+    pub model: AttentionModel,
+    pub optim: ModuleOptimizer,
+    pub state: CheckpointState,
+    pub metrics: Vec<StepMetrics>,
+}
+
+/// Loads the checkpoint of the run in `dir` and checks it against `config`.
+pub(crate) fn load_checkpoint(
+    config: &TrainConfig,
+    dir: &Path,
+    device: &Device,
+) -> Result<Resumed, ModelError> {
+    let ckpt = dir.join("checkpoint");
+    let state_path = ckpt.join("state.json");
+    let text = fs::read_to_string(&state_path)
+        .map_err(|e| ModelError::checkpoint(&state_path, format!("cannot read: {e}")))?;
+    let state: CheckpointState = serde_json::from_str(&text).map_err(|e| {
+        ModelError::checkpoint(
+            &state_path,
+            format!("truncated or not a checkpoint state: {e}"),
+        )
+    })?;
+    if let Some((field, saved, requested)) = config_mismatch(&state.config, config) {
+        return Err(ModelError::Mismatch {
+            path: state_path,
+            field,
+            saved,
+            requested,
+        });
+    }
+    if state.step > config.steps {
+        return Err(ModelError::Mismatch {
+            path: state_path,
+            field: "steps".into(),
+            saved: format!("{} (already taken)", state.step),
+            requested: config.steps.to_string(),
+        });
+    }
+    let model_path = ckpt.join("model.bpk");
+    if !model_path.is_file() {
+        return Err(ModelError::checkpoint(&model_path, "missing"));
+    }
+    let model = config
+        .model
+        .try_init(device)?
+        .try_load_file(&model_path)
+        .map_err(|e| {
+            ModelError::checkpoint(&model_path, format!("truncated or unreadable: {e:?}"))
+        })?;
+    let optim_path = ckpt.join("optim.bpk");
+    if !optim_path.is_file() {
+        return Err(ModelError::checkpoint(&optim_path, "missing"));
+    }
+    let optim = config.optimizer().load(&optim_path).map_err(|e| {
+        ModelError::checkpoint(&optim_path, format!("truncated or unreadable: {e:?}"))
+    })?;
+    let metrics_path = dir.join("metrics.csv");
+    let n_layers = config.model.n_layers;
+    let metrics = match fs::read_to_string(&metrics_path) {
+        Ok(text) => text
+            .lines()
+            .skip(1)
+            .filter_map(|l| StepMetrics::from_csv_row(l, n_layers))
+            // Rows written after the checkpoint are recomputed by the resumed run.
+            .filter(|m| m.step <= state.step)
+            .collect(),
+        Err(e) => {
+            return Err(ModelError::checkpoint(
+                &metrics_path,
+                format!("cannot read: {e}"),
+            ));
+        }
+    };
+    Ok(Resumed {
+        model,
+        optim,
+        state,
+        metrics,
+    })
+}
+
+/// Writes a checkpoint of the run in `dir`.
+pub(crate) fn save_checkpoint(
+    dir: &Path,
+    model: &AttentionModel,
+    optim: &ModuleOptimizer,
+    state: &CheckpointState,
+) -> Result<(), ModelError> {
+    let tmp = dir.join("checkpoint.tmp");
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir_all(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
+    let model_path = tmp.join("model.bpk");
+    model
+        .clone()
+        .save_file(&model_path)
+        .map_err(|e| ModelError::checkpoint(&model_path, format!("cannot write: {e:?}")))?;
+    let optim_path = tmp.join("optim.bpk");
+    optim
+        .save(&optim_path)
+        .map_err(|e| ModelError::checkpoint(&optim_path, format!("cannot write: {e:?}")))?;
+    write_atomic(&tmp.join("state.json"), &json(state))?;
+    let ckpt = dir.join("checkpoint");
+    let _ = fs::remove_dir_all(&ckpt);
+    fs::rename(&tmp, &ckpt).map_err(|e| ModelError::io(&ckpt, e))
+}
+
+impl CheckpointState {
+    /// The data RNG's position, as a checkpoint stores it.
+    pub fn rng_fields(rng: &ChaCha8Rng) -> ([u8; 32], u64, String) {
+        (
+            rng.get_seed(),
+            rng.get_stream(),
+            rng.get_word_pos().to_string(),
+        )
+    }
+
+    /// The data RNG at the saved position (`state_path` names the file in the error).
+    pub fn rng(&self, state_path: &Path) -> Result<ChaCha8Rng, ModelError> {
+        let mut rng = ChaCha8Rng::from_seed(self.rng_seed);
+        rng.set_stream(self.rng_stream);
+        let pos: u128 = self
+            .rng_word_pos
+            .parse()
+            .map_err(|_| ModelError::checkpoint(state_path, "bad rng_word_pos"))?;
+        rng.set_word_pos(pos);
+        Ok(rng)
+    }
+}

@@ -1,0 +1,377 @@
+//! A run in progress: its state, and the small steps it is made of (open, one optimizer step,
+//! record, checkpoint, finish).
+
+use std::fs::{self, File};
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use burn::module::{Module, ModuleVisitor, Param};
+use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::prelude::*;
+use burn::tensor::Gradients;
+use burn_sdpa::read_back;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::checkpoint::{CheckpointState, json, load_checkpoint, save_checkpoint, write_atomic};
+use super::config::TrainConfig;
+use super::{RunOptions, TrainResult, TrainSummary, Versions, evaluate, init_model};
+use crate::error::ModelError;
+use crate::metrics::{LayerMetrics, StepMetrics, csv_header};
+use crate::model::{AttentionModel, BatchResult, Block};
+use crate::progress::Progress;
+use crate::task::{TaskBatch, TaskConfig};
+
+/// Everything a run carries from one step to the next.
+pub(crate) struct Run<'a> {
+    config: &'a TrainConfig,
+    options: &'a RunOptions,
+    /// The autodiff device the model trains on.
+    device: Device,
+    /// Its plain twin, for evaluation and metrics.
+    inner: Device,
+    model: AttentionModel,
+    optim: ModuleOptimizer,
+    /// The data RNG (one batch per step).
+    rng: ChaCha8Rng,
+    /// The step this process started from (0, or the resumed checkpoint's).
+    start: usize,
+    /// The next optimizer step.
+    pub step: usize,
+    /// Every recorded step, the resumed part included.
+    history: Vec<StepMetrics>,
+    steps_to_target: Option<usize>,
+    /// Wall time of the earlier processes of a resumed run.
+    elapsed_before: f64,
+    /// Attention diagnostics of the initial model.
+    initial: Vec<LayerMetrics>,
+    eval_set: Vec<TaskBatch>,
+    metrics_path: PathBuf,
+    csv: File,
+    progress: Progress,
+    clock: Instant,
+}
+
+impl<'a> Run<'a> {
+    /// Starts a fresh run or loads the saved one; everything that can fail is checked before the
+    /// first write.
+    pub fn open(
+        config: &'a TrainConfig,
+        device: &Device,
+        options: &'a RunOptions,
+    ) -> Result<Self, ModelError> {
+        let dir = &options.out_dir;
+        let device = device.clone().autodiff();
+        let inner = device.clone().without_autodiff();
+        let metrics_path = dir.join("metrics.csv");
+        let (model, optim, start, rng, history, steps_to_target, elapsed_before, initial) =
+            if options.resume {
+                let r = load_checkpoint(config, dir, &device)?;
+                let rng = r.state.rng(&dir.join("checkpoint/state.json"))?;
+                (
+                    r.model,
+                    r.optim,
+                    r.state.step,
+                    rng,
+                    r.metrics,
+                    r.state.steps_to_target,
+                    r.state.elapsed_s,
+                    r.state.initial_attention,
+                )
+            } else {
+                if metrics_path.exists() {
+                    return Err(ModelError::RunExists(dir.clone()));
+                }
+                (
+                    init_model(&config.model, config.seed, &device)?,
+                    config.optimizer(),
+                    0,
+                    ChaCha8Rng::seed_from_u64(config.seed),
+                    Vec::new(),
+                    None,
+                    0.0,
+                    Vec::new(),
+                )
+            };
+
+        fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+        write_atomic(&dir.join("config.json"), &json(config))?;
+        let mut text = csv_header(config.model.n_layers);
+        text.push('\n');
+        for m in &history {
+            text.push_str(&m.csv_row());
+            text.push('\n');
+        }
+        write_atomic(&metrics_path, &text)?;
+        let csv = fs::OpenOptions::new()
+            .append(true)
+            .open(&metrics_path)
+            .map_err(|e| ModelError::io(&metrics_path, e))?;
+
+        let eval_set = held_out(
+            &config.task,
+            config.seed,
+            config.eval_batches,
+            config.batch_size,
+            &inner,
+        );
+        let progress = Progress::new(
+            options.progress,
+            &format!("train {}", config.task.kind),
+            start as u64,
+            config.steps as u64,
+        );
+        Ok(Self {
+            config,
+            options,
+            device,
+            inner,
+            model,
+            optim,
+            rng,
+            start,
+            step: start,
+            history,
+            steps_to_target,
+            elapsed_before,
+            initial,
+            eval_set,
+            metrics_path,
+            csv,
+            progress,
+            clock: Instant::now(),
+        })
+    }
+
+    /// Whether the run is over: the budget is spent, or the target was reached and the run
+    /// stops there.
+    pub fn done(&self) -> bool {
+        self.step >= self.config.steps
+            || (self.steps_to_target.is_some() && self.config.stop_at_target)
+    }
+
+    /// One step: a batch, forward and backward, the record when one is due, then (unless the
+    /// target was just reached and the run stops there) the optimizer step and a checkpoint when
+    /// one is due. It takes the run by value so that the optimizer owns the only reference to
+    /// the parameters it updates.
+    pub fn train_step(mut self) -> Result<Self, ModelError> {
+        let config = self.config;
+        let batch = config
+            .task
+            .batch(&mut self.rng, config.batch_size, &self.device);
+        let record = self.step.is_multiple_of(config.log_every) || self.step + 1 == config.steps;
+        let out = self.model.forward_batch(&batch, record);
+        let grads = out.loss.backward();
+        if record {
+            self.record(&out, &grads)?;
+        }
+        if self.done() {
+            return Ok(self);
+        }
+        let grads = GradientsParams::from_grads(grads, &self.model);
+        self.model = self.optim.step(config.lr, self.model, grads);
+        self.step += 1;
+        if let Some(every) = config.checkpoint_every
+            && self.step.is_multiple_of(every)
+            && self.step < config.steps
+        {
+            self.checkpoint()?;
+        }
+        Ok(self)
+    }
+
+    /// Records the step: loss, accuracy, gradient norms, attention diagnostics and, when due, the
+    /// held-out evaluation; appends the row to `metrics.csv`.
+    fn record(&mut self, out: &BatchResult, grads: &Gradients) -> Result<(), ModelError> {
+        let config = self.config;
+        let step = self.step;
+        let mut squares = GradSquares {
+            grads,
+            sums: Vec::new(),
+        };
+        self.model.visit(&mut squares);
+        let mut parts = vec![
+            out.loss.clone().without_autodiff(),
+            out.accuracy().without_autodiff(),
+            Tensor::cat(squares.sums, 0).sum(),
+        ];
+        let inner = &self.inner;
+        let blocks = &self.model.blocks;
+        let squared = |f: &dyn Fn(&Block) -> Option<Tensor<2>>| {
+            blocks
+                .iter()
+                .map(|b| squared_norm(f(b), inner))
+                .reduce(|a, b| a + b)
+                .unwrap_or_else(|| Tensor::zeros([1], inner))
+        };
+        parts.push(squared(&|b| b.attention.query.weight.grad(grads)));
+        parts.push(squared(&|b| b.attention.key.weight.grad(grads)));
+        parts.push(squared(&|b| b.attention.value.weight.grad(grads)));
+        // [loss, accuracy, |g|², |g_q|², |g_k|², |g_v|²], read back in one transfer.
+        let v: Vec<f64> = read_back("the step's loss and gradient norms", Tensor::cat(parts, 0))?;
+        let layers = out
+            .attention
+            .iter()
+            .map(|a| {
+                let d = a.diagnostics()?.mean();
+                Ok(LayerMetrics {
+                    entropy: d.entropy,
+                    normalized_entropy: d.normalized_entropy,
+                    max_prob: d.max_prob,
+                    saturated_fraction: d.saturated_fraction,
+                    logit_std: d.logit_std.unwrap_or(f64::NAN),
+                })
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        if step == 0 {
+            self.initial = layers.clone();
+        }
+        let eval = if step.is_multiple_of(config.eval_every) {
+            Some(evaluate(&self.model, &self.eval_set)?)
+        } else {
+            None
+        };
+        let m = StepMetrics {
+            step,
+            loss: v[0],
+            accuracy: v[1],
+            grad_norm: v[2].sqrt(),
+            grad_norm_query: v[3].sqrt(),
+            grad_norm_key: v[4].sqrt(),
+            grad_norm_value: v[5].sqrt(),
+            eval_loss: eval.map(|e| e.0),
+            eval_accuracy: eval.map(|e| e.1),
+            layers,
+            elapsed_s: self.elapsed(),
+        };
+        writeln!(self.csv, "{}", m.csv_row()).map_err(|e| ModelError::io(&self.metrics_path, e))?;
+        let rate = (step + 1 - self.start) as f64 / self.clock.elapsed().as_secs_f64().max(1e-9);
+        self.progress.update(
+            step as u64,
+            &format!(
+                "loss {:.4} acc {:.3} {:.1} steps/s",
+                m.loss, m.accuracy, rate
+            ),
+        );
+        if let Some((loss, accuracy)) = eval {
+            self.progress.println(&format!(
+                "step {step:>6}: held-out loss {loss:.4}, accuracy {accuracy:.4}"
+            ));
+            if accuracy >= config.target_accuracy && self.steps_to_target.is_none() {
+                self.steps_to_target = Some(step);
+            }
+        }
+        self.history.push(m);
+        Ok(())
+    }
+
+    /// Wall time of the whole run so far, earlier processes included.
+    fn elapsed(&self) -> f64 {
+        self.elapsed_before + self.clock.elapsed().as_secs_f64()
+    }
+
+    /// What a checkpoint taken now holds beside the model and optimizer.
+    fn state(&self) -> CheckpointState {
+        let (rng_seed, rng_stream, rng_word_pos) = CheckpointState::rng_fields(&self.rng);
+        CheckpointState {
+            step: self.step,
+            rng_seed,
+            rng_stream,
+            rng_word_pos,
+            steps_to_target: self.steps_to_target,
+            elapsed_s: self.elapsed(),
+            initial_attention: self.initial.clone(),
+            config: self.config.clone(),
+        }
+    }
+
+    /// Saves a checkpoint of the run as it is now.
+    fn checkpoint(&self) -> Result<(), ModelError> {
+        save_checkpoint(
+            &self.options.out_dir,
+            &self.model,
+            &self.optim,
+            &self.state(),
+        )
+    }
+
+    /// The final held-out evaluation, the last checkpoint and `summary.json`.
+    pub fn finish(mut self) -> Result<TrainResult, ModelError> {
+        let config = self.config;
+        let step = self.step;
+        let (eval_loss, eval_accuracy) = match self.history.last() {
+            // Stopped at the target: the last record already evaluated this very model.
+            Some(m) if m.step == step && m.eval_loss.is_some() && m.eval_accuracy.is_some() => (
+                m.eval_loss.unwrap_or(f64::NAN),
+                m.eval_accuracy.unwrap_or(f64::NAN),
+            ),
+            _ => evaluate(&self.model, &self.eval_set)?,
+        };
+        if eval_accuracy >= config.target_accuracy && self.steps_to_target.is_none() {
+            self.steps_to_target = Some(step);
+        }
+        self.checkpoint()?;
+        let time_s = self.elapsed();
+        let steps_per_s = (step - self.start) as f64 / self.clock.elapsed().as_secs_f64().max(1e-9);
+        let summary = TrainSummary {
+            config: config.clone(),
+            backend: self.options.backend.clone(),
+            seed: config.seed,
+            versions: Versions::default(),
+            steps_run: step,
+            steps_to_target: self.steps_to_target,
+            target_accuracy: config.target_accuracy,
+            final_eval_accuracy: eval_accuracy,
+            final_eval_loss: eval_loss,
+            final_train_loss: self.history.last().map_or(f64::NAN, |m| m.loss),
+            initial_attention: self.initial,
+            time_s,
+            steps_per_s,
+            resumed_from: self.options.resume.then_some(self.start),
+        };
+        write_atomic(&self.options.out_dir.join("summary.json"), &json(&summary))?;
+        self.progress.finish(&format!(
+            "{step} steps, held-out accuracy {eval_accuracy:.4}, {steps_per_s:.1} steps/s"
+        ));
+        Ok(TrainResult {
+            summary,
+            metrics: self.history,
+            model: self.model.valid(),
+        })
+    }
+}
+
+/// Sums the squared gradients of all parameters.
+struct GradSquares<'a> {
+    grads: &'a Gradients,
+    sums: Vec<Tensor<1>>,
+}
+
+impl ModuleVisitor for GradSquares<'_> {
+    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
+        if let Some(g) = param.grad(self.grads) {
+            self.sums.push(g.square().sum());
+        }
+    }
+}
+
+/// `|t|²` as a one-element tensor (0 when there is no gradient).
+fn squared_norm(t: Option<Tensor<2>>, device: &Device) -> Tensor<1> {
+    t.map(|g| g.square().sum())
+        .unwrap_or_else(|| Tensor::zeros([1], device))
+}
+
+/// The held-out batches, drawn once from a seed derived from the run's.
+fn held_out(
+    task: &TaskConfig,
+    seed: u64,
+    n: usize,
+    batch: usize,
+    device: &Device,
+) -> Vec<TaskBatch> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed_0e7a_1c0d_e5ed);
+    (0..n)
+        .map(|_| task.batch(&mut rng, batch, device))
+        .collect()
+}
