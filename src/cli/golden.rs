@@ -15,25 +15,9 @@ pub struct GoldenArgs {
     /// Backend: ndarray, flex or wgpu (must be compiled in).
     #[arg(long, default_value = "flex")]
     pub backend: BackendKind,
-    /// Implementation: auto, naive, fused or chunked:BLOCK (e.g. chunked:2).
-    #[arg(long, default_value = "auto", value_parser = parse_implementation)]
+    /// Implementation: auto, naive, fused, cpu_kernel or chunked:BLOCK (e.g. chunked:2).
+    #[arg(long, default_value = "auto")]
     pub implementation: Implementation,
-}
-
-/// Parses `auto`, `naive`, `fused`, `cpu_kernel` or `chunked:BLOCK`.
-pub fn parse_implementation(s: &str) -> Result<Implementation, String> {
-    match s {
-        "auto" => Ok(Implementation::Auto),
-        "naive" => Ok(Implementation::Naive),
-        "fused" => Ok(Implementation::Fused),
-        "cpu_kernel" => Ok(Implementation::CpuKernel),
-        other => match other.strip_prefix("chunked:").map(str::parse::<usize>) {
-            Some(Ok(b)) if b > 0 => Ok(Implementation::Chunked { block_size: b }),
-            _ => Err(format!(
-                "expected auto, naive, fused, cpu_kernel or chunked:BLOCK (BLOCK > 0), got `{other}`"
-            )),
-        },
-    }
 }
 
 /// Runs every case, prints a line per case and `N passed, M failed` (and how many cases the

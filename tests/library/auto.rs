@@ -2,9 +2,10 @@
 //! path its documented rule names, and that path gives the naive path's output and gradients.
 
 use burn::prelude::*;
-use sdpa::auto::{AUTO_BLOCK_SIZE, BackendFamily};
-use sdpa::sdpa::validate_input;
-use sdpa::{AttentionInput, BackendKind, Implementation, Path, ScaledDotProductAttentionConfig};
+use sdpa::{
+    AUTO_BLOCK_SIZE, AttentionInput, BackendFamily, BackendKind, Implementation, Path,
+    ScaledDotProductAttentionConfig,
+};
 
 use crate::common::{devices, lcg_values, max_abs_diff, tensor4, values};
 
@@ -46,8 +47,7 @@ fn auto_takes_the_documented_path_and_matches_naive() {
             let v = tensor4(&lcg_values(23, b * h * m * d), [b, h, m, d], &device);
             let input =
                 |q: &Tensor<4>| AttentionInput::new(q.clone(), k.clone(), v.clone()).causal();
-            let dims = validate_input(&input(&q)).expect("valid input");
-            let path = auto.resolve(&input(&q), &dims).expect("auto resolves");
+            let path = auto.path(&input(&q)).expect("auto resolves");
             let expected = match (backend, autodiff) {
                 (BackendKind::Wgpu, true) => Path::Naive,
                 (_, true) => Path::Chunked(AUTO_BLOCK_SIZE),
@@ -65,14 +65,14 @@ fn auto_takes_the_documented_path_and_matches_naive() {
                 (_, true) => expected,
             };
             assert_eq!(
-                auto.resolve(&masked, &dims).expect("auto resolves"),
+                auto.path(&masked).expect("auto resolves"),
                 expected_masked,
                 "{backend}, autodiff {autodiff}, masked"
             );
             // Asking for the weights always takes the naive path.
             let with_weights = input(&q).need_weights();
             assert_eq!(
-                auto.resolve(&with_weights, &dims).expect("auto resolves"),
+                auto.path(&with_weights).expect("auto resolves"),
                 Path::Naive
             );
 

@@ -5,10 +5,8 @@ use std::time::Instant;
 
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
-use burn_sdpa::sdpa::validate_input;
 use burn_sdpa::{
-    AttentionInput, Implementation, Path, ScaledDotProductAttention,
-    ScaledDotProductAttentionConfig,
+    AttentionInput, Implementation, ScaledDotProductAttention, ScaledDotProductAttentionConfig,
 };
 use sdpa_model::Progress;
 use serde::Serialize;
@@ -175,7 +173,8 @@ pub fn paths_for(block_size: usize, backward: bool) -> Vec<(&'static str, Option
         .collect()
 }
 
-/// The path `attn` takes for q, k, v: `naive`, `chunked(B)`, `fused` or `cpu_kernel`.
+/// The path `attn` takes for q, k, v, as it prints: `naive`, `chunked(B)`, `fused` or
+/// `cpu_kernel`.
 fn path_taken(
     attn: &ScaledDotProductAttention,
     q: &Tensor<4>,
@@ -183,13 +182,7 @@ fn path_taken(
     v: &Tensor<4>,
 ) -> Result<String, LabError> {
     let input = AttentionInput::new(q.clone(), k.clone(), v.clone());
-    let dims = validate_input(&input)?;
-    Ok(match attn.resolve(&input, &dims)? {
-        Path::Naive => "naive".into(),
-        Path::Chunked(block_size) => format!("chunked({block_size})"),
-        Path::Fused => "fused".into(),
-        Path::CpuKernel => "cpu_kernel".into(),
-    })
+    Ok(attn.path(&input)?.to_string())
 }
 
 /// The context of one path: the module's forward, or [`baseline`] when `attn` is `None`.

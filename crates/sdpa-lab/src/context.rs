@@ -93,10 +93,7 @@ pub fn normal_tensor<const D: usize>(
     Tensor::from_data(TensorData::new(normal_vec(rng, len), shape), device)
 }
 
-/// Reads a float tensor as f64 values.
-pub fn to_vec<const D: usize>(t: Tensor<D>) -> Vec<f64> {
-    t.into_data()
-        .convert::<f64>()
-        .try_into_vec::<f64>()
-        .unwrap_or_default()
+/// Reads a float tensor as f64 values (an error when the device cannot give it back).
+pub fn to_vec<const D: usize>(t: Tensor<D>) -> Result<Vec<f64>, LabError> {
+    Ok(burn_sdpa::read_back("a lab tensor", t)?)
 }

@@ -71,7 +71,7 @@ fn linear(
     )
 }
 
-fn random_map(rng: &mut ChaCha8Rng, device: &Device) -> Vec<Vec<f64>> {
+fn random_map(rng: &mut ChaCha8Rng, device: &Device) -> Result<Vec<Vec<f64>>, LabError> {
     let (seq, d) = (8, 32);
     let half: Vec<f32> = normal_vec(rng, 4 * d)
         .into_iter()
@@ -84,8 +84,8 @@ fn random_map(rng: &mut ChaCha8Rng, device: &Device) -> Vec<Vec<f64>> {
     let (wk, bk) = linear(rng, d, d, device);
     let q = x.clone().matmul(wq) + bq;
     let k = x.matmul(wk) + bk;
-    let w = to_vec(softmax(q.matmul(k.transpose()) / (d as f64).sqrt(), 1));
-    w.chunks(seq).map(|r| r.to_vec()).collect()
+    let w = to_vec(softmax(q.matmul(k.transpose()) / (d as f64).sqrt(), 1))?;
+    Ok(w.chunks(seq).map(|r| r.to_vec()).collect())
 }
 
 fn argmax(row: &[f64]) -> usize {
@@ -113,14 +113,14 @@ impl Experiment for AttentionMap {
         let t0 = Instant::now();
         let device = &ctx.primary().device;
         let mut rng = ctx.rng(7);
-        let first = random_map(&mut rng, device);
+        let first = random_map(&mut rng, device)?;
         let draws = if ctx.quick { 200 } else { 1000 };
         let (mut hits, mut twin_w, mut rows) = (0usize, 0.0, 0usize);
         for i in 0..draws {
             let w = if i == 0 {
                 first.clone()
             } else {
-                random_map(&mut rng, device)
+                random_map(&mut rng, device)?
             };
             for (r, row) in w.iter().enumerate().skip(4) {
                 let a = argmax(row);
@@ -164,27 +164,15 @@ impl Experiment for AttentionMap {
         )?;
         let mut data_rng = ctx.rng(77);
         let batch = task.batch(&mut data_rng, 256, device);
-        let tokens: Vec<i64> = batch
-            .tokens
-            .clone()
-            .into_data()
-            .convert::<i64>()
-            .try_into_vec::<i64>()
-            .unwrap_or_default();
-        let targets: Vec<i64> = batch
-            .targets
-            .clone()
-            .into_data()
-            .convert::<i64>()
-            .try_into_vec::<i64>()
-            .unwrap_or_default();
+        let tokens: Vec<i64> = burn_sdpa::read_back("the batch's tokens", batch.tokens.clone())?;
+        let targets: Vec<i64> = burn_sdpa::read_back("the batch's targets", batch.targets.clone())?;
         let (_, att) = result.model.encode(batch.tokens.clone(), true);
         let w = att
             .first()
             .map(|a| a.weights.clone())
             .ok_or_else(|| LabError::Other("no attention recorded".into()))?;
         let [b, h, s, _] = w.dims();
-        let wv = to_vec(w);
+        let wv = to_vec(w)?;
         let k = task.k;
         let mut shares = vec![0.0; h];
         for (head, share) in shares.iter_mut().enumerate() {

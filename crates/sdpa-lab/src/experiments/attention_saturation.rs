@@ -83,16 +83,16 @@ impl Experiment for AttentionSaturation {
                 let k = normal_tensor(&mut rng, [500, d], device);
                 // [500, d] -> [500]: 500 unrelated pairs, then ONE softmax across them (the bug).
                 let dot = (q * k).sum_dim(1).reshape([500]);
-                let a = to_vec(softmax(dot.clone(), 0).max())[0];
-                let b = to_vec(softmax(dot / (d as f64).sqrt(), 0).max())[0];
-                ReplicatedRow {
+                let a = to_vec(softmax(dot.clone(), 0).max())?[0];
+                let b = to_vec(softmax(dot / (d as f64).sqrt(), 0).max())?[0];
+                Ok(ReplicatedRow {
                     d,
                     max_p_unscaled: a,
                     max_p_scaled: b,
                     article_entropy_formula: -(b * (b + 1e-10).ln()),
-                }
+                })
             })
-            .collect();
+            .collect::<Result<_, LabError>>()?;
 
         let mut corrected = Vec::new();
         for &d in &dims {
@@ -116,7 +116,7 @@ impl Experiment for AttentionSaturation {
                     .clone()
                     .ok_or_else(|| LabError::Other("no weights".into()))?;
                 let diag = attention_diagnostics(weights.clone(), None, out.scores)?.mean();
-                let keys = to_vec(weights.greater_elem(1e-3).float().sum_dim(3).mean())[0];
+                let keys = to_vec(weights.greater_elem(1e-3).float().sum_dim(3).mean())?[0];
                 corrected.push(CorrectedRow {
                     d,
                     scaled,

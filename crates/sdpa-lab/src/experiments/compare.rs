@@ -43,8 +43,8 @@ pub struct CompareRow {
     pub causal_late_change: f64,
 }
 
-fn max_abs(a: Tensor<4>, b: Tensor<4>) -> f64 {
-    to_vec((a - b).abs().max())[0]
+fn max_abs(a: Tensor<4>, b: Tensor<4>) -> Result<f64, LabError> {
+    Ok(to_vec((a - b).abs().max())?[0])
 }
 
 /// The naive attention of the article, with a −∞-filled causal mask.
@@ -116,17 +116,17 @@ impl Experiment for Compare {
             let early = max_abs(
                 ours.clone().slice(s![.., .., 0..5, ..]),
                 ours2.clone().slice(s![.., .., 0..5, ..]),
-            );
+            )?;
             let late = max_abs(
                 ours.clone().slice(s![.., .., 5.., ..]),
                 ours2.slice(s![.., .., 5.., ..]),
-            );
+            )?;
             rows.push(CompareRow {
                 backend: backend.name.clone(),
-                ours_vs_burn: max_abs(ours.clone(), burn.clone()),
-                ours_vs_naive: max_abs(ours, hand.clone()),
-                burn_vs_naive: max_abs(burn, hand),
-                ours_vs_naive_unmasked: max_abs(ours_plain, hand_plain),
+                ours_vs_burn: max_abs(ours.clone(), burn.clone())?,
+                ours_vs_naive: max_abs(ours, hand.clone())?,
+                burn_vs_naive: max_abs(burn, hand)?,
+                ours_vs_naive_unmasked: max_abs(ours_plain, hand_plain)?,
                 causal_early_change: early,
                 causal_late_change: late,
             });

@@ -115,8 +115,8 @@ impl Experiment for Complexity {
                         let w = out
                             .weights
                             .ok_or_else(|| LabError::Other("no weights".into()))?;
-                        Ok(to_vec(out.context.slice(s![0..1, 0..1, 0..1, 0..1]))[0]
-                            + to_vec(w.slice(s![0..1, 0..1, 0..1, 0..1]))[0])
+                        Ok(to_vec(out.context.slice(s![0..1, 0..1, 0..1, 0..1]))?[0]
+                            + to_vec(w.slice(s![0..1, 0..1, 0..1, 0..1]))?[0])
                     }),
                 ),
                 (
@@ -125,7 +125,7 @@ impl Experiment for Complexity {
                         let out = fast
                             .try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))?
                             .context;
-                        Ok(to_vec(out.slice(s![0..1, 0..1, 0..1, 0..1]))[0])
+                        Ok(to_vec(out.slice(s![0..1, 0..1, 0..1, 0..1]))?[0])
                     }),
                 ),
             ];

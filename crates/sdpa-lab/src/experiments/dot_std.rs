@@ -63,7 +63,7 @@ pub struct DotStdRow {
 }
 
 /// Runs the measurement on a device.
-pub fn measure(config: &DotStdConfig, ctx: &LabContext) -> Vec<DotStdRow> {
+pub fn measure(config: &DotStdConfig, ctx: &LabContext) -> Result<Vec<DotStdRow>, LabError> {
     let device = &ctx.primary().device;
     let mut rng = ctx.rng(1);
     config
@@ -77,16 +77,16 @@ pub fn measure(config: &DotStdConfig, ctx: &LabContext) -> Vec<DotStdRow> {
                     let q = normal_tensor(&mut rng, [config.pairs, d], device);
                     let k = normal_tensor(&mut rng, [config.pairs, d], device);
                     // [pairs, d] -> [pairs, 1]: one dot product per pair
-                    let dots = to_vec((q * k).sum_dim(1));
+                    let dots = to_vec((q * k).sum_dim(1))?;
                     let s = std(&dots);
                     all.extend(dots);
-                    s
+                    Ok(s)
                 })
-                .collect();
+                .collect::<Result<_, LabError>>()?;
             let sqrt_d = (d as f64).sqrt();
             let scaled: Vec<f64> = stds.iter().map(|s| s / sqrt_d).collect();
             let pooled = std(&all);
-            DotStdRow {
+            Ok(DotStdRow {
                 d,
                 sqrt_d,
                 std: pooled,
@@ -100,7 +100,7 @@ pub fn measure(config: &DotStdConfig, ctx: &LabContext) -> Vec<DotStdRow> {
                 scaled_spread: std(&scaled),
                 article_std: ARTICLE_STD.get(i).copied().unwrap_or(f64::NAN),
                 article_scaled: ARTICLE_SCALED.get(i).copied().unwrap_or(f64::NAN),
-            }
+            })
         })
         .collect()
 }
@@ -120,7 +120,7 @@ impl Experiment for DotStd {
     fn run(&self, ctx: &LabContext) -> Result<ExperimentOutput, LabError> {
         let t0 = Instant::now();
         let config = DotStdConfig::new(ctx.quick);
-        let rows = measure(&config, ctx);
+        let rows = measure(&config, ctx)?;
         let within = |x: f64, want: f64| (x - want).abs() <= 0.05 * want;
         let ok = rows
             .iter()

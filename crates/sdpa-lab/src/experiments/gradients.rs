@@ -98,7 +98,7 @@ pub fn measure(
     let dq = q.grad(&grads).ok_or_else(|| missing("Q"))?;
     let dk = k.grad(&grads).ok_or_else(|| missing("K"))?;
     let dv = v.grad(&grads).ok_or_else(|| missing("V"))?;
-    let norm = |t: Tensor<4>| to_vec(t.square().sum().sqrt())[0];
+    let norm = |t: Tensor<4>| -> Result<f64, LabError> { Ok(to_vec(t.square().sum().sqrt())?[0]) };
     let abs_ds = ds.abs();
     let row_max = abs_ds.clone().max_dim(3);
     let share = to_vec(
@@ -108,11 +108,11 @@ pub fn measure(
             .float()
             .mean_dim(3)
             .mean(),
-    )[0];
-    let mean_abs = to_vec(abs_ds.mean())[0];
+    )?[0];
+    let mean_abs = to_vec(abs_ds.mean())?[0];
 
     // Analytic Jacobian norm per row: ‖diag(p) − ppᵀ‖²_F = Σ p²(1−p)² + (Σp²)² − Σp⁴.
-    let p: Vec<f64> = to_vec(weights.without_autodiff());
+    let p: Vec<f64> = to_vec(weights.without_autodiff())?;
     let analytic: Vec<f64> = p
         .chunks(m)
         .map(|row| {
@@ -153,7 +153,7 @@ pub fn measure(
         .grad(&grads_j)
         .ok_or_else(|| missing("the Jacobian pass"))?;
     // ‖J_i‖²_F = Σ_j Σ_j' (∂p_ij/∂s_ij')²: sum over the batch axis (j) and the key axis (j').
-    let per_row: Vec<f64> = to_vec(jac.square().sum_dim(0).sum_dim(3).sqrt());
+    let per_row: Vec<f64> = to_vec(jac.square().sum_dim(0).sum_dim(3).sqrt())?;
     let max_diff = analytic
         .iter()
         .zip(&per_row)
@@ -170,9 +170,9 @@ pub fn measure(
         mean_abs_score_grad: mean_abs,
         share_keys_with_gradient: share,
         max_p,
-        grad_q_norm: norm(dq),
-        grad_k_norm: norm(dk),
-        grad_v_norm: norm(dv),
+        grad_q_norm: norm(dq)?,
+        grad_k_norm: norm(dk)?,
+        grad_v_norm: norm(dv)?,
     })
 }
 

@@ -8,7 +8,7 @@ use std::time::Instant;
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use burn::tensor::{DType, TensorData};
-use burn_sdpa::sdpa::most_negative;
+use burn_sdpa::most_negative;
 use burn_sdpa::{AttentionInput, ScalePolicy, ScaledDotProductAttentionConfig};
 use serde::Serialize;
 
@@ -100,14 +100,14 @@ fn run_cell(
         additive = additive.clone() + additive;
     }
     let masked_score = {
-        let v = to_vec(additive.clone())[2];
+        let v = to_vec(additive.clone())?[2];
         if v.is_infinite() {
             format!("{}inf", if v < 0.0 { "-" } else { "+" })
         } else {
             format!("{v:.4e}")
         }
     };
-    let p = to_vec(softmax(scores + additive.clone(), 3));
+    let p = to_vec(softmax(scores + additive.clone(), 3))?;
     let plain = outcome(&p, fully);
 
     // The module: d_k = 1 with q = 1 and k = scores gives QKᵀ = scores; V = I makes the context
@@ -123,10 +123,10 @@ fn run_cell(
     let v = Tensor::<4>::from_data(TensorData::new(eye, [1, 1, 4, 4]), (device, dtype));
     let with_bias =
         attn.try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()).bias(additive))?;
-    let module_bias = outcome(&to_vec(with_bias.context), fully);
+    let module_bias = outcome(&to_vec(with_bias.context)?, fully);
     let bool_mask = Tensor::<4, Bool>::from_data(TensorData::new(masked, [1, 1, 1, 4]), device);
     let with_bool = attn.try_forward(AttentionInput::new(q, k, v).mask(bool_mask))?;
-    let module_bool = outcome(&to_vec(with_bool.context), fully);
+    let module_bool = outcome(&to_vec(with_bool.context)?, fully);
     Ok((masked_score, plain, module_bias, module_bool))
 }
 

@@ -51,7 +51,7 @@ pub fn measure(
     scales: &[f64],
     rows_per: usize,
     ctx: &LabContext,
-) -> Vec<SaturationRow> {
+) -> Result<Vec<SaturationRow>, LabError> {
     let device = &ctx.primary().device;
     let mut out = Vec::new();
     for &n in ns {
@@ -60,8 +60,8 @@ pub fn measure(
             // The article reseeds per cell and scales the same draw: so do we.
             let z = normal_tensor(&mut rng, [rows_per, n], device);
             let p = softmax(z * s, 1);
-            let max_p = to_vec(p.clone().max_dim(1).mean())[0];
-            let entropy = to_vec((-(p.clone() * (p + 1e-10).log())).sum_dim(1).mean())[0];
+            let max_p = to_vec(p.clone().max_dim(1).mean())?[0];
+            let entropy = to_vec((-(p.clone() * (p + 1e-10).log())).sum_dim(1).mean())?[0];
             let article = ARTICLE.iter().find(|a| a.0 == n && a.1 == s);
             out.push(SaturationRow {
                 n,
@@ -74,7 +74,7 @@ pub fn measure(
             });
         }
     }
-    out
+    Ok(out)
 }
 
 /// The experiment.
@@ -97,7 +97,7 @@ impl Experiment for Saturation {
         } else {
             vec![0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0]
         };
-        let rows = measure(&ns, &scales, 2000, ctx);
+        let rows = measure(&ns, &scales, 2000, ctx)?;
         let compared: Vec<&SaturationRow> =
             rows.iter().filter(|r| r.article_max_p.is_some()).collect();
         let ok = compared.iter().all(|r| {

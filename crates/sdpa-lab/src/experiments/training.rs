@@ -121,15 +121,13 @@ fn run_name(optimizer: OptimizerKind, init: QkInit, d_k: usize, scaled: bool, se
 }
 
 /// Reads a run's saved metrics back (the plots are drawn from the files, not from memory).
-pub fn read_metrics(path: &std::path::Path, n_layers: usize) -> Vec<StepMetrics> {
-    std::fs::read_to_string(path)
-        .map(|t| {
-            t.lines()
-                .skip(1)
-                .filter_map(|l| StepMetrics::from_csv_row(l, n_layers))
-                .collect()
-        })
-        .unwrap_or_default()
+pub fn read_metrics(path: &std::path::Path, n_layers: usize) -> Result<Vec<StepMetrics>, LabError> {
+    let text = std::fs::read_to_string(path).map_err(|e| LabError::io(path, e))?;
+    Ok(text
+        .lines()
+        .skip(1)
+        .filter_map(|l| StepMetrics::from_csv_row(l, n_layers))
+        .collect())
 }
 
 /// The experiment.
@@ -388,7 +386,7 @@ impl Experiment for Training {
             for &d_k in &grid.d_k {
                 for scaled in [true, false] {
                     let name = run_name(optimizer, init, d_k, scaled, grid.seeds[0]);
-                    let metrics = read_metrics(&root.join(&name).join("metrics.csv"), 1);
+                    let metrics = read_metrics(&root.join(&name).join("metrics.csv"), 1)?;
                     let label = format!("d_k={d_k} {}", if scaled { "scaled" } else { "unscaled" });
                     loss_series.push(Series::line(
                         label.clone(),

@@ -84,8 +84,8 @@ impl Experiment for WhySoftmax {
                 let scores = q.matmul(k.transpose()) / (d as f64).sqrt();
                 for (mi, name) in METHODS.iter().enumerate() {
                     let w = weights(mi, scores.clone());
-                    let weight_sum = to_vec(w.clone().sum_dim(1).mean())[0];
-                    let out = to_vec(w.matmul(v.clone()));
+                    let weight_sum = to_vec(w.clone().sum_dim(1).mean())?[0];
+                    let out = to_vec(w.matmul(v.clone()))?;
                     rows.push(WhySoftmaxRow {
                         method: name.to_string(),
                         n,
