@@ -37,7 +37,7 @@ fn attention(c: &mut Criterion) {
 }
 
 fn attention_backward(c: &mut Criterion) {
-    // Training: the autodiff device, where Auto takes the chunked path beyond one key block.
+    // Training: the autodiff device, where Auto takes the CPU kernel and its own backward pass.
     let device = Device::flex().autodiff();
     let (b, h, d, n) = (4, 8, 64, 512);
     let mut group = c.benchmark_group("attention forward+backward (flex, b=4, h=8, d=64)");
@@ -46,7 +46,7 @@ fn attention_backward(c: &mut Criterion) {
     let q = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
     let k = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
     let v = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
-    for (name, implementation) in paths_for(256, true) {
+    for (name, implementation) in paths_for(256, false) {
         let attn = implementation
             .map(module)
             .transpose()

@@ -204,8 +204,8 @@ pub fn load_case(path: &Path) -> Result<GoldenCase, GoldenError> {
 /// gradients come from `implementation`; the weights from the naive path when that
 /// implementation cannot return them.
 ///
-/// [`Implementation::CpuKernel`] has no backward pass: it runs on `device` without autodiff,
-/// and only its context is compared.
+/// [`Implementation::CpuKernel`] has its backward pass only where it runs in place (Flex and
+/// NdArray): elsewhere it runs on `device` without autodiff, and only its context is compared.
 pub fn run_case(
     case: &GoldenCase,
     path: &str,
@@ -222,7 +222,8 @@ pub fn run_case(
         reason: e.to_string(),
         unsupported: matches!(e, AttentionError::Unsupported { .. }),
     };
-    let inference_only = implementation == Implementation::CpuKernel;
+    let inference_only = implementation == Implementation::CpuKernel
+        && !burn_sdpa::cpu_kernel::runs_in_place(device);
     let device = if inference_only {
         device.clone()
     } else {

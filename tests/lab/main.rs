@@ -295,14 +295,30 @@ fn bench_smoke_run_times_every_path_and_writes_its_files() {
     let ctx = ctx(tmp.path(), false);
     let config = sdpa::lab::bench::BenchConfig::new(true);
     let report = sdpa::lab::bench::run_bench(ctx.primary(), &config, &ctx).expect("bench");
-    // (6 paths forward + 5 forward+backward, where the CPU kernel cannot run) × 2 sizes.
-    assert_eq!(report.rows.len(), 22);
-    assert!(
+    // (6 paths forward and forward+backward, 5 in the padded modes, where the baseline takes no
+    // mask) × 2 sizes.
+    assert_eq!(report.rows.len(), 44);
+    // The CPU kernel runs every mode, and Auto takes it on the CPU backend.
+    assert_eq!(
         report
             .rows
             .iter()
             .filter(|r| r.path == "cpu_kernel")
-            .all(|r| r.mode == "forward")
+            .count(),
+        8
+    );
+    assert!(
+        report
+            .rows
+            .iter()
+            .filter(|r| r.path == "auto")
+            .all(|r| r.takes.as_deref() == Some("cpu_kernel")),
+        "{:?}",
+        report
+            .rows
+            .iter()
+            .map(|r| (&r.path, &r.takes))
+            .collect::<Vec<_>>()
     );
     assert!(
         report
@@ -310,8 +326,8 @@ fn bench_smoke_run_times_every_path_and_writes_its_files() {
             .iter()
             .all(|r| r.median_ms > 0.0 && r.gflops > 0.0 && r.times_ms.len() == config.reps)
     );
-    assert_eq!(report.auto_ratio.len(), 4);
-    assert_eq!(report.auto_ratio_paired.len(), 4);
+    assert_eq!(report.auto_ratio.len(), 8);
+    assert_eq!(report.auto_ratio_paired.len(), 8);
     assert!(
         report
             .auto_ratio_paired
@@ -323,6 +339,12 @@ fn bench_smoke_run_times_every_path_and_writes_its_files() {
             .memory
             .iter()
             .any(|m| m.path == "chunked" && m.seconds.is_some())
+    );
+    assert!(
+        report
+            .training_memory
+            .iter()
+            .any(|m| m.path == "auto" && m.peak_mib.is_some())
     );
     let files = sdpa::lab::bench::write(&report, &ctx).expect("write");
     for f in files {

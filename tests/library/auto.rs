@@ -28,7 +28,8 @@ fn backend_family_is_recognized() {
 
 #[test]
 fn auto_takes_the_documented_path_and_matches_naive() {
-    // m = AUTO_BLOCK_SIZE + 44 keys: more than one block, so training takes the chunked path on
+    // m = AUTO_BLOCK_SIZE + 44 keys: more than one key block of the chunked path and of the CPU
+    // kernel (whose forward and backward tiles are smaller), so both cross block edges; on
     // the CPU backends.
     let (b, h, n, m, d) = (1, 2, 6, AUTO_BLOCK_SIZE + 44, 8);
     let auto = ScaledDotProductAttentionConfig::new().init();
@@ -48,22 +49,17 @@ fn auto_takes_the_documented_path_and_matches_naive() {
             let input =
                 |q: &Tensor<4>| AttentionInput::new(q.clone(), k.clone(), v.clone()).causal();
             let path = auto.path(&input(&q)).expect("auto resolves");
+            // On the CPU backends (the root package turns on the kernel's backend extension):
+            // this crate's kernel, inference and training, masked or not. On wgpu: Burn's kernel
+            // for inference, the naive path for training.
             let expected = match (backend, autodiff) {
+                (BackendKind::Flex | BackendKind::Ndarray, _) => Path::CpuKernel,
                 (BackendKind::Wgpu, true) => Path::Naive,
-                (_, true) => Path::Chunked(AUTO_BLOCK_SIZE),
-                // Inference without a mask on the CPU: this crate's kernel.
-                (BackendKind::Flex | BackendKind::Ndarray, false) => Path::CpuKernel,
                 (BackendKind::Wgpu, false) => Path::Fused,
             };
             assert_eq!(path, expected, "{backend}, autodiff {autodiff}");
-            // With a mask, the kernel cannot serve the call: Burn's kernel where there is one,
-            // else the chunked path (faster at 256 ≤ m ≤ 512 on NdArray).
             let masked = input(&q).mask(Tensor::<4, Bool>::full([1, 1, 1, m], false, &device));
-            let expected_masked = match (backend, autodiff) {
-                (BackendKind::Ndarray, false) => Path::Chunked(AUTO_BLOCK_SIZE),
-                (_, false) => Path::Fused,
-                (_, true) => expected,
-            };
+            let expected_masked = expected;
             assert_eq!(
                 auto.path(&masked).expect("auto resolves"),
                 expected_masked,

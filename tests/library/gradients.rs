@@ -5,7 +5,7 @@ use sdpa::{
     AttentionInput, CausalAlignment, Implementation, ScalePolicy, ScaledDotProductAttentionConfig,
 };
 
-use crate::common::{lcg_values, tensor4_f64, values};
+use crate::common::{cpu_devices, lcg_values, tensor4, tensor4_f64, values};
 
 const B: usize = 1;
 const H: usize = 2;
@@ -23,21 +23,30 @@ struct Inputs {
 }
 
 /// The loss sum(context · g) for a causal, masked (one fully masked row), biased, grouped-query
-/// problem, in float64. Returns the loss and, when `grads`, the gradients of q, k, v.
+/// problem, in float64 (`float64`) or float32. Returns the loss and, when `grads`, the
+/// gradients of q, k, v.
 fn loss(
     x: &Inputs,
     device: &Device,
     grads: bool,
     implementation: Implementation,
+    float64: bool,
 ) -> (f64, Option<[Vec<f64>; 3]>) {
     let device = if grads {
         device.clone().autodiff()
     } else {
         device.clone()
     };
-    let mut q = tensor4_f64(&x.q, [B, H, N, D], &device);
-    let mut k = tensor4_f64(&x.k, [B, H_KV, M, D], &device);
-    let mut v = tensor4_f64(&x.v, [B, H_KV, M, D], &device);
+    let tensor = |data: &[f64], shape| {
+        if float64 {
+            tensor4_f64(data, shape, &device)
+        } else {
+            tensor4(data, shape, &device)
+        }
+    };
+    let mut q = tensor(&x.q, [B, H, N, D]);
+    let mut k = tensor(&x.k, [B, H_KV, M, D]);
+    let mut v = tensor(&x.v, [B, H_KV, M, D]);
     if grads {
         q = q.require_grad();
         k = k.require_grad();
@@ -53,7 +62,7 @@ fn loss(
     }
     let mask =
         Tensor::<4, Bool>::from_data(burn::tensor::TensorData::new(mask, [1, H, N, M]), &device);
-    let bias = tensor4_f64(&x.bias, [1, 1, N, M], &device);
+    let bias = tensor(&x.bias, [1, 1, N, M]);
     let attn = ScaledDotProductAttentionConfig::new()
         .with_scale(ScalePolicy::Fixed(0.8))
         .with_causal_alignment(CausalAlignment::BottomRight)
@@ -65,7 +74,7 @@ fn loss(
             .bias(bias)
             .causal(),
     );
-    let g = tensor4_f64(&x.g, [B, H, N, D], &device);
+    let g = tensor(&x.g, [B, H, N, D]);
     let l = (out.context * g).sum();
     let value = values(l.clone())[0];
     let grads = grads.then(|| {
@@ -101,7 +110,7 @@ fn check_gradients(implementation: Implementation) {
         g: lcg_values(4, B * H * N * D),
         bias: lcg_values(5, N * M),
     };
-    let (_, grads) = loss(&x, &device, true, implementation);
+    let (_, grads) = loss(&x, &device, true, implementation, true);
     let [dq, dk, dv] = grads.expect("grads");
     let eps = 1e-6;
     let mut worst = 0.0f64;
@@ -120,7 +129,7 @@ fn check_gradients(implementation: Implementation) {
                     1 => y.k[idx] += delta,
                     _ => y.v[idx] += delta,
                 }
-                loss(&y, &device, false, implementation).0
+                loss(&y, &device, false, implementation, true).0
             };
             let numeric = (perturb(eps) - perturb(-eps)) / (2.0 * eps);
             let err = (numeric - autodiff).abs();
@@ -139,4 +148,59 @@ fn check_gradients(implementation: Implementation) {
         &dq[N * D..(N + 1) * D]
     );
     assert!(dq.iter().chain(&dk).chain(&dv).all(|x| x.is_finite()));
+}
+
+/// The CPU kernel computes in f32 with its own backward pass: its gradients, on every CPU backend
+/// where it runs in place, agree with central finite differences of the float64 loss (the naive
+/// path on flex), including the exact zero of the fully masked row.
+#[cfg(feature = "flex")]
+#[test]
+fn cpu_kernel_gradients_match_finite_differences() {
+    let x = Inputs {
+        q: lcg_values(1, B * H * N * D),
+        k: lcg_values(2, B * H_KV * M * D),
+        v: lcg_values(3, B * H_KV * M * D),
+        g: lcg_values(4, B * H * N * D),
+        bias: lcg_values(5, N * M),
+    };
+    let reference = Device::flex();
+    let eps = 1e-6;
+    let mut checked = 0;
+    for (backend, device) in cpu_devices() {
+        if !sdpa::cpu_kernel::runs_in_place(&device) {
+            continue;
+        }
+        let (_, grads) = loss(&x, &device, true, Implementation::CpuKernel, false);
+        let [dq, dk, dv] = grads.expect("grads");
+        for (which, analytic) in [(0, &dq), (1, &dk), (2, &dv)] {
+            for (idx, &kernel) in analytic.iter().enumerate() {
+                let perturb = |delta: f64| {
+                    let mut y = Inputs {
+                        q: x.q.clone(),
+                        k: x.k.clone(),
+                        v: x.v.clone(),
+                        g: x.g.clone(),
+                        bias: x.bias.clone(),
+                    };
+                    match which {
+                        0 => y.q[idx] += delta,
+                        1 => y.k[idx] += delta,
+                        _ => y.v[idx] += delta,
+                    }
+                    loss(&y, &reference, false, Implementation::Naive, true).0
+                };
+                let numeric = (perturb(eps) - perturb(-eps)) / (2.0 * eps);
+                assert!(
+                    (numeric - kernel).abs() < 1e-5 + 1e-4 * numeric.abs(),
+                    "{backend}: tensor {which} index {idx}: kernel {kernel} vs finite difference {numeric}"
+                );
+            }
+        }
+        assert!(
+            dq[N * D..(N + 1) * D].iter().all(|&g| g == 0.0),
+            "{backend}: masked row"
+        );
+        checked += 1;
+    }
+    assert!(checked >= 1, "no CPU backend ran the kernel in place");
 }

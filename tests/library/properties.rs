@@ -154,6 +154,49 @@ fn run_with(
     (values(out.context), out.weights.map(values))
 }
 
+/// The gradients of sum(context · grad_out) for q, k, v and the bias (empty without one) on an
+/// autodiff device, through `implementation`.
+fn gradients(
+    p: &Problem,
+    scale: ScalePolicy,
+    device: &Device,
+    grad_out: &[f64],
+    implementation: Implementation,
+) -> [Vec<f64>; 4] {
+    let attn = ScaledDotProductAttentionConfig::new()
+        .with_scale(scale)
+        .with_causal_alignment(p.causal.unwrap_or_default())
+        .with_implementation(implementation)
+        .init();
+    let q = tensor4(&p.q, [p.b, p.h, p.n, p.d_k], device).require_grad();
+    let k = tensor4(&p.k, [p.b, p.h_kv, p.m, p.d_k], device).require_grad();
+    let v = tensor4(&p.v, [p.b, p.h_kv, p.m, p.d_v], device).require_grad();
+    let mut input = AttentionInput::new(q.clone(), k.clone(), v.clone());
+    if let Some((shape, data)) = &p.mask {
+        input = input.mask(bool4(data, *shape, device));
+    }
+    let bias = p
+        .bias
+        .as_ref()
+        .map(|(shape, data)| tensor4(data, *shape, device).require_grad());
+    if let Some(bias) = &bias {
+        input = input.bias(bias.clone());
+    }
+    if p.causal.is_some() {
+        input = input.causal();
+    }
+    let out = attn.forward(input);
+    let g = tensor4(grad_out, [p.b, p.h, p.n, p.d_v], device);
+    let grads = (out.context * g).sum().backward();
+    let grad = |t: &Tensor<4>| values(t.grad(&grads).expect("a gradient"));
+    [
+        grad(&q),
+        grad(&k),
+        grad(&v),
+        bias.as_ref().map(grad).unwrap_or_default(),
+    ]
+}
+
 fn config() -> PropConfig {
     PropConfig {
         cases: 48,
@@ -201,14 +244,12 @@ proptest! {
         }
     }
 
-    /// The CPU kernel agrees with the float64 reference on the requests it serves (the same
-    /// random problems without their mask and bias: shapes, scales, both causal alignments with
-    /// n != m, rows with no visible key, grouped-query heads).
+    /// The CPU kernel agrees with the float64 reference on every random problem: shapes,
+    /// scales, masks and biases broadcast or not, both causal alignments with n != m, rows with
+    /// no visible key, grouped-query heads.
     #[test]
     fn cpu_kernel_agrees_with_f64_reference(s in spec()) {
-        let (mut p, scale) = build(&s);
-        p.mask = None;
-        p.bias = None;
+        let (p, scale) = build(&s);
         let (want_ctx, _) = attention(&p);
         for (backend, device) in cpu_devices() {
             let (ctx, _) = run_with(&p, scale, &device, Implementation::CpuKernel);
@@ -216,6 +257,30 @@ proptest! {
                 prop_assert!(g.is_finite(), "{backend}: non-finite context");
                 prop_assert!((g - x).abs() <= 1e-4 + 1e-3 * x.abs(),
                     "{backend}: got {g}, want {x} ({s:?})");
+            }
+        }
+    }
+
+    /// The CPU kernel's own backward pass gives the naive path's autodiff gradients for q, k, v
+    /// and a bias that needs one, on the same random problems (where the kernel runs in place).
+    #[test]
+    fn cpu_kernel_gradients_agree_with_naive(s in spec()) {
+        let (p, scale) = build(&s);
+        let grad_out = lcg_values(s.seed ^ 0x9e37, p.b * p.h * p.n * p.d_v);
+        for (backend, device) in cpu_devices() {
+            if !sdpa::cpu_kernel::runs_in_place(&device) {
+                continue;
+            }
+            let device = device.autodiff();
+            let kernel = gradients(&p, scale, &device, &grad_out, Implementation::CpuKernel);
+            let naive = gradients(&p, scale, &device, &grad_out, Implementation::Naive);
+            for (name, got, want) in ["dq", "dk", "dv", "dbias"].iter().zip(&kernel).zip(&naive).map(|((n, g), w)| (n, g, w)) {
+                prop_assert_eq!(got.len(), want.len());
+                for (g, x) in got.iter().zip(want) {
+                    prop_assert!(g.is_finite(), "{backend}: {name} has a non-finite value");
+                    prop_assert!((g - x).abs() <= 1e-4 + 1e-3 * x.abs(),
+                        "{backend}: {name} differs: got {g}, want {x} ({s:?})");
+                }
             }
         }
     }

@@ -69,11 +69,15 @@ pub use paths::chunked::chunked_attention;
 pub use paths::kind::{Implementation, Path};
 pub use types::{AttentionDims, CausalAlignment, ScalePolicy};
 
-/// The CPU flash kernel on host slices (what [`Implementation::CpuKernel`] runs), for callers
-/// that hold their data on the host or want to tune its tiles.
+/// The CPU flash kernel on host slices (what [`Implementation::CpuKernel`] runs), forward and
+/// backward, for callers that hold their data on the host or want to tune its tiles.
 pub mod cpu_kernel {
-    pub use crate::paths::cpu::kernel::{
-        KEY_BLOCK, KernelShape, QUERY_BLOCK, Tiles, attention_f32, attention_f32_tiled,
-        try_attention_f32_tiled,
+    pub use crate::paths::cpu::backward::{
+        BACKWARD_TILES, BackwardInputs, BackwardOutputs, try_backward,
     };
+    pub use crate::paths::cpu::kernel::{
+        Broadcast, KEY_BLOCK, KernelShape, Masking, QUERY_BLOCK, Tiles, attention_f32,
+        attention_f32_tiled, try_attention_f32_tiled, try_forward,
+    };
+    pub use crate::paths::cpu::runs_in_place;
 }

@@ -225,30 +225,47 @@ mod tests {
     }
 
     #[test]
-    fn auto_on_flex_inference_takes_the_kernels_and_naive_for_weights() {
+    fn auto_on_flex_takes_the_cpu_kernel_and_naive_for_weights() {
         let device = Device::flex();
-        // One block of keys (256): the CPU kernel; fewer keys: Flex's own kernel.
+        let in_place = crate::cpu_kernel::runs_in_place(&device);
         let q = Tensor::<4>::zeros([1, 2, 3, 4], &device);
         let kv = Tensor::<4>::zeros([1, 2, 256, 4], &device);
         let input = AttentionInput::new(q.clone(), kv.clone(), kv);
         let attn = ScaledDotProductAttentionConfig::new().init();
+        // One block of keys (256): the CPU kernel, in place or on host copies.
         assert_eq!(attn.path(&input).unwrap(), Path::CpuKernel);
+        // Fewer keys, or a mask: the kernel in place; without the extension, Flex's kernel.
         let short = AttentionInput::new(q.clone(), q.clone(), q.clone());
-        assert_eq!(attn.path(&short).unwrap(), Path::Fused);
         let masked = input
             .clone()
             .mask(Tensor::<4, Bool>::full([1, 1, 1, 256], false, &device));
-        assert_eq!(attn.path(&masked).unwrap(), Path::Fused);
         let padded = input
             .clone()
             .padding_mask(Tensor::<2, Bool>::full([1, 256], false, &device));
-        assert_eq!(attn.path(&padded).unwrap(), Path::Fused);
-        // Explicitly asked, the CPU kernel names what it cannot do.
+        let elsewhere = if in_place {
+            Path::CpuKernel
+        } else {
+            Path::Fused
+        };
+        for call in [&short, &masked, &padded] {
+            assert_eq!(attn.path(call).unwrap(), elsewhere);
+        }
         let kernel = ScaledDotProductAttentionConfig::new()
             .with_implementation(Implementation::CpuKernel)
             .init();
-        let e = kernel.path(&masked).unwrap_err();
-        assert!(e.to_string().contains("no mask or bias"), "{e}");
+        // Under autodiff: the kernel's own backward pass in place, else a typed refusal.
+        let autodiff = Tensor::<4>::zeros([1, 2, 3, 4], &device.clone().autodiff());
+        let training = AttentionInput::new(autodiff.clone(), autodiff.clone(), autodiff);
+        match kernel.path(&training) {
+            Ok(path) => assert!(in_place && path == Path::CpuKernel),
+            Err(e) => {
+                assert!(!in_place);
+                assert!(e.to_string().contains("backward pass"), "{e}");
+            }
+        }
+        // Asked for the weights, the kernel names what it cannot do, and Auto takes Naive.
+        let e = kernel.path(&input.clone().need_weights()).unwrap_err();
+        assert!(e.to_string().contains("weights"), "{e}");
         assert!(
             matches!(
                 e,
@@ -259,10 +276,6 @@ mod tests {
             ),
             "{e:?}"
         );
-        let autodiff = Tensor::<4>::zeros([1, 2, 3, 4], &device.clone().autodiff());
-        let training = AttentionInput::new(autodiff.clone(), autodiff.clone(), autodiff);
-        let e = kernel.path(&training).unwrap_err();
-        assert!(e.to_string().contains("no backward pass"), "{e}");
         assert_eq!(
             attn.path(&input.clone().need_weights()).unwrap(),
             Path::Naive

@@ -84,22 +84,29 @@ pub struct AutoRequest {
     /// Whether `Fused` can serve the call (no weights, no active dropout, alignment it knows).
     pub fused_ok: bool,
     /// Whether [`Implementation::CpuKernel`](crate::Implementation::CpuKernel) can serve the call
-    /// (f32, no mask or bias, no weights, no dropout, no autodiff).
+    /// (f32, no weights, no dropout; under autodiff only where it runs in place).
     pub cpu_kernel_ok: bool,
+    /// Whether the CPU kernel runs in place on this backend, through its backend extension
+    /// (Flex and NdArray when the crate's `flex` / `ndarray` features are on), rather than on
+    /// host copies.
+    pub cpu_kernel_in_place: bool,
 }
 
 /// `Auto`'s rule for a call that does not ask for the weights or scores (those always take
 /// `Naive`). It was set by `sdpa bench` (b = 4, h = 8, d = 64, n = m from 128 to 4096, 2 CPU
 /// cores); the measurements behind each branch are in the README ("Attention paths and speed").
 ///
-/// - **Training (autodiff)** on CPU backends: Burn's `attention` is its plain fallback built from
-///   autodiff ops, slower than `Naive`, and `Chunked` (block [`AUTO_BLOCK_SIZE`]) normalizes the
-///   n×d output instead of the n×m weights: m < [`AUTO_BLOCK_SIZE`] → `Naive`, else `Chunked`.
-///   On CubeCL (GPU) backends, where the chunked path's per-block kernel launches were not
-///   measured, `Naive`.
-/// - **Inference on Flex and NdArray**, when [`Implementation::CpuKernel`](crate::Implementation::CpuKernel)
-///   can serve the call (f32, no mask or bias): `CpuKernel`, except on Flex for
-///   m < [`AUTO_BLOCK_SIZE`], where Flex's own kernel ties with it and needs no host copy.
+/// - **Flex and NdArray with the kernel's backend extension**: `CpuKernel` whenever it can serve
+///   the call (f32, no weights, no dropout), for inference and training, masked or not: it was the
+///   fastest path at every measured size, forward and forward + backward.
+/// - **Training (autodiff) otherwise** on CPU backends: Burn's `attention` is its plain fallback
+///   built from autodiff ops, slower than `Naive`, and `Chunked` (block [`AUTO_BLOCK_SIZE`])
+///   normalizes the n×d output instead of the n×m weights: m < [`AUTO_BLOCK_SIZE`] → `Naive`,
+///   else `Chunked`. On CubeCL (GPU) backends, where the chunked path's per-block kernel
+///   launches were not measured, `Naive`.
+/// - **Inference on Flex and NdArray without the extension**, when the kernel can serve the call
+///   on host copies: `CpuKernel`, except on Flex for m < [`AUTO_BLOCK_SIZE`], where Flex's own
+///   kernel tied with it and needs no host copy.
 /// - **Other inference on Flex and CubeCL** (a mask or bias, another dtype): `Fused`, Burn's own
 ///   kernel, which holds O(n) memory.
 /// - **Other inference on NdArray and other backends**: Burn's `attention` is the plain
@@ -110,7 +117,9 @@ pub struct AutoRequest {
 pub fn auto_path(request: AutoRequest) -> Path {
     let chunked = Path::Chunked(AUTO_BLOCK_SIZE);
     let over_budget = request.scores_bytes > AUTO_INFERENCE_SCORES_BUDGET_BYTES;
-    if request.autodiff {
+    if request.cpu_kernel_ok && request.cpu_kernel_in_place {
+        Path::CpuKernel
+    } else if request.autodiff {
         if request.family == BackendFamily::CubeCl || request.n_keys < AUTO_BLOCK_SIZE {
             Path::Naive
         } else {
@@ -144,11 +153,38 @@ mod tests {
             scores_bytes: gib << 30,
             fused_ok: true,
             cpu_kernel_ok: !autodiff,
+            cpu_kernel_in_place: false,
         }
     }
 
     #[test]
-    fn the_rule_as_documented() {
+    fn the_kernel_in_place_serves_every_call_it_can() {
+        use BackendFamily::*;
+        let in_place = |family, autodiff, n_keys| AutoRequest {
+            cpu_kernel_ok: true,
+            cpu_kernel_in_place: true,
+            ..request(family, autodiff, n_keys, 0)
+        };
+        for family in [Flex, NdArray] {
+            for autodiff in [false, true] {
+                for n_keys in [1, 64, 255, 256, 4096] {
+                    assert_eq!(
+                        auto_path(in_place(family, autodiff, n_keys)),
+                        Path::CpuKernel
+                    );
+                }
+            }
+        }
+        // A call it cannot serve (weights, dropout, another dtype) falls back to the other rules.
+        let blocked = AutoRequest {
+            cpu_kernel_ok: false,
+            ..in_place(Flex, true, 4096)
+        };
+        assert_eq!(auto_path(blocked), Path::Chunked(256));
+    }
+
+    #[test]
+    fn the_rule_without_the_extension() {
         use BackendFamily::*;
         // Training on CPU backends: naive for one block of keys, chunked beyond.
         assert_eq!(auto_path(request(Flex, true, 255, 0)), Path::Naive);

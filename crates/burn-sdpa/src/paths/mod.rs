@@ -69,5 +69,6 @@ pub(crate) fn resolve(implementation: Implementation, call: &Call) -> Result<Pat
         scores_bytes: (b * h * n * m * call.input.query.dtype().size()) as u64,
         fused_ok: blocker(Path::Fused, call).is_none(),
         cpu_kernel_ok: blocker(Path::CpuKernel, call).is_none(),
+        cpu_kernel_in_place: cpu::runs_in_place(&device),
     }))
 }

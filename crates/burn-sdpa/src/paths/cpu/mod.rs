@@ -1,8 +1,26 @@
-//! The CPU kernel path: this crate's flash kernel ([`kernel`]) run on host copies of the
-//! tensors. This file is the adapter between Burn tensors and the kernel's slices.
+//! The CPU kernel path: this crate's flash kernel ([`kernel`], forward; [`backward`]) on `f32`
+//! host data.
+//!
+//! On Flex and NdArray (when the crate's `flex` / `ndarray` features are on) the call goes
+//! through a Burn backend extension ([`extension`]) that reads the backend's buffers in place and
+//! registers the kernel's own backward pass under autodiff. On any other backend the kernel
+//! serves inference through host copies of the tensors.
 
+pub mod backward;
+// NdArray is deprecated upstream since Burn 0.22; the product still serves it.
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+#[allow(deprecated)]
+mod extension;
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+#[allow(deprecated)]
+mod host;
 pub mod kernel;
+mod masking;
+#[cfg(test)]
+mod reference;
+mod shape;
 mod simd;
+mod tile;
 
 use std::borrow::Cow;
 
@@ -10,67 +28,115 @@ use burn::prelude::*;
 use burn::tensor::DType;
 
 use crate::error::AttentionError;
-use crate::input::AttentionOutput;
+use crate::input::{AttentionOutput, read_back};
+use crate::mask::user_mask;
 use crate::paths::auto::BackendFamily;
 use crate::paths::call::Call;
 use crate::paths::kind::Implementation;
-use kernel::{KernelShape, Tiles};
+use kernel::{Broadcast, KernelShape, Masking, Tiles};
+
+/// Whether the kernel runs in place on `device`'s backend in this build: through its backend
+/// extension (in-place reads, its own backward pass), which serves Flex and NdArray when the
+/// crate's `flex` / `ndarray` features are on.
+pub fn runs_in_place(device: &Device) -> bool {
+    let family = BackendFamily::of(device);
+    (family == BackendFamily::Flex && cfg!(feature = "flex"))
+        || (family == BackendFamily::NdArray && cfg!(feature = "ndarray"))
+}
 
 /// Why the CPU kernel cannot serve `call`, if it cannot.
 pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
     let input = &call.input;
     let f32_data = [&input.query, &input.key, &input.value]
         .iter()
-        .all(|t| t.dtype() == DType::F32);
+        .all(|t| t.dtype() == DType::F32)
+        && input.bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
+    let device = input.query.device();
     if input.need_weights || input.need_scores {
         Some("it cannot return the weights or scores")
-    } else if input.query.device().is_autodiff() {
-        Some("it has no backward pass (use Chunked or Auto under autodiff)")
-    } else if input.has_mask_or_bias() {
-        Some("it takes no mask or bias, only causal masking")
+    } else if call.dropout.is_some() {
+        Some("it has no dropout")
     } else if !f32_data {
         Some("it computes on f32 data only")
+    } else if device.is_autodiff() && !runs_in_place(&device) {
+        Some("its backward pass runs on Flex and NdArray only (use Chunked or Auto under autodiff)")
     } else {
         None
     }
 }
 
-/// Runs the kernel on the host copies of q, k and v and uploads the context.
+/// Runs the kernel: through the backend extension where it serves the backend, else on host
+/// copies (inference).
 pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
+    let [_, _, n, m] = call.dims.scores_shape();
+    let causal_offset = call.input.causal.then(|| call.alignment.offset(n, m));
+    let mask = user_mask(&call.input)
+        .map(|mask| -> Result<_, AttentionError> {
+            let shape = mask.dims();
+            Ok((read_back::<bool, 4, Bool>("the mask", mask)?, shape))
+        })
+        .transpose()?;
+    #[cfg(any(feature = "flex", feature = "ndarray"))]
+    if runs_in_place(&call.input.query.device()) {
+        let options = extension::KernelOptions {
+            scale: call.scale as f32,
+            causal_offset,
+            mask: mask
+                .map(|(values, shape)| std::sync::Arc::new(extension::HostMask { values, shape })),
+        };
+        let input = call.input;
+        let context =
+            extension::attention(input.query, input.key, input.value, input.bias, options);
+        return Ok(AttentionOutput::from_context(context));
+    }
+    host_copies(call, causal_offset, mask)
+}
+
+/// The kernel on host copies of the tensors (any backend, inference).
+fn host_copies(
+    call: Call,
+    causal_offset: Option<i64>,
+    mask: Option<(Vec<bool>, [usize; 4])>,
+) -> Result<AttentionOutput, AttentionError> {
     let dims = call.dims;
-    let [b, h, n, m] = dims.scores_shape();
+    let [b, h, n, _] = dims.scores_shape();
     let shape = KernelShape {
         dims,
         scale: call.scale as f32,
-        causal_offset: call.input.causal.then(|| call.alignment.offset(n, m)),
+        causal_offset,
     };
     let device = call.input.query.device();
-    let ndarray = BackendFamily::of(&device) == BackendFamily::NdArray;
-    let to_host = |t: Tensor<4>| {
-        if ndarray {
-            // NdArray's `into_data` walks a shared or permuted array element by element; after
-            // an elementwise op (a uniquely owned array) and a reshape (standard layout) it hands
-            // the buffer over, several times faster.
-            let [d0, d1, d2, d3] = t.dims();
-            t.mul_scalar(1.0).reshape([d0 * d1, d2, d3]).into_data()
-        } else {
-            t.into_data()
-        }
-    };
     let input = call.input;
+    let bias = input
+        .bias
+        .map(|bias| {
+            let shape = bias.dims();
+            Ok::<_, AttentionError>((read_back::<f32, 4, Float>("the bias", bias)?, shape))
+        })
+        .transpose()?;
     let (q, k, v) = (
-        to_host(input.query),
-        to_host(input.key),
-        to_host(input.value),
+        input.query.into_data(),
+        input.key.into_data(),
+        input.value.into_data(),
     );
+    let masking = Masking {
+        mask: mask
+            .as_ref()
+            .map(|(values, shape)| Broadcast::new(values, *shape)),
+        bias: bias
+            .as_ref()
+            .map(|(values, shape)| Broadcast::new(values, *shape)),
+    };
     let mut out = vec![0.0f32; b * h * n * dims.d_v];
-    kernel::try_attention_f32_tiled(
+    kernel::try_forward(
         &shape,
         Tiles::default(),
+        &masking,
         &host(&q)?,
         &host(&k)?,
         &host(&v)?,
         &mut out,
+        None,
     )?;
     let context = Tensor::from_data(TensorData::new(out, [b, h, n, dims.d_v]), &device);
     Ok(AttentionOutput::from_context(context))

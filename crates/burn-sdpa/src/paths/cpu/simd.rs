@@ -36,6 +36,31 @@ pub fn scale(xs: &mut [f32], factor: f32) {
     dispatch!(scale_body(xs, factor))
 }
 
+/// `x ← exp(x − shift)` for every element (0 where `x − shift` is −∞ or below −87.3).
+pub fn exp_sub(xs: &mut [f32], shift: f32) {
+    dispatch!(exp_sub_body(xs, shift))
+}
+
+/// `x ← x + y` element by element.
+pub fn add(xs: &mut [f32], ys: &[f32]) {
+    dispatch!(add_body(xs, ys))
+}
+
+/// `x ← −∞` where `masked` is true.
+pub fn mask(xs: &mut [f32], masked: &[bool]) {
+    dispatch!(mask_body(xs, masked))
+}
+
+/// `p ← p · (dp − d)`: the softmax's backward, dS = P ∘ (dP − rowsum(dO ∘ O)).
+pub fn softmax_grad(p: &mut [f32], dp: &[f32], d: f32) {
+    dispatch!(softmax_grad_body(p, dp, d))
+}
+
+/// Σ x·y.
+pub fn dot(xs: &[f32], ys: &[f32]) -> f32 {
+    dispatch!(dot_body(xs, ys))
+}
+
 /// Lanes the loops are written for (the compiler maps them onto 4, 8 or 16-wide registers).
 const LANES: usize = 16;
 
@@ -78,6 +103,48 @@ macro_rules! bodies {
             for x in xs {
                 *x *= factor;
             }
+        }
+
+        $(#[$attr])*
+        pub fn exp_sub_body(xs: &mut [f32], shift: f32) {
+            for x in xs {
+                *x = super::exp(*x - shift, $madd);
+            }
+        }
+
+        $(#[$attr])*
+        pub fn add_body(xs: &mut [f32], ys: &[f32]) {
+            for (x, y) in xs.iter_mut().zip(ys) {
+                *x += *y;
+            }
+        }
+
+        $(#[$attr])*
+        pub fn mask_body(xs: &mut [f32], masked: &[bool]) {
+            for (x, m) in xs.iter_mut().zip(masked) {
+                *x = if *m { f32::NEG_INFINITY } else { *x };
+            }
+        }
+
+        $(#[$attr])*
+        pub fn softmax_grad_body(p: &mut [f32], dp: &[f32], d: f32) {
+            for (p, dp) in p.iter_mut().zip(dp) {
+                *p *= *dp - d;
+            }
+        }
+
+        $(#[$attr])*
+        pub fn dot_body(xs: &[f32], ys: &[f32]) -> f32 {
+            let mut lanes = [0.0f32; LANES];
+            let mut xc = xs.chunks_exact(LANES);
+            let mut yc = ys.chunks_exact(LANES);
+            for (x, y) in (&mut xc).zip(&mut yc) {
+                for ((l, x), y) in lanes.iter_mut().zip(x).zip(y) {
+                    *l = $madd(*x, *y, *l);
+                }
+            }
+            let tail: f32 = xc.remainder().iter().zip(yc.remainder()).map(|(x, y)| x * y).sum();
+            tail + lanes.iter().sum::<f32>()
         }
     };
 }

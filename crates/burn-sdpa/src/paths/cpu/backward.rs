@@ -1,0 +1,516 @@
+//! The backward pass of the CPU kernel (the FlashAttention-2 recurrence): the weights are never
+//! stored; each tile recomputes them from the forward's per-row log-sum-exp.
+//!
+//! With D = rowsum(dO ∘ O), for every query block i and key block j:
+//! P = exp(S − lse), dV_j += Pᵀ dO_i, dP = dO_i V_jᵀ, dS = P ∘ (dP − D),
+//! dQ_i += scale · dS K_j, dK_j += scale · dSᵀ Q_i.
+//!
+//! A task owns one (batch, key/value head, range of keys): it loops over the key blocks of its
+//! range and, inside, over every query block of every query head of the group, so dK and dV of
+//! its keys are written by it alone (grouped-query heads sum into their kv head without
+//! atomics). When there are fewer (batch, kv head) pairs than twice the threads, the keys are
+//! split into ranges and each range accumulates dQ into its own buffer, summed at the end.
+
+use core::ops::Range;
+
+use rayon::prelude::*;
+
+use super::kernel::{Inputs, KernelShape, Masking, TileKind, Tiles};
+use super::shape::check_len;
+use super::simd;
+use super::tile::{View, product};
+use crate::error::AttentionError;
+use crate::types::AttentionDims;
+
+/// Tile sizes of the backward pass (default): five products per tile instead of two, so smaller
+/// tiles than the forward's keep the working set in L2.
+pub const BACKWARD_TILES: Tiles = Tiles {
+    query_block: 64,
+    key_block: 128,
+};
+
+/// What the backward pass reads: the forward's inputs, its output, the output's gradient and the
+/// log-sum-exp of every row, all row-major as in [`KernelShape`] (`lse: [b, h, n]`).
+#[derive(Debug, Clone, Copy)]
+pub struct BackwardInputs<'a> {
+    /// `[b, h, n, d_k]`
+    pub q: &'a [f32],
+    /// `[b, h_kv, m, d_k]`
+    pub k: &'a [f32],
+    /// `[b, h_kv, m, d_v]`
+    pub v: &'a [f32],
+    /// `[b, h, n, d_v]`: the forward's output.
+    pub out: &'a [f32],
+    /// `[b, h, n, d_v]`: the gradient of the loss with respect to `out`.
+    pub grad_out: &'a [f32],
+    /// `[b, h, n]`: the forward's log-sum-exp (+∞ for rows with no visible key).
+    pub lse: &'a [f32],
+}
+
+/// Where the backward pass writes (every slice is overwritten).
+#[derive(Debug)]
+pub struct BackwardOutputs<'a> {
+    /// `[b, h, n, d_k]`
+    pub grad_q: &'a mut [f32],
+    /// `[b, h_kv, m, d_k]`: summed over the query heads of each group.
+    pub grad_k: &'a mut [f32],
+    /// `[b, h_kv, m, d_v]`: summed over the query heads of each group.
+    pub grad_v: &'a mut [f32],
+    /// `[b, h, n, m]`, when asked for: the gradient of the scores after scaling, which is the
+    /// gradient of an additive bias before it is summed over the bias's broadcast axes.
+    pub grad_scores: Option<&'a mut [f32]>,
+}
+
+/// The gradients of q, k, v (and of the scaled scores, when asked for) of the forward pass of
+/// [`try_forward`](super::kernel::try_forward) with the same shape and masking, or an
+/// [`AttentionError`] naming what does not fit.
+pub fn try_backward(
+    shape: &KernelShape,
+    tiles: Tiles,
+    masking: &Masking<'_>,
+    inputs: BackwardInputs<'_>,
+    outputs: BackwardOutputs<'_>,
+) -> Result<(), AttentionError> {
+    let AttentionDims {
+        batch,
+        n_heads,
+        n_kv_heads,
+        n,
+        m,
+        d_k,
+        d_v,
+    } = shape.dims;
+    shape.validate(tiles, inputs.q, inputs.k, inputs.v, inputs.out)?;
+    masking.validate(&shape.dims)?;
+    check_len(
+        "output gradient slice",
+        inputs.grad_out.len(),
+        [batch, n_heads, n, d_v],
+    )?;
+    check_len(
+        "log-sum-exp slice",
+        inputs.lse.len(),
+        [batch, n_heads, n, 1],
+    )?;
+    check_len(
+        "query gradient slice",
+        outputs.grad_q.len(),
+        [batch, n_heads, n, d_k],
+    )?;
+    check_len(
+        "key gradient slice",
+        outputs.grad_k.len(),
+        [batch, n_kv_heads, m, d_k],
+    )?;
+    check_len(
+        "value gradient slice",
+        outputs.grad_v.len(),
+        [batch, n_kv_heads, m, d_v],
+    )?;
+    if let Some(grad_scores) = &outputs.grad_scores {
+        check_len(
+            "score gradient slice",
+            grad_scores.len(),
+            [batch, n_heads, n, m],
+        )?;
+    }
+    let BackwardOutputs {
+        grad_q,
+        grad_k,
+        grad_v,
+        mut grad_scores,
+    } = outputs;
+    grad_q.fill(0.0);
+    grad_k.fill(0.0);
+    grad_v.fill(0.0);
+    if let Some(grad_scores) = grad_scores.as_deref_mut() {
+        grad_scores.fill(0.0);
+    }
+    if grad_q.is_empty() || grad_k.is_empty() {
+        return Ok(());
+    }
+    let group = shape.dims.group();
+    let heads = batch * n_kv_heads;
+    let key_blocks = m.div_ceil(tiles.key_block);
+    // Split the keys when there are too few (batch, kv head) pairs to keep every thread busy;
+    // the score gradient is written per (batch, head) row block, so it keeps one range.
+    let splits = if grad_scores.is_some() {
+        1
+    } else {
+        (2 * rayon::current_num_threads())
+            .div_ceil(heads)
+            .clamp(1, key_blocks)
+    };
+    let blocks_per_split = key_blocks.div_ceil(splits);
+    let key_ranges: Vec<Range<usize>> = (0..splits)
+        .map(|s| {
+            let start = (s * blocks_per_split * tiles.key_block).min(m);
+            start..((s + 1) * blocks_per_split * tiles.key_block).min(m)
+        })
+        .filter(|r| !r.is_empty())
+        .collect();
+    // One dQ buffer per key range: the caller's for the first, zeroed scratch for the others.
+    let mut extra_grad_q = vec![vec![0.0f32; grad_q.len()]; key_ranges.len() - 1];
+    let group_q = group * n * d_k;
+    let mut grad_q_chunks: Vec<_> = core::iter::once(&mut grad_q[..])
+        .chain(extra_grad_q.iter_mut().map(|b| &mut b[..]))
+        .map(|buffer| buffer.chunks_mut(group_q))
+        .collect();
+    let mut grad_scores_chunks = grad_scores.map(|g| g.chunks_mut(group * n * m));
+
+    let mut tasks = Vec::with_capacity(heads * key_ranges.len());
+    for (head_idx, (dk_head, dv_head)) in grad_k
+        .chunks_mut(m * d_k)
+        .zip(grad_v.chunks_mut(m * d_v))
+        .enumerate()
+    {
+        let mut grad_scores = grad_scores_chunks.as_mut().and_then(Iterator::next);
+        let (mut dk_rest, mut dv_rest) = (dk_head, dv_head);
+        for (range, dq_chunks) in key_ranges.iter().zip(grad_q_chunks.iter_mut()) {
+            let (dk, dk_tail) = dk_rest.split_at_mut(range.len() * d_k);
+            let (dv, dv_tail) = dv_rest.split_at_mut(range.len() * d_v);
+            (dk_rest, dv_rest) = (dk_tail, dv_tail);
+            let Some(dq) = dq_chunks.next() else { break };
+            tasks.push(Task {
+                batch_idx: head_idx / n_kv_heads,
+                kv_head_idx: head_idx % n_kv_heads,
+                keys: range.clone(),
+                dq,
+                dk,
+                dv,
+                grad_scores: grad_scores.take(),
+            });
+        }
+    }
+    let forward = Inputs {
+        shape,
+        tiles,
+        masking,
+        q: inputs.q,
+        k: inputs.k,
+        v: inputs.v,
+    };
+    tasks.into_par_iter().for_each_init(
+        || Scratch::new(shape, tiles),
+        |scratch, task| task.run(&forward, &inputs, scratch),
+    );
+    // Sum the other ranges' dQ into the caller's buffer.
+    for extra in &extra_grad_q {
+        grad_q
+            .par_chunks_mut(1 << 14)
+            .zip(extra.par_chunks(1 << 14))
+            .for_each(|(dst, src)| simd::add(dst, src));
+    }
+    Ok(())
+}
+
+/// Per-thread buffers.
+struct Scratch {
+    /// `[query_block, key_block]`: the scores, then P, then dS.
+    p: Vec<f32>,
+    /// `[query_block, key_block]`: dP.
+    dp: Vec<f32>,
+    /// `[g·n]`: D = rowsum(dO ∘ O) of the group's rows.
+    d: Vec<f32>,
+}
+
+impl Scratch {
+    fn new(shape: &KernelShape, tiles: Tiles) -> Self {
+        let tile = tiles.query_block * tiles.key_block;
+        Self {
+            p: vec![0.0; tile],
+            dp: vec![0.0; tile],
+            d: vec![0.0; shape.dims.group() * shape.dims.n],
+        }
+    }
+}
+
+/// One task: the keys `keys` of one (batch, kv head) against every query of its group.
+struct Task<'a> {
+    batch_idx: usize,
+    kv_head_idx: usize,
+    keys: Range<usize>,
+    /// `[g, n, d_k]`: dQ of the group's query heads (this key range's share).
+    dq: &'a mut [f32],
+    /// `[keys.len(), d_k]`
+    dk: &'a mut [f32],
+    /// `[keys.len(), d_v]`
+    dv: &'a mut [f32],
+    /// `[g, n, m]`: the score gradient of the group's query heads.
+    grad_scores: Option<&'a mut [f32]>,
+}
+
+impl Task<'_> {
+    fn run(self, forward: &Inputs<'_>, inputs: &BackwardInputs<'_>, scratch: &mut Scratch) {
+        let AttentionDims {
+            n_heads,
+            n_kv_heads,
+            n,
+            m,
+            d_k,
+            d_v,
+            ..
+        } = forward.shape.dims;
+        let group = n_heads / n_kv_heads;
+        let tiles = forward.tiles;
+        let scale = forward.shape.scale;
+        let first_head = self.kv_head_idx * group;
+        // Rows of the group: [g·n] starting at (batch, first head).
+        let row0 = (self.batch_idx * n_heads + first_head) * n;
+        let kv = self.batch_idx * n_kv_heads + self.kv_head_idx;
+        for (row, d) in scratch.d.iter_mut().enumerate() {
+            let at = (row0 + row) * d_v;
+            *d = simd::dot(&inputs.grad_out[at..][..d_v], &inputs.out[at..][..d_v]);
+        }
+        let Task {
+            keys,
+            dq,
+            dk,
+            dv,
+            mut grad_scores,
+            ..
+        } = self;
+        let mut key_start = keys.start;
+        while key_start < keys.end {
+            let cols = tiles.key_block.min(keys.end - key_start);
+            let local = key_start - keys.start;
+            let k_tile = &inputs.k[(kv * m + key_start) * d_k..][..cols * d_k];
+            let v_tile = &inputs.v[(kv * m + key_start) * d_v..][..cols * d_v];
+            let dk_tile = &mut dk[local * d_k..][..cols * d_k];
+            let dv_tile = &mut dv[local * d_v..][..cols * d_v];
+            for group_idx in 0..group {
+                let head_idx = first_head + group_idx;
+                let mut q_start = 0;
+                while q_start < n {
+                    let rows = tiles.query_block.min(n - q_start);
+                    let kind =
+                        forward.tile_kind(self.batch_idx, head_idx, q_start, rows, key_start, cols);
+                    if kind != TileKind::Hidden {
+                        let row_in_group = group_idx * n + q_start;
+                        let at = (row0 + row_in_group) * d_k;
+                        let q_block = &inputs.q[at..][..rows * d_k];
+                        let out_at = (row0 + row_in_group) * d_v;
+                        let do_block = &inputs.grad_out[out_at..][..rows * d_v];
+                        let p = &mut scratch.p[..rows * cols];
+                        let dp = &mut scratch.dp[..rows * cols];
+                        forward.scores(
+                            kind,
+                            self.batch_idx,
+                            head_idx,
+                            q_start,
+                            rows,
+                            key_start,
+                            cols,
+                            p,
+                        );
+                        // P = exp(S − lse)
+                        for (row, p_row) in p.chunks_mut(cols).enumerate() {
+                            simd::exp_sub(p_row, inputs.lse[row0 + row_in_group + row]);
+                        }
+                        // dV_j [cols, d_v] += Pᵀ [cols, rows] · dO_i [rows, d_v]
+                        product(
+                            dv_tile,
+                            d_v,
+                            View::transposed(p, cols, rows, cols),
+                            View::rows(do_block, rows, d_v, d_v),
+                            true,
+                            1.0,
+                        );
+                        // dP [rows, cols] = dO_i [rows, d_v] · V_jᵀ [d_v, cols]
+                        product(
+                            dp,
+                            cols,
+                            View::rows(do_block, rows, d_v, d_v),
+                            View::transposed(v_tile, d_v, cols, d_v),
+                            false,
+                            1.0,
+                        );
+                        // dS = P ∘ (dP − D)
+                        for (row, (p_row, dp_row)) in
+                            p.chunks_mut(cols).zip(dp.chunks(cols)).enumerate()
+                        {
+                            simd::softmax_grad(p_row, dp_row, scratch.d[row_in_group + row]);
+                        }
+                        let ds = &scratch.p[..rows * cols];
+                        if let Some(grad_scores) = grad_scores.as_deref_mut() {
+                            for (row, ds_row) in ds.chunks(cols).enumerate() {
+                                let at = (row_in_group + row) * m + key_start;
+                                grad_scores[at..][..cols].copy_from_slice(ds_row);
+                            }
+                        }
+                        // dQ_i [rows, d_k] += scale · dS [rows, cols] · K_j [cols, d_k]
+                        let dq_block = &mut dq[row_in_group * d_k..][..rows * d_k];
+                        product(
+                            dq_block,
+                            d_k,
+                            View::rows(ds, rows, cols, cols),
+                            View::rows(k_tile, cols, d_k, d_k),
+                            true,
+                            scale,
+                        );
+                        // dK_j [cols, d_k] += scale · dSᵀ [cols, rows] · Q_i [rows, d_k]
+                        product(
+                            dk_tile,
+                            d_k,
+                            View::transposed(ds, cols, rows, cols),
+                            View::rows(q_block, rows, d_k, d_k),
+                            true,
+                            scale,
+                        );
+                    }
+                    q_start += rows;
+                }
+            }
+            key_start += cols;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::paths::cpu::kernel::try_forward;
+    use crate::paths::cpu::reference::{self, assert_close, data};
+
+    fn run(s: KernelShape, masking: &Masking<'_>, tiles: Tiles, with_scores: bool) {
+        let d = s.dims;
+        let q = data(d.batch * d.n_heads * d.n * d.d_k, 11);
+        let k = data(d.batch * d.n_kv_heads * d.m * d.d_k, 12);
+        let v = data(d.batch * d.n_kv_heads * d.m * d.d_v, 13);
+        let grad_out = data(d.batch * d.n_heads * d.n * d.d_v, 14);
+        let mut out = vec![0.0; grad_out.len()];
+        let mut lse = vec![0.0; d.batch * d.n_heads * d.n];
+        try_forward(
+            &s,
+            Tiles::default(),
+            masking,
+            &q,
+            &k,
+            &v,
+            &mut out,
+            Some(&mut lse),
+        )
+        .unwrap();
+        let mut grad_q = vec![f32::NAN; q.len()];
+        let mut grad_k = vec![f32::NAN; k.len()];
+        let mut grad_v = vec![f32::NAN; v.len()];
+        let mut grad_scores = vec![f32::NAN; d.batch * d.n_heads * d.n * d.m];
+        try_backward(
+            &s,
+            tiles,
+            masking,
+            BackwardInputs {
+                q: &q,
+                k: &k,
+                v: &v,
+                out: &out,
+                grad_out: &grad_out,
+                lse: &lse,
+            },
+            BackwardOutputs {
+                grad_q: &mut grad_q,
+                grad_k: &mut grad_k,
+                grad_v: &mut grad_v,
+                grad_scores: with_scores.then_some(&mut grad_scores[..]),
+            },
+        )
+        .unwrap();
+        let want = reference::backward(&s, masking, &q, &k, &v, &grad_out);
+        let what = format!("{s:?} {tiles:?}");
+        assert_close(&format!("{what} dq"), &grad_q, &want.q, 2e-5, 2e-4);
+        assert_close(&format!("{what} dk"), &grad_k, &want.k, 2e-5, 2e-4);
+        assert_close(&format!("{what} dv"), &grad_v, &want.v, 2e-5, 2e-4);
+        if with_scores {
+            assert_close(
+                &format!("{what} dscores"),
+                &grad_scores,
+                &want.scores,
+                2e-5,
+                2e-4,
+            );
+        }
+    }
+
+    fn shape(n: usize, m: usize, causal_offset: Option<i64>) -> KernelShape {
+        KernelShape {
+            dims: AttentionDims {
+                batch: 2,
+                n_heads: 4,
+                n_kv_heads: 2,
+                n,
+                m,
+                d_k: 16,
+                d_v: 8,
+            },
+            scale: 0.25,
+            causal_offset,
+        }
+    }
+
+    #[test]
+    fn gradients_match_the_reference() {
+        for (n, m) in [(1, 1), (5, 300), (70, 40), (130, 260)] {
+            for offset in [None, Some(m as i64 - n as i64), Some(0)] {
+                for tiles in [
+                    BACKWARD_TILES,
+                    Tiles {
+                        query_block: 7,
+                        key_block: 33,
+                    },
+                ] {
+                    run(shape(n, m, offset), &Masking::default(), tiles, false);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn masked_and_biased_gradients_match_the_reference() {
+        for (n, m) in [(5, 300), (70, 40)] {
+            for offset in [None, Some(0)] {
+                let s = shape(n, m, offset);
+                let maskings = reference::maskings(&s.dims);
+                for test_masking in &maskings {
+                    let masking = test_masking.masking();
+                    run(s, &masking, BACKWARD_TILES, true);
+                    run(
+                        s,
+                        &masking,
+                        Tiles {
+                            query_block: 7,
+                            key_block: 33,
+                        },
+                        false,
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn one_kv_head_splits_its_keys_across_tasks() {
+        // b·h_kv = 1 and many key blocks: the keys are split into ranges with their own dQ.
+        let s = KernelShape {
+            dims: AttentionDims {
+                batch: 1,
+                n_heads: 3,
+                n_kv_heads: 1,
+                n: 50,
+                m: 700,
+                d_k: 8,
+                d_v: 4,
+            },
+            scale: 0.3,
+            causal_offset: Some(650),
+        };
+        run(
+            s,
+            &Masking::default(),
+            Tiles {
+                query_block: 16,
+                key_block: 32,
+            },
+            false,
+        );
+    }
+}

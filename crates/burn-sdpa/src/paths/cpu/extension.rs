@@ -1,0 +1,366 @@
+//! The CPU kernel as a Burn backend extension: one op, `cpu_kernel_attention`, implemented for
+//! Flex and NdArray (reading their buffers in place) and for `Autodiff` over them, with a
+//! hand-written backward pass that recomputes the weights from the forward's log-sum-exp
+//! ([`super::backward`]).
+
+use std::sync::Arc;
+
+use burn::backend::autodiff::checkpoint::{base::Checkpointer, strategy::CheckpointStrategy};
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::{
+    Autodiff, Backend, Dispatch, ExtensionType, TensorMetadata, backend_extension,
+    tensor::FloatTensor,
+};
+use burn::prelude::*;
+
+use super::backward::{BACKWARD_TILES, BackwardInputs, BackwardOutputs, try_backward};
+use super::host::HostFloat;
+use super::kernel::{Broadcast, KernelShape, Masking, Tiles, try_forward};
+use crate::types::AttentionDims;
+
+/// A boolean mask on the host, `[b|1, h|1, n|1, m]` row-major (true = masked out).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct HostMask {
+    pub values: Vec<bool>,
+    pub shape: [usize; 4],
+}
+
+/// What the op needs besides its tensors.
+#[derive(Debug, Clone)]
+pub(crate) struct KernelOptions {
+    /// Factor applied to QKᵀ.
+    pub scale: f32,
+    /// Key `j` is visible to query `i` only when `j <= i + offset`.
+    pub causal_offset: Option<i64>,
+    /// The padding and user masks, or-ed.
+    pub mask: Option<Arc<HostMask>>,
+}
+
+/// An optional additive bias `[b|1, h|1, n|1, m]`, which may carry a gradient.
+#[derive(ExtensionType)]
+pub(crate) enum MaybeBias<B: Backend> {
+    /// A bias.
+    Present(FloatTensor<B>),
+    /// No bias.
+    Absent,
+}
+
+/// The op. Calling it on a backend that is not listed panics: [`super::blocker`] routes those
+/// calls to the host-copy path (inference) or refuses them (training).
+#[backend_extension(Flex: cfg(feature = "flex"), NdArray: cfg(feature = "ndarray"), Autodiff)]
+pub(crate) trait CpuKernelBackend: Backend {
+    /// softmax(q kᵀ · scale + bias, masked) v: `[b, h, n, d_v]`.
+    fn cpu_kernel_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        #[extension_type] bias: MaybeBias<Self>,
+        options: KernelOptions,
+    ) -> FloatTensor<Self>;
+}
+
+/// Runs the op on tensors of any backend the extension lists.
+pub(crate) fn attention(
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+    bias: Option<Tensor<4>>,
+    options: KernelOptions,
+) -> Tensor<4> {
+    let bias = match bias {
+        Some(bias) => MaybeBias::Present(bias.into_dispatch()),
+        None => MaybeBias::Absent,
+    };
+    Tensor::from_dispatch(<Dispatch as CpuKernelBackend>::cpu_kernel_attention(
+        q.into_dispatch(),
+        k.into_dispatch(),
+        v.into_dispatch(),
+        bias,
+        options,
+    ))
+}
+
+/// The sizes of a call, read from the tensors' shapes.
+fn dims<B: Backend>(q: &FloatTensor<B>, k: &FloatTensor<B>, v: &FloatTensor<B>) -> AttentionDims {
+    let [batch, n_heads, n, d_k] = q.shape().dims::<4>();
+    let [_, n_kv_heads, m, _] = k.shape().dims::<4>();
+    let d_v = v.shape().dims::<4>()[3];
+    AttentionDims {
+        batch,
+        n_heads,
+        n_kv_heads,
+        n,
+        m,
+        d_k,
+        d_v,
+    }
+}
+
+/// The forward pass on the host: (output `[b, h, n, d_v]`, log-sum-exp `[b, h, n]`).
+///
+/// # Panics
+/// When the kernel refuses the call; [`super::blocker`] and the module's validation have
+/// checked everything it checks (dtypes, shapes) before the op is called.
+fn forward<B: HostFloat>(
+    q: &FloatTensor<B>,
+    k: &FloatTensor<B>,
+    v: &FloatTensor<B>,
+    bias: Option<&FloatTensor<B>>,
+    options: &KernelOptions,
+) -> (FloatTensor<B>, Vec<f32>) {
+    let dims = dims::<B>(q, k, v);
+    let shape = KernelShape {
+        dims,
+        scale: options.scale,
+        causal_offset: options.causal_offset,
+    };
+    let mut out = vec![0.0f32; dims.batch * dims.n_heads * dims.n * dims.d_v];
+    let mut lse = vec![0.0f32; dims.batch * dims.n_heads * dims.n];
+    let result = (|| {
+        let (qs, ks, vs) = (B::host(q)?, B::host(k)?, B::host(v)?);
+        let bias_values = bias.map(|b| B::host(b)).transpose()?;
+        let masking = Masking {
+            mask: options
+                .mask
+                .as_ref()
+                .map(|m| Broadcast::new(&m.values, m.shape)),
+            bias: bias_values
+                .as_deref()
+                .zip(bias)
+                .map(|(values, b)| Broadcast::new(values, b.shape().dims::<4>())),
+        };
+        try_forward(
+            &shape,
+            Tiles::default(),
+            &masking,
+            &qs,
+            &ks,
+            &vs,
+            &mut out,
+            Some(&mut lse),
+        )
+    })();
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+    (
+        B::from_host(out, [dims.batch, dims.n_heads, dims.n, dims.d_v], q),
+        lse,
+    )
+}
+
+#[cfg(feature = "flex")]
+impl CpuKernelBackend for burn::backend::Flex {
+    fn cpu_kernel_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: MaybeBias<Self>,
+        options: KernelOptions,
+    ) -> FloatTensor<Self> {
+        let bias = match &bias {
+            MaybeBias::Present(b) => Some(b),
+            MaybeBias::Absent => None,
+        };
+        forward::<Self>(&q, &k, &v, bias, &options).0
+    }
+}
+
+#[cfg(feature = "ndarray")]
+impl CpuKernelBackend for burn::backend::NdArray {
+    fn cpu_kernel_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: MaybeBias<Self>,
+        options: KernelOptions,
+    ) -> FloatTensor<Self> {
+        let bias = match &bias {
+            MaybeBias::Present(b) => Some(b),
+            MaybeBias::Absent => None,
+        };
+        forward::<Self>(&q, &k, &v, bias, &options).0
+    }
+}
+
+/// What the backward pass keeps from the forward.
+#[derive(Debug, Clone)]
+struct SavedForward<B: Backend> {
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    bias: Option<FloatTensor<B>>,
+    out: FloatTensor<B>,
+    lse: Arc<Vec<f32>>,
+    options: KernelOptions,
+}
+
+/// The backward step, with N = 3 parents (q, k, v) or 4 (and the bias).
+#[derive(Debug)]
+struct KernelBackward<const N: usize>;
+
+impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
+    type State = SavedForward<B>;
+
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad_out = grads.consume::<B>(&ops.node);
+        let saved = ops.state;
+        let dims = dims::<B>(&saved.q, &saved.k, &saved.v);
+        let bias_parent = if N == 4 { ops.parents[3].clone() } else { None };
+        let shape = KernelShape {
+            dims,
+            scale: saved.options.scale,
+            causal_offset: saved.options.causal_offset,
+        };
+        let AttentionDims {
+            batch,
+            n_heads,
+            n_kv_heads,
+            n,
+            m,
+            d_k,
+            d_v,
+        } = dims;
+        let mut grad_q = vec![0.0f32; batch * n_heads * n * d_k];
+        let mut grad_k = vec![0.0f32; batch * n_kv_heads * m * d_k];
+        let mut grad_v = vec![0.0f32; batch * n_kv_heads * m * d_v];
+        let mut grad_scores = bias_parent
+            .as_ref()
+            .map(|_| vec![0.0f32; batch * n_heads * n * m]);
+        let result = (|| {
+            let (q, k, v) = (B::host(&saved.q)?, B::host(&saved.k)?, B::host(&saved.v)?);
+            let (out, grad) = (B::host(&saved.out)?, B::host(&grad_out)?);
+            let bias_values = saved.bias.as_ref().map(|b| B::host(b)).transpose()?;
+            let masking = Masking {
+                mask: saved
+                    .options
+                    .mask
+                    .as_ref()
+                    .map(|m| Broadcast::new(&m.values, m.shape)),
+                bias: bias_values
+                    .as_deref()
+                    .zip(saved.bias.as_ref())
+                    .map(|(values, b)| Broadcast::new(values, b.shape().dims::<4>())),
+            };
+            try_backward(
+                &shape,
+                BACKWARD_TILES,
+                &masking,
+                BackwardInputs {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    out: &out,
+                    grad_out: &grad,
+                    lse: &saved.lse,
+                },
+                BackwardOutputs {
+                    grad_q: &mut grad_q,
+                    grad_k: &mut grad_k,
+                    grad_v: &mut grad_v,
+                    grad_scores: grad_scores.as_deref_mut(),
+                },
+            )
+        })();
+        if let Err(e) = result {
+            panic!("{e}");
+        }
+        let [node_q, node_k, node_v] = [&ops.parents[0], &ops.parents[1], &ops.parents[2]];
+        if let Some(node) = node_q {
+            grads.register::<B>(
+                node.id,
+                B::from_host(grad_q, [batch, n_heads, n, d_k], &saved.q),
+            );
+        }
+        if let Some(node) = node_k {
+            grads.register::<B>(
+                node.id,
+                B::from_host(grad_k, [batch, n_kv_heads, m, d_k], &saved.k),
+            );
+        }
+        if let Some(node) = node_v {
+            grads.register::<B>(
+                node.id,
+                B::from_host(grad_v, [batch, n_kv_heads, m, d_v], &saved.v),
+            );
+        }
+        if let (Some(node), Some(grad_scores), Some(bias)) = (bias_parent, grad_scores, &saved.bias)
+        {
+            // dL/dbias is the score gradient summed over the bias's broadcast axes.
+            let mut grad = B::from_host(grad_scores, [batch, n_heads, n, m], &saved.q);
+            for (axis, &size) in bias.shape().dims::<4>().iter().enumerate() {
+                if size == 1 {
+                    grad = B::float_sum_dim(grad, axis);
+                }
+            }
+            grads.register::<B>(node.id, grad);
+        }
+    }
+}
+
+impl<B: HostFloat + CpuKernelBackend, C: CheckpointStrategy> CpuKernelBackend for Autodiff<B, C> {
+    fn cpu_kernel_attention(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        bias: MaybeBias<Self>,
+        options: KernelOptions,
+    ) -> FloatTensor<Self> {
+        let saved = |bias: Option<FloatTensor<B>>| {
+            let (qp, kp, vp) = (
+                q.primitive().clone(),
+                k.primitive().clone(),
+                v.primitive().clone(),
+            );
+            let (out, lse) = forward::<B>(&qp, &kp, &vp, bias.as_ref(), &options);
+            let state = SavedForward {
+                q: qp,
+                k: kp,
+                v: vp,
+                bias,
+                out: out.clone(),
+                lse: Arc::new(lse),
+                options: options.clone(),
+            };
+            (state, out)
+        };
+        let untracked = |bias: Option<FloatTensor<B>>| {
+            let bias = match bias {
+                Some(b) => MaybeBias::Present(b),
+                None => MaybeBias::Absent,
+            };
+            B::cpu_kernel_attention(
+                q.primitive().clone(),
+                k.primitive().clone(),
+                v.primitive().clone(),
+                bias,
+                options.clone(),
+            )
+        };
+        match bias {
+            MaybeBias::Absent => match KernelBackward::<3>
+                .prepare::<C>([q.node(), k.node(), v.node()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => {
+                    let (state, out) = saved(None);
+                    prep.finish(state, out)
+                }
+                OpsKind::UnTracked(prep) => prep.finish(untracked(None)),
+            },
+            MaybeBias::Present(bias) => match KernelBackward::<4>
+                .prepare::<C>([q.node(), k.node(), v.node(), bias.node()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => {
+                    let (state, out) = saved(Some(bias.primitive().clone()));
+                    prep.finish(state, out)
+                }
+                OpsKind::UnTracked(prep) => prep.finish(untracked(Some(bias.primitive().clone()))),
+            },
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! The textbook computation in f64, forward and backward, against which the kernels are tested
+//! (unit tests only).
+
+use super::kernel::{Broadcast, KernelShape, Masking};
+use crate::types::AttentionDims;
+
+/// The gradients of q, k, v and of the scaled scores.
+pub(crate) struct ReferenceGrads {
+    pub q: Vec<f64>,
+    pub k: Vec<f64>,
+    pub v: Vec<f64>,
+    pub scores: Vec<f64>,
+}
+
+/// (output, log-sum-exp, weights `[b, h, n, m]`) in f64.
+pub(crate) fn forward(
+    shape: &KernelShape,
+    masking: &Masking<'_>,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+) -> (Vec<f64>, Vec<f64>, Vec<f64>) {
+    let AttentionDims {
+        batch,
+        n_heads,
+        n_kv_heads,
+        n,
+        m,
+        d_k,
+        d_v,
+    } = shape.dims;
+    let group = n_heads / n_kv_heads;
+    let mut out = vec![0.0; batch * n_heads * n * d_v];
+    let mut lse = vec![f64::INFINITY; batch * n_heads * n];
+    let mut weights = vec![0.0; batch * n_heads * n * m];
+    for b in 0..batch {
+        for h in 0..n_heads {
+            let kv = b * n_kv_heads + h / group;
+            for i in 0..n {
+                let row = (b * n_heads + h) * n + i;
+                let visible = shape.visible_keys(i);
+                let scores: Vec<f64> = (0..m)
+                    .map(|j| {
+                        let hidden =
+                            j >= visible || masking.mask.is_some_and(|mask| mask.row(b, h, i)[j]);
+                        let bias = masking.bias.map_or(0.0, |bias| bias.row(b, h, i)[j] as f64);
+                        let s = (0..d_k)
+                            .map(|c| q[row * d_k + c] as f64 * k[(kv * m + j) * d_k + c] as f64)
+                            .sum::<f64>()
+                            * shape.scale as f64
+                            + bias;
+                        if hidden { f64::NEG_INFINITY } else { s }
+                    })
+                    .collect();
+                let max = scores.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+                if max == f64::NEG_INFINITY {
+                    continue;
+                }
+                let sum: f64 = scores.iter().map(|s| (s - max).exp()).sum();
+                lse[row] = max + sum.ln();
+                for j in 0..m {
+                    let p = (scores[j] - lse[row]).exp();
+                    weights[row * m + j] = p;
+                    for c in 0..d_v {
+                        out[row * d_v + c] += p * v[(kv * m + j) * d_v + c] as f64;
+                    }
+                }
+            }
+        }
+    }
+    (out, lse, weights)
+}
+
+/// The gradients for an output gradient `grad_out`, from the explicit weights.
+pub(crate) fn backward(
+    shape: &KernelShape,
+    masking: &Masking<'_>,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    grad_out: &[f32],
+) -> ReferenceGrads {
+    let AttentionDims {
+        batch,
+        n_heads,
+        n_kv_heads,
+        n,
+        m,
+        d_k,
+        d_v,
+    } = shape.dims;
+    let group = n_heads / n_kv_heads;
+    let (_, _, weights) = forward(shape, masking, q, k, v);
+    let mut grads = ReferenceGrads {
+        q: vec![0.0; q.len()],
+        k: vec![0.0; k.len()],
+        v: vec![0.0; v.len()],
+        scores: vec![0.0; weights.len()],
+    };
+    let scale = shape.scale as f64;
+    for b in 0..batch {
+        for h in 0..n_heads {
+            let kv = b * n_kv_heads + h / group;
+            for i in 0..n {
+                let row = (b * n_heads + h) * n + i;
+                let p = &weights[row * m..][..m];
+                let dp: Vec<f64> = (0..m)
+                    .map(|j| {
+                        (0..d_v)
+                            .map(|c| {
+                                grad_out[row * d_v + c] as f64 * v[(kv * m + j) * d_v + c] as f64
+                            })
+                            .sum()
+                    })
+                    .collect();
+                let d: f64 = (0..m).map(|j| p[j] * dp[j]).sum();
+                for j in 0..m {
+                    let ds = p[j] * (dp[j] - d);
+                    grads.scores[row * m + j] = ds;
+                    for c in 0..d_v {
+                        grads.v[(kv * m + j) * d_v + c] += p[j] * grad_out[row * d_v + c] as f64;
+                    }
+                    for c in 0..d_k {
+                        grads.q[row * d_k + c] += scale * ds * k[(kv * m + j) * d_k + c] as f64;
+                        grads.k[(kv * m + j) * d_k + c] += scale * ds * q[row * d_k + c] as f64;
+                    }
+                }
+            }
+        }
+    }
+    grads
+}
+
+/// Deterministic values in [-2, 2) from a small LCG (no dependency).
+pub(crate) fn data(len: usize, seed: u64) -> Vec<f32> {
+    let mut state = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((state >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        })
+        .collect()
+}
+
+/// Asserts `|got − want| ≤ atol + rtol·|want|` element by element.
+pub(crate) fn assert_close(what: &str, got: &[f32], want: &[f64], atol: f64, rtol: f64) {
+    assert_eq!(got.len(), want.len(), "{what}: lengths");
+    for (idx, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = *g as f64;
+        assert!(
+            g.is_finite() && (g - w).abs() <= atol + rtol * w.abs(),
+            "{what}: element {idx}: {g} vs {w}"
+        );
+    }
+}
+
+/// A mask and a bias owned by a test, with their shapes.
+pub(crate) struct TestMasking {
+    mask: Vec<bool>,
+    mask_shape: [usize; 4],
+    bias: Vec<f32>,
+    bias_shape: [usize; 4],
+}
+
+impl TestMasking {
+    /// The kernel's view of it.
+    pub fn masking(&self) -> Masking<'_> {
+        Masking {
+            mask: (!self.mask.is_empty()).then(|| Broadcast::new(&self.mask, self.mask_shape)),
+            bias: (!self.bias.is_empty()).then(|| Broadcast::new(&self.bias, self.bias_shape)),
+        }
+    }
+}
+
+/// A padding mask (batch element 1 hides its last quarter of keys), a full mask (a
+/// pseudo-random third, with the first row of head 0 fully hidden) and a bias broadcast over the
+/// batch.
+pub(crate) fn maskings(dims: &AttentionDims) -> Vec<TestMasking> {
+    let AttentionDims {
+        batch,
+        n_heads,
+        n,
+        m,
+        ..
+    } = *dims;
+    let padding = (0..batch * m)
+        .map(|i| i / m == 1 && i % m >= m - m.div_ceil(4))
+        .collect();
+    let full = (0..batch * n_heads * n * m)
+        .map(|i| i < m || (i * 7919) % 3 == 0)
+        .collect();
+    let bias = data(n_heads * n * m, 9).iter().map(|x| x * 0.5).collect();
+    vec![
+        TestMasking {
+            mask: padding,
+            mask_shape: [batch, 1, 1, m],
+            bias: vec![],
+            bias_shape: [0; 4],
+        },
+        TestMasking {
+            mask: full,
+            mask_shape: [batch, n_heads, n, m],
+            bias: vec![],
+            bias_shape: [0; 4],
+        },
+        TestMasking {
+            mask: vec![],
+            mask_shape: [0; 4],
+            bias,
+            bias_shape: [1, n_heads, n, m],
+        },
+    ]
+}

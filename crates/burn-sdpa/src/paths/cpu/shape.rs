@@ -1,0 +1,100 @@
+//! The sizes, options and tile sizes of a CPU kernel call, and the slice-length checks.
+
+use crate::error::AttentionError;
+use crate::types::AttentionDims;
+
+/// Queries per task (default), chosen with `cargo run --release --example cpu_kernel_tiles`
+/// (the sweep is in the README): the score tile, the accumulator and the key/value tiles fit in
+/// L2.
+pub const QUERY_BLOCK: usize = 128;
+/// Keys per tile (default).
+pub const KEY_BLOCK: usize = 256;
+
+/// Sizes and options of one kernel call; the slices are contiguous row-major
+/// `q: [batch, n_heads, n, d_k]`, `k: [batch, n_kv_heads, m, d_k]`,
+/// `v: [batch, n_kv_heads, m, d_v]`, `out: [batch, n_heads, n, d_v]`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelShape {
+    /// The sizes (h_kv must divide h).
+    pub dims: AttentionDims,
+    /// Factor applied to QKᵀ.
+    pub scale: f32,
+    /// `Some(offset)`: key `j` is visible to query `i` only when `j <= i + offset`.
+    pub causal_offset: Option<i64>,
+}
+
+impl KernelShape {
+    /// Checks the slice lengths, the head grouping and the tile sizes against this shape.
+    pub fn validate(
+        &self,
+        tiles: Tiles,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        out: &[f32],
+    ) -> Result<(), AttentionError> {
+        let s = &self.dims;
+        if s.n_kv_heads == 0 || !s.n_heads.is_multiple_of(s.n_kv_heads) {
+            return Err(AttentionError::HeadGrouping {
+                n_heads: s.n_heads,
+                n_kv_heads: s.n_kv_heads,
+            });
+        }
+        if tiles.query_block == 0 || tiles.key_block == 0 {
+            return Err(AttentionError::InvalidConfig {
+                field: "tiles",
+                value: format!("{tiles:?}"),
+                reason: "tile sizes must be > 0".into(),
+            });
+        }
+        check_len("query slice", q.len(), [s.batch, s.n_heads, s.n, s.d_k])?;
+        check_len("key slice", k.len(), [s.batch, s.n_kv_heads, s.m, s.d_k])?;
+        check_len("value slice", v.len(), [s.batch, s.n_kv_heads, s.m, s.d_v])?;
+        check_len("output slice", out.len(), [s.batch, s.n_heads, s.n, s.d_v])
+    }
+
+    /// Keys visible to query `query_idx` under the causal mask: `0..visible_keys(query_idx)`.
+    pub(crate) fn visible_keys(&self, query_idx: usize) -> usize {
+        match self.causal_offset {
+            None => self.dims.m,
+            Some(offset) => (query_idx as i64 + offset + 1).clamp(0, self.dims.m as i64) as usize,
+        }
+    }
+}
+
+/// Checks that a slice of `len` values holds the row-major `shape`.
+pub(crate) fn check_len(
+    what: &'static str,
+    len: usize,
+    shape: [usize; 4],
+) -> Result<(), AttentionError> {
+    let want = shape.iter().product::<usize>();
+    if len == want {
+        Ok(())
+    } else {
+        Err(AttentionError::Shape {
+            what,
+            expected: format!("{want} values for the shape {shape:?}"),
+            got: vec![len],
+        })
+    }
+}
+
+/// Tile sizes of the kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tiles {
+    /// Queries per task.
+    pub query_block: usize,
+    /// Keys per tile.
+    pub key_block: usize,
+}
+
+impl Default for Tiles {
+    /// [`QUERY_BLOCK`] × [`KEY_BLOCK`].
+    fn default() -> Self {
+        Self {
+            query_block: QUERY_BLOCK,
+            key_block: KEY_BLOCK,
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The bench's Markdown tables, its JSON file and its plots.
+
+use super::sweeps::MemoryRow;
+use super::{BenchReport, Mode, paths};
+use crate::context::{LabContext, LabError};
+use crate::experiments::{f, md_table};
+use crate::plot::{LinePlot, Series, line_plot};
+
+/// The Markdown tables of a report.
+pub fn markdown(r: &BenchReport) -> String {
+    let mut s = format!(
+        "## Benchmark on {} (b = {}, h = {}, d = {}; median of {} to {} runs after a warm-up, \
+         the paths taking turns in an order that rotates each round, more runs until each path has run {} ms; \
+         the padded modes hide the last {:.1}% of every batch element's keys, and their GFLOP/s count the dense work)\n\n",
+        r.backend,
+        r.config.b,
+        r.config.h,
+        r.config.d,
+        r.config.reps,
+        r.config.max_reps,
+        r.config.min_total_ms,
+        100.0 * r.config.padded_fraction
+    );
+    let cell = |mode: &str, n: usize, p: &str| {
+        r.rows
+            .iter()
+            .find(|x| x.mode == mode && x.n == n && x.path == p)
+    };
+    for mode in Mode::ALL.map(Mode::name) {
+        s.push_str(&format!("### {mode}: median ms (GFLOP/s)\n\n"));
+        let mut headers = vec!["n".to_string()];
+        headers.extend(paths(r.config.block_size).iter().map(|p| p.0.to_string()));
+        headers.push("auto / best other (medians)".into());
+        headers.push("auto / best other (paired)".into());
+        let hs: Vec<&str> = headers.iter().map(|x| x.as_str()).collect();
+        let rows: Vec<Vec<String>> = r
+            .config
+            .ns
+            .iter()
+            .map(|&n| {
+                let mut row = vec![n.to_string()];
+                for (p, _) in paths(r.config.block_size) {
+                    row.push(cell(mode, n, p).map_or("–".into(), |x| {
+                        let takes = match (&x.takes, p) {
+                            (Some(t), "auto") => format!(" → {t}"),
+                            _ => String::new(),
+                        };
+                        format!("{} ({}){takes}", f(x.median_ms, 1), f(x.gflops, 1))
+                    }));
+                }
+                for ratios in [&r.auto_ratio, &r.auto_ratio_paired] {
+                    row.push(
+                        ratios
+                            .iter()
+                            .find(|(m, nn, _)| m == mode && *nn == n)
+                            .map_or("–".into(), |x| f(x.2, 2)),
+                    );
+                }
+                row
+            })
+            .collect();
+        s.push_str(&md_table(&hs, &rows));
+        s.push('\n');
+    }
+    s.push_str("### Peak memory added by one run (MiB)\n\n");
+    let mut headers = vec!["mode".to_string(), "n".to_string()];
+    headers.extend(paths(r.config.block_size).iter().map(|p| p.0.to_string()));
+    let hs: Vec<&str> = headers.iter().map(|x| x.as_str()).collect();
+    let mut rows = Vec::new();
+    for mode in Mode::ALL.map(Mode::name) {
+        for &n in &r.config.ns {
+            let mut row = vec![mode.to_string(), n.to_string()];
+            for (p, _) in paths(r.config.block_size) {
+                row.push(
+                    cell(mode, n, p)
+                        .and_then(|x| x.peak_mib)
+                        .map_or("n/a".into(), |m| f(m, 0)),
+                );
+            }
+            rows.push(row);
+        }
+    }
+    s.push_str(&md_table(&hs, &rows));
+    for (title, sweep) in [
+        ("Inference memory sweep (b = 1)", &r.memory),
+        (
+            "Training memory sweep: forward + backward (b = 1)",
+            &r.training_memory,
+        ),
+    ] {
+        s.push_str(&format!("\n### {title}\n\n"));
+        s.push_str(&sweep_table(sweep));
+    }
+    s
+}
+
+fn sweep_table(rows: &[MemoryRow]) -> String {
+    md_table(
+        &[
+            "path",
+            "n",
+            "takes",
+            "time (s)",
+            "peak memory added (MiB)",
+            "note",
+        ],
+        &rows
+            .iter()
+            .map(|m| {
+                vec![
+                    m.path.clone(),
+                    m.n.to_string(),
+                    m.takes.clone().unwrap_or_else(|| "–".into()),
+                    m.seconds.map_or("–".into(), |x| f(x, 2)),
+                    m.peak_mib.map_or("–".into(), |x| f(x, 0)),
+                    m.skipped.clone().unwrap_or_default(),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// Writes `bench_<backend>.json`, `BENCH_<backend>.md` and one GFLOP/s plot per mode under the
+/// output folder.
+pub fn write(r: &BenchReport, ctx: &LabContext) -> Result<Vec<String>, LabError> {
+    std::fs::create_dir_all(&ctx.out_dir).map_err(|e| LabError::io(&ctx.out_dir, e))?;
+    let json = ctx.out_dir.join(format!("bench_{}.json", r.backend));
+    let text = serde_json::to_string_pretty(r)
+        .map_err(|e| LabError::Other(format!("cannot serialize the bench report: {e}")))?;
+    std::fs::write(&json, text).map_err(|e| LabError::io(&json, e))?;
+    let md = ctx.out_dir.join(format!("BENCH_{}.md", r.backend));
+    std::fs::write(&md, markdown(r)).map_err(|e| LabError::io(&md, e))?;
+    let mut files = vec![json.display().to_string(), md.display().to_string()];
+    for mode in Mode::ALL.map(Mode::name) {
+        let slug: String = mode
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        let name = format!("bench_{}_{}.png", r.backend, slug.replace("__", "_"));
+        line_plot(
+            &ctx.out_dir.join(&name),
+            &LinePlot {
+                title: format!(
+                    "Attention {mode} on {} (b={}, h={}, d={})",
+                    r.backend, r.config.b, r.config.h, r.config.d
+                ),
+                x_label: "n = m".into(),
+                y_label: "GFLOP/s".into(),
+                log_x: true,
+                log_y: false,
+                series: paths(r.config.block_size)
+                    .iter()
+                    .map(|(p, _)| {
+                        Series::line(
+                            *p,
+                            r.rows
+                                .iter()
+                                .filter(|x| x.mode == mode && x.path == *p)
+                                .map(|x| (x.n as f64, x.gflops))
+                                .collect(),
+                        )
+                    })
+                    .filter(|series| !series.points.is_empty())
+                    .collect(),
+            },
+        )?;
+        files.push(ctx.out_dir.join(name).display().to_string());
+    }
+    Ok(files)
+}
