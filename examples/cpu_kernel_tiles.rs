@@ -1,6 +1,6 @@
 //! Times the CPU attention kernel on host data (no Burn tensors, no host copies) for several
-//! tile sizes, to tune `cpu_kernel::{QUERY_BLOCK, KEY_BLOCK}` and to see how much of the module's
-//! time is the kernel itself.
+//! tile sizes, forward and backward, to tune `cpu_kernel::{QUERY_BLOCK, KEY_BLOCK}` and
+//! `cpu_kernel::BACKWARD_TILES`, and to see how much of the module's time is the kernel itself.
 //!
 //! ```sh
 //! cargo run --release --example cpu_kernel_tiles            # n = 1024
@@ -16,7 +16,10 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 use sdpa::AttentionDims;
-use sdpa::cpu_kernel::{KernelShape, Tiles, attention_f32_tiled};
+use sdpa::cpu_kernel::{
+    BackwardInputs, BackwardOutputs, KernelShape, Masking, Tiles, attention_f32_tiled,
+    try_backward, try_forward,
+};
 
 /// Rounds per size; every tile setting runs once per round.
 const ROUNDS: usize = 15;
@@ -32,6 +35,15 @@ fn main() -> anyhow::Result<()> {
         .iter()
         .flat_map(|&query_block| {
             [128, 256, 512].map(|key_block| Tiles {
+                query_block,
+                key_block,
+            })
+        })
+        .collect();
+    let backward_tiles: Vec<Tiles> = [32, 64, 128]
+        .iter()
+        .flat_map(|&query_block| {
+            [64, 128, 256].map(|key_block| Tiles {
                 query_block,
                 key_block,
             })
@@ -77,20 +89,82 @@ fn main() -> anyhow::Result<()> {
             }
         }
         let flop = 4.0 * (b * h * n * n * d) as f64;
-        println!("\nn = m = {n}: median ms (GFLOP/s)");
-        println!("| query block \\ key block | 128 | 256 | 512 |");
-        println!("|---|---|---|---|");
-        for (row, chunk) in times.chunks_mut(3).enumerate() {
-            let cells: Vec<String> = chunk
-                .iter_mut()
-                .map(|t| {
-                    t.sort_by(f64::total_cmp);
-                    let median = t[t.len() / 2];
-                    format!("{:.1} ({:.0})", median * 1e3, flop / median / 1e9)
-                })
-                .collect();
-            println!("| {} | {} |", tiles[row * 3].query_block, cells.join(" | "));
+        println!("\nforward, n = m = {n}: median ms (GFLOP/s)");
+        table(&tiles, &mut times, flop);
+
+        // The backward pass alone (8·b·h·n²·d flops), from one forward's output and log-sum-exp.
+        let mut lse = vec![0.0f32; b * h * n];
+        try_forward(
+            &shape,
+            Tiles::default(),
+            &Masking::default(),
+            &q,
+            &k,
+            &v,
+            &mut out,
+            Some(&mut lse),
+        )?;
+        let grad_out = normal();
+        let (mut dq, mut dk, mut dv) = (vec![0.0; len], vec![0.0; len], vec![0.0; len]);
+        let mut times = vec![Vec::new(); backward_tiles.len()];
+        for round in 0..=ROUNDS {
+            for (t, times) in backward_tiles.iter().zip(times.iter_mut()) {
+                let start = Instant::now();
+                try_backward(
+                    &shape,
+                    *t,
+                    &Masking::default(),
+                    BackwardInputs {
+                        q: &q,
+                        k: &k,
+                        v: &v,
+                        out: &out,
+                        grad_out: &grad_out,
+                        lse: &lse,
+                    },
+                    BackwardOutputs {
+                        grad_q: &mut dq,
+                        grad_k: &mut dk,
+                        grad_v: &mut dv,
+                        grad_scores: None,
+                    },
+                )?;
+                if round > 0 {
+                    times.push(start.elapsed().as_secs_f64());
+                }
+            }
         }
+        println!("\nbackward, n = m = {n}: median ms (GFLOP/s)");
+        table(&backward_tiles, &mut times, 2.0 * flop);
     }
     Ok(())
+}
+
+/// Prints a Markdown table of median ms (GFLOP/s), one row per query block.
+fn table(tiles: &[Tiles], times: &mut [Vec<f64>], flop: f64) {
+    let width = tiles
+        .iter()
+        .filter(|t| t.query_block == tiles[0].query_block)
+        .count();
+    let header: Vec<String> = tiles[..width]
+        .iter()
+        .map(|t| t.key_block.to_string())
+        .collect();
+    println!("| query block \\ key block | {} |", header.join(" | "));
+    println!("|---|{}", "---|".repeat(width));
+    for (row, chunk) in times.chunks_mut(width).enumerate() {
+        let cells: Vec<String> = chunk
+            .iter_mut()
+            .map(|t| {
+                t.sort_by(f64::total_cmp);
+                let median = t[t.len() / 2];
+                format!("{:.1} ({:.0})", median * 1e3, flop / median / 1e9)
+            })
+            .collect();
+        println!(
+            "| {} | {} |",
+            tiles[row * width].query_block,
+            cells.join(" | ")
+        );
+    }
 }

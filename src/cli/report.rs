@@ -146,9 +146,20 @@ pub struct BenchArgs {
     /// re-measure the cells a rule change touched.
     #[arg(long = "n")]
     pub ns: Vec<usize>,
-    /// Skip the inference memory sweep.
+    /// Skip the memory sweeps (inference and training), unless sizes are given below.
     #[arg(long)]
     pub skip_memory: bool,
+    /// Sizes of the inference memory sweep (b = 1; may be given more than once).
+    #[arg(long = "memory-n")]
+    pub memory_ns: Vec<usize>,
+    /// Sizes of the training (forward + backward) memory sweep (b = 1; may be given more than
+    /// once).
+    #[arg(long = "training-memory-n")]
+    pub training_memory_ns: Vec<usize>,
+    /// Time only these modes: forward, forward+backward, "forward, padded",
+    /// "forward+backward, padded" (may be given more than once; default: all four).
+    #[arg(long = "mode")]
+    pub modes: Vec<String>,
 }
 
 /// `sdpa bench`: times every path on every backend asked for.
@@ -162,14 +173,36 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
     };
     let ctx = lab.context()?;
     let mut config = sdpa_lab::bench::BenchConfig::new(args.quick);
-    if !args.ns.is_empty() {
-        if let Some(bad) = args.ns.iter().find(|&&n| n == 0) {
-            anyhow::bail!("--n must be > 0, got {bad}");
+    for (flag, sizes) in [
+        ("--n", &args.ns),
+        ("--memory-n", &args.memory_ns),
+        ("--training-memory-n", &args.training_memory_ns),
+    ] {
+        if let Some(bad) = sizes.iter().find(|&&n| n == 0) {
+            anyhow::bail!("{flag} must be > 0, got {bad}");
         }
+    }
+    if !args.ns.is_empty() {
         config.ns = args.ns.clone();
     }
     if args.skip_memory {
         config.memory_ns.clear();
+        config.training_memory_ns.clear();
+    }
+    if !args.memory_ns.is_empty() {
+        config.memory_ns = args.memory_ns.clone();
+    }
+    if !args.training_memory_ns.is_empty() {
+        config.training_memory_ns = args.training_memory_ns.clone();
+    }
+    for mode in &args.modes {
+        let known = sdpa_lab::bench::Mode::ALL.map(|m| m.name());
+        if !known.contains(&mode.as_str()) {
+            anyhow::bail!("--mode must be one of {known:?}, got `{mode}`");
+        }
+    }
+    if !args.modes.is_empty() {
+        config.modes = args.modes.clone();
     }
     let mut ok = true;
     for backend in &ctx.backends {

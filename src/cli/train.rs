@@ -9,7 +9,7 @@ use sdpa_model::{
 };
 
 use super::UsageError;
-use crate::{BackendKind, ScalePolicy};
+use crate::{BackendKind, Implementation, ScalePolicy};
 
 /// `--scale inv-sqrt-dk | none | <float>`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -61,6 +61,10 @@ pub struct TrainArgs {
     /// Query/key initialization: default or unit.
     #[arg(long, value_parser = parse_init)]
     pub init: Option<QkInit>,
+    /// Attention path: auto, naive, chunked:BLOCK, fused or cpu_kernel (to compare their
+    /// training speed on the whole model).
+    #[arg(long)]
+    pub implementation: Option<Implementation>,
     /// Optimizer: adam or sgd.
     #[arg(long, value_parser = parse_optimizer)]
     pub optimizer: Option<OptimizerKind>,
@@ -185,6 +189,7 @@ impl TrainArgs {
         set!(c.model.n_heads, self.heads);
         set!(c.model.n_layers, self.layers);
         set!(c.model.qk_init, self.init);
+        set!(c.model.implementation, self.implementation);
         set!(c.optimizer, self.optimizer);
         set!(c.lr, self.lr);
         set!(c.steps, self.steps);

@@ -76,8 +76,8 @@ pub mod cpu_kernel {
         BACKWARD_TILES, BackwardInputs, BackwardOutputs, try_backward,
     };
     pub use crate::paths::cpu::kernel::{
-        Broadcast, KEY_BLOCK, KernelShape, Masking, QUERY_BLOCK, Tiles, attention_f32,
-        attention_f32_tiled, try_attention_f32_tiled, try_forward,
+        Broadcast, KEY_BLOCK, KernelShape, LONG_KEY_BLOCK, LONG_KEYS, Masking, QUERY_BLOCK, Tiles,
+        attention_f32, attention_f32_tiled, try_attention_f32_tiled, try_forward,
     };
     pub use crate::paths::cpu::runs_in_place;
 }

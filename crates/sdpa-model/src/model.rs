@@ -7,8 +7,8 @@ use burn::nn::{
 };
 use burn::prelude::*;
 use burn_sdpa::{
-    AttentionDiagnostics, AttentionError, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig,
-    ScalePolicy, attention_diagnostics,
+    AttentionDiagnostics, AttentionError, Implementation, MhaInput, MultiHeadAttention,
+    MultiHeadAttentionConfig, ScalePolicy, attention_diagnostics,
 };
 use serde::{Deserialize, Serialize};
 
@@ -69,6 +69,10 @@ pub struct ModelConfig {
     /// Dropout on the attention weights (0: the experiments measure the softmax itself).
     #[config(default = 0.0)]
     pub dropout: f64,
+    /// The attention's computation path (`Auto`: the fastest correct one; the others are there
+    /// to compare them on a whole model).
+    #[config(default = "Implementation::Auto")]
+    pub implementation: Implementation,
 }
 
 impl ModelConfig {
@@ -111,6 +115,7 @@ impl ModelConfig {
             .with_d_k(self.d_k)
             .with_scale(self.scale)
             .with_dropout(self.dropout)
+            .with_implementation(self.implementation)
             .with_bias(false);
         if self.qk_init == QkInit::Unit {
             // The attention input has unit-variance components after layer norm; without it,
@@ -275,14 +280,23 @@ impl AttentionModel {
                 Some(norm) => norm.forward(x.clone()),
                 None => x.clone(),
             };
-            let mut input = MhaInput::self_attn(h);
             if record {
-                input = input.need_weights().need_scores();
+                // The weights and scores for the diagnostics come from a separate pass of the
+                // same layer outside autodiff on the naive path (the only one that has them), so
+                // that the training step itself keeps the configured path.
+                let mut probe = block.attention.valid();
+                probe.attention.implementation = Implementation::Naive;
+                let detached = if h.is_autodiff() {
+                    h.clone().without_autodiff()
+                } else {
+                    h.clone()
+                };
+                let out = probe.forward(MhaInput::self_attn(detached).need_weights().need_scores());
+                if let (Some(weights), Some(scores)) = (out.weights, out.scores) {
+                    recorded.push(LayerAttention { weights, scores });
+                }
             }
-            let out = block.attention.forward(input);
-            if let (Some(weights), Some(scores)) = (out.weights, out.scores) {
-                recorded.push(LayerAttention { weights, scores });
-            }
+            let out = block.attention.forward(MhaInput::self_attn(h));
             x = x + out.context;
             if let Some(mlp) = &block.mlp {
                 let h = match &block.norm_mlp {

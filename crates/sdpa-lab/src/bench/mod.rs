@@ -47,6 +47,8 @@ pub struct BenchConfig {
     pub max_reps: usize,
     /// Key block of the chunked path.
     pub block_size: usize,
+    /// The modes timed, by [`Mode::name`] (all four by default).
+    pub modes: Vec<String>,
     /// Keys hidden at the end of every batch element in the padded modes, as a fraction of m
     /// (1/8: a batch of sequences padded to a common length).
     pub padded_fraction: f64,
@@ -72,6 +74,7 @@ impl BenchConfig {
                 min_total_ms: 0.0,
                 max_reps: 2,
                 block_size: 32,
+                modes: Mode::ALL.map(|m| m.name().to_string()).to_vec(),
                 padded_fraction: 0.125,
                 memory_ns: vec![256, 512],
                 training_memory_ns: vec![256],
@@ -87,6 +90,7 @@ impl BenchConfig {
                 min_total_ms: 3000.0,
                 max_reps: 30,
                 block_size: 256,
+                modes: Mode::ALL.map(|m| m.name().to_string()).to_vec(),
                 padded_fraction: 0.125,
                 memory_ns: vec![1024, 2048, 4096, 8192, 16384, 32768],
                 training_memory_ns: vec![1024, 4096, 16384],
@@ -383,7 +387,11 @@ pub fn run_bench(
     ctx: &LabContext,
 ) -> Result<BenchReport, LabError> {
     let (b, h, d) = (config.b, config.h, config.d);
-    let cells: usize = Mode::ALL
+    let modes: Vec<Mode> = Mode::ALL
+        .into_iter()
+        .filter(|m| config.modes.iter().any(|name| name == m.name()))
+        .collect();
+    let cells: usize = modes
         .iter()
         .map(|m| paths_for(config.block_size, m.padded).len())
         .sum();
@@ -394,7 +402,7 @@ pub fn run_bench(
     let mut rows = Vec::new();
     let mut rng = ctx.rng(5);
     for &n in &config.ns {
-        for mode in Mode::ALL {
+        for &mode in &modes {
             let device = if mode.backward {
                 backend.device.clone().autodiff()
             } else {

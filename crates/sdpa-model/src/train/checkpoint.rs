@@ -43,7 +43,7 @@ pub(crate) fn json<T: Serialize>(value: &T) -> String {
 }
 
 /// Names the first setting that differs between two configurations, ignoring `steps` (a
-/// resumed run may extend its budget).
+/// resumed run may extend its budget) and the attention path (it computes the same function).
 fn config_mismatch(
     saved: &TrainConfig,
     requested: &TrainConfig,
@@ -58,7 +58,10 @@ fn config_mismatch(
         match (a, b) {
             (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
                 for (k, va) in x {
-                    if prefix.is_empty() && k == "steps" {
+                    // The budget may grow, and the attention path computes the same function.
+                    if (prefix.is_empty() && k == "steps")
+                        || (prefix == "model" && k == "implementation")
+                    {
                         continue;
                     }
                     let vb = y.get(k).unwrap_or(&serde_json::Value::Null);

@@ -22,10 +22,11 @@ use super::tile::{View, product};
 use crate::error::AttentionError;
 use crate::types::AttentionDims;
 
-/// Tile sizes of the backward pass (default): five products per tile instead of two, so smaller
-/// tiles than the forward's keep the working set in L2.
+/// Tile sizes of the backward pass (default), chosen with `cargo run --release --example
+/// cpu_kernel_tiles`: five products per tile instead of two, so smaller tiles than the
+/// forward's keep the working set (P, dP, and the K, V, dK, dV tiles) in L2.
 pub const BACKWARD_TILES: Tiles = Tiles {
-    query_block: 64,
+    query_block: 128,
     key_block: 128,
 };
 

@@ -132,7 +132,7 @@ fn forward<B: HostFloat>(
         };
         try_forward(
             &shape,
-            Tiles::default(),
+            Tiles::for_keys(dims.m),
             &masking,
             &qs,
             &ks,

@@ -26,20 +26,20 @@ use rayon::prelude::*;
 
 pub use super::masking::{Broadcast, Masking};
 use super::shape::check_len;
-pub use super::shape::{KEY_BLOCK, KernelShape, QUERY_BLOCK, Tiles};
+pub use super::shape::{KEY_BLOCK, KernelShape, LONG_KEY_BLOCK, LONG_KEYS, QUERY_BLOCK, Tiles};
 use super::simd;
 use super::tile::{View, product};
 use crate::error::AttentionError;
 use crate::types::AttentionDims;
 
-/// Computes `out = softmax(q kᵀ · scale + causal) v` (see the module docs) with the default
-/// [`Tiles`] and no mask or bias.
+/// Computes `out = softmax(q kᵀ · scale + causal) v` (see the module docs) with the tiles of
+/// [`Tiles::for_keys`] and no mask or bias.
 ///
 /// # Panics
 /// When the slice lengths do not match `shape` or `n_heads` is not a multiple of `n_kv_heads`
 /// (see [`try_attention_f32_tiled`] for the typed error).
 pub fn attention_f32(shape: &KernelShape, q: &[f32], k: &[f32], v: &[f32], out: &mut [f32]) {
-    attention_f32_tiled(shape, Tiles::default(), q, k, v, out)
+    attention_f32_tiled(shape, Tiles::for_keys(shape.dims.m), q, k, v, out)
 }
 
 /// [`attention_f32`] with explicit tile sizes (for tuning: `cargo run --release --example
@@ -395,14 +395,22 @@ mod tests {
     fn matches_the_reference_across_block_edges() {
         // Query and key counts below, at and across the block sizes, with GQA; bottom-right and
         // top-left causal (offsets m − n and 0); rows with no visible key when n > m.
-        for (n, m) in [(1, 1), (5, 300), (64, 256), (130, 513), (70, 40)] {
+        for (n, m) in [
+            (1, 1),
+            (5, 300),
+            (64, 256),
+            (130, 513),
+            (300, 800),
+            (70, 40),
+        ] {
             for offset in [None, Some(m as i64 - n as i64), Some(0)] {
-                check(
-                    shape(n, m, offset),
-                    &Masking::default(),
-                    Tiles::default(),
-                    1e-5,
-                );
+                let small = Tiles {
+                    query_block: 64,
+                    key_block: 128,
+                };
+                for tiles in [Tiles::for_keys(m), small] {
+                    check(shape(n, m, offset), &Masking::default(), tiles, 1e-5);
+                }
             }
         }
     }

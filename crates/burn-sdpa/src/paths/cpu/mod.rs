@@ -130,7 +130,7 @@ fn host_copies(
     let mut out = vec![0.0f32; b * h * n * dims.d_v];
     kernel::try_forward(
         &shape,
-        Tiles::default(),
+        Tiles::for_keys(dims.m),
         &masking,
         &host(&q)?,
         &host(&k)?,

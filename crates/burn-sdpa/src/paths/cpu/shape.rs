@@ -3,12 +3,17 @@
 use crate::error::AttentionError;
 use crate::types::AttentionDims;
 
-/// Queries per task (default), chosen with `cargo run --release --example cpu_kernel_tiles`
-/// (the sweep is in the README): the score tile, the accumulator and the key/value tiles fit in
-/// L2.
-pub const QUERY_BLOCK: usize = 128;
-/// Keys per tile (default).
+/// Queries per task of the forward pass (default), chosen with `cargo run --release --example
+/// cpu_kernel_tiles` (the sweep is in the README): a `[256, 512]` score tile (512 KiB), the
+/// accumulator and the key/value tiles still fit in a 1 MiB L2.
+pub const QUERY_BLOCK: usize = 256;
+/// Keys per tile of the forward pass (default) for short key sequences.
 pub const KEY_BLOCK: usize = 256;
+/// Keys per tile of the forward pass once there are at least [`LONG_KEYS`] keys, where the
+/// larger tile measured faster (as in PyTorch's CPU kernel, which takes 512 keys from 768 on).
+pub const LONG_KEY_BLOCK: usize = 512;
+/// From this many keys on, the forward pass takes [`LONG_KEY_BLOCK`] keys per tile.
+pub const LONG_KEYS: usize = 768;
 
 /// Sizes and options of one kernel call; the slices are contiguous row-major
 /// `q: [batch, n_heads, n, d_k]`, `k: [batch, n_kv_heads, m, d_k]`,
@@ -95,6 +100,21 @@ impl Default for Tiles {
         Self {
             query_block: QUERY_BLOCK,
             key_block: KEY_BLOCK,
+        }
+    }
+}
+
+impl Tiles {
+    /// The forward pass's tiles for `m` keys: [`QUERY_BLOCK`] × [`KEY_BLOCK`], or
+    /// [`LONG_KEY_BLOCK`] keys from [`LONG_KEYS`] on.
+    pub fn for_keys(m: usize) -> Self {
+        Self {
+            query_block: QUERY_BLOCK,
+            key_block: if m >= LONG_KEYS {
+                LONG_KEY_BLOCK
+            } else {
+                KEY_BLOCK
+            },
         }
     }
 }
