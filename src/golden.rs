@@ -146,8 +146,25 @@ impl fmt::Display for CaseReport {
     }
 }
 
+/// The largest case the runner accepts, in elements of the `[b, h, n, m]` weights it
+/// materializes (16 Mi elements: 64 MiB per f32 tensor, a few of them alive at once). A larger
+/// case is refused before anything is allocated.
+pub const MAX_CASE_WEIGHTS: usize = 1 << 24;
+
+/// The number of values of a shape, or an error when the product overflows.
+fn checked_product(path: &str, what: &str, shape: &[usize]) -> Result<usize, GoldenError> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| GoldenError {
+            path: path.to_string(),
+            reason: format!("{what} has shape {shape:?}, whose number of values overflows"),
+            unsupported: false,
+        })
+}
+
 fn check_len(path: &str, what: &str, shape: &[usize], len: usize) -> Result<(), GoldenError> {
-    let want: usize = shape.iter().product();
+    let want = checked_product(path, what, shape)?;
     if want != len {
         return Err(GoldenError {
             path: path.to_string(),
@@ -156,6 +173,117 @@ fn check_len(path: &str, what: &str, shape: &[usize], len: usize) -> Result<(), 
         });
     }
     Ok(())
+}
+
+impl GoldenCase {
+    /// Checks every tensor of the case against every other it must match (shapes, lengths,
+    /// broadcasting, the gradients and expected results included) and its size against
+    /// [`MAX_CASE_WEIGHTS`], before anything is allocated.
+    pub fn validate(&self, path: &str) -> Result<(), GoldenError> {
+        let err = |reason: String| GoldenError {
+            path: path.to_string(),
+            reason,
+            unsupported: false,
+        };
+        let tensors: [(&str, &JsonTensor); 9] = [
+            ("query", &self.query),
+            ("key", &self.key),
+            ("value", &self.value),
+            ("grad_out", &self.grad_out),
+            ("expected.context", &self.expected.context),
+            ("expected.weights", &self.expected.weights),
+            ("expected.grad_query", &self.expected.grad_query),
+            ("expected.grad_key", &self.expected.grad_key),
+            ("expected.grad_value", &self.expected.grad_value),
+        ];
+        // The inputs first, then the size (before the expected results, whose weights alone
+        // would be as large as the limit), then everything else against the inputs.
+        for (what, t) in &tensors[..3] {
+            rank4(path, what, &t.shape)?;
+            check_len(path, what, &t.shape, t.data.len())?;
+        }
+        let [b, h, n, d_k] = rank4(path, "query", &self.query.shape)?;
+        let [b_k, h_kv, m, d_k2] = rank4(path, "key", &self.key.shape)?;
+        let [b_v, h_v, m_v, d_v] = rank4(path, "value", &self.value.shape)?;
+        if b_k != b || b_v != b || h_v != h_kv || m_v != m || d_k2 != d_k {
+            return Err(err(format!(
+                "query {:?}, key {:?} and value {:?} do not fit [b, h, n, d_k], [b, h_kv, m, d_k], [b, h_kv, m, d_v]",
+                self.query.shape, self.key.shape, self.value.shape
+            )));
+        }
+        if h_kv == 0 || !h.is_multiple_of(h_kv) {
+            return Err(err(format!(
+                "{h} query heads do not group over {h_kv} key/value heads"
+            )));
+        }
+        let weights = checked_product(path, "the weights", &[b, h, n, m])?;
+        if weights > MAX_CASE_WEIGHTS {
+            return Err(err(format!(
+                "the case is too large: its weights [b, h, n, m] = {:?} hold {weights} values, the runner's limit is {MAX_CASE_WEIGHTS}",
+                [b, h, n, m]
+            )));
+        }
+        for (what, t) in &tensors[3..] {
+            rank4(path, what, &t.shape)?;
+            check_len(path, what, &t.shape, t.data.len())?;
+        }
+        let must_be = |what: &str, shape: &[usize], want: [usize; 4]| {
+            let got = rank4(path, what, shape)?;
+            if got == want {
+                Ok(())
+            } else {
+                Err(err(format!(
+                    "{what} has shape {shape:?}, the case needs {want:?}"
+                )))
+            }
+        };
+        must_be("grad_out", &self.grad_out.shape, [b, h, n, d_v])?;
+        must_be(
+            "expected.context",
+            &self.expected.context.shape,
+            [b, h, n, d_v],
+        )?;
+        must_be(
+            "expected.weights",
+            &self.expected.weights.shape,
+            [b, h, n, m],
+        )?;
+        must_be(
+            "expected.grad_query",
+            &self.expected.grad_query.shape,
+            [b, h, n, d_k],
+        )?;
+        must_be(
+            "expected.grad_key",
+            &self.expected.grad_key.shape,
+            [b, h_kv, m, d_k],
+        )?;
+        must_be(
+            "expected.grad_value",
+            &self.expected.grad_value.shape,
+            [b, h_kv, m, d_v],
+        )?;
+        let broadcast = |what: &str, shape: &[usize]| {
+            let got = rank4(path, what, shape)?;
+            let full = [b, h, n, m];
+            if (0..3).all(|i| got[i] == 1 || got[i] == full[i]) && got[3] == m {
+                Ok(())
+            } else {
+                Err(err(format!(
+                    "{what} of shape {shape:?} does not broadcast to [b, h, n, m] = {full:?}"
+                )))
+            }
+        };
+        if let Some(mask) = &self.mask {
+            check_len(path, "mask", &mask.shape, mask.data.len())?;
+            broadcast("mask", &mask.shape)?;
+        }
+        if let Some(bias) = &self.bias {
+            check_len(path, "bias", &bias.shape, bias.data.len())?;
+            broadcast("bias", &bias.shape)?;
+        }
+        Ok(())
+    }
 }
 
 /// Left-pads a shape with 1s to rank 4.
@@ -217,6 +345,7 @@ pub fn run_case(
         reason,
         unsupported: false,
     };
+    case.validate(path)?;
     let forward_err = |e: AttentionError| GoldenError {
         path: path.to_string(),
         reason: e.to_string(),
@@ -405,5 +534,22 @@ pub fn run_file(
     implementation: Implementation,
 ) -> Result<CaseReport, GoldenError> {
     let case = load_case(path)?;
-    run_case(&case, &path.display().to_string(), device, implementation)
+    let name = path.display().to_string();
+    // A panic inside one case (a backend's own assertion, say) is that case's failure, not the
+    // end of the run.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_case(&case, &name, device, implementation)
+    }))
+    .unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic without a message".into());
+        Err(GoldenError {
+            path: name.clone(),
+            reason: format!("panicked: {message}"),
+            unsupported: false,
+        })
+    })
 }

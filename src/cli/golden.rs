@@ -24,10 +24,14 @@ pub struct GoldenArgs {
 /// implementation does not serve, e.g. masks for the CPU kernel); true when every case it serves
 /// passed.
 pub fn run(args: &GoldenArgs) -> anyhow::Result<bool> {
-    let device = args.backend.device()?;
-    let files = golden::case_files(&args.dir)?;
+    let device = super::open_device(args.backend)?;
+    // A folder that cannot be read or holds no case is bad usage (exit 2), a case that fails is
+    // a failed check (exit 1).
+    let files = golden::case_files(&args.dir).map_err(|e| super::UsageError(e.to_string()))?;
     if files.is_empty() {
-        anyhow::bail!("{}: no *.json case files", args.dir.display());
+        return Err(
+            super::UsageError(format!("{}: no *.json case files", args.dir.display())).into(),
+        );
     }
     println!(
         "golden cases in {} on {} ({:?})",

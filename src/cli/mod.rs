@@ -18,3 +18,12 @@ impl fmt::Display for UsageError {
 }
 
 impl std::error::Error for UsageError {}
+
+/// Opens a backend's device: a backend that is not compiled in (or unknown) is bad usage (exit
+/// 2); one that is compiled in but finds no device is a failed run (exit 1).
+pub fn open_device(backend: crate::BackendKind) -> anyhow::Result<burn::prelude::Device> {
+    backend.device().map_err(|e| match e {
+        crate::BackendError::NoDevice { .. } => anyhow::Error::new(e),
+        other => UsageError(other.to_string()).into(),
+    })
+}

@@ -66,7 +66,7 @@ impl LabArgs {
             }
             backends.push(LabBackend {
                 name: k.name().into(),
-                device: k.device()?,
+                device: super::open_device(k)?,
             });
         }
         if backends.is_empty() {
@@ -179,7 +179,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         ("--training-memory-n", &args.training_memory_ns),
     ] {
         if let Some(bad) = sizes.iter().find(|&&n| n == 0) {
-            anyhow::bail!("{flag} must be > 0, got {bad}");
+            return Err(UsageError(format!("{flag} must be > 0, got {bad}")).into());
         }
     }
     if !args.ns.is_empty() {
@@ -198,7 +198,9 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
     for mode in &args.modes {
         let known = sdpa_lab::bench::Mode::ALL.map(|m| m.name());
         if !known.contains(&mode.as_str()) {
-            anyhow::bail!("--mode must be one of {known:?}, got `{mode}`");
+            return Err(
+                UsageError(format!("--mode must be one of {known:?}, got `{mode}`")).into(),
+            );
         }
     }
     if !args.modes.is_empty() {

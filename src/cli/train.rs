@@ -5,7 +5,8 @@ use std::str::FromStr;
 
 use clap::Args;
 use sdpa_model::{
-    OptimizerKind, ProgressMode, QkInit, RunOptions, TaskConfig, TaskKind, TrainConfig, TrainResult,
+    ModelError, OptimizerKind, ProgressMode, QkInit, RunOptions, TaskConfig, TaskKind, TrainConfig,
+    TrainResult,
 };
 
 use super::UsageError;
@@ -23,8 +24,12 @@ impl FromStr for ScaleArg {
             "inv-sqrt-dk" => Ok(ScaleArg(ScalePolicy::InvSqrtDk)),
             "none" => Ok(ScaleArg(ScalePolicy::Unscaled)),
             other => match other.parse::<f64>() {
-                Ok(x) if x.is_finite() && x > 0.0 => Ok(ScaleArg(ScalePolicy::Fixed(x))),
-                Ok(x) => Err(format!("a fixed scale must be finite and > 0, got {x}")),
+                Ok(x) if (x as f32).is_finite() && (x as f32) > 0.0 => {
+                    Ok(ScaleArg(ScalePolicy::Fixed(x)))
+                }
+                Ok(x) => Err(format!(
+                    "a fixed scale must be a finite number > 0 that f32 can hold, got {x}"
+                )),
                 Err(_) => Err(format!(
                     "expected inv-sqrt-dk, none or a number, got `{other}`"
                 )),
@@ -110,6 +115,10 @@ pub struct TrainArgs {
     /// Continue the run saved in DIR.
     #[arg(long, value_name = "DIR", conflicts_with = "out")]
     pub resume: Option<PathBuf>,
+    /// Start afresh in an --out folder that holds an earlier run, replacing that run's files
+    /// (any other file there still refuses the run).
+    #[arg(long, conflicts_with = "resume")]
+    pub overwrite: bool,
     /// Plain progress lines instead of a bar.
     #[arg(long)]
     pub plain: bool,
@@ -237,7 +246,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
         None => None,
     };
     let config = args.config(base)?;
-    let device = args.backend.device()?;
+    let device = super::open_device(args.backend)?;
     let out_dir = args.out_dir(&config);
     let options = RunOptions {
         out_dir: out_dir.clone(),
@@ -248,8 +257,15 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
         } else {
             ProgressMode::Auto
         },
+        overwrite: args.overwrite,
     };
-    let result = sdpa_model::train(&config, &device, &options)?;
+    let result = sdpa_model::train(&config, &device, &options).map_err(|e| match e {
+        // A wrong --out is bad usage (exit 2); everything else is a failed run (exit 1).
+        ModelError::RunExists { .. } | ModelError::ForeignFile(_) => {
+            anyhow::Error::new(UsageError(e.to_string()))
+        }
+        other => anyhow::Error::new(other),
+    })?;
     let s = &result.summary;
     println!(
         "held-out accuracy {:.4} after {} steps ({}), {:.1} steps/s on {}",

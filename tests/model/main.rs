@@ -36,6 +36,7 @@ fn run(config: &TrainConfig, dir: &Path, resume: bool) -> Result<TrainResult, Mo
             resume,
             backend: "flex".into(),
             progress: ProgressMode::Quiet,
+            overwrite: false,
         },
     )
 }
@@ -182,7 +183,7 @@ fn corrupt_missing_or_mismatched_checkpoints_are_errors_and_change_nothing() {
 
     // A fresh start into an existing run directory is refused.
     let e = run(&small_config(5, 2), &dir, false).expect_err("exists");
-    assert!(matches!(e, ModelError::RunExists(_)), "{e}");
+    assert!(matches!(e, ModelError::RunExists { .. }), "{e}");
     assert_eq!(snapshot(&dir), before);
 
     // And the intact checkpoint resumes.

@@ -74,9 +74,33 @@ pub enum AttentionError {
         /// The scores' shape.
         scores: [usize; 4],
     },
-    /// A fixed scale that is not a finite positive number.
-    #[error("a fixed scale must be finite and > 0, got {0}")]
+    /// A fixed scale that is not a finite positive number in f32.
+    #[error("a fixed scale must be finite and > 0 in f32 (between 1.2e-38 and 3.4e38), got {0}")]
     InvalidScale(f64),
+    /// Query, key, value and bias do not share one float dtype.
+    #[error(
+        "query, key, value and bias must share one float dtype: query is {query}, {other} is {other_dtype}"
+    )]
+    DtypeMismatch {
+        /// The query's dtype.
+        query: String,
+        /// Which other tensor differs.
+        other: &'static str,
+        /// Its dtype.
+        other_dtype: String,
+    },
+    /// The tensors of a call are not on one device (or mix autodiff and plain tensors).
+    #[error(
+        "every tensor of a call must be on the query's device {query}: {other} is on {other_device}"
+    )]
+    DeviceMismatch {
+        /// The query's device.
+        query: String,
+        /// Which other tensor differs.
+        other: &'static str,
+        /// Its device.
+        other_device: String,
+    },
     /// A dropout probability outside [0, 1).
     #[error("dropout must be in [0, 1), got {0}")]
     InvalidDropout(f64),

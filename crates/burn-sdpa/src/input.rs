@@ -179,7 +179,55 @@ pub fn check_broadcast(
     }
 }
 
-/// Checks the shapes of an attention call and returns its sizes.
+/// Checks that the tensors of a call share the query's float dtype and device (autodiff state
+/// included).
+fn check_dtypes_and_devices(input: &AttentionInput) -> Result<(), AttentionError> {
+    let query_device = input.query.device();
+    let describe = |device: &Device, autodiff: bool| {
+        format!("{device:?}{}", if autodiff { " (autodiff)" } else { "" })
+    };
+    let query_autodiff = input.query.is_autodiff();
+    let floats = [("key", &input.key), ("value", &input.value)]
+        .into_iter()
+        .chain(input.bias.as_ref().map(|bias| ("bias", bias)));
+    for (name, tensor) in floats {
+        if tensor.dtype() != input.query.dtype() {
+            return Err(AttentionError::DtypeMismatch {
+                query: format!("{:?}", input.query.dtype()),
+                other: name,
+                other_dtype: format!("{:?}", tensor.dtype()),
+            });
+        }
+        let (device, autodiff) = (tensor.device(), tensor.is_autodiff());
+        if device != query_device || autodiff != query_autodiff {
+            return Err(AttentionError::DeviceMismatch {
+                query: describe(&query_device, query_autodiff),
+                other: name,
+                other_device: describe(&device, autodiff),
+            });
+        }
+    }
+    let masks = [("mask", input.mask.as_ref().map(|m| m.device()))]
+        .into_iter()
+        .chain([(
+            "padding mask",
+            input.padding_mask.as_ref().map(|m| m.device()),
+        )]);
+    for (name, device) in masks {
+        if let Some(device) = device
+            && device != query_device
+        {
+            return Err(AttentionError::DeviceMismatch {
+                query: describe(&query_device, query_autodiff),
+                other: name,
+                other_device: format!("{device:?}"),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Checks the shapes, dtypes and devices of an attention call and returns its sizes.
 pub fn validate_input(input: &AttentionInput) -> Result<AttentionDims, AttentionError> {
     let q = input.query.dims();
     let k = input.key.dims();
@@ -235,6 +283,7 @@ pub fn validate_input(input: &AttentionInput) -> Result<AttentionDims, Attention
     if let Some(bias) = &input.bias {
         check_broadcast("bias", bias.dims(), dims.scores_shape())?;
     }
+    check_dtypes_and_devices(input)?;
     Ok(dims)
 }
 

@@ -172,12 +172,17 @@ impl ScaledDotProductAttention {
     /// Validates `input` and resolves the module's settings for it.
     fn call(&self, input: AttentionInput) -> Result<Call, AttentionError> {
         let dims = validate_input(&input)?;
+        // The fields are public: check the scale at every call, in the f32 the kernels use.
         self.scale.validate()?;
+        let factor = self.scale_factor(dims.d_k);
+        if !((factor as f32).is_finite() && (factor as f32) > 0.0) {
+            return Err(AttentionError::InvalidScale(factor));
+        }
         let dropout_active = self.dropout.prob > 0.0
             && self.dropout.training.is_enabled()
             && input.query.device().is_autodiff();
         Ok(Call {
-            scale: self.scale_factor(dims.d_k),
+            scale: factor,
             dims,
             alignment: self.causal_alignment,
             dropout: dropout_active.then(|| self.dropout.clone()),

@@ -28,10 +28,13 @@ impl ScalePolicy {
         }
     }
 
-    /// Checks that a fixed scale is finite and positive.
+    /// Checks that a fixed scale is finite and positive, also in f32 (the kernels compute in
+    /// f32: 1e300 would be +∞ there, 1e-50 zero).
     pub fn validate(&self) -> Result<(), AttentionError> {
         match self {
-            ScalePolicy::Fixed(s) if !(s.is_finite() && *s > 0.0) => {
+            ScalePolicy::Fixed(s)
+                if !(s.is_finite() && (*s as f32).is_finite() && (*s as f32) > 0.0) =>
+            {
                 Err(AttentionError::InvalidScale(*s))
             }
             _ => Ok(()),
@@ -104,6 +107,9 @@ mod tests {
         assert_eq!(ScalePolicy::Fixed(0.3).factor(64), 0.3);
         assert!(ScalePolicy::Fixed(0.0).validate().is_err());
         assert!(ScalePolicy::Fixed(f64::NAN).validate().is_err());
+        assert!(ScalePolicy::Fixed(1e300).validate().is_err());
+        assert!(ScalePolicy::Fixed(1e-50).validate().is_err());
+        assert!(ScalePolicy::Fixed(1e-3).validate().is_ok());
         assert_eq!(CausalAlignment::BottomRight.offset(2, 5), 3);
         assert_eq!(CausalAlignment::TopLeft.offset(2, 5), 0);
     }

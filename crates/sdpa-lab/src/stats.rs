@@ -33,6 +33,118 @@ pub fn growth_exponent(x: &[f64], y: &[f64]) -> f64 {
     linear_fit(&lx, &ly).0
 }
 
+/// The two-sided 95% critical value of Student's t with `df` degrees of freedom (exact table
+/// up to 30, then interpolated in 1/df towards the normal 1.96).
+pub fn t_critical_95(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
+        2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056,
+        2.052, 2.048, 2.045, 2.042,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=30 => TABLE[df - 1],
+        // t(df) ≈ z + (z³ + z) / (4 df): exact to 3 decimals from df = 30 on.
+        _ => {
+            let z = 1.959_964;
+            z + (z * z * z + z) / (4.0 * df as f64)
+        }
+    }
+}
+
+/// A statistic with its 95% interval and how it was computed.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Estimate {
+    /// The point estimate.
+    pub value: f64,
+    /// Lower end of the 95% interval.
+    pub lo: f64,
+    /// Upper end of the 95% interval.
+    pub hi: f64,
+    /// Number of draws, seeds or points behind it.
+    pub n: usize,
+}
+
+impl Estimate {
+    /// `value [lo, hi]` with `digits` decimals.
+    pub fn show(&self, digits: usize) -> String {
+        format!(
+            "{:.digits$} [{:.digits$}, {:.digits$}]",
+            self.value, self.lo, self.hi
+        )
+    }
+}
+
+/// The mean with its 95% t-interval (mean ± t · s/√n).
+pub fn mean_ci(x: &[f64]) -> Estimate {
+    let n = x.len();
+    let m = mean(x);
+    let half = if n >= 2 {
+        t_critical_95(n - 1) * std(x) / (n as f64).sqrt()
+    } else {
+        f64::NAN
+    };
+    Estimate {
+        value: m,
+        lo: m - half,
+        hi: m + half,
+        n,
+    }
+}
+
+/// A success rate with its 95% Wilson score interval.
+pub fn wilson(successes: usize, n: usize) -> Estimate {
+    if n == 0 {
+        return Estimate {
+            value: f64::NAN,
+            lo: 0.0,
+            hi: 1.0,
+            n,
+        };
+    }
+    let z = 1.959_964f64;
+    let (nf, p) = (n as f64, successes as f64 / n as f64);
+    let denom = 1.0 + z * z / nf;
+    let centre = (p + z * z / (2.0 * nf)) / denom;
+    let half = z * (p * (1.0 - p) / nf + z * z / (4.0 * nf * nf)).sqrt() / denom;
+    Estimate {
+        value: p,
+        lo: (centre - half).max(0.0),
+        hi: (centre + half).min(1.0),
+        n,
+    }
+}
+
+/// The growth exponent p of y ∝ x^p fitted on log-log axes over every point (repeated draws at
+/// the same x included), with the 95% t-interval of the least-squares slope.
+pub fn exponent_ci(x: &[f64], y: &[f64]) -> Estimate {
+    let lx: Vec<f64> = x.iter().map(|v| v.ln()).collect();
+    let ly: Vec<f64> = y.iter().map(|v| v.ln()).collect();
+    let n = lx.len();
+    let (slope, intercept) = linear_fit(&lx, &ly);
+    let mx = mean(&lx);
+    let sxx: f64 = lx.iter().map(|a| (a - mx) * (a - mx)).sum();
+    let ssr: f64 = lx
+        .iter()
+        .zip(&ly)
+        .map(|(a, b)| {
+            let r = b - (intercept + slope * a);
+            r * r
+        })
+        .sum();
+    let half = if n > 2 && sxx > 0.0 {
+        t_critical_95(n - 2) * (ssr / (n - 2) as f64 / sxx).sqrt()
+    } else {
+        f64::NAN
+    };
+    Estimate {
+        value: slope,
+        lo: slope - half,
+        hi: slope + half,
+        n,
+    }
+}
+
 /// Median.
 pub fn median(x: &[f64]) -> f64 {
     if x.is_empty() {
@@ -59,5 +171,35 @@ mod tests {
         let y: Vec<f64> = x.iter().map(|v: &f64| 3.0 * v.powi(2)).collect();
         assert!((growth_exponent(&x, &y) - 2.0).abs() < 1e-12);
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+    }
+
+    #[test]
+    fn intervals() {
+        // mean 2.5, s = 1.291, t(3) = 3.182: half-width 2.054
+        let e = mean_ci(&[1.0, 2.0, 3.0, 4.0]);
+        assert!(
+            (e.value - 2.5).abs() < 1e-12 && (e.hi - 2.5 - 2.054).abs() < 1e-3,
+            "{e:?}"
+        );
+        // Wilson 8/10: [0.490, 0.943]
+        let w = wilson(8, 10);
+        assert!(
+            (w.lo - 0.490).abs() < 1e-3 && (w.hi - 0.943).abs() < 1e-3,
+            "{w:?}"
+        );
+        assert_eq!(wilson(0, 10).lo, 0.0);
+        assert!((t_critical_95(1000) - 1.962).abs() < 1e-3);
+        // An exact power law has a zero-width interval; noise widens it around the truth.
+        let x = [1.0, 2.0, 4.0, 8.0, 16.0];
+        let y: Vec<f64> = x.iter().map(|v: &f64| v.powf(-0.5)).collect();
+        let e = exponent_ci(&x, &y);
+        assert!((e.value + 0.5).abs() < 1e-12 && (e.hi - e.lo).abs() < 1e-9);
+        let noisy: Vec<f64> = y
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v * if i % 2 == 0 { 1.1 } else { 0.9 })
+            .collect();
+        let e = exponent_ci(&x, &noisy);
+        assert!(e.lo < -0.5 && e.hi > -0.5, "{e:?}");
     }
 }

@@ -51,11 +51,35 @@ pub enum ModelError {
         /// The requested value.
         requested: String,
     },
-    /// The output directory already holds a run.
+    /// A fresh run's output directory is not empty.
     #[error(
-        "{0} already holds a run (metrics.csv): pass --resume to continue it, or choose another --out"
+        "{dir} is not empty (it holds {found}): choose another --out, pass --resume to continue the run saved there, or --overwrite to replace a previous run's files (other files are never touched)"
     )]
-    RunExists(PathBuf),
+    RunExists {
+        /// The output directory.
+        dir: PathBuf,
+        /// One thing it holds.
+        found: PathBuf,
+    },
+    /// A file in the run directory that no run wrote, where the run would have to replace it.
+    #[error(
+        "{0} was not written by a training run: refusing to remove it (move it away or choose another --out)"
+    )]
+    ForeignFile(PathBuf),
+    /// The loss or a gradient stopped being finite.
+    #[error(
+        "training diverged at step {step}: loss {loss}, gradient norm {grad_norm}; the run stopped there, {checkpoint}"
+    )]
+    Diverged {
+        /// The step whose loss or gradient was not finite.
+        step: usize,
+        /// Its training loss.
+        loss: f64,
+        /// Its global gradient norm.
+        grad_norm: f64,
+        /// Where the last good checkpoint is, in words.
+        checkpoint: String,
+    },
 }
 
 impl ModelError {

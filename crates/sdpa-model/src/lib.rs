@@ -7,21 +7,17 @@
 //!
 //! ```no_run
 //! use burn::prelude::*;
-//! use sdpa_model::{ProgressMode, RunOptions, TaskConfig, TrainConfig, train};
+//! use sdpa_model::{RunOptions, TaskConfig, TrainConfig, train};
 //!
 //! let config = TrainConfig::for_task(TaskConfig::new());
-//! let options = RunOptions {
-//!     out_dir: "runs/match".into(),
-//!     resume: false,
-//!     backend: "flex".into(),
-//!     progress: ProgressMode::Auto,
-//! };
+//! let options = RunOptions::new("runs/match", "flex");
 //! let result = train(&config, &Device::flex(), &options).unwrap();
 //! println!("held-out accuracy {}", result.summary.final_eval_accuracy);
 //! ```
 #![warn(missing_docs)]
 
 pub mod error;
+mod json_float;
 pub mod learner;
 pub mod metrics;
 pub mod model;

@@ -8,14 +8,19 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
 pub struct LayerMetrics {
     /// Mean row entropy (nats).
+    #[serde(with = "crate::json_float")]
     pub entropy: f64,
     /// Entropy / ln(keys): 1 uniform, 0 one-hot.
+    #[serde(with = "crate::json_float")]
     pub normalized_entropy: f64,
     /// Mean largest probability of a row.
+    #[serde(with = "crate::json_float")]
     pub max_prob: f64,
     /// Fraction of rows with max p > 0.99.
+    #[serde(with = "crate::json_float")]
     pub saturated_fraction: f64,
     /// Mean within-row std of the scaled scores.
+    #[serde(with = "crate::json_float")]
     pub logit_std: f64,
 }
 

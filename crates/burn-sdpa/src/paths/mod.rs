@@ -13,6 +13,7 @@ pub mod cpu;
 pub(crate) mod fused;
 pub mod kind;
 pub(crate) mod naive;
+pub(crate) mod nonfinite;
 
 use crate::error::AttentionError;
 use crate::input::AttentionOutput;
@@ -30,14 +31,20 @@ fn blocker(path: Path, call: &Call) -> Option<&'static str> {
     }
 }
 
-/// Runs `call` on `path`.
+/// Runs `call` on `path`, with the policy for non-finite inputs of [`nonfinite`] (the CPU
+/// kernel applies it on its host data itself, the tensor-op paths run between its two halves).
 pub(crate) fn run(path: Path, call: Call) -> Result<AttentionOutput, AttentionError> {
-    match path {
+    if path == Path::CpuKernel {
+        return cpu::run(call);
+    }
+    let (call, poisoned) = nonfinite::sanitize(call);
+    let out = match path {
         Path::Naive => naive::run(call),
         Path::Chunked(block_size) => chunked::run(call, block_size),
         Path::Fused => fused::run(call),
         Path::CpuKernel => cpu::run(call),
-    }
+    }?;
+    Ok(poisoned.apply(out))
 }
 
 /// The path `implementation` takes for `call`.

@@ -160,6 +160,8 @@ impl Experiment for AttentionMap {
                 resume: false,
                 backend: ctx.primary().name.clone(),
                 progress: ProgressMode::Quiet,
+                // The lab's own run folder: a report run again replaces its runs.
+                overwrite: true,
             },
         )?;
         let mut data_rng = ctx.rng(77);

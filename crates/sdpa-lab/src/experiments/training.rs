@@ -198,6 +198,8 @@ impl Experiment for Training {
                                     resume: false,
                                     backend: backend.name.clone(),
                                     progress: ProgressMode::Quiet,
+                                    // The lab's own run folder: a report run again replaces its runs.
+                                    overwrite: true,
                                 },
                             )?;
                             let init_att = r

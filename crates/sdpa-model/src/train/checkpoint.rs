@@ -13,6 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::config::TrainConfig;
+use super::files::{recover_checkpoint, swap_checkpoint, write_atomic};
 use crate::error::ModelError;
 use crate::metrics::{LayerMetrics, StepMetrics};
 use crate::model::AttentionModel;
@@ -25,21 +26,36 @@ pub(crate) struct CheckpointState {
     pub rng_stream: u64,
     pub rng_word_pos: String,
     pub steps_to_target: Option<usize>,
+    #[serde(with = "crate::json_float")]
     pub elapsed_s: f64,
     pub initial_attention: Vec<LayerMetrics>,
     pub config: TrainConfig,
 }
 
-/// Writes `text` to `path` through a temporary file and a rename.
-pub(crate) fn write_atomic(path: &Path, text: &str) -> Result<(), ModelError> {
-    let tmp = path.with_extension("tmp");
-    fs::write(&tmp, text).map_err(|e| ModelError::io(&tmp, e))?;
-    fs::rename(&tmp, path).map_err(|e| ModelError::io(path, e))
+/// Pretty JSON of a value (non-finite floats are spelled out by the fields that may hold them,
+/// see `json_float`).
+pub(crate) fn json<T: Serialize>(value: &T, path: &Path) -> Result<String, ModelError> {
+    serde_json::to_string_pretty(value)
+        .map_err(|e| ModelError::checkpoint(path, format!("cannot serialize: {e}")))
 }
 
-/// Pretty JSON of a value.
-pub(crate) fn json<T: Serialize>(value: &T) -> String {
-    serde_json::to_string_pretty(value).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+/// Reads a checkpoint's state.
+fn read_state(state_path: &Path) -> Result<CheckpointState, ModelError> {
+    let text = fs::read_to_string(state_path)
+        .map_err(|e| ModelError::checkpoint(state_path, format!("cannot read: {e}")))?;
+    serde_json::from_str(&text).map_err(|e| {
+        ModelError::checkpoint(
+            state_path,
+            format!("truncated or not a checkpoint state: {e}"),
+        )
+    })
+}
+
+/// Whether a checkpoint directory is whole: its state loads and its model and optimizer files
+/// are there and not empty.
+fn is_complete(ckpt: &Path) -> bool {
+    let nonempty = |name: &str| fs::metadata(ckpt.join(name)).is_ok_and(|m| m.len() > 0);
+    read_state(&ckpt.join("state.json")).is_ok() && nonempty("model.bpk") && nonempty("optim.bpk")
 }
 
 /// Names the first setting that differs between two configurations, ignoring `steps` (a
@@ -89,6 +105,8 @@ pub(crate) struct Resumed {
     pub optim: ModuleOptimizer,
     pub state: CheckpointState,
     pub metrics: Vec<StepMetrics>,
+    /// What the recovery of an interrupted checkpoint swap did, for the user.
+    pub notes: Vec<String>,
 }
 
 /// Loads the checkpoint of the run in `dir` and checks it against `config`.
@@ -97,16 +115,10 @@ pub(crate) fn load_checkpoint(
     dir: &Path,
     device: &Device,
 ) -> Result<Resumed, ModelError> {
+    let notes = recover_checkpoint(dir, is_complete)?;
     let ckpt = dir.join("checkpoint");
     let state_path = ckpt.join("state.json");
-    let text = fs::read_to_string(&state_path)
-        .map_err(|e| ModelError::checkpoint(&state_path, format!("cannot read: {e}")))?;
-    let state: CheckpointState = serde_json::from_str(&text).map_err(|e| {
-        ModelError::checkpoint(
-            &state_path,
-            format!("truncated or not a checkpoint state: {e}"),
-        )
-    })?;
+    let state = read_state(&state_path)?;
     if let Some((field, saved, requested)) = config_mismatch(&state.config, config) {
         return Err(ModelError::Mismatch {
             path: state_path,
@@ -148,8 +160,10 @@ pub(crate) fn load_checkpoint(
             .lines()
             .skip(1)
             .filter_map(|l| StepMetrics::from_csv_row(l, n_layers))
-            // Rows written after the checkpoint are recomputed by the resumed run.
-            .filter(|m| m.step <= state.step)
+            // Rows of the checkpoint's step and after are recomputed by the resumed run (the
+            // row of step s is written before the optimizer step that the checkpoint of step
+            // s + 1 follows).
+            .filter(|m| m.step < state.step)
             .collect(),
         Err(e) => {
             return Err(ModelError::checkpoint(
@@ -163,32 +177,31 @@ pub(crate) fn load_checkpoint(
         optim,
         state,
         metrics,
+        notes,
     })
 }
 
-/// Writes a checkpoint of the run in `dir`.
+/// Writes a checkpoint of the run in `dir`, replacing the previous one atomically (see
+/// `files`).
 pub(crate) fn save_checkpoint(
     dir: &Path,
     model: &AttentionModel,
     optim: &ModuleOptimizer,
     state: &CheckpointState,
 ) -> Result<(), ModelError> {
-    let tmp = dir.join("checkpoint.tmp");
-    let _ = fs::remove_dir_all(&tmp);
-    fs::create_dir_all(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
-    let model_path = tmp.join("model.bpk");
-    model
-        .clone()
-        .save_file(&model_path)
-        .map_err(|e| ModelError::checkpoint(&model_path, format!("cannot write: {e:?}")))?;
-    let optim_path = tmp.join("optim.bpk");
-    optim
-        .save(&optim_path)
-        .map_err(|e| ModelError::checkpoint(&optim_path, format!("cannot write: {e:?}")))?;
-    write_atomic(&tmp.join("state.json"), &json(state))?;
-    let ckpt = dir.join("checkpoint");
-    let _ = fs::remove_dir_all(&ckpt);
-    fs::rename(&tmp, &ckpt).map_err(|e| ModelError::io(&ckpt, e))
+    swap_checkpoint(dir, |tmp| {
+        let model_path = tmp.join("model.bpk");
+        model
+            .clone()
+            .save_file(&model_path)
+            .map_err(|e| ModelError::checkpoint(&model_path, format!("cannot write: {e:?}")))?;
+        let optim_path = tmp.join("optim.bpk");
+        optim
+            .save(&optim_path)
+            .map_err(|e| ModelError::checkpoint(&optim_path, format!("cannot write: {e:?}")))?;
+        let state_path = tmp.join("state.json");
+        write_atomic(&state_path, &json(state, &state_path)?)
+    })
 }
 
 impl CheckpointState {

@@ -94,8 +94,12 @@ impl TrainConfig {
                 ),
             ));
         }
-        if !(self.lr.is_finite() && self.lr > 0.0) {
-            return Err(ModelError::invalid("lr", self.lr, "must be finite and > 0"));
+        if !(self.lr.is_finite() && (self.lr as f32).is_finite() && (self.lr as f32) > 0.0) {
+            return Err(ModelError::invalid(
+                "lr",
+                self.lr,
+                "must be a finite number > 0 that f32 can hold (the parameters are f32)",
+            ));
         }
         if let Some(m) = self.momentum
             && !(m.is_finite() && (0.0..1.0).contains(&m))

@@ -9,11 +9,13 @@
 //! |---|---|
 //! | `config.rs` | [`TrainConfig`], [`OptimizerKind`] and their validation |
 //! | `checkpoint.rs` | what a checkpoint holds, saving and loading it |
+//! | `files.rs` | the files a run writes, crash-safe writes, the checkpoint swap and its recovery |
 //! | `run.rs` | a run in progress and its steps (open, step, record, checkpoint, finish) |
 //! | `mod.rs` | [`train`], the run's options and results, [`init_model`], [`evaluate`] |
 
 mod checkpoint;
 mod config;
+mod files;
 mod run;
 
 use std::path::PathBuf;
@@ -44,6 +46,22 @@ pub struct RunOptions {
     pub backend: String,
     /// How progress is shown.
     pub progress: ProgressMode,
+    /// For a fresh run into a directory that holds an earlier run: replace that run's files
+    /// (any other file there still refuses the run).
+    pub overwrite: bool,
+}
+
+impl RunOptions {
+    /// A fresh run into `out_dir` on `backend`, with automatic progress display.
+    pub fn new(out_dir: impl Into<PathBuf>, backend: impl Into<String>) -> Self {
+        Self {
+            out_dir: out_dir.into(),
+            resume: false,
+            backend: backend.into(),
+            progress: ProgressMode::Auto,
+            overwrite: false,
+        }
+    }
 }
 
 /// Library versions, recorded beside results.
@@ -80,21 +98,30 @@ pub struct TrainSummary {
     /// First evaluation step whose held-out accuracy reached the target.
     pub steps_to_target: Option<usize>,
     /// The target.
+    #[serde(with = "crate::json_float")]
     pub target_accuracy: f64,
     /// Held-out accuracy at the end.
+    #[serde(with = "crate::json_float")]
     pub final_eval_accuracy: f64,
     /// Held-out loss at the end.
+    #[serde(with = "crate::json_float")]
     pub final_eval_loss: f64,
     /// Training loss of the last recorded step.
+    #[serde(with = "crate::json_float")]
     pub final_train_loss: f64,
     /// Attention diagnostics of the initial model (step 0), per layer.
     pub initial_attention: Vec<LayerMetrics>,
     /// Wall time of the whole run, resumed parts included (seconds).
+    #[serde(with = "crate::json_float")]
     pub time_s: f64,
     /// Optimizer steps per second in this process.
+    #[serde(with = "crate::json_float")]
     pub steps_per_s: f64,
     /// The step this process resumed from.
     pub resumed_from: Option<usize>,
+    /// The step whose loss or gradient was not finite, when the run stopped there.
+    #[serde(default)]
+    pub diverged_at: Option<usize>,
 }
 
 /// The summary plus every recorded step.

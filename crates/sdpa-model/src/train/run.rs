@@ -3,7 +3,7 @@
 
 use std::fs::{self, File};
 use std::io::Write as _;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use burn::module::{Module, ModuleVisitor, Param};
@@ -14,8 +14,9 @@ use burn_sdpa::read_back;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::checkpoint::{CheckpointState, json, load_checkpoint, save_checkpoint, write_atomic};
+use super::checkpoint::{CheckpointState, json, load_checkpoint, save_checkpoint};
 use super::config::TrainConfig;
+use super::files::{foreign_entry, remove_run_files, write_atomic};
 use super::{RunOptions, TrainResult, TrainSummary, Versions, evaluate, init_model};
 use crate::error::ModelError;
 use crate::metrics::{LayerMetrics, StepMetrics, csv_header};
@@ -65,9 +66,11 @@ impl<'a> Run<'a> {
         let device = device.clone().autodiff();
         let inner = device.clone().without_autodiff();
         let metrics_path = dir.join("metrics.csv");
+        let mut notes = Vec::new();
         let (model, optim, start, rng, history, steps_to_target, elapsed_before, initial) =
             if options.resume {
                 let r = load_checkpoint(config, dir, &device)?;
+                notes = r.notes;
                 let rng = r.state.rng(&dir.join("checkpoint/state.json"))?;
                 (
                     r.model,
@@ -80,9 +83,7 @@ impl<'a> Run<'a> {
                     r.state.initial_attention,
                 )
             } else {
-                if metrics_path.exists() {
-                    return Err(ModelError::RunExists(dir.clone()));
-                }
+                prepare_fresh(dir, options.overwrite)?;
                 (
                     init_model(&config.model, config.seed, &device)?,
                     config.optimizer(),
@@ -96,7 +97,8 @@ impl<'a> Run<'a> {
             };
 
         fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
-        write_atomic(&dir.join("config.json"), &json(config))?;
+        let config_path = dir.join("config.json");
+        write_atomic(&config_path, &json(config, &config_path)?)?;
         let mut text = csv_header(config.model.n_layers);
         text.push('\n');
         for m in &history {
@@ -122,6 +124,9 @@ impl<'a> Run<'a> {
             start as u64,
             config.steps as u64,
         );
+        for note in notes {
+            progress.println(&note);
+        }
         Ok(Self {
             config,
             options,
@@ -163,8 +168,25 @@ impl<'a> Run<'a> {
         let record = self.step.is_multiple_of(config.log_every) || self.step + 1 == config.steps;
         let out = self.model.forward_batch(&batch, record);
         let grads = out.loss.backward();
-        if record {
+        // The loss and the global gradient norm of every step, to stop at the first that is not
+        // finite (one read-back of two numbers).
+        let health: Vec<f64> = read_back(
+            "the step's loss",
+            Tensor::cat(
+                vec![
+                    out.loss.clone().without_autodiff(),
+                    grad_squares(&self.model, &grads),
+                ],
+                0,
+            ),
+        )?;
+        let (loss, grad_norm) = (health[0], health[1].sqrt());
+        let diverged = !(loss.is_finite() && grad_norm.is_finite());
+        if record || diverged {
             self.record(&out, &grads)?;
+        }
+        if diverged {
+            return Err(self.diverge(loss, grad_norm));
         }
         if self.done() {
             return Ok(self);
@@ -186,15 +208,10 @@ impl<'a> Run<'a> {
     fn record(&mut self, out: &BatchResult, grads: &Gradients) -> Result<(), ModelError> {
         let config = self.config;
         let step = self.step;
-        let mut squares = GradSquares {
-            grads,
-            sums: Vec::new(),
-        };
-        self.model.visit(&mut squares);
         let mut parts = vec![
             out.loss.clone().without_autodiff(),
             out.accuracy().without_autodiff(),
-            Tensor::cat(squares.sums, 0).sum(),
+            grad_squares(&self.model, grads),
         ];
         let inner = &self.inner;
         let blocks = &self.model.blocks;
@@ -296,25 +313,11 @@ impl<'a> Run<'a> {
         )
     }
 
-    /// The final held-out evaluation, the last checkpoint and `summary.json`.
-    pub fn finish(mut self) -> Result<TrainResult, ModelError> {
+    /// The summary of the run as it stands.
+    fn summary(&self, eval: (f64, f64), diverged_at: Option<usize>) -> TrainSummary {
         let config = self.config;
         let step = self.step;
-        let (eval_loss, eval_accuracy) = match self.history.last() {
-            // Stopped at the target: the last record already evaluated this very model.
-            Some(m) if m.step == step && m.eval_loss.is_some() && m.eval_accuracy.is_some() => (
-                m.eval_loss.unwrap_or(f64::NAN),
-                m.eval_accuracy.unwrap_or(f64::NAN),
-            ),
-            _ => evaluate(&self.model, &self.eval_set)?,
-        };
-        if eval_accuracy >= config.target_accuracy && self.steps_to_target.is_none() {
-            self.steps_to_target = Some(step);
-        }
-        self.checkpoint()?;
-        let time_s = self.elapsed();
-        let steps_per_s = (step - self.start) as f64 / self.clock.elapsed().as_secs_f64().max(1e-9);
-        let summary = TrainSummary {
+        TrainSummary {
             config: config.clone(),
             backend: self.options.backend.clone(),
             seed: config.seed,
@@ -322,17 +325,74 @@ impl<'a> Run<'a> {
             steps_run: step,
             steps_to_target: self.steps_to_target,
             target_accuracy: config.target_accuracy,
-            final_eval_accuracy: eval_accuracy,
-            final_eval_loss: eval_loss,
+            final_eval_accuracy: eval.1,
+            final_eval_loss: eval.0,
             final_train_loss: self.history.last().map_or(f64::NAN, |m| m.loss),
-            initial_attention: self.initial,
-            time_s,
-            steps_per_s,
+            initial_attention: self.initial.clone(),
+            time_s: self.elapsed(),
+            steps_per_s: (step - self.start) as f64 / self.clock.elapsed().as_secs_f64().max(1e-9),
             resumed_from: self.options.resume.then_some(self.start),
+            diverged_at,
+        }
+    }
+
+    /// Writes `summary.json`.
+    fn write_summary(&self, summary: &TrainSummary) -> Result<(), ModelError> {
+        let path = self.options.out_dir.join("summary.json");
+        write_atomic(&path, &json(summary, &path)?)
+    }
+
+    /// Stops a run whose loss or gradient is not finite: the summary says so and the last good
+    /// checkpoint stays as it is.
+    fn diverge(self, loss: f64, grad_norm: f64) -> ModelError {
+        let summary = self.summary((f64::NAN, f64::NAN), Some(self.step));
+        let checkpoint = self.options.out_dir.join("checkpoint/state.json");
+        let last = fs::read_to_string(&checkpoint)
+            .ok()
+            .and_then(|text| serde_json::from_str::<CheckpointState>(&text).ok());
+        let checkpoint = match last {
+            Some(state) => format!(
+                "the last good checkpoint (step {}) is in {}",
+                state.step,
+                self.options.out_dir.join("checkpoint").display()
+            ),
+            None => "and no checkpoint had been written".to_string(),
         };
-        write_atomic(&self.options.out_dir.join("summary.json"), &json(&summary))?;
+        if let Err(e) = self.write_summary(&summary) {
+            self.progress
+                .println(&format!("could not write the summary: {e}"));
+        }
+        self.progress
+            .finish(&format!("diverged at step {}", self.step));
+        ModelError::Diverged {
+            step: self.step,
+            loss,
+            grad_norm,
+            checkpoint,
+        }
+    }
+
+    /// The final held-out evaluation, the last checkpoint and `summary.json`.
+    pub fn finish(mut self) -> Result<TrainResult, ModelError> {
+        let config = self.config;
+        let step = self.step;
+        let eval = match self.history.last() {
+            // Stopped at the target: the last record already evaluated this very model.
+            Some(m) if m.step == step && m.eval_loss.is_some() && m.eval_accuracy.is_some() => (
+                m.eval_loss.unwrap_or(f64::NAN),
+                m.eval_accuracy.unwrap_or(f64::NAN),
+            ),
+            _ => evaluate(&self.model, &self.eval_set)?,
+        };
+        if eval.1 >= config.target_accuracy && self.steps_to_target.is_none() {
+            self.steps_to_target = Some(step);
+        }
+        self.checkpoint()?;
+        let summary = self.summary(eval, None);
+        self.write_summary(&summary)?;
         self.progress.finish(&format!(
-            "{step} steps, held-out accuracy {eval_accuracy:.4}, {steps_per_s:.1} steps/s"
+            "{step} steps, held-out accuracy {:.4}, {:.1} steps/s",
+            eval.1, summary.steps_per_s
         ));
         Ok(TrainResult {
             summary,
@@ -340,6 +400,40 @@ impl<'a> Run<'a> {
             model: self.model.valid(),
         })
     }
+}
+
+/// |g|² over every parameter, as a one-element tensor.
+fn grad_squares(model: &AttentionModel, grads: &Gradients) -> Tensor<1> {
+    let mut squares = GradSquares {
+        grads,
+        sums: Vec::new(),
+    };
+    model.visit(&mut squares);
+    Tensor::cat(squares.sums, 0).sum()
+}
+
+/// Refuses a fresh run into a directory that holds anything: with `overwrite`, the files an
+/// earlier run wrote are removed first, and anything else there still refuses the run.
+fn prepare_fresh(dir: &Path, overwrite: bool) -> Result<(), ModelError> {
+    let Some(found) = fs::read_dir(dir)
+        .ok()
+        .and_then(|mut entries| entries.next())
+        .transpose()
+        .map_err(|e| ModelError::io(dir, e))?
+        .map(|entry| entry.path())
+    else {
+        return Ok(());
+    };
+    if !overwrite {
+        return Err(ModelError::RunExists {
+            dir: dir.to_path_buf(),
+            found,
+        });
+    }
+    if let Some(foreign) = foreign_entry(dir)? {
+        return Err(ModelError::ForeignFile(foreign));
+    }
+    remove_run_files(dir)
 }
 
 /// Sums the squared gradients of all parameters.

@@ -14,9 +14,10 @@ use burn::backend::{
 };
 use burn::prelude::*;
 
-use super::backward::{BACKWARD_TILES, BackwardInputs, BackwardOutputs, try_backward};
+use super::backward::{BACKWARD_TILES, BackwardInputs, BackwardOutputs};
 use super::host::HostFloat;
-use super::kernel::{Broadcast, KernelShape, Masking, Tiles, try_forward};
+use super::kernel::{Broadcast, KernelShape, Masking, Tiles};
+use super::nonfinite;
 use crate::types::AttentionDims;
 
 /// A boolean mask on the host, `[b|1, h|1, n|1, m]` row-major (true = masked out).
@@ -130,7 +131,7 @@ fn forward<B: HostFloat>(
                 .zip(bias)
                 .map(|(values, b)| Broadcast::new(values, b.shape().dims::<4>())),
         };
-        try_forward(
+        nonfinite::forward(
             &shape,
             Tiles::for_keys(dims.m),
             &masking,
@@ -138,7 +139,7 @@ fn forward<B: HostFloat>(
             &ks,
             &vs,
             &mut out,
-            Some(&mut lse),
+            &mut lse,
         )
     })();
     if let Err(e) = result {
@@ -243,7 +244,7 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
                     .zip(saved.bias.as_ref())
                     .map(|(values, b)| Broadcast::new(values, b.shape().dims::<4>())),
             };
-            try_backward(
+            nonfinite::backward(
                 &shape,
                 BACKWARD_TILES,
                 &masking,

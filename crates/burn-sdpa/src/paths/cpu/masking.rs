@@ -23,6 +23,11 @@ impl<'a, T> Broadcast<'a, T> {
         Self { data, shape }
     }
 
+    /// The values, row-major in [`shape`](Self::shape).
+    pub(crate) fn data(&self) -> &'a [T] {
+        self.data
+    }
+
     /// The `m` values of row (`batch_idx`, `head_idx`, `query_idx`).
     pub(crate) fn row(&self, batch_idx: usize, head_idx: usize, query_idx: usize) -> &'a [T] {
         let [sb, sh, sn, m] = self.shape;
@@ -61,7 +66,18 @@ pub struct Masking<'a> {
     pub bias: Option<Broadcast<'a, f32>>,
 }
 
-impl Masking<'_> {
+impl<'a> Masking<'a> {
+    /// The same mask with other bias values of the same shape.
+    pub(crate) fn with_bias_values<'b>(&self, values: &'b [f32]) -> Masking<'b>
+    where
+        'a: 'b,
+    {
+        Masking {
+            mask: self.mask,
+            bias: self.bias.map(|bias| Broadcast::new(values, bias.shape)),
+        }
+    }
+
     /// Checks that the mask and bias broadcast to the call's `[b, h, n, m]`.
     pub fn validate(&self, dims: &AttentionDims) -> Result<(), AttentionError> {
         if let Some(mask) = &self.mask {

@@ -16,6 +16,7 @@ mod extension;
 mod host;
 pub mod kernel;
 mod masking;
+mod nonfinite;
 #[cfg(test)]
 mod reference;
 mod shape;
@@ -128,7 +129,8 @@ fn host_copies(
             .map(|(values, shape)| Broadcast::new(values, *shape)),
     };
     let mut out = vec![0.0f32; b * h * n * dims.d_v];
-    kernel::try_forward(
+    let mut lse = vec![0.0f32; b * h * n];
+    nonfinite::forward(
         &shape,
         Tiles::for_keys(dims.m),
         &masking,
@@ -136,7 +138,7 @@ fn host_copies(
         &host(&k)?,
         &host(&v)?,
         &mut out,
-        None,
+        &mut lse,
     )?;
     let context = Tensor::from_data(TensorData::new(out, [b, h, n, dims.d_v]), &device);
     Ok(AttentionOutput::from_context(context))

@@ -56,6 +56,11 @@ pub fn softmax_grad(p: &mut [f32], dp: &[f32], d: f32) {
     dispatch!(softmax_grad_body(p, dp, d))
 }
 
+/// Whether some element is NaN or infinite (x · 0 is NaN exactly for those).
+pub fn non_finite(xs: &[f32]) -> bool {
+    dispatch!(non_finite_body(xs))
+}
+
 /// Σ x·y.
 pub fn dot(xs: &[f32], ys: &[f32]) -> f32 {
     dispatch!(dot_body(xs, ys))
@@ -131,6 +136,19 @@ macro_rules! bodies {
             for (p, dp) in p.iter_mut().zip(dp) {
                 *p *= *dp - d;
             }
+        }
+
+        $(#[$attr])*
+        pub fn non_finite_body(xs: &[f32]) -> bool {
+            let mut lanes = [0.0f32; LANES];
+            let mut chunks = xs.chunks_exact(LANES);
+            for chunk in &mut chunks {
+                for (l, x) in lanes.iter_mut().zip(chunk) {
+                    *l += *x * 0.0;
+                }
+            }
+            let tail: f32 = chunks.remainder().iter().map(|x| *x * 0.0).sum();
+            (tail + lanes.iter().sum::<f32>()).is_nan()
         }
 
         $(#[$attr])*

@@ -1,0 +1,63 @@
+//! The golden runner isolates every case: a malformed one is that case's FAIL line, the run
+//! always ends with `N passed, M failed`, and exits 1 when any failed.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::{arg, code, sdpa, text};
+
+fn plain_case() -> Value {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("tests/data/golden/plain.json")).expect("case");
+    serde_json::from_str(&text).expect("json")
+}
+
+fn write(dir: &Path, name: &str, case: &Value) {
+    std::fs::write(dir.join(name), serde_json::to_string(case).unwrap()).expect("write");
+}
+
+#[test]
+fn malformed_cases_fail_alone_and_the_run_always_sums_up() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "a_plain.json", &plain_case());
+    // grad_out whose shape differs from the context's (it used to panic inside Burn's Mul).
+    let mut bad_grad = plain_case();
+    bad_grad["grad_out"] = json!({"shape": [2, 3, 5, 1], "data": vec![0.0; 30]});
+    write(dir.path(), "b_grad_out.json", &bad_grad);
+    // A shape whose number of values overflows, with no data (it used to pass the length check
+    // in release builds and panic).
+    let mut overflow = plain_case();
+    overflow["query"] = json!({"shape": [65536, 65536, 65536, 65536], "data": []});
+    write(dir.path(), "c_overflow.json", &overflow);
+    // A small file describing n = m = 60 000 (it used to abort the process on allocation).
+    let mut huge = plain_case();
+    let long = |d: usize| json!({"shape": [1, 1, 60000, d], "data": vec![0.5; 60000 * d]});
+    huge["query"] = long(1);
+    huge["key"] = long(1);
+    huge["value"] = long(1);
+    write(dir.path(), "d_huge.json", &huge);
+    // Not JSON at all.
+    std::fs::write(dir.path().join("e_garbage.json"), "{\"name\": ").expect("write");
+
+    let out = sdpa(&["golden", &arg(dir.path()), "--backend", "flex"]);
+    let printed = text(&out);
+    assert_eq!(code(&out), Some(1), "{printed}");
+    assert!(printed.contains("1 passed, 4 failed"), "{printed}");
+    for needle in ["grad_out", "overflows", "too large", "e_garbage"] {
+        assert!(
+            printed.contains(needle),
+            "no FAIL line names {needle}: {printed}"
+        );
+    }
+    assert_eq!(printed.matches("FAIL").count(), 4, "{printed}");
+}
+
+#[test]
+fn a_folder_without_cases_is_bad_usage() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let out = sdpa(&["golden", &arg(dir.path())]);
+    assert_eq!(code(&out), Some(2), "{}", text(&out));
+    let out = sdpa(&["golden", &arg(&dir.path().join("missing"))]);
+    assert_eq!(code(&out), Some(2), "{}", text(&out));
+}
