@@ -1,6 +1,6 @@
 //! A query-blocked flash-attention kernel on `f32` host slices: the forward pass of
 //! [`Implementation::CpuKernel`](crate::Implementation::CpuKernel), which also writes the per-row
-//! log-sum-exp that its backward pass ([`super::backward`]) recomputes the weights from.
+//! log-sum-exp that its backward pass (`backward.rs`) recomputes the weights from.
 //!
 //! Burn's Flex kernel runs one `[n, 64]` score tile per step over all n queries of a head and
 //! exponentiates with the scalar `f32::exp`. This kernel differs in three ways (how much each
