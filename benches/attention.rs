@@ -1,68 +1,51 @@
-//! Criterion benchmarks of the main attention cases, so that regressions show in `cargo bench`.
-//! The full sweep with GFLOP/s, memory and plots is `sdpa bench`.
+//! `cargo bench`: the main attention cases on flex, so that a regression shows without the full
+//! sweep (that is `sdpa bench`, with GFLOP/s, memory and plots). A plain harness on top of the
+//! bench's own timing, without a benchmarking crate: criterion's dependencies change the features
+//! of crates Burn depends on, which made every `cargo bench` (and `cargo test`) rebuild Burn.
+
+use std::time::Instant;
 
 use burn::prelude::*;
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use sdpa::lab::bench::{forward_path, module, paths_for};
-use sdpa::lab::context::normal_tensor;
+use sdpa::lab::bench::{Cell, module, paths_for, run_once};
+use sdpa::lab::stats::median;
 
-fn attention(c: &mut Criterion) {
-    let device = Device::flex();
+/// Timed runs per case, after one warm-up.
+const RUNS: usize = 7;
+
+fn main() -> anyhow::Result<()> {
+    // `cargo bench -- NAME` filters on the case name; `cargo test --benches` passes `--bench`.
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with("--"));
     let (b, h, d) = (4, 8, 64);
-    let mut group = c.benchmark_group("attention forward (flex, b=4, h=8, d=64)");
-    group.sample_size(10);
-    for n in [256usize, 1024] {
-        let mut rng = ChaCha8Rng::seed_from_u64(1);
-        let q = normal_tensor(&mut rng, [b, h, n, d], &device);
-        let k = normal_tensor(&mut rng, [b, h, n, d], &device);
-        let v = normal_tensor(&mut rng, [b, h, n, d], &device);
+    println!("attention on flex, b = {b}, h = {h}, d = {d}: median of {RUNS} runs (ms)");
+    for (backward, n) in [(false, 256), (false, 1024), (true, 512)] {
+        let device = if backward {
+            Device::flex().autodiff()
+        } else {
+            Device::flex()
+        };
+        let mut rng = ChaCha8Rng::seed_from_u64(n as u64);
+        let cell = Cell::new(&mut rng, [b, h, n, d], None, &device);
         for (name, implementation) in paths_for(256, false) {
-            let attn = implementation
-                .map(module)
-                .transpose()
-                .expect("valid config");
-            group.bench_with_input(BenchmarkId::new(name, n), &n, |bench, _| {
-                bench.iter(|| {
-                    forward_path(attn.as_ref(), q.clone(), k.clone(), v.clone())
-                        .expect("valid input")
-                        .slice(s![0..1, 0..1, 0..1, 0..1])
-                        .into_data()
+            let case = format!(
+                "{} {name} n={n}",
+                if backward { "forward+backward" } else { "forward" }
+            );
+            if filter.as_ref().is_some_and(|f| !case.contains(f.as_str())) {
+                continue;
+            }
+            let attn = implementation.map(module).transpose()?;
+            run_once(attn.as_ref(), &cell, backward)?;
+            let times: Vec<f64> = (0..RUNS)
+                .map(|_| {
+                    let start = Instant::now();
+                    run_once(attn.as_ref(), &cell, backward)
+                        .map(|()| start.elapsed().as_secs_f64() * 1e3)
                 })
-            });
+                .collect::<Result<_, _>>()?;
+            println!("{case:<40} {:>10.2}", median(&times));
         }
     }
-    group.finish();
+    Ok(())
 }
-
-fn attention_backward(c: &mut Criterion) {
-    // Training: the autodiff device, where Auto takes the CPU kernel and its own backward pass.
-    let device = Device::flex().autodiff();
-    let (b, h, d, n) = (4, 8, 64, 512);
-    let mut group = c.benchmark_group("attention forward+backward (flex, b=4, h=8, d=64)");
-    group.sample_size(10);
-    let mut rng = ChaCha8Rng::seed_from_u64(2);
-    let q = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
-    let k = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
-    let v = normal_tensor(&mut rng, [b, h, n, d], &device).require_grad();
-    for (name, implementation) in paths_for(256, false) {
-        let attn = implementation
-            .map(module)
-            .transpose()
-            .expect("valid config");
-        group.bench_with_input(BenchmarkId::new(name, n), &n, |bench, _| {
-            bench.iter(|| {
-                let out = forward_path(attn.as_ref(), q.clone(), k.clone(), v.clone())
-                    .expect("valid input");
-                let grads = out.sum().backward();
-                q.grad(&grads)
-                    .map(|g| g.slice(s![0..1, 0..1, 0..1, 0..1]).into_data())
-            })
-        });
-    }
-    group.finish();
-}
-
-criterion_group!(benches, attention, attention_backward);
-criterion_main!(benches);

@@ -44,6 +44,8 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Dashed reference line instead of a solid line with markers.
     pub dashed: bool,
+    /// A shaded interval band around the line: (x, lower, upper), e.g. a 95% interval.
+    pub band: Vec<(f64, f64, f64)>,
 }
 
 impl Series {
@@ -53,6 +55,17 @@ impl Series {
             label: label.into(),
             points,
             dashed: false,
+            band: Vec::new(),
+        }
+    }
+
+    /// A solid line with a shaded band: each point is (x, value, lower, upper).
+    pub fn with_band(label: impl Into<String>, points: Vec<(f64, f64, f64, f64)>) -> Self {
+        Self {
+            label: label.into(),
+            points: points.iter().map(|p| (p.0, p.1)).collect(),
+            dashed: false,
+            band: points.iter().map(|p| (p.0, p.2, p.3)).collect(),
         }
     }
 
@@ -62,6 +75,7 @@ impl Series {
             label: label.into(),
             points,
             dashed: true,
+            band: Vec::new(),
         }
     }
 }
@@ -170,6 +184,25 @@ where
                     && (!plot.log_y || *b > 0.0)
             })
             .collect();
+        let usable = |a: f64, b: f64| {
+            a.is_finite() && b.is_finite() && (!plot.log_x || a > 0.0) && (!plot.log_y || b > 0.0)
+        };
+        let band: Vec<(f64, f64, f64)> = s
+            .band
+            .iter()
+            .copied()
+            .filter(|(x, lo, hi)| usable(*x, *lo) && usable(*x, *hi))
+            .collect();
+        if band.len() >= 2 {
+            let outline: Vec<(f64, f64)> = band
+                .iter()
+                .map(|(x, _, hi)| (*x, *hi))
+                .chain(band.iter().rev().map(|(x, lo, _)| (*x, *lo)))
+                .collect();
+            chart
+                .draw_series(std::iter::once(Polygon::new(outline, color.mix(0.18).filled())))
+                .map_err(|e| e.to_string())?;
+        }
         if s.dashed {
             chart
                 .draw_series(DashedLineSeries::new(pts, 8, 5, color.stroke_width(2)))
@@ -211,10 +244,12 @@ pub fn line_plot(path: &Path, plot: &LinePlot) -> Result<(), LabError> {
         .series
         .iter()
         .flat_map(|s| s.points.iter().map(|p| p.0));
-    let ys = plot
-        .series
-        .iter()
-        .flat_map(|s| s.points.iter().map(|p| p.1));
+    let ys = plot.series.iter().flat_map(|s| {
+        s.points
+            .iter()
+            .map(|p| p.1)
+            .chain(s.band.iter().flat_map(|b| [b.1, b.2]))
+    });
     let (x0, x1) = bounds(xs, plot.log_x);
     let (y0, y1) = bounds(ys, plot.log_y);
     let result = match (plot.log_x, plot.log_y) {
