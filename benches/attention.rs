@@ -30,7 +30,11 @@ fn main() -> anyhow::Result<()> {
         for (name, implementation) in paths_for(256, false) {
             let case = format!(
                 "{} {name} n={n}",
-                if backward { "forward+backward" } else { "forward" }
+                if backward {
+                    "forward+backward"
+                } else {
+                    "forward"
+                }
             );
             if filter.as_ref().is_some_and(|f| !case.contains(f.as_str())) {
                 continue;

@@ -50,7 +50,10 @@ impl LabArgs {
         let mut kinds: Vec<BackendKind> = Vec::new();
         for name in &self.backends {
             if name == "all" {
-                kinds.extend(BackendKind::compiled());
+                // Flex first: it stays the primary backend.
+                let mut compiled = BackendKind::compiled();
+                compiled.sort_by_key(|k| *k != BackendKind::Flex);
+                kinds.extend(compiled);
             } else {
                 kinds.push(
                     name.parse()
@@ -58,22 +61,35 @@ impl LabArgs {
                 );
             }
         }
-        kinds.dedup();
         let mut backends = Vec::new();
+        let mut skipped_backends = Vec::new();
         for k in kinds {
             if backends.iter().any(|b: &LabBackend| b.name == k.name()) {
                 continue;
             }
-            backends.push(LabBackend {
-                name: k.name().into(),
-                device: super::open_device(k)?,
-            });
+            match k.device() {
+                Ok(device) => backends.push(LabBackend {
+                    name: k.name().into(),
+                    device,
+                }),
+                // Compiled in but no adapter here: skipped with a note, not the end of the report.
+                Err(e @ crate::BackendError::NoDevice { .. }) => {
+                    eprintln!("note: skipping {}: {e}", k.name());
+                    skipped_backends.push(format!("{}: {e}", k.name()));
+                }
+                Err(e) => return Err(UsageError(e.to_string()).into()),
+            }
         }
         if backends.is_empty() {
-            return Err(UsageError("no backend".into()).into());
+            return Err(UsageError(format!(
+                "no usable backend ({})",
+                skipped_backends.join("; ")
+            ))
+            .into());
         }
         Ok(LabContext {
             backends,
+            skipped_backends,
             seed: self.seed,
             quick: self.quick,
             out_dir: self.out.clone(),

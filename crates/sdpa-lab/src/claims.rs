@@ -121,6 +121,37 @@ impl Claim {
         )
     }
 
+    /// Holds when the whole 95% interval of `estimate` lies in `[lo, hi]`, fails when it lies
+    /// entirely outside, undecided otherwise.
+    #[allow(clippy::too_many_arguments)]
+    pub fn in_range(
+        id: &'static str,
+        source: Source,
+        statement: impl Into<String>,
+        what: &str,
+        estimate: Estimate,
+        lo: f64,
+        hi: f64,
+    ) -> Self {
+        let decided = if !(estimate.lo.is_finite() && estimate.hi.is_finite()) {
+            None
+        } else if estimate.lo >= lo && estimate.hi <= hi {
+            Some(true)
+        } else if estimate.hi < lo || estimate.lo > hi {
+            Some(false)
+        } else {
+            None
+        };
+        Self::decided(
+            id,
+            source,
+            statement,
+            format!("{what}: 95% interval inside [{lo}, {hi}]"),
+            format!("{what} = {}, n = {}", show(estimate), estimate.n),
+            decided,
+        )
+    }
+
     /// Holds when `value` is within `tolerance` of `target` (a deterministic figure).
     pub fn within(
         id: &'static str,
@@ -164,9 +195,15 @@ pub fn short(x: f64) -> String {
     }
 }
 
-/// An estimate with its interval.
+/// An estimate with its interval (or a note that there is too little data for one).
 pub fn show(e: Estimate) -> String {
-    format!("{} [{}, {}]", short(e.value), short(e.lo), short(e.hi))
+    if e.lo.is_finite() && e.hi.is_finite() {
+        format!("{} [{}, {}]", short(e.value), short(e.lo), short(e.hi))
+    } else if e.value.is_finite() {
+        format!("{} (no interval from {} points)", short(e.value), e.n)
+    } else {
+        format!("not measurable ({} points)", e.n)
+    }
 }
 
 /// How an experiment's measurement relates to the article, from its claims.
@@ -242,17 +279,16 @@ pub fn claims_table(claims: &[Claim]) -> String {
             ]
         })
         .collect();
-    crate::experiments::md_table(&["claim by", "statement", "check", "measured", "outcome"], &rows)
+    crate::experiments::md_table(
+        &["claim by", "statement", "check", "measured", "outcome"],
+        &rows,
+    )
 }
 
 /// One sentence from the claims: what held, what failed, what is undecided.
 pub fn summary(claims: &[Claim]) -> String {
     let of = |outcome: Outcome| claims.iter().filter(|c| c.outcome == outcome).count();
-    let mut s = format!(
-        "{} of {} claims hold",
-        of(Outcome::Holds),
-        claims.len()
-    );
+    let mut s = format!("{} of {} claims hold", of(Outcome::Holds), claims.len());
     let failed: Vec<&str> = claims
         .iter()
         .filter(|c| c.outcome == Outcome::Fails)
@@ -272,7 +308,12 @@ mod tests {
     use super::*;
 
     fn estimate(value: f64, lo: f64, hi: f64) -> Estimate {
-        Estimate { value, lo, hi, n: 10 }
+        Estimate {
+            value,
+            lo,
+            hi,
+            n: 10,
+        }
     }
 
     #[test]
@@ -300,10 +341,25 @@ mod tests {
         let article = |o| claim(Source::Article("§1"), o);
         let lab = |o| claim(Source::Lab, o);
         use Outcome::*;
-        assert_eq!(Verdict::from_claims(&[article(Holds), lab(Holds)]), Verdict::Reproduced);
-        assert_eq!(Verdict::from_claims(&[article(Fails), lab(Holds)]), Verdict::Corrected);
-        assert_eq!(Verdict::from_claims(&[article(Fails), lab(Fails)]), Verdict::NotSupported);
-        assert_eq!(Verdict::from_claims(&[article(Holds), article(Fails)]), Verdict::PartlySupported);
-        assert_eq!(Verdict::from_claims(&[article(Holds), article(Undecided)]), Verdict::Undecided);
+        assert_eq!(
+            Verdict::from_claims(&[article(Holds), lab(Holds)]),
+            Verdict::Reproduced
+        );
+        assert_eq!(
+            Verdict::from_claims(&[article(Fails), lab(Holds)]),
+            Verdict::Corrected
+        );
+        assert_eq!(
+            Verdict::from_claims(&[article(Fails), lab(Fails)]),
+            Verdict::NotSupported
+        );
+        assert_eq!(
+            Verdict::from_claims(&[article(Holds), article(Fails)]),
+            Verdict::PartlySupported
+        );
+        assert_eq!(
+            Verdict::from_claims(&[article(Holds), article(Undecided)]),
+            Verdict::Undecided
+        );
     }
 }

@@ -32,6 +32,9 @@ pub struct LabContext {
     pub out_dir: PathBuf,
     /// How progress of long experiments is shown.
     pub progress: ProgressMode,
+    /// Backends asked for that could not be opened (no adapter), with the reason; the report
+    /// says so instead of stopping.
+    pub skipped_backends: Vec<String>,
 }
 
 /// Why an experiment could not run.

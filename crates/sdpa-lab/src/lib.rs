@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod claims;
 pub mod context;
 pub mod experiments;
 pub mod memory;
@@ -16,6 +17,7 @@ pub mod plot;
 pub mod report;
 pub mod stats;
 
+pub use claims::{Claim, Outcome, Verdict};
 pub use context::{LabBackend, LabContext, LabError};
-pub use experiments::{Experiment, ExperimentOutput, Verdict, all_experiments, find_experiment};
+pub use experiments::{Experiment, ExperimentOutput, all_experiments, find_experiment};
 pub use report::{Report, run_report};

@@ -200,7 +200,10 @@ where
                 .chain(band.iter().rev().map(|(x, lo, _)| (*x, *lo)))
                 .collect();
             chart
-                .draw_series(std::iter::once(Polygon::new(outline, color.mix(0.18).filled())))
+                .draw_series(std::iter::once(Polygon::new(
+                    outline,
+                    color.mix(0.18).filled(),
+                )))
                 .map_err(|e| e.to_string())?;
         }
         if s.dashed {

@@ -39,6 +39,8 @@ pub struct Report {
     pub experiments: Vec<ExperimentOutput>,
     /// The experiments that failed.
     pub failures: Vec<Failure>,
+    /// Backends asked for but not usable here, with the reason.
+    pub skipped_backends: Vec<String>,
 }
 
 fn git_commit() -> String {
@@ -110,13 +112,12 @@ pub fn run_report(
         seconds: t0.elapsed().as_secs_f64(),
         experiments: outputs,
         failures,
+        skipped_backends: ctx.skipped_backends.clone(),
     };
     let json_path = ctx.out_dir.join("results.json");
-    std::fs::write(
-        &json_path,
-        serde_json::to_string_pretty(&report).unwrap_or_default(),
-    )
-    .map_err(|e| LabError::io(&json_path, e))?;
+    let json = serde_json::to_string_pretty(&report)
+        .map_err(|e| LabError::Other(format!("cannot serialize the report: {e}")))?;
+    std::fs::write(&json_path, json).map_err(|e| LabError::io(&json_path, e))?;
     let md_path = ctx.out_dir.join("REPORT.md");
     std::fs::write(&md_path, markdown(&report)).map_err(|e| LabError::io(&md_path, e))?;
     Ok(report)
@@ -124,12 +125,15 @@ pub fn run_report(
 
 /// The Markdown report.
 pub fn markdown(r: &Report) -> String {
+    use crate::claims::Source;
+    use crate::experiments::md_cell;
     let mut s = String::new();
     let _ = writeln!(s, "# Attention, derived and measured\n");
     let _ = writeln!(
         s,
         "Every experiment of the article *10 · Attention 的数学推导*, reproduced with the `burn-sdpa` module \
-         on Burn 0.22.1 and, where the article's code does not measure what its text claims, corrected.\n"
+         on Burn 0.22.1. Every conclusion below is a claim with the check that decides it; its outcome is \
+         computed from this run's numbers, and an experiment's verdict follows from its claims.\n"
     );
     let _ = writeln!(
         s,
@@ -142,9 +146,33 @@ pub fn markdown(r: &Report) -> String {
         r.git_commit,
         r.seconds
     );
+    if !r.skipped_backends.is_empty() {
+        let _ = writeln!(s, "Backends skipped: {}.\n", r.skipped_backends.join("; "));
+    }
+    let _ = writeln!(s, "## The article's claims\n");
     let _ = writeln!(
         s,
-        "| # | experiment | verdict | key numbers | time (s) |\n|---|---|---|---|---|"
+        "| section | the article says | outcome | experiment (verdict) |\n|---|---|---|---|"
+    );
+    for e in &r.experiments {
+        for c in &e.claims {
+            if let Source::Article(section) = c.source {
+                let _ = writeln!(
+                    s,
+                    "| {section} | {} | **{}** | [{}](#{}) ({}) |",
+                    md_cell(&c.statement),
+                    c.outcome.label(),
+                    e.name,
+                    e.name,
+                    e.verdict.label()
+                );
+            }
+        }
+    }
+    let _ = writeln!(s, "\n## Experiments\n");
+    let _ = writeln!(
+        s,
+        "| # | experiment | verdict | claims | time (s) |\n|---|---|---|---|---|"
     );
     for (i, e) in r.experiments.iter().enumerate() {
         let _ = writeln!(
@@ -154,7 +182,7 @@ pub fn markdown(r: &Report) -> String {
             e.name,
             e.name,
             e.verdict.label(),
-            crate::experiments::md_cell(&e.summary),
+            md_cell(&e.summary),
             e.seconds
         );
     }
@@ -163,8 +191,35 @@ pub fn markdown(r: &Report) -> String {
             s,
             "| – | {} | **failed** | {} | – |",
             fail.name,
-            crate::experiments::md_cell(&fail.error)
+            md_cell(&fail.error)
         );
+    }
+    let cross: Vec<(&str, &crate::experiments::BackendValues)> = r
+        .experiments
+        .iter()
+        .flat_map(|e| e.per_backend.iter().map(move |b| (e.name.as_str(), b)))
+        .filter(|(_, b)| b.values.len() > 1)
+        .collect();
+    if !cross.is_empty() {
+        let _ = writeln!(s, "\n## Across backends\n");
+        let _ = writeln!(
+            s,
+            "The same inputs on every backend; the largest relative disagreement |a − b| / max(|a|, |b|) of \
+             each quantity measured on more than one.\n\n| experiment | quantity | values | largest disagreement |\n|---|---|---|---|"
+        );
+        for (name, b) in cross {
+            let _ = writeln!(
+                s,
+                "| {name} | {} | {} | {:.1e} |",
+                md_cell(&b.quantity),
+                b.values
+                    .iter()
+                    .map(|(k, v)| format!("{k} {}", crate::claims::short(*v)))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+                b.largest_disagreement()
+            );
+        }
     }
     for e in &r.experiments {
         let _ = writeln!(

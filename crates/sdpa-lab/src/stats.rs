@@ -52,6 +52,63 @@ pub fn t_critical_95(df: usize) -> f64 {
     }
 }
 
+/// The standard normal quantile Φ⁻¹(p) for 0 < p < 1 (Acklam's rational approximation,
+/// relative error < 1.2e-9).
+pub fn normal_quantile(p: f64) -> f64 {
+    const A: [f64; 6] = [
+        -3.969_683_028_665_376e1,
+        2.209_460_984_245_205e2,
+        -2.759_285_104_469_687e2,
+        1.383_577_518_672_69e2,
+        -3.066_479_806_614_716e1,
+        2.506_628_277_459_239,
+    ];
+    const B: [f64; 5] = [
+        -5.447_609_879_822_406e1,
+        1.615_858_368_580_409e2,
+        -1.556_989_798_598_866e2,
+        6.680_131_188_771_972e1,
+        -1.328_068_155_288_572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784_894_002_430_293e-3,
+        -3.223_964_580_411_365e-1,
+        -2.400_758_277_161_838,
+        -2.549_732_539_343_734,
+        4.374_664_141_464_968,
+        2.938_163_982_698_783,
+    ];
+    const D: [f64; 4] = [
+        7.784_695_709_041_462e-3,
+        3.224_671_290_700_398e-1,
+        2.445_134_137_142_996,
+        3.754_408_661_907_416,
+    ];
+    if !(0.0..1.0).contains(&p) || p == 0.0 {
+        return f64::NAN;
+    }
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    if p < 0.02425 {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - 0.02425 {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
+}
+
+/// The two-sided critical z of `k` simultaneous comparisons at a family-wise 95% level
+/// (Bonferroni): Φ⁻¹(1 − 0.025 / k).
+pub fn bonferroni_z(k: usize) -> f64 {
+    normal_quantile(1.0 - 0.025 / k.max(1) as f64)
+}
+
 /// A statistic with its 95% interval and how it was computed.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
 pub struct Estimate {
@@ -68,10 +125,17 @@ pub struct Estimate {
 impl Estimate {
     /// `value [lo, hi]` with `digits` decimals.
     pub fn show(&self, digits: usize) -> String {
-        format!(
-            "{:.digits$} [{:.digits$}, {:.digits$}]",
-            self.value, self.lo, self.hi
-        )
+        if self.lo.is_finite() && self.hi.is_finite() {
+            format!(
+                "{:.digits$} [{:.digits$}, {:.digits$}]",
+                self.value, self.lo, self.hi
+            )
+        } else {
+            format!(
+                "{:.digits$} (no interval from {} draws)",
+                self.value, self.n
+            )
+        }
     }
 }
 
@@ -189,6 +253,9 @@ mod tests {
         );
         assert_eq!(wilson(0, 10).lo, 0.0);
         assert!((t_critical_95(1000) - 1.962).abs() < 1e-3);
+        assert!((normal_quantile(0.975) - 1.959_964).abs() < 1e-6);
+        assert!((normal_quantile(0.001) + 3.090_232).abs() < 1e-6);
+        assert!((bonferroni_z(4) - 2.497_705).abs() < 1e-5);
         // An exact power law has a zero-width interval; noise widens it around the truth.
         let x = [1.0, 2.0, 4.0, 8.0, 16.0];
         let y: Vec<f64> = x.iter().map(|v: &f64| v.powf(-0.5)).collect();

@@ -13,9 +13,11 @@ use rand_chacha::ChaCha8Rng;
 use sdpa_model::{ProgressMode, RunOptions, TaskConfig, TrainConfig, train};
 use serde::Serialize;
 
-use super::{Experiment, ExperimentOutput, Verdict, f, md_table, out_path};
+use super::{Experiment, ExperimentOutput, f, md_table, out_path};
+use crate::claims::{Claim, Source, show};
 use crate::context::{LabContext, LabError, normal_vec, to_vec};
 use crate::plot::heatmap;
+use crate::stats::{Estimate, mean_ci, wilson};
 
 /// The article's random-projection map.
 #[derive(Debug, Clone, Serialize)]
@@ -25,12 +27,13 @@ pub struct RandomMap {
     /// Draws measured.
     pub draws: usize,
     /// Share of rows 4–7 whose largest weight is on the twin (column i − 4) or on its identical
-    /// copy (column i itself, which has the very same key).
-    pub share_twin_is_max: f64,
+    /// copy (column i itself, which has the very same key), with its Wilson interval over the
+    /// rows of every draw.
+    pub share_twin_is_max: Estimate,
     /// The same share if the argmax were random: 2 of 8 columns.
     pub chance: f64,
-    /// Mean weight of a row 4–7 on its twin.
-    pub mean_twin_weight: f64,
+    /// Mean weight of a row 4–7 on its twin, with its t-interval over draws.
+    pub mean_twin_weight: Estimate,
 }
 
 /// The trained model's map.
@@ -43,8 +46,8 @@ pub struct TrainedMap {
     /// The head drawn.
     pub head: usize,
     /// Share of second-half rows whose largest weight is on their twin, per head, over a
-    /// held-out batch.
-    pub share_twin_is_max: Vec<f64>,
+    /// held-out batch (Wilson intervals over its rows).
+    pub share_twin_is_max: Vec<Estimate>,
     /// Held-out accuracy of the model.
     pub accuracy: f64,
     /// Steps it trained.
@@ -115,13 +118,15 @@ impl Experiment for AttentionMap {
         let mut rng = ctx.rng(7);
         let first = random_map(&mut rng, device)?;
         let draws = if ctx.quick { 200 } else { 1000 };
-        let (mut hits, mut twin_w, mut rows) = (0usize, 0.0, 0usize);
+        let (mut hits, mut rows) = (0usize, 0usize);
+        let mut twin_weights = Vec::new();
         for i in 0..draws {
             let w = if i == 0 {
                 first.clone()
             } else {
                 random_map(&mut rng, device)?
             };
+            let mut twin_w = 0.0;
             for (r, row) in w.iter().enumerate().skip(4) {
                 let a = argmax(row);
                 if a == r - 4 || a == r {
@@ -130,13 +135,14 @@ impl Experiment for AttentionMap {
                 twin_w += row[r - 4];
                 rows += 1;
             }
+            twin_weights.push(twin_w / 4.0);
         }
         let random = RandomMap {
             weights: first.clone(),
             draws,
-            share_twin_is_max: hits as f64 / rows as f64,
+            share_twin_is_max: wilson(hits, rows),
             chance: 2.0 / 8.0,
-            mean_twin_weight: twin_w / rows as f64,
+            mean_twin_weight: mean_ci(&twin_weights),
         };
         let p1 = "attention_map_random.png";
         heatmap(
@@ -176,7 +182,7 @@ impl Experiment for AttentionMap {
         let [b, h, s, _] = w.dims();
         let wv = to_vec(w)?;
         let k = task.k;
-        let mut shares = vec![0.0; h];
+        let mut shares = vec![wilson(0, 0); h];
         for (head, share) in shares.iter_mut().enumerate() {
             let mut hit = 0;
             for bi in 0..b {
@@ -187,10 +193,10 @@ impl Experiment for AttentionMap {
                     }
                 }
             }
-            *share = hit as f64 / (b * k) as f64;
+            *share = wilson(hit, b * k);
         }
         let best = (0..h)
-            .max_by(|&a, &c| shares[a].total_cmp(&shares[c]))
+            .max_by(|&a, &c| shares[a].value.total_cmp(&shares[c].value))
             .unwrap_or(0);
         let map: Vec<Vec<f64>> = (0..s)
             .map(|i| wv[(best * s + i) * s..(best * s + i + 1) * s].to_vec())
@@ -228,57 +234,79 @@ impl Experiment for AttentionMap {
             .chain((0..8).map(|j| j.to_string()))
             .collect();
         let h8: Vec<&str> = headers8.iter().map(|s| s.as_str()).collect();
-        let verdict = if random.share_twin_is_max > 0.9 {
-            Verdict::Reproduced
-        } else {
-            Verdict::Corrected
-        };
         let markdown = format!(
             "**The article's setup.** 8 tokens of width 32 (x ~ N(0, 0.5²)), tokens 4–7 copies of 0–3, \
              Q, K from two independent random `nn.Linear(32, 32)` (PyTorch's default init), softmax of \
              QKᵀ/√32. One draw:\n\n{}\n![random map]({p1})\n\n\
-             The article expects rows 4–7 to point at columns 0–3 \"because their content is the same, so q·k \
-             is largest\". Over {} draws, the largest weight of a row 4–7 is on its twin (or on itself, whose \
-             key is identical) in **{:.1}%** of rows, against {:.0}% by chance; the mean weight on the twin is \
-             {}. Two things break the claim: q_i·k_j = x_iᵀW_QᵀW_K x_j with *independent* random W_Q, W_K \
-             is not largest at x_j = x_i (that needs W_QᵀW_K to be positive definite, which training can \
-             learn), and the scores are tiny (x has std 0.5, the projections shrink it), so every row is \
-             close to uniform (1/8 = 0.125). A copy is also never *preferred* to itself: column i and \
-             column i − 4 always get exactly the same weight.\n\n\
-             **A trained model.** The default model trained on *match* ({} steps, held-out accuracy {}) \
-             learns content matching: the share of second-half rows whose largest weight is on their twin \
-             is {} per head. Head {best} on one held-out sequence (tokens {:?}; rows 8–15 are the second \
-             half, their twins are in columns 0–7):\n\n![trained map]({p2})\n",
+             Over {draws} draws: the share of rows 4–7 whose largest weight is on their twin (or on \
+             themselves, whose key is identical) is {} (Wilson 95%; chance would give {:.0}%), and the \
+             mean weight of a row on its twin is {} (t-interval over draws; uniform is 0.125). \
+             q_i·k_j = x_iᵀW_QᵀW_K x_j with *independent* random W_Q, W_K is not largest at x_j = x_i \
+             unless W_QᵀW_K is positive definite, which training can learn; a copy is never *preferred* \
+             to itself: columns i and i − 4 always get the same weight.\n\n\
+             **A trained model.** The default model trained on *match* ({} steps, held-out accuracy {}); \
+             the share of second-half rows whose largest weight is on their twin, per head (Wilson 95% \
+             over a held-out batch): {}. Head {best} on one held-out sequence (tokens {:?}; rows 8–15 are \
+             the second half, their twins are in columns 0–7):\n\n![trained map]({p2})\n",
             md_table(&h8, &matrix(&first)),
-            draws,
-            100.0 * random.share_twin_is_max,
+            show(random.share_twin_is_max),
             100.0 * random.chance,
-            f(random.mean_twin_weight, 3),
+            show(random.mean_twin_weight),
             trained.steps,
             f(trained.accuracy, 4),
             shares
                 .iter()
-                .map(|s| format!("{:.1}%", 100.0 * s))
+                .map(|s| show(*s))
                 .collect::<Vec<_>>()
                 .join(", "),
             trained.tokens,
         );
-        Ok(ExperimentOutput {
-            name: self.name().into(),
-            title: self.title().into(),
-            verdict,
-            summary: format!(
-                "random projections: twin is the argmax in {:.1}% of rows 4–7 (chance 25%); trained on match: {:.1}% (best head)",
-                100.0 * random.share_twin_is_max,
-                100.0 * shares[best]
-            ),
+        let claims = claims(&random, &trained);
+        Ok(ExperimentOutput::new(
+            self,
+            ctx,
+            claims,
             markdown,
-            results: serde_json::json!({ "random": random, "trained": trained }),
-            plots: vec![p1.into(), p2.into()],
-            csv: vec![],
-            skipped: vec![],
-            backends: vec![ctx.primary().name.clone()],
-            seconds: t0.elapsed().as_secs_f64(),
-        })
+            serde_json::json!({ "random": random, "trained": trained }),
+            t0,
+        )
+        .files(vec![p1.into(), p2.into()], vec![]))
     }
+}
+
+/// The claims of `attention-map`, decided by its measurements.
+pub fn claims(random: &RandomMap, trained: &TrainedMap) -> Vec<Claim> {
+    let best = trained
+        .share_twin_is_max
+        .iter()
+        .copied()
+        .max_by(|a, b| a.value.total_cmp(&b.value))
+        .unwrap_or(wilson(0, 0));
+    vec![
+        Claim::above(
+            "copies-attend-to-twins",
+            Source::Article("experiment 3"),
+            "with random projections, a copied token puts its largest weight on its twin",
+            "share of rows 4–7 with the twin as argmax (Wilson interval)",
+            random.share_twin_is_max,
+            0.5,
+        ),
+        Claim::in_range(
+            "random-maps-are-near-uniform",
+            Source::Lab,
+            "with random projections every row is close to uniform: the weight on the twin is about 1/8",
+            "mean weight on the twin (t-interval over draws)",
+            random.mean_twin_weight,
+            0.075,
+            0.175,
+        ),
+        Claim::above(
+            "training-learns-matching",
+            Source::Lab,
+            "a model trained on match learns content matching: in its best head, second-half rows point at their twins",
+            "share of rows with the twin as argmax, best head (Wilson interval)",
+            best,
+            0.9,
+        ),
+    ]
 }

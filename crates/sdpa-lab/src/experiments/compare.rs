@@ -12,7 +12,8 @@ use burn_sdpa::mask::causal_mask;
 use burn_sdpa::{AttentionInput, CausalAlignment, Implementation, ScaledDotProductAttentionConfig};
 use serde::Serialize;
 
-use super::{Experiment, ExperimentOutput, Verdict, md_table, write_csv};
+use super::{Experiment, ExperimentOutput, md_table, write_csv};
+use crate::claims::{Claim, Source};
 use crate::context::{LabContext, LabError, normal_tensor, to_vec};
 
 /// `0` for an exact zero (bit-identical), else `1.2e-7`.
@@ -131,12 +132,6 @@ impl Experiment for Compare {
                 causal_late_change: late,
             });
         }
-        let ok = rows.iter().all(|r| {
-            r.ours_vs_burn < 1e-5
-                && r.ours_vs_naive < 1e-5
-                && r.causal_early_change == 0.0
-                && r.causal_late_change > 1.0
-        });
         let table = md_table(
             &[
                 "backend",
@@ -166,10 +161,8 @@ impl Experiment for Compare {
             "b, h, seq, d = {b}, {h}, {s}, {d} as in the article; causal masking (n = m, so both alignments \
              agree). The article compares its hand-written attention with PyTorch's \
              `F.scaled_dot_product_attention` and prints \"完全一致\" (identical); here the built-in is \
-             Burn's `burn::tensor::module::attention`.\n\n{table}\n\
-             All implementations agree to float32 rounding, and replacing the values after position 5 by \
-             100× noise leaves positions 0–4 bit-for-bit unchanged while positions 5–7 move: **{}**.\n",
-            if ok { "reproduced" } else { "NOT reproduced" }
+             Burn's `burn::tensor::module::attention`. The causality check replaces the values after \
+             position 5 by 100× noise and compares the outputs before and after.\n\n{table}"
         );
         let csv = write_csv(
             ctx,
@@ -191,35 +184,81 @@ impl Experiment for Compare {
                 })
                 .collect::<Vec<_>>(),
         )?;
-        Ok(ExperimentOutput {
-            name: self.name().into(),
-            title: self.title().into(),
-            verdict: if ok {
-                Verdict::Reproduced
-            } else {
-                Verdict::Differs
-            },
-            summary: format!(
-                "max |ours (naive path) − Burn| = {}; outputs before position 5 change by {} \
-                 when the later values change, on {}",
-                sci(rows.iter().map(|r| r.ours_vs_burn).fold(0.0, f64::max)),
-                sci(rows
+        let claims = claims(&rows);
+        let per_backend = ["ours vs Burn attention", "ours vs hand-written"]
+            .into_iter()
+            .map(|quantity| super::BackendValues {
+                quantity: format!("compare: max |{quantity}|"),
+                values: rows
                     .iter()
-                    .map(|r| r.causal_early_change)
-                    .fold(0.0, f64::max)),
-                ctx.backends
-                    .iter()
-                    .map(|b| b.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+                    .map(|r| {
+                        let v = if quantity.contains("Burn") {
+                            r.ours_vs_burn
+                        } else {
+                            r.ours_vs_naive
+                        };
+                        (r.backend.clone(), v)
+                    })
+                    .collect(),
+            })
+            .collect();
+        Ok(ExperimentOutput::new(
+            self,
+            ctx,
+            claims,
             markdown,
-            results: serde_json::json!({ "rows": rows }),
-            plots: vec![],
-            csv: vec![csv],
-            skipped: vec![],
-            backends: ctx.backends.iter().map(|b| b.name.clone()).collect(),
-            seconds: t0.elapsed().as_secs_f64(),
-        })
+            serde_json::json!({ "rows": rows }),
+            t0,
+        )
+        .files(vec![], vec![csv])
+        .on_every_backend(ctx, per_backend))
     }
+}
+
+/// The claims of `compare`, decided by its rows (one per backend).
+pub fn claims(rows: &[CompareRow]) -> Vec<Claim> {
+    let worst = |pick: fn(&CompareRow) -> f64| rows.iter().map(pick).fold(0.0, f64::max);
+    let backends = rows
+        .iter()
+        .map(|r| r.backend.as_str())
+        .collect::<Vec<_>>()
+        .join(", ");
+    let agree = worst(|r| {
+        r.ours_vs_burn
+            .max(r.ours_vs_naive)
+            .max(r.ours_vs_naive_unmasked)
+    });
+    let early = worst(|r| r.causal_early_change);
+    let late = rows
+        .iter()
+        .map(|r| r.causal_late_change)
+        .fold(f64::INFINITY, f64::min);
+    vec![
+        Claim::decided(
+            "implementations-agree",
+            Source::Article("experiment 2"),
+            format!("the hand-written attention and the built-in agree ({backends})"),
+            "largest |difference| between ours, Burn's attention and the hand-written one ≤ 1e−5",
+            format!("largest difference {}", sci(agree)),
+            Some(agree <= 1e-5),
+        ),
+        Claim::decided(
+            "causal-past-unchanged",
+            Source::Article("experiment 2"),
+            format!(
+                "with a causal mask, changing later values leaves earlier outputs unchanged ({backends})"
+            ),
+            "largest change at positions 0–4 is exactly 0",
+            format!("largest change {}", sci(early)),
+            Some(early == 0.0),
+        ),
+        Claim::decided(
+            "causal-future-changes",
+            Source::Lab,
+            format!("the outputs that may see the changed values do change ({backends})"),
+            "smallest largest-change at positions 5–7 > 1",
+            format!("smallest {}", sci(late)),
+            Some(late > 1.0),
+        ),
+    ]
 }

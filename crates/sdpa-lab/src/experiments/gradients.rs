@@ -1,7 +1,8 @@
-//! Experiment 4 (`gradients`): gradient flow through the softmax, measured with Burn's autodiff
-//! on every backend asked for. The score gradient is read as the gradient of an all-zero
-//! additive bias (∂L/∂bias = ∂L/∂scores, since the bias is added to the scaled scores), and the
-//! softmax Jacobian diag(p) − ppᵀ is obtained both analytically and through autodiff.
+//! Experiment 4 (`gradients`): gradient flow through the softmax, with and without √d scaling,
+//! measured with Burn's autodiff on every backend asked for. The score gradient is read as the
+//! gradient of an all-zero additive bias (∂L/∂bias = ∂L/∂scores, since the bias is added to the
+//! scaled scores); the softmax Jacobian diag(p) − ppᵀ is computed analytically from p and,
+//! on one draw per cell, through autodiff.
 
 use std::time::Instant;
 
@@ -10,12 +11,66 @@ use burn::tensor::TensorData;
 use burn_sdpa::{AttentionInput, ScalePolicy, ScaledDotProductAttentionConfig};
 use serde::Serialize;
 
-use super::{Experiment, ExperimentOutput, Verdict, f, md_table, out_path, write_csv};
+use super::{BackendValues, Experiment, ExperimentOutput, md_table, out_path, write_csv};
+use crate::claims::{Claim, Source, short, show};
 use crate::context::{LabBackend, LabContext, LabError, normal_vec, to_vec};
 use crate::plot::{LinePlot, Series, line_plot};
-use crate::stats::mean;
+use crate::stats::{Estimate, exponent_ci, mean, mean_ci};
 
-/// One (backend, d, scaling) measurement.
+/// Sizes of the experiment.
+#[derive(Debug, Clone, Serialize)]
+pub struct Config {
+    /// Queries and keys (n = m).
+    pub n: usize,
+    /// Head dimensions.
+    pub dims: Vec<usize>,
+    /// Independent draws of Q, K, V and the upstream gradient per (d, scaling).
+    pub draws: usize,
+    /// Query rows of the autodiff Jacobian check.
+    pub jacobian_rows: usize,
+}
+
+impl Config {
+    /// The issue's sizes (n = m = 256, d from 16 to 1024, 10 draws), or small ones with `quick`.
+    pub fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                n: 64,
+                dims: vec![16, 64, 256, 1024],
+                draws: 3,
+                jacobian_rows: 8,
+            }
+        } else {
+            Self {
+                n: 256,
+                dims: vec![16, 32, 64, 128, 256, 512, 1024],
+                draws: 10,
+                jacobian_rows: 16,
+            }
+        }
+    }
+}
+
+/// What one draw measures.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct DrawValues {
+    /// Per-element RMS of ∂L/∂Q.
+    pub rms_dq: f64,
+    /// ... of ∂L/∂K.
+    pub rms_dk: f64,
+    /// ... of ∂L/∂V.
+    pub rms_dv: f64,
+    /// ... of ∂L/∂scores.
+    pub rms_ds: f64,
+    /// Mean over rows of ‖diag(p) − ppᵀ‖_F, from p.
+    pub jacobian_norm: f64,
+    /// Mean share of a row's keys whose |∂L/∂score| exceeds 1e−3 of the row's largest.
+    pub share_keys: f64,
+    /// Mean largest probability of a row.
+    pub max_p: f64,
+}
+
+/// One (backend, d, scaling) cell over its draws: means with 95% t-intervals.
 #[derive(Debug, Clone, Serialize)]
 pub struct GradientRow {
     /// Backend.
@@ -24,65 +79,56 @@ pub struct GradientRow {
     pub d: usize,
     /// Whether the scores are divided by √d.
     pub scaled: bool,
-    /// Mean over rows of ‖diag(p) − ppᵀ‖_F computed from p.
-    pub jacobian_norm_analytic: f64,
-    /// The same through autodiff.
-    pub jacobian_norm_autodiff: f64,
-    /// Largest per-row |analytic − autodiff|.
-    pub jacobian_max_abs_diff: f64,
-    /// Mean |∂L/∂score|.
-    pub mean_abs_score_grad: f64,
-    /// Mean share of a row's keys whose |∂L/∂score| exceeds 1e−3 of the row's largest.
-    pub share_keys_with_gradient: f64,
-    /// Mean largest probability of a row.
-    pub max_p: f64,
-    /// ‖∂L/∂Q‖_F.
-    pub grad_q_norm: f64,
-    /// ‖∂L/∂K‖_F.
-    pub grad_k_norm: f64,
-    /// ‖∂L/∂V‖_F.
-    pub grad_v_norm: f64,
-}
-
-/// Scientific notation with two decimals.
-fn sci(x: f64) -> String {
-    format!("{x:.2e}")
-}
-
-/// A share as a percentage with one decimal.
-fn pct(x: f64) -> String {
-    format!("{:.1}%", 100.0 * x)
+    /// Every draw.
+    pub draws: Vec<DrawValues>,
+    /// RMS of ∂L/∂Q.
+    pub rms_dq: Estimate,
+    /// RMS of ∂L/∂K.
+    pub rms_dk: Estimate,
+    /// RMS of ∂L/∂V.
+    pub rms_dv: Estimate,
+    /// RMS of ∂L/∂scores.
+    pub rms_ds: Estimate,
+    /// ‖diag(p) − ppᵀ‖_F per row.
+    pub jacobian_norm: Estimate,
+    /// Share of keys receiving gradient.
+    pub share_keys: Estimate,
+    /// Mean max p.
+    pub max_p: Estimate,
+    /// Largest |analytic − autodiff| per-row Jacobian norm, on the first draw.
+    pub jacobian_autodiff_max_diff: f64,
 }
 
 fn tensor(data: &[f32], shape: [usize; 4], device: &Device) -> Tensor<4> {
     Tensor::from_data(TensorData::new(data.to_vec(), shape), device)
 }
 
-/// Measures one cell on one backend.
-pub fn measure(
-    backend: &LabBackend,
-    d: usize,
-    n: usize,
-    scaled: bool,
-    data: &[Vec<f32>; 4],
-) -> Result<GradientRow, LabError> {
-    let m = n;
-    let device = backend.device.clone().autodiff();
-    let [qd, kd, vd, gd] = data;
-    let attn = ScaledDotProductAttentionConfig::new()
+fn module(scaled: bool) -> Result<burn_sdpa::ScaledDotProductAttention, LabError> {
+    Ok(ScaledDotProductAttentionConfig::new()
         .with_scale(if scaled {
             ScalePolicy::InvSqrtDk
         } else {
             ScalePolicy::Unscaled
         })
-        .try_init()?;
+        .try_init()?)
+}
 
-    // Pass 1: L = sum(context · G) for a random upstream gradient G.
+/// One draw on one backend: L = Σ context · G for a random upstream gradient G.
+fn measure_draw(
+    backend: &LabBackend,
+    d: usize,
+    n: usize,
+    scaled: bool,
+    data: &[Vec<f32>; 4],
+) -> Result<DrawValues, LabError> {
+    let m = n;
+    let device = backend.device.clone().autodiff();
+    let [qd, kd, vd, gd] = data;
     let q = tensor(qd, [1, 1, n, d], &device).require_grad();
     let k = tensor(kd, [1, 1, m, d], &device).require_grad();
     let v = tensor(vd, [1, 1, m, d], &device).require_grad();
     let bias = Tensor::<4>::zeros([1, 1, n, m], &device).require_grad();
-    let out = attn.try_forward(
+    let out = module(scaled)?.try_forward(
         AttentionInput::new(q.clone(), k.clone(), v.clone())
             .bias(bias.clone())
             .need_weights(),
@@ -91,56 +137,71 @@ pub fn measure(
         .weights
         .clone()
         .ok_or_else(|| LabError::Other("no weights".into()))?;
-    let g = tensor(gd, [1, 1, n, d], &device);
-    let grads = (out.context * g).sum().backward();
+    let grads = (out.context * tensor(gd, [1, 1, n, d], &device))
+        .sum()
+        .backward();
     let missing = |what: &str| LabError::Other(format!("autodiff gave no gradient for {what}"));
     let ds = bias.grad(&grads).ok_or_else(|| missing("the scores"))?;
     let dq = q.grad(&grads).ok_or_else(|| missing("Q"))?;
     let dk = k.grad(&grads).ok_or_else(|| missing("K"))?;
     let dv = v.grad(&grads).ok_or_else(|| missing("V"))?;
-    let norm = |t: Tensor<4>| -> Result<f64, LabError> { Ok(to_vec(t.square().sum().sqrt())?[0]) };
-    let abs_ds = ds.abs();
+    let rms = |t: Tensor<4>| -> Result<f64, LabError> { Ok(to_vec(t.square().mean().sqrt())?[0]) };
+    let abs_ds = ds.clone().abs();
     let row_max = abs_ds.clone().max_dim(3);
-    let share = to_vec(
-        abs_ds
-            .clone()
-            .greater(row_max * 1e-3)
-            .float()
-            .mean_dim(3)
-            .mean(),
-    )?[0];
-    let mean_abs = to_vec(abs_ds.mean())?[0];
-
-    // Analytic Jacobian norm per row: ‖diag(p) − ppᵀ‖²_F = Σ p²(1−p)² + (Σp²)² − Σp⁴.
+    let share_keys = to_vec(abs_ds.greater(row_max * 1e-3).float().mean_dim(3).mean())?[0];
     let p: Vec<f64> = to_vec(weights.without_autodiff())?;
-    let analytic: Vec<f64> = p
-        .chunks(m)
+    Ok(DrawValues {
+        rms_dq: rms(dq)?,
+        rms_dk: rms(dk)?,
+        rms_dv: rms(dv)?,
+        rms_ds: rms(ds)?,
+        jacobian_norm: mean(&analytic_jacobian_norms(&p, m)),
+        share_keys,
+        max_p: mean(
+            &p.chunks(m)
+                .map(|r| r.iter().cloned().fold(0.0, f64::max))
+                .collect::<Vec<_>>(),
+        ),
+    })
+}
+
+/// ‖diag(p) − ppᵀ‖_F of every row: Σ p²(1−p)² + (Σp²)² − Σp⁴, square-rooted.
+fn analytic_jacobian_norms(p: &[f64], m: usize) -> Vec<f64> {
+    p.chunks(m)
         .map(|row| {
             let a: f64 = row.iter().map(|x| x * x * (1.0 - x) * (1.0 - x)).sum();
             let s2: f64 = row.iter().map(|x| x * x).sum();
             let s4: f64 = row.iter().map(|x| x.powi(4)).sum();
             (a + s2 * s2 - s4).max(0.0).sqrt()
         })
-        .collect();
-    let max_p = mean(
-        &p.chunks(m)
-            .map(|r| r.iter().cloned().fold(0.0, f64::max))
-            .collect::<Vec<_>>(),
-    );
+        .collect()
+}
 
-    // Pass 2: the Jacobian through autodiff, all m rows of it in one backward pass. Batch entry
-    // j gets the loss Σ_i p_ij, whose gradient with respect to the (zero) bias of row i is row j
-    // of that row's Jacobian.
-    let qj = tensor(qd, [1, 1, n, d], &device).expand([m, 1, n, d]);
-    let kj = tensor(kd, [1, 1, m, d], &device).expand([m, 1, m, d]);
-    let vj = tensor(vd, [1, 1, m, d], &device).expand([m, 1, m, d]);
-    let bias_j = Tensor::<4>::zeros([m, 1, n, m], &device).require_grad();
-    let out_j = attn.try_forward(
-        AttentionInput::new(qj, kj, vj)
-            .bias(bias_j.clone())
+/// The Jacobian of the first `rows` query rows through autodiff, all m of its rows in one
+/// backward pass (batch entry j gets the loss Σ_i p_ij, whose gradient with respect to the zero
+/// bias of row i is row j of that row's Jacobian), against the analytic norms: the largest
+/// per-row |difference|.
+fn jacobian_check(
+    backend: &LabBackend,
+    d: usize,
+    n: usize,
+    rows: usize,
+    scaled: bool,
+    data: &[Vec<f32>; 4],
+) -> Result<f64, LabError> {
+    let (m, rows) = (n, rows.min(n));
+    let device = backend.device.clone().autodiff();
+    let [qd, kd, vd, _] = data;
+    let q = tensor(&qd[..rows * d], [1, 1, rows, d], &device).expand([m, 1, rows, d]);
+    let k = tensor(kd, [1, 1, m, d], &device).expand([m, 1, m, d]);
+    let v = tensor(vd, [1, 1, m, d], &device).expand([m, 1, m, d]);
+    let bias = Tensor::<4>::zeros([m, 1, rows, m], &device).require_grad();
+    let out = module(scaled)?.try_forward(
+        AttentionInput::new(q, k, v)
+            .bias(bias.clone())
             .need_weights(),
     )?;
-    let w_j = out_j
+    let w = out
         .weights
         .ok_or_else(|| LabError::Other("no weights".into()))?;
     // selector[j, 0, i, j'] = 1 when j' == j
@@ -148,32 +209,19 @@ pub fn measure(
         .map(|x| if x / m == x % m { 1.0 } else { 0.0 })
         .collect();
     let selector = Tensor::<4>::from_data(TensorData::new(eye, [m, 1, 1, m]), &device);
-    let grads_j = (w_j * selector).sum().backward();
-    let jac = bias_j
-        .grad(&grads_j)
-        .ok_or_else(|| missing("the Jacobian pass"))?;
+    let analytic =
+        analytic_jacobian_norms(&to_vec(w.clone().slice(s![0..1]).without_autodiff())?, m);
+    let grads = (w * selector).sum().backward();
+    let jac = bias
+        .grad(&grads)
+        .ok_or_else(|| LabError::Other("no gradient in the Jacobian pass".into()))?;
     // ‖J_i‖²_F = Σ_j Σ_j' (∂p_ij/∂s_ij')²: sum over the batch axis (j) and the key axis (j').
-    let per_row: Vec<f64> = to_vec(jac.square().sum_dim(0).sum_dim(3).sqrt())?;
-    let max_diff = analytic
+    let autodiff: Vec<f64> = to_vec(jac.square().sum_dim(0).sum_dim(3).sqrt())?;
+    Ok(analytic
         .iter()
-        .zip(&per_row)
+        .zip(&autodiff)
         .map(|(a, b)| (a - b).abs())
-        .fold(0.0, f64::max);
-
-    Ok(GradientRow {
-        backend: backend.name.clone(),
-        d,
-        scaled,
-        jacobian_norm_analytic: mean(&analytic),
-        jacobian_norm_autodiff: mean(&per_row),
-        jacobian_max_abs_diff: max_diff,
-        mean_abs_score_grad: mean_abs,
-        share_keys_with_gradient: share,
-        max_p,
-        grad_q_norm: norm(dq)?,
-        grad_k_norm: norm(dk)?,
-        grad_v_norm: norm(dv)?,
-    })
+        .fold(0.0, f64::max))
 }
 
 /// The experiment.
@@ -190,39 +238,68 @@ impl Experiment for Gradients {
 
     fn run(&self, ctx: &LabContext) -> Result<ExperimentOutput, LabError> {
         let t0 = Instant::now();
-        let n = if ctx.quick { 32 } else { 64 };
-        let dims = [16usize, 64, 256, 1024];
+        let config = Config::new(ctx.quick);
+        let n = config.n;
         let mut rows = Vec::new();
-        for &d in &dims {
-            // The same inputs on every backend.
+        for &d in &config.dims {
+            // The same draws on every backend.
             let mut rng = ctx.rng(4_000 + d as u64);
-            let data = [
-                normal_vec(&mut rng, n * d),
-                normal_vec(&mut rng, n * d),
-                normal_vec(&mut rng, n * d),
-                normal_vec(&mut rng, n * d),
-            ];
+            let draws: Vec<[Vec<f32>; 4]> = (0..config.draws)
+                .map(|_| {
+                    [
+                        normal_vec(&mut rng, n * d),
+                        normal_vec(&mut rng, n * d),
+                        normal_vec(&mut rng, n * d),
+                        normal_vec(&mut rng, n * d),
+                    ]
+                })
+                .collect();
             for backend in &ctx.backends {
                 for scaled in [true, false] {
-                    rows.push(measure(backend, d, n, scaled, &data)?);
+                    let values = draws
+                        .iter()
+                        .map(|data| measure_draw(backend, d, n, scaled, data))
+                        .collect::<Result<Vec<_>, LabError>>()?;
+                    let ci = |pick: fn(&DrawValues) -> f64| {
+                        mean_ci(&values.iter().map(pick).collect::<Vec<_>>())
+                    };
+                    rows.push(GradientRow {
+                        backend: backend.name.clone(),
+                        d,
+                        scaled,
+                        rms_dq: ci(|v| v.rms_dq),
+                        rms_dk: ci(|v| v.rms_dk),
+                        rms_dv: ci(|v| v.rms_dv),
+                        rms_ds: ci(|v| v.rms_ds),
+                        jacobian_norm: ci(|v| v.jacobian_norm),
+                        share_keys: ci(|v| v.share_keys),
+                        max_p: ci(|v| v.max_p),
+                        jacobian_autodiff_max_diff: jacobian_check(
+                            backend,
+                            d,
+                            n,
+                            config.jacobian_rows,
+                            scaled,
+                            &draws[0],
+                        )?,
+                        draws: values,
+                    });
                 }
             }
         }
-        let agree = rows.iter().all(|r| r.jacobian_max_abs_diff <= 1e-4);
         let table = md_table(
             &[
                 "backend",
                 "d",
                 "scaling",
                 "mean max p",
-                "‖J‖_F analytic",
-                "‖J‖_F autodiff",
-                "max diff",
-                "mean |∂L/∂s|",
+                "‖J‖_F per row",
+                "RMS ∂L/∂s",
                 "keys with gradient",
-                "‖∂L/∂Q‖",
-                "‖∂L/∂K‖",
-                "‖∂L/∂V‖",
+                "RMS ∂L/∂Q",
+                "RMS ∂L/∂K",
+                "RMS ∂L/∂V",
+                "autodiff − analytic ‖J‖",
             ],
             &rows
                 .iter()
@@ -235,187 +312,277 @@ impl Experiment for Gradients {
                         } else {
                             "none".into()
                         },
-                        f(r.max_p, 3),
-                        format!("{:.3e}", r.jacobian_norm_analytic),
-                        format!("{:.3e}", r.jacobian_norm_autodiff),
-                        format!("{:.1e}", r.jacobian_max_abs_diff),
-                        format!("{:.3e}", r.mean_abs_score_grad),
-                        format!("{:.1}%", 100.0 * r.share_keys_with_gradient),
-                        f(r.grad_q_norm, 2),
-                        f(r.grad_k_norm, 2),
-                        f(r.grad_v_norm, 2),
+                        show(r.max_p),
+                        show(r.jacobian_norm),
+                        show(r.rms_ds),
+                        show(r.share_keys),
+                        show(r.rms_dq),
+                        show(r.rms_dk),
+                        show(r.rms_dv),
+                        format!("{:.1e}", r.jacobian_autodiff_max_diff),
                     ]
                 })
                 .collect::<Vec<_>>(),
         );
-        let primary = &ctx.primary().name;
-        let pick = |d: usize, scaled: bool| {
-            rows.iter()
-                .find(|r| &r.backend == primary && r.d == d && r.scaled == scaled)
-        };
-        let g = |r: Option<&GradientRow>, sel: fn(&GradientRow) -> f64| r.map_or(f64::NAN, sel);
-        // Unscaled ÷ scaled at equal d: what the missing 1/√d does, all else equal.
-        let ratio =
-            |d: usize, sel: fn(&GradientRow) -> f64| g(pick(d, false), sel) / g(pick(d, true), sel);
-        let ratio_table = md_table(
-            &[
-                "d",
-                "max p unscaled",
-                "‖J‖_F",
-                "mean |∂L/∂s|",
-                "keys with gradient",
-                "‖∂L/∂Q‖",
-                "‖∂L/∂V‖",
-            ],
-            &dims
-                .iter()
-                .map(|&d| {
-                    vec![
-                        d.to_string(),
-                        f(g(pick(d, false), |r| r.max_p), 3),
-                        f(ratio(d, |r| r.jacobian_norm_analytic), 3),
-                        f(ratio(d, |r| r.mean_abs_score_grad), 3),
-                        f(ratio(d, |r| r.share_keys_with_gradient), 3),
-                        f(ratio(d, |r| r.grad_q_norm), 1),
-                        f(ratio(d, |r| r.grad_v_norm), 2),
-                    ]
-                })
-                .collect::<Vec<_>>(),
-        );
-        let (d_lo, d_hi) = (dims[0], dims[dims.len() - 1]);
-        let u_hi = pick(d_hi, false);
-        let s_hi = pick(d_hi, true);
         let markdown = format!(
             "n = m = {n} queries and keys, unit-variance Q, K, V (d_v = d) and a random upstream gradient G \
-             on the context (L = Σ context·G). ∂L/∂scores is read as the gradient of a zero additive bias; \
-             the Jacobian of each softmax row, diag(p) − ppᵀ, is computed analytically from p and through \
-             autodiff (one batched backward pass over all m output coordinates); they agree to 1e-4 in {}.\n\n{table}\n\
-             The same numbers as ratios **unscaled ÷ scaled at equal d** ({primary}):\n\n{ratio_table}\n\
-             **What vanishes.** The softmax Jacobian: unscaled, its mean Frobenius norm per row falls from {} \
-             (d = {d_lo}) to {} (d = {d_hi}); scaled it stays near {}. The score gradient ∂L/∂s, which is the \
-             Jacobian applied to the upstream signal, is {}× the scaled one at d = {d_hi}. And the gradient \
-             collapses onto few keys: unscaled at d = {d_hi} only {} of a row's keys receive more than 10⁻³ of \
-             its largest score gradient, against {} scaled.\n\n\
-             **What does not vanish.** ‖∂L/∂Q‖ = ‖Σ_j ∂L/∂s_ij · k_j · scale‖: the smaller score gradients meet \
-             a scale of 1 instead of 1/√d, so unscaled ‖∂L/∂Q‖ is {}× the scaled one at d = {d_hi} ({} vs {}): \
-             it does not shrink on average, it is carried by one or two keys per row. ‖∂L/∂V‖ = ‖pᵀG‖ does not \
-             pass through the Jacobian at all, and grows as p concentrates ({}×). \"Gradient vanishing\" is \
-             precise for the softmax Jacobian and the score gradients; what the query and key projections \
-             lose is the *spread* of the signal over keys (the ability to learn which other keys should \
-             matter), not its size. Adam rescales updates per parameter, which hides the size effect \
-             further (see `training`).\n",
-            if agree {
-                "every cell"
-            } else {
-                "NOT every cell (see max diff)"
-            },
-            sci(g(pick(d_lo, false), |r| r.jacobian_norm_analytic)),
-            sci(g(u_hi, |r| r.jacobian_norm_analytic)),
-            sci(g(s_hi, |r| r.jacobian_norm_analytic)),
-            f(ratio(d_hi, |r| r.mean_abs_score_grad), 2),
-            pct(g(u_hi, |r| r.share_keys_with_gradient)),
-            pct(g(s_hi, |r| r.share_keys_with_gradient)),
-            f(ratio(d_hi, |r| r.grad_q_norm), 1),
-            f(g(u_hi, |r| r.grad_q_norm), 1),
-            f(g(s_hi, |r| r.grad_q_norm), 1),
-            f(ratio(d_hi, |r| r.grad_v_norm), 2),
+             on the context (L = Σ context·G); means with 95% t-intervals over {} independent draws per \
+             cell. ∂L/∂scores is read as the gradient of a zero additive bias; the Jacobian of each \
+             softmax row, diag(p) − ppᵀ, is computed analytically from p, and through autodiff on the \
+             first draw ({} query rows, one batched backward pass over all m output coordinates). The \
+             exponents of the claims are least-squares slopes on log-log axes over every draw.\n\n{table}",
+            config.draws, config.jacobian_rows,
         );
         let csv = write_csv(
             ctx,
             "gradients.csv",
-            "backend,d,scaled,max_p,jacobian_norm_analytic,jacobian_norm_autodiff,jacobian_max_abs_diff,mean_abs_score_grad,share_keys_with_gradient,grad_q_norm,grad_k_norm,grad_v_norm",
+            "backend,d,scaled,draw,max_p,jacobian_norm,rms_ds,share_keys,rms_dq,rms_dk,rms_dv",
             &rows
                 .iter()
-                .map(|r| {
-                    format!(
-                        "{},{},{},{},{},{},{},{},{},{},{},{}",
-                        r.backend,
-                        r.d,
-                        r.scaled,
-                        r.max_p,
-                        r.jacobian_norm_analytic,
-                        r.jacobian_norm_autodiff,
-                        r.jacobian_max_abs_diff,
-                        r.mean_abs_score_grad,
-                        r.share_keys_with_gradient,
-                        r.grad_q_norm,
-                        r.grad_k_norm,
-                        r.grad_v_norm
-                    )
+                .flat_map(|r| {
+                    r.draws.iter().enumerate().map(move |(i, v)| {
+                        format!(
+                            "{},{},{},{i},{},{},{},{},{},{},{}",
+                            r.backend,
+                            r.d,
+                            r.scaled,
+                            v.max_p,
+                            v.jacobian_norm,
+                            v.rms_ds,
+                            v.share_keys,
+                            v.rms_dq,
+                            v.rms_dk,
+                            v.rms_dv
+                        )
+                    })
                 })
                 .collect::<Vec<_>>(),
         )?;
-        let series_of = |sel: fn(&GradientRow) -> f64| {
-            let mut s = Vec::new();
-            for b in &ctx.backends {
-                for scaled in [true, false] {
-                    s.push(Series::line(
-                        format!(
-                            "{}, {}",
-                            if scaled { "scaled 1/√d" } else { "unscaled" },
-                            b.name
-                        ),
-                        rows.iter()
-                            .filter(|r| r.backend == b.name && r.scaled == scaled)
-                            .map(|r| (r.d as f64, sel(r)))
-                            .collect(),
-                    ));
-                }
-            }
-            s
-        };
-        let p1 = "gradients_jacobian_norm.png";
-        line_plot(
-            &out_path(ctx, p1),
-            &LinePlot {
-                title: "Softmax Jacobian ‖diag(p) − ppᵀ‖_F vs d (autodiff)".into(),
-                x_label: "d".into(),
-                y_label: "mean Frobenius norm per row".into(),
-                log_x: true,
-                log_y: true,
-                series: series_of(|r| r.jacobian_norm_autodiff),
-            },
-        )?;
-        let p2 = "gradients_keys_share.png";
-        line_plot(
-            &out_path(ctx, p2),
-            &LinePlot {
-                title: "Share of keys receiving score gradient vs d".into(),
-                x_label: "d".into(),
-                y_label: "share of keys with |∂L/∂s| > 1e-3 · row max".into(),
-                log_x: true,
-                log_y: false,
-                series: series_of(|r| r.share_keys_with_gradient),
-            },
-        )?;
-        Ok(ExperimentOutput {
-            name: self.name().into(),
-            title: self.title().into(),
-            verdict: if agree {
-                Verdict::Corrected
-            } else {
-                Verdict::Differs
-            },
-            summary: format!(
-                "unscaled, ‖J‖_F falls from {:.2e} (d={d_lo}) to {:.2e} (d={d_hi}) and {:.1}% of keys get gradient (scaled {:.1}%); ‖∂L/∂Q‖ does not shrink ({}× scaled); autodiff = analytic to 1e-4 on {}",
-                g(pick(d_lo, false), |r| r.jacobian_norm_analytic),
-                g(u_hi, |r| r.jacobian_norm_analytic),
-                100.0 * g(u_hi, |r| r.share_keys_with_gradient),
-                100.0 * g(s_hi, |r| r.share_keys_with_gradient),
-                f(ratio(d_hi, |r| r.grad_q_norm), 1),
-                ctx.backends
-                    .iter()
-                    .map(|b| b.name.as_str())
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            ),
+        let plots = plot(ctx, &rows)?;
+        let per_backend = cross_backend(&rows);
+        let claims = claims(&ctx.primary().name, &rows, &per_backend);
+        Ok(ExperimentOutput::new(
+            self,
+            ctx,
+            claims,
             markdown,
-            results: serde_json::json!({ "n": n, "rows": rows }),
-            plots: vec![p1.into(), p2.into()],
-            csv: vec![csv],
-            skipped: vec![],
-            backends: ctx.backends.iter().map(|b| b.name.clone()).collect(),
-            seconds: t0.elapsed().as_secs_f64(),
-        })
+            serde_json::json!({ "config": config, "rows": rows }),
+            t0,
+        )
+        .files(plots, vec![csv])
+        .on_every_backend(ctx, per_backend))
     }
+}
+
+/// The first draw's values of every cell on every backend (the same inputs).
+fn cross_backend(rows: &[GradientRow]) -> Vec<BackendValues> {
+    let mut out: Vec<BackendValues> = Vec::new();
+    for r in rows {
+        let Some(first) = r.draws.first() else {
+            continue;
+        };
+        for (name, value) in [
+            ("‖J‖", first.jacobian_norm),
+            ("RMS ∂L/∂Q", first.rms_dq),
+            ("RMS ∂L/∂s", first.rms_ds),
+        ] {
+            let quantity = format!(
+                "{name}, d = {}, {}",
+                r.d,
+                if r.scaled { "scaled" } else { "unscaled" }
+            );
+            match out.iter_mut().find(|b| b.quantity == quantity) {
+                Some(b) => b.values.push((r.backend.clone(), value)),
+                None => out.push(BackendValues {
+                    quantity,
+                    values: vec![(r.backend.clone(), value)],
+                }),
+            }
+        }
+    }
+    out
+}
+
+/// The fitted exponent of a quantity on d over every draw of one backend and scaling.
+fn exponent(
+    rows: &[GradientRow],
+    backend: &str,
+    scaled: bool,
+    pick: fn(&DrawValues) -> f64,
+) -> Estimate {
+    let (xs, ys): (Vec<f64>, Vec<f64>) = rows
+        .iter()
+        .filter(|r| r.backend == backend && r.scaled == scaled)
+        .flat_map(|r| r.draws.iter().map(move |v| (r.d as f64, pick(v))))
+        .unzip();
+    exponent_ci(&xs, &ys)
+}
+
+/// The claims of `gradients`, decided on the primary backend (and, for the agreement claims, on
+/// every backend).
+pub fn claims(primary: &str, rows: &[GradientRow], per_backend: &[BackendValues]) -> Vec<Claim> {
+    let unscaled = |pick| exponent(rows, primary, false, pick);
+    let scaled = |pick| exponent(rows, primary, true, pick);
+    let d_max = rows.iter().map(|r| r.d).max().unwrap_or(0);
+    let at = |s: bool| {
+        rows.iter()
+            .find(|r| r.backend == primary && r.d == d_max && r.scaled == s)
+    };
+    let mut claims = vec![
+        Claim::below(
+            "jacobian-vanishes",
+            Source::Article("§4"),
+            "without √d scaling the softmax Jacobian diag(p) − ppᵀ vanishes as d grows",
+            "fitted exponent of ‖J‖_F on d, unscaled",
+            unscaled(|v| v.jacobian_norm),
+            0.0,
+        ),
+        Claim::below(
+            "score-gradient-vanishes",
+            Source::Article("§4"),
+            "without √d scaling the gradient reaching the scores vanishes as d grows",
+            "fitted exponent of RMS ∂L/∂s on d, unscaled",
+            unscaled(|v| v.rms_ds),
+            0.0,
+        ),
+        Claim::below(
+            "query-gradient-vanishes",
+            Source::Article("§4"),
+            "without √d scaling the gradient reaching Q (and K) vanishes as d grows",
+            "fitted exponent of RMS ∂L/∂Q on d, unscaled",
+            unscaled(|v| v.rms_dq),
+            0.0,
+        ),
+        Claim::above(
+            "query-gradient-grows",
+            Source::Lab,
+            "without scaling, ∂L/∂Q does not vanish: the smaller score gradients meet a scale of 1 instead of 1/√d, and it grows with d",
+            "fitted exponent of RMS ∂L/∂Q on d, unscaled",
+            unscaled(|v| v.rms_dq),
+            0.0,
+        ),
+        Claim::in_range(
+            "scaled-jacobian-flat",
+            Source::Lab,
+            "with 1/√d the Jacobian does not vanish: its norm does not depend on d",
+            "fitted exponent of ‖J‖_F on d, scaled",
+            scaled(|v| v.jacobian_norm),
+            -0.1,
+            0.1,
+        ),
+    ];
+    if let (Some(u), Some(s)) = (at(false), at(true)) {
+        claims.push(Claim::decided(
+            "gradient-concentrates",
+            Source::Lab,
+            format!("without scaling the score gradient collapses onto few keys (d = {d_max})"),
+            "share of keys with |∂L/∂s| > 1e−3 of the row's largest: unscaled interval entirely below the scaled one",
+            format!("unscaled {}, scaled {}", show(u.share_keys), show(s.share_keys)),
+            if u.share_keys.hi < s.share_keys.lo {
+                Some(true)
+            } else if u.share_keys.lo > s.share_keys.hi {
+                Some(false)
+            } else {
+                None
+            },
+        ));
+    }
+    let worst_autodiff = rows
+        .iter()
+        .map(|r| r.jacobian_autodiff_max_diff)
+        .fold(0.0, f64::max);
+    claims.push(Claim::decided(
+        "autodiff-equals-analytic",
+        Source::Lab,
+        "Burn's autodiff gives the analytic softmax Jacobian, on every backend",
+        "largest per-row |autodiff − analytic| of ‖J‖_F ≤ 1e−4",
+        format!("largest difference {}", short(worst_autodiff)),
+        Some(worst_autodiff <= 1e-4),
+    ));
+    let backends: std::collections::BTreeSet<&str> =
+        rows.iter().map(|r| r.backend.as_str()).collect();
+    if backends.len() > 1 {
+        let worst = per_backend
+            .iter()
+            .map(BackendValues::largest_disagreement)
+            .fold(0.0, f64::max);
+        claims.push(Claim::decided(
+            "backends-agree",
+            Source::Lab,
+            format!(
+                "every backend measures the same gradients ({})",
+                backends.into_iter().collect::<Vec<_>>().join(", ")
+            ),
+            "largest relative disagreement of ‖J‖, RMS ∂L/∂Q and RMS ∂L/∂s on the same draw ≤ 1e−3",
+            format!("largest relative disagreement {}", short(worst)),
+            Some(worst <= 1e-3),
+        ));
+    }
+    claims
+}
+
+/// One plot: (file, title, y label, log y, the quantity).
+type PlotSpec = (
+    &'static str,
+    &'static str,
+    &'static str,
+    bool,
+    fn(&GradientRow) -> Estimate,
+);
+
+/// The plots: ‖J‖, RMS ∂L/∂Q and ∂L/∂s, and the share of keys against d, with 95% bands.
+fn plot(ctx: &LabContext, rows: &[GradientRow]) -> Result<Vec<String>, LabError> {
+    let primary = &ctx.primary().name;
+    let band = |scaled: bool, pick: fn(&GradientRow) -> Estimate| -> Vec<(f64, f64, f64, f64)> {
+        rows.iter()
+            .filter(|r| &r.backend == primary && r.scaled == scaled)
+            .map(|r| {
+                let e = pick(r);
+                (r.d as f64, e.value, e.lo, e.hi)
+            })
+            .collect()
+    };
+    let label = |scaled: bool| if scaled { "scaled 1/√d" } else { "unscaled" };
+    let mut files = Vec::new();
+    let specs: [PlotSpec; 3] = [
+        (
+            "gradients_jacobian_norm.png",
+            "Softmax Jacobian ‖diag(p) − ppᵀ‖_F vs d (95% bands)",
+            "mean Frobenius norm per row",
+            true,
+            |r| r.jacobian_norm,
+        ),
+        (
+            "gradients_keys_share.png",
+            "Share of keys receiving score gradient vs d (95% bands)",
+            "share of keys with |∂L/∂s| > 1e-3 · row max",
+            false,
+            |r| r.share_keys,
+        ),
+        (
+            "gradients_query_rms.png",
+            "RMS of ∂L/∂Q vs d (95% bands)",
+            "per-element RMS",
+            true,
+            |r| r.rms_dq,
+        ),
+    ];
+    for (name, title, y_label, log_y, pick) in specs {
+        line_plot(
+            &out_path(ctx, name),
+            &LinePlot {
+                title: format!("{title}, {primary}"),
+                x_label: "d".into(),
+                y_label: y_label.into(),
+                log_x: true,
+                log_y,
+                series: [false, true]
+                    .into_iter()
+                    .map(|s| Series::with_band(label(s), band(s, pick)))
+                    .collect(),
+            },
+        )?;
+        files.push(name.to_string());
+    }
+    Ok(files)
 }

@@ -12,7 +12,8 @@ use burn_sdpa::most_negative;
 use burn_sdpa::{AttentionInput, ScalePolicy, ScaledDotProductAttentionConfig};
 use serde::Serialize;
 
-use super::{Experiment, ExperimentOutput, Verdict, md_table, write_csv};
+use super::{Experiment, ExperimentOutput, md_table, write_csv};
+use crate::claims::{Claim, Source};
 use crate::context::{LabContext, LabError, to_vec};
 
 /// The logits of the test row (4 keys; keys 2 and 3 are masked in the partial case).
@@ -220,37 +221,11 @@ impl Experiment for Masks {
                 })
                 .collect::<Vec<_>>(),
         );
-        let find = |dtype: &str, fill: &str, n: usize, fully: bool| {
-            rows.iter().find(|r| {
-                r.dtype == dtype
-                    && r.fill.starts_with(fill)
-                    && r.n_masks == n
-                    && r.fully_masked == fully
-            })
-        };
-        let f16_1e9 = find("f16", "-1e9", 1, false)
-            .map(|r| r.masked_score.clone())
-            .unwrap_or_else(|| "(f16 not run)".into());
         let markdown = format!(
             "Logits {:?} for 4 keys; \"2 of 4 masked\" hides keys 2 and 3, \"fully masked\" hides all. The \
-             additive mask is built in the dtype, as a model in that precision would hold it.\n\n{table}\n\
-             **What the article gets right.** −10⁹ does not fit in f16 (max 65504): it becomes {f16_1e9}, and \
-             two masks added together overflow the dtype's minimum to −∞ as well. For a row with at least one \
-             visible key this is harmless: exp(−∞) = 0, so −∞, −10⁹ and the dtype minimum all give the \
-             correct softmax, and −10⁴ does too here because the logits are small (it leaks when logits reach \
-             ~10⁴, e.g. unscaled attention at large d, and in f16 −10⁴ is near the edge of the range).\n\n\
-             **What it misses: the fully masked row.** There the outcome depends on the fill: with −∞ (or any \
-             fill that overflows to −∞, as two added masks do) the plain softmax computes (−∞) − (−∞) = NaN; with \
-             a finite fill the row becomes a softmax over the hidden keys: uniform when the fill swamps the \
-             logits' differences in that precision (−10⁹ in f32, anything in f16), the unmasked distribution \
-             when it does not (−10⁴ in f32). Either way the query attends to exactly the keys that were \
-             supposed to be hidden. Neither is what a padded query should get. \
-             PyTorch's `softmax` gives NaN too; the article's claim that `-inf` is \"safe because softmax \
-             handles it specially\" is wrong for this row.\n\n\
-             **The module.** With a boolean mask it gives zeros for the fully masked row and the correct \
-             distribution otherwise, in every dtype. With an additive mask passed as its bias it treats −∞ \
-             entries as masked (zeros, never NaN) but, by design, treats a finite fill as an ordinary bias: \
-             a fully masked row then attends to the hidden keys, as in the plain softmax. Use boolean masks.\n",
+             additive mask is built in the dtype, as a model in that precision would hold it, and \"masks \
+             added\" = 2 adds it to itself (e.g. a causal and a padding mask). The module sees the same \
+             row through d_k = 1, q = 1, k = the logits and V = I, so that its context is its weights.\n\n{table}",
             SCORES
         );
         let csv = write_csv(
@@ -275,23 +250,118 @@ impl Experiment for Masks {
                 })
                 .collect::<Vec<_>>(),
         )?;
-        let nan_inf = find("f32", "-inf", 1, true)
-            .map(|r| r.softmax.clone())
-            .unwrap_or_default();
-        Ok(ExperimentOutput {
-            name: self.name().into(),
-            title: self.title().into(),
-            verdict: Verdict::Corrected,
-            summary: format!(
-                "fully masked row: plain softmax with −∞ gives {nan_inf}, with a finite fill it attends to the hidden keys; the module's bool mask gives zeros in every dtype; −1e9 in f16 becomes {f16_1e9}"
-            ),
+        let claims = claims(&rows);
+        Ok(ExperimentOutput::new(
+            self,
+            ctx,
+            claims,
             markdown,
-            results: serde_json::json!({ "scores": SCORES, "rows": rows }),
-            plots: vec![],
-            csv: vec![csv],
-            skipped,
-            backends: ctx.backends.iter().map(|b| b.name.clone()).collect(),
-            seconds: t0.elapsed().as_secs_f64(),
-        })
+            serde_json::json!({ "scores": SCORES, "rows": rows }),
+            t0,
+        )
+        .files(vec![], vec![csv])
+        .on_every_backend(ctx, Vec::new())
+        .skipped(skipped))
     }
+}
+
+/// The claims of `masks`, decided by its rows (every backend and dtype that ran).
+pub fn claims(rows: &[MaskRow]) -> Vec<Claim> {
+    let cells = |dtype: &str, fill: &str, n_masks: usize, fully: bool| -> Vec<&MaskRow> {
+        rows.iter()
+            .filter(|r| {
+                (dtype.is_empty() || r.dtype == dtype)
+                    && r.fill.starts_with(fill)
+                    && r.n_masks == n_masks
+                    && r.fully_masked == fully
+            })
+            .collect()
+    };
+    // Holds when every cell satisfies `test`; undecided when no cell ran.
+    let every = |cells: Vec<&MaskRow>, test: &dyn Fn(&MaskRow) -> bool| -> (Option<bool>, String) {
+        let seen = cells
+            .iter()
+            .map(|r| format!("{} {}", r.backend, r.dtype))
+            .collect::<Vec<_>>()
+            .join(", ");
+        (
+            (!cells.is_empty()).then(|| cells.iter().all(|r| test(r))),
+            if seen.is_empty() {
+                "not run".into()
+            } else {
+                seen
+            },
+        )
+    };
+    let claim =
+        |id, source, statement: &str, check: &str, (holds, seen): (Option<bool>, String)| {
+            Claim::decided(id, source, statement, check, seen, holds)
+        };
+    vec![
+        claim(
+            "minus-1e9-works-in-f32",
+            Source::Article("§5"),
+            "a −10⁹ fill masks correctly in f32",
+            "plain softmax of the 2-of-4 row with −1e9 in f32 is the softmax of the visible keys (cells listed)",
+            every(cells("f32", "-1e9", 1, false), &|r| r.softmax == "correct"),
+        ),
+        claim(
+            "minus-1e9-overflows-f16",
+            Source::Article("Q3"),
+            "in f16, −10⁹ does not fit and becomes −∞",
+            "the masked score of −1e9 in f16 reads −inf (cells listed)",
+            every(cells("f16", "-1e9", 1, false), &|r| {
+                r.masked_score == "-inf"
+            }),
+        ),
+        claim(
+            "minus-inf-is-safe",
+            Source::Article("§5"),
+            "a −∞ fill is safe because softmax handles it",
+            "plain softmax of the fully masked row with −∞ has no NaN (cells listed)",
+            every(cells("", "-inf", 1, true), &|r| r.softmax != "NaN"),
+        ),
+        claim(
+            "two-masks-overflow",
+            Source::Lab,
+            "two masks of the dtype's most negative value, added, overflow to −∞",
+            "the masked score of dtype min + dtype min reads −inf (cells listed)",
+            every(cells("", "dtype min", 2, false), &|r| {
+                r.masked_score == "-inf"
+            }),
+        ),
+        claim(
+            "finite-fill-attends-hidden-keys",
+            Source::Lab,
+            "with a finite fill, a fully masked row of a plain softmax attends to the hidden keys",
+            "plain softmax of the fully masked row with −1e9 and −1e4 is neither NaN nor zeros (cells listed)",
+            every(
+                cells("", "-1e9", 1, true)
+                    .into_iter()
+                    .chain(cells("", "-1e4", 1, true))
+                    .filter(|r| !r.masked_score.contains("inf"))
+                    .collect(),
+                &|r| r.softmax.contains("attended"),
+            ),
+        ),
+        claim(
+            "module-bool-mask-is-exact",
+            Source::Lab,
+            "the module's boolean mask gives zeros for a fully masked row and the correct weights otherwise, in every dtype and backend",
+            "every module-with-bool-mask cell is \"zeros\" (fully masked) or \"correct\" (cells listed)",
+            every(rows.iter().collect(), &|r| {
+                r.module_bool == if r.fully_masked { "zeros" } else { "correct" }
+            }),
+        ),
+        claim(
+            "module-never-nan",
+            Source::Lab,
+            "the module never gives NaN for a −∞ bias, even on a fully masked row",
+            "no module-with-bias cell with a −∞ masked score is NaN (cells listed)",
+            every(
+                rows.iter().filter(|r| r.masked_score == "-inf").collect(),
+                &|r| r.module_bias != "NaN",
+            ),
+        ),
+    ]
 }

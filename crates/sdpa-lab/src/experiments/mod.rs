@@ -3,6 +3,7 @@
 //! ours and a verdict, and the CSV and PNG files it wrote.
 
 use std::path::Path;
+use std::time::Instant;
 
 use serde::Serialize;
 
@@ -19,28 +20,30 @@ pub mod saturation;
 pub mod training;
 pub mod why_softmax;
 
-/// How our measurement relates to the article.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub enum Verdict {
-    /// Our numbers agree with the article's within the stated tolerance.
-    Reproduced,
-    /// Our numbers differ from the article's (the section says how and why).
-    Differs,
-    /// The article's computation is wrong; the section shows the corrected measurement.
-    Corrected,
-    /// The article gives no figures to compare with; the section states what we measured.
-    Measured,
+pub use crate::claims::Verdict;
+use crate::claims::{Claim, claims_table, summary};
+
+/// One measured quantity on every backend that measured it (same inputs), for the report's
+/// cross-backend table.
+#[derive(Debug, Clone, Serialize)]
+pub struct BackendValues {
+    /// What was measured, e.g. `‖J‖ unscaled, d = 64`.
+    pub quantity: String,
+    /// (backend, value).
+    pub values: Vec<(String, f64)>,
 }
 
-impl Verdict {
-    /// As written in the report.
-    pub fn label(&self) -> &'static str {
-        match self {
-            Verdict::Reproduced => "reproduced",
-            Verdict::Differs => "differs",
-            Verdict::Corrected => "corrected",
-            Verdict::Measured => "measured (no article figures)",
+impl BackendValues {
+    /// The largest |a − b| / max(|a|, |b|, tiny) between two backends' values.
+    pub fn largest_disagreement(&self) -> f64 {
+        let mut worst = 0.0f64;
+        for (i, (_, a)) in self.values.iter().enumerate() {
+            for (_, b) in &self.values[i + 1..] {
+                let scale = a.abs().max(b.abs()).max(1e-30);
+                worst = worst.max((a - b).abs() / scale);
+            }
         }
+        worst
     }
 }
 
@@ -51,11 +54,13 @@ pub struct ExperimentOutput {
     pub name: String,
     /// A title for the report.
     pub title: String,
-    /// The verdict.
+    /// The verdict, from the claims.
     pub verdict: Verdict,
-    /// One sentence with the key numbers.
+    /// The conclusions, each with the check that decides it and its outcome.
+    pub claims: Vec<Claim>,
+    /// One sentence from the claims.
     pub summary: String,
-    /// The report section (tables and explanations), without its heading.
+    /// The report section (tables, the claims table), without its heading.
     pub markdown: String,
     /// Every number, for `results.json`.
     pub results: serde_json::Value,
@@ -67,8 +72,59 @@ pub struct ExperimentOutput {
     pub skipped: Vec<String>,
     /// Backends used.
     pub backends: Vec<String>,
+    /// Quantities measured on more than one backend.
+    pub per_backend: Vec<BackendValues>,
     /// Wall time (seconds).
     pub seconds: f64,
+}
+
+impl ExperimentOutput {
+    /// The output of `experiment`: its verdict and summary follow from `claims`, whose table is
+    /// appended to `markdown`. Ran on the primary backend of `ctx` unless told otherwise.
+    pub fn new(
+        experiment: &dyn Experiment,
+        ctx: &LabContext,
+        claims: Vec<Claim>,
+        markdown: String,
+        results: serde_json::Value,
+        started: Instant,
+    ) -> Self {
+        Self {
+            name: experiment.name().into(),
+            title: experiment.title().into(),
+            verdict: Verdict::from_claims(&claims),
+            summary: summary(&claims),
+            markdown: format!("{markdown}\n**Claims.**\n\n{}", claims_table(&claims)),
+            claims,
+            results,
+            plots: Vec::new(),
+            csv: Vec::new(),
+            skipped: Vec::new(),
+            backends: vec![ctx.primary().name.clone()],
+            per_backend: Vec::new(),
+            seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+
+    /// The files written.
+    pub fn files(mut self, plots: Vec<String>, csv: Vec<String>) -> Self {
+        self.plots = plots;
+        self.csv = csv;
+        self
+    }
+
+    /// Ran on every backend of the context, with these cross-backend quantities.
+    pub fn on_every_backend(mut self, ctx: &LabContext, per_backend: Vec<BackendValues>) -> Self {
+        self.backends = ctx.backends.iter().map(|b| b.name.clone()).collect();
+        self.per_backend = per_backend;
+        self
+    }
+
+    /// Parts that could not run.
+    pub fn skipped(mut self, skipped: Vec<String>) -> Self {
+        self.skipped = skipped;
+        self
+    }
 }
 
 /// One experiment of the lab.

@@ -1,5 +1,8 @@
-//! Experiment 5 (`training`): the trainable model on *match*, scaled vs unscaled, over d_k,
-//! the query/key initialization, the optimizer and seeds: does learning stall without √d_k?
+//! Experiment 5 (`training`): the trainable model on *match*, scaled vs unscaled, with 10 seeds
+//! per cell: over d_k (up to 1024) for Adam and SGD, over learning rates (so that "unscaled
+//! fails" cannot be a too-large step in disguise), and without LayerNorm. Success rates carry
+//! Wilson intervals, times to the target t-intervals of the step budget-capped means, and each
+//! condition gets its time-to-target curve.
 
 use std::time::Instant;
 
@@ -10,57 +13,114 @@ use sdpa_model::{
 };
 use serde::Serialize;
 
-use super::{Experiment, ExperimentOutput, Verdict, f, md_table, out_path, write_csv};
+use super::{Experiment, ExperimentOutput, md_table, out_path, write_csv};
+use crate::claims::{Claim, Source, show};
 use crate::context::{LabContext, LabError};
 use crate::plot::{LinePlot, Series, line_plot};
-use crate::stats::{mean, median};
+use crate::stats::{Estimate, mean_ci, wilson};
 
-/// The grid.
+/// One training condition (everything but the scaling and the seed).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Condition {
+    /// Optimizer.
+    pub optimizer: OptimizerKind,
+    /// Learning rate.
+    pub lr: f64,
+    /// d_k per head.
+    pub d_k: usize,
+    /// Pre-LayerNorm before attention.
+    pub layer_norm: bool,
+    /// Which part of the design the condition belongs to.
+    pub part: Part,
+}
+
+/// The three parts of the design.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Part {
+    /// Both optimizers at their main learning rate, every d_k.
+    Main,
+    /// The other learning rates, at one d_k.
+    LearningRate,
+    /// Without LayerNorm.
+    NoLayerNorm,
+}
+
+/// The design.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrainingGrid {
-    /// d_k values.
-    pub d_k: Vec<usize>,
-    /// Initializations.
-    pub inits: Vec<QkInit>,
-    /// Optimizers.
-    pub optimizers: Vec<OptimizerKind>,
-    /// Seeds.
+    /// Conditions, each run scaled and unscaled with every seed.
+    pub conditions: Vec<Condition>,
+    /// Seeds per (condition, scaling).
     pub seeds: Vec<u64>,
     /// Step budget per run.
     pub steps: usize,
-    /// Adam learning rate.
-    pub adam_lr: f64,
-    /// SGD learning rate (momentum 0.9).
-    pub sgd_lr: f64,
+    /// Evaluate every this many steps.
+    pub eval_every: usize,
     /// Target held-out accuracy.
     pub target: f64,
 }
 
+/// Adam's learning rates (the middle one is the main).
+pub const ADAM_LRS: [f64; 3] = [1e-3, 3e-3, 1e-2];
+/// SGD's (momentum 0.9).
+pub const SGD_LRS: [f64; 3] = [0.03, 0.1, 0.3];
+
 impl TrainingGrid {
-    /// The full grid, or a small one with `quick`.
+    /// The full design, or a small one with `quick`.
     pub fn new(quick: bool, seed: u64) -> Self {
-        if quick {
-            Self {
-                d_k: vec![64],
-                inits: vec![QkInit::Unit],
-                optimizers: vec![OptimizerKind::Adam],
-                seeds: vec![seed],
-                steps: 400,
-                adam_lr: 3e-3,
-                sgd_lr: 0.1,
-                target: 0.99,
-            }
+        let d_ks: &[usize] = if quick {
+            &[64, 256]
         } else {
-            Self {
-                d_k: vec![16, 64, 256],
-                inits: vec![QkInit::Default, QkInit::Unit],
-                optimizers: vec![OptimizerKind::Adam, OptimizerKind::Sgd],
-                seeds: vec![seed, seed + 1, seed + 2],
-                steps: 800,
-                adam_lr: 3e-3,
-                sgd_lr: 0.1,
-                target: 0.99,
+            &[16, 64, 256, 1024]
+        };
+        let sweep_d_k = 256;
+        let mut conditions = Vec::new();
+        for (optimizer, lrs) in [
+            (OptimizerKind::Adam, ADAM_LRS),
+            (OptimizerKind::Sgd, SGD_LRS),
+        ] {
+            if quick && optimizer == OptimizerKind::Sgd {
+                continue;
             }
+            for &d_k in d_ks {
+                conditions.push(Condition {
+                    optimizer,
+                    lr: lrs[1],
+                    d_k,
+                    layer_norm: true,
+                    part: Part::Main,
+                });
+            }
+            if !quick {
+                for lr in [lrs[0], lrs[2]] {
+                    conditions.push(Condition {
+                        optimizer,
+                        lr,
+                        d_k: sweep_d_k,
+                        layer_norm: true,
+                        part: Part::LearningRate,
+                    });
+                }
+            }
+        }
+        if !quick {
+            for d_k in [64, 256] {
+                conditions.push(Condition {
+                    optimizer: OptimizerKind::Adam,
+                    lr: ADAM_LRS[1],
+                    d_k,
+                    layer_norm: false,
+                    part: Part::NoLayerNorm,
+                });
+            }
+        }
+        let n_seeds = if quick { 3 } else { 10 };
+        Self {
+            conditions,
+            seeds: (0..n_seeds).map(|i| seed + i).collect(),
+            steps: if quick { 300 } else { 500 },
+            eval_every: 10,
+            target: 0.99,
         }
     }
 }
@@ -68,16 +128,10 @@ impl TrainingGrid {
 /// One training run.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrainingRun {
-    /// Run name (its folder under `runs/training`).
-    pub name: String,
-    /// d_k.
-    pub d_k: usize,
+    /// Its condition.
+    pub condition: Condition,
     /// Scaled by 1/√d_k.
     pub scaled: bool,
-    /// Initialization.
-    pub init: QkInit,
-    /// Optimizer.
-    pub optimizer: OptimizerKind,
     /// Seed.
     pub seed: u64,
     /// First evaluation step at or above the target, if reached.
@@ -88,17 +142,37 @@ pub struct TrainingRun {
     pub initial_normalized_entropy: f64,
     /// Logit std of the initial attention.
     pub initial_logit_std: f64,
-    /// Saturated fraction of the initial attention.
-    pub initial_saturated: f64,
     /// Wall time (s).
     pub seconds: f64,
 }
 
-fn init_name(i: QkInit) -> &'static str {
-    match i {
-        QkInit::Default => "default",
-        QkInit::Unit => "unit",
-    }
+/// One (condition, scaling) cell over its seeds.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    /// The condition.
+    pub condition: Condition,
+    /// Scaled by 1/√d_k.
+    pub scaled: bool,
+    /// Share of seeds that reached the target (Wilson interval).
+    pub success: Estimate,
+    /// Mean steps to the target, a run that never got there counting the whole budget
+    /// (t-interval over seeds).
+    pub capped_steps: Estimate,
+    /// Mean initial logit std.
+    pub initial_logit_std: f64,
+    /// Mean final accuracy.
+    pub final_accuracy: f64,
+}
+
+/// How the unscaled cell of a condition compares with the scaled one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum Comparison {
+    /// Unscaled reaches the target less often, or later (disjoint intervals).
+    UnscaledWorse,
+    /// Unscaled reaches it more often, or sooner.
+    UnscaledBetter,
+    /// The intervals overlap.
+    NoClearDifference,
 }
 
 fn opt_name(o: OptimizerKind) -> &'static str {
@@ -109,14 +183,14 @@ fn opt_name(o: OptimizerKind) -> &'static str {
 }
 
 /// The folder name of one run under `runs/training`.
-fn run_name(optimizer: OptimizerKind, init: QkInit, d_k: usize, scaled: bool, seed: u64) -> String {
+fn run_name(c: &Condition, scaled: bool, seed: u64) -> String {
     format!(
-        "{}-{}-dk{}-{}-s{}",
-        opt_name(optimizer),
-        init_name(init),
-        d_k,
+        "{}-lr{}-dk{}{}-{}-s{seed}",
+        opt_name(c.optimizer),
+        c.lr,
+        c.d_k,
+        if c.layer_norm { "" } else { "-noln" },
         if scaled { "scaled" } else { "unscaled" },
-        seed
     )
 }
 
@@ -130,6 +204,49 @@ pub fn read_metrics(path: &std::path::Path, n_layers: usize) -> Result<Vec<StepM
         .collect())
 }
 
+/// The cells of a set of runs.
+pub fn cells(grid: &TrainingGrid, runs: &[TrainingRun]) -> Vec<Cell> {
+    let mut out = Vec::new();
+    for c in &grid.conditions {
+        for scaled in [true, false] {
+            let rs: Vec<&TrainingRun> = runs
+                .iter()
+                .filter(|r| r.condition == *c && r.scaled == scaled)
+                .collect();
+            let reached = rs.iter().filter(|r| r.steps_to_target.is_some()).count();
+            let capped: Vec<f64> = rs
+                .iter()
+                .map(|r| r.steps_to_target.unwrap_or(grid.steps) as f64)
+                .collect();
+            let mean = |f: fn(&TrainingRun) -> f64| {
+                rs.iter().map(|r| f(r)).sum::<f64>() / rs.len().max(1) as f64
+            };
+            out.push(Cell {
+                condition: *c,
+                scaled,
+                success: wilson(reached, rs.len()),
+                capped_steps: mean_ci(&capped),
+                initial_logit_std: mean(|r| r.initial_logit_std),
+                final_accuracy: mean(|r| r.final_accuracy),
+            });
+        }
+    }
+    out
+}
+
+/// Unscaled against scaled for one condition: disjoint success or capped-steps intervals.
+pub fn compare(scaled: &Cell, unscaled: &Cell) -> Comparison {
+    let worse = unscaled.success.hi < scaled.success.lo
+        || unscaled.capped_steps.lo > scaled.capped_steps.hi;
+    let better = unscaled.success.lo > scaled.success.hi
+        || unscaled.capped_steps.hi < scaled.capped_steps.lo;
+    match (worse, better) {
+        (true, false) => Comparison::UnscaledWorse,
+        (false, true) => Comparison::UnscaledBetter,
+        _ => Comparison::NoClearDifference,
+    }
+}
+
 /// The experiment.
 pub struct Training;
 
@@ -139,7 +256,7 @@ impl Experiment for Training {
     }
 
     fn title(&self) -> &'static str {
-        "Training with and without √d_k: steps to 99% on match across d_k, init, optimizer, seeds"
+        "Training with and without √d_k on match: d_k, optimizer, learning rate, LayerNorm, 10 seeds"
     }
 
     fn run(&self, ctx: &LabContext) -> Result<ExperimentOutput, LabError> {
@@ -147,8 +264,7 @@ impl Experiment for Training {
         let grid = TrainingGrid::new(ctx.quick, ctx.seed);
         let backend = ctx.primary();
         let root = ctx.out_dir.join("runs").join("training");
-        let total =
-            grid.d_k.len() * grid.inits.len() * grid.optimizers.len() * grid.seeds.len() * 2;
+        let total = grid.conditions.len() * grid.seeds.len() * 2;
         let progress = Progress::new(
             if ctx.progress == ProgressMode::Quiet {
                 ProgressMode::Quiet
@@ -160,323 +276,394 @@ impl Experiment for Training {
             total as u64,
         );
         let mut runs = Vec::new();
-        for &optimizer in &grid.optimizers {
-            for &init in &grid.inits {
-                for &d_k in &grid.d_k {
-                    for &seed in &grid.seeds {
-                        for scaled in [true, false] {
-                            let name = run_name(optimizer, init, d_k, scaled, seed);
-                            let mut config = TrainConfig::for_task(TaskConfig::new());
-                            config.model.d_k = Some(d_k);
-                            config.model.qk_init = init;
-                            config.model.scale = if scaled {
-                                ScalePolicy::InvSqrtDk
-                            } else {
-                                ScalePolicy::Unscaled
-                            };
-                            config.optimizer = optimizer;
-                            config.lr = match optimizer {
-                                OptimizerKind::Adam => grid.adam_lr,
-                                OptimizerKind::Sgd => grid.sgd_lr,
-                            };
-                            if optimizer == OptimizerKind::Sgd {
-                                config.momentum = Some(0.9);
-                            }
-                            config.steps = grid.steps;
-                            config.seed = seed;
-                            config.eval_every = 25;
-                            config.eval_batches = 8;
-                            config.log_every = 5;
-                            config.target_accuracy = grid.target;
-                            let dir = root.join(&name);
-                            let _ = std::fs::remove_dir_all(&dir);
-                            let r = train(
-                                &config,
-                                &backend.device,
-                                &RunOptions {
-                                    out_dir: dir,
-                                    resume: false,
-                                    backend: backend.name.clone(),
-                                    progress: ProgressMode::Quiet,
-                                    // The lab's own run folder: a report run again replaces its runs.
-                                    overwrite: true,
-                                },
-                            )?;
-                            let init_att = r
-                                .summary
-                                .initial_attention
-                                .first()
-                                .copied()
-                                .unwrap_or_default();
-                            let run = TrainingRun {
-                                name: name.clone(),
-                                d_k,
-                                scaled,
-                                init,
-                                optimizer,
-                                seed,
-                                steps_to_target: r.summary.steps_to_target,
-                                final_accuracy: r.summary.final_eval_accuracy,
-                                initial_normalized_entropy: init_att.normalized_entropy,
-                                initial_logit_std: init_att.logit_std,
-                                initial_saturated: init_att.saturated_fraction,
-                                seconds: r.summary.time_s,
-                            };
-                            progress.println(&format!(
-                                "[{}/{}] {name}: {} (final accuracy {:.3}, {:.1} s)",
-                                runs.len() + 1,
-                                total,
-                                run.steps_to_target
-                                    .map_or("target not reached".to_string(), |s| format!(
-                                        "99% at step {s}"
-                                    )),
-                                run.final_accuracy,
-                                run.seconds
-                            ));
-                            runs.push(run);
-                        }
+        for c in &grid.conditions {
+            for &seed in &grid.seeds {
+                for scaled in [true, false] {
+                    let name = run_name(c, scaled, seed);
+                    let mut config = TrainConfig::for_task(TaskConfig::new());
+                    config.model.d_k = Some(c.d_k);
+                    config.model.qk_init = QkInit::Unit;
+                    config.model.layer_norm = c.layer_norm;
+                    config.model.scale = if scaled {
+                        ScalePolicy::InvSqrtDk
+                    } else {
+                        ScalePolicy::Unscaled
+                    };
+                    config.optimizer = c.optimizer;
+                    config.lr = c.lr;
+                    if c.optimizer == OptimizerKind::Sgd {
+                        config.momentum = Some(0.9);
                     }
+                    config.steps = grid.steps;
+                    config.seed = seed;
+                    config.eval_every = grid.eval_every;
+                    config.eval_batches = 4;
+                    config.log_every = grid.eval_every;
+                    config.target_accuracy = grid.target;
+                    let dir = root.join(&name);
+                    let _ = std::fs::remove_dir_all(&dir);
+                    let r = train(
+                        &config,
+                        &backend.device,
+                        &RunOptions {
+                            out_dir: dir,
+                            resume: false,
+                            backend: backend.name.clone(),
+                            progress: ProgressMode::Quiet,
+                            // The lab's own run folder: a report run again replaces its runs.
+                            overwrite: true,
+                        },
+                    )?;
+                    let init = r
+                        .summary
+                        .initial_attention
+                        .first()
+                        .copied()
+                        .unwrap_or_default();
+                    let run = TrainingRun {
+                        condition: *c,
+                        scaled,
+                        seed,
+                        steps_to_target: r.summary.steps_to_target,
+                        final_accuracy: r.summary.final_eval_accuracy,
+                        initial_normalized_entropy: init.normalized_entropy,
+                        initial_logit_std: init.logit_std,
+                        seconds: r.summary.time_s,
+                    };
+                    progress.update(
+                        runs.len() as u64 + 1,
+                        &format!(
+                            "{name}: {}",
+                            run.steps_to_target
+                                .map_or("target not reached".to_string(), |s| format!(
+                                    "99% at step {s}"
+                                ))
+                        ),
+                    );
+                    runs.push(run);
                 }
             }
         }
         progress.finish(&format!("{} runs", runs.len()));
-
-        // One row per (optimizer, init, d_k): scaled vs unscaled over seeds.
-        let mut table_rows = Vec::new();
-        let mut groups = Vec::new();
-        for &optimizer in &grid.optimizers {
-            for &init in &grid.inits {
-                for &d_k in &grid.d_k {
-                    let pick = |scaled: bool| -> Vec<&TrainingRun> {
-                        runs.iter()
-                            .filter(|r| {
-                                r.optimizer == optimizer
-                                    && r.init == init
-                                    && r.d_k == d_k
-                                    && r.scaled == scaled
-                            })
-                            .collect()
-                    };
-                    let describe = |rs: &[&TrainingRun]| {
-                        let reached: Vec<f64> = rs
-                            .iter()
-                            .filter_map(|r| r.steps_to_target.map(|s| s as f64))
-                            .collect();
-                        let steps = rs
-                            .iter()
-                            .map(|r| r.steps_to_target.map_or("—".to_string(), |s| s.to_string()))
-                            .collect::<Vec<_>>()
-                            .join(" / ");
-                        (
-                            steps,
-                            reached.len(),
-                            if reached.is_empty() {
-                                f64::NAN
-                            } else {
-                                median(&reached)
-                            },
-                        )
-                    };
-                    let (s, u) = (pick(true), pick(false));
-                    let (s_steps, s_n, s_med) = describe(&s);
-                    let (u_steps, u_n, u_med) = describe(&u);
-                    let acc = |rs: &[&TrainingRun]| {
-                        mean(&rs.iter().map(|r| r.final_accuracy).collect::<Vec<_>>())
-                    };
-                    let ent = |rs: &[&TrainingRun]| {
-                        mean(
-                            &rs.iter()
-                                .map(|r| r.initial_normalized_entropy)
-                                .collect::<Vec<_>>(),
-                        )
-                    };
-                    let std_ = |rs: &[&TrainingRun]| {
-                        mean(&rs.iter().map(|r| r.initial_logit_std).collect::<Vec<_>>())
-                    };
-                    groups.push((optimizer, init, d_k, s_n, s_med, u_n, u_med, s.len()));
-                    table_rows.push(vec![
-                        opt_name(optimizer).into(),
-                        init_name(init).into(),
-                        d_k.to_string(),
-                        s_steps,
-                        u_steps,
-                        format!("{} / {}", f(acc(&s), 3), f(acc(&u), 3)),
-                        format!("{} / {}", f(ent(&s), 2), f(ent(&u), 2)),
-                        format!("{} / {}", f(std_(&s), 2), f(std_(&u), 2)),
-                    ]);
-                }
-            }
-        }
+        let cells = cells(&grid, &runs);
+        let pair = |c: &Condition| {
+            let find = |scaled| {
+                cells
+                    .iter()
+                    .find(|x| x.condition == *c && x.scaled == scaled)
+            };
+            find(true).zip(find(false))
+        };
         let table = md_table(
             &[
-                "optimizer",
-                "qk init",
+                "part",
+                "optimizer, lr",
                 "d_k",
-                "steps to 99%, scaled (per seed)",
-                "steps to 99%, unscaled",
-                "final accuracy scaled / unscaled",
-                "initial norm. entropy scaled / unscaled",
-                "initial logit std scaled / unscaled",
+                "LayerNorm",
+                "reached 99%: scaled / unscaled (Wilson 95%)",
+                "mean steps, budget if never: scaled / unscaled (95% CI)",
+                "initial logit std s / u",
+                "unscaled vs scaled",
             ],
-            &table_rows,
+            &grid
+                .conditions
+                .iter()
+                .filter_map(|c| pair(c).map(|p| (c, p)))
+                .map(|(c, (s, u))| {
+                    vec![
+                        format!("{:?}", c.part),
+                        format!("{} {}", opt_name(c.optimizer), c.lr),
+                        c.d_k.to_string(),
+                        if c.layer_norm {
+                            "yes".into()
+                        } else {
+                            "no".into()
+                        },
+                        format!("{} / {}", show(s.success), show(u.success)),
+                        format!("{} / {}", show(s.capped_steps), show(u.capped_steps)),
+                        format!("{:.2} / {:.2}", s.initial_logit_std, u.initial_logit_std),
+                        format!("{:?}", compare(s, u)),
+                    ]
+                })
+                .collect::<Vec<_>>(),
         );
-        // Verdict lines per group.
-        let mut findings = Vec::new();
-        for (optimizer, init, d_k, s_n, s_med, u_n, u_med, n) in &groups {
-            let what = if *u_n < *s_n {
-                format!("unscaled reaches 99% in {u_n}/{n} seeds vs {s_n}/{n} scaled")
-            } else if u_med > s_med && *u_med > 1.25 * *s_med {
-                format!(
-                    "unscaled is slower (median {} vs {} steps)",
-                    f(*u_med, 0),
-                    f(*s_med, 0)
-                )
-            } else if s_med > u_med && *s_med > 1.25 * *u_med {
-                format!(
-                    "unscaled is *faster* (median {} vs {} steps)",
-                    f(*u_med, 0),
-                    f(*s_med, 0)
-                )
-            } else {
-                format!(
-                    "no clear difference (median {} vs {} steps)",
-                    f(*u_med, 0),
-                    f(*s_med, 0)
-                )
-            };
-            findings.push(format!(
-                "- {} / {} init / d_k = {d_k}: {what}",
-                opt_name(*optimizer),
-                init_name(*init)
-            ));
-        }
         let csv = write_csv(
             ctx,
             "training.csv",
-            "name,optimizer,init,d_k,scaled,seed,steps_to_target,final_accuracy,initial_normalized_entropy,initial_logit_std,initial_saturated,seconds",
+            "optimizer,lr,d_k,layer_norm,part,scaled,seed,steps_to_target,final_accuracy,initial_normalized_entropy,initial_logit_std,seconds",
             &runs
                 .iter()
                 .map(|r| {
                     format!(
-                        "{},{},{},{},{},{},{},{},{},{},{},{}",
-                        r.name,
-                        opt_name(r.optimizer),
-                        init_name(r.init),
-                        r.d_k,
+                        "{},{},{},{},{:?},{},{},{},{},{},{},{}",
+                        opt_name(r.condition.optimizer),
+                        r.condition.lr,
+                        r.condition.d_k,
+                        r.condition.layer_norm,
+                        r.condition.part,
                         r.scaled,
                         r.seed,
                         r.steps_to_target.map(|s| s.to_string()).unwrap_or_default(),
                         r.final_accuracy,
                         r.initial_normalized_entropy,
                         r.initial_logit_std,
-                        r.initial_saturated,
                         r.seconds
                     )
                 })
                 .collect::<Vec<_>>(),
         )?;
-        // Curves of the first seed, unit init, each optimizer, from the saved metrics.
-        let mut plots = Vec::new();
-        let init = if grid.inits.contains(&QkInit::Unit) {
-            QkInit::Unit
-        } else {
-            grid.inits[0]
-        };
-        for &optimizer in &grid.optimizers {
-            let mut loss_series = Vec::new();
-            let mut grad_series = Vec::new();
-            for &d_k in &grid.d_k {
-                for scaled in [true, false] {
-                    let name = run_name(optimizer, init, d_k, scaled, grid.seeds[0]);
-                    let metrics = read_metrics(&root.join(&name).join("metrics.csv"), 1)?;
-                    let label = format!("d_k={d_k} {}", if scaled { "scaled" } else { "unscaled" });
-                    loss_series.push(Series::line(
-                        label.clone(),
-                        metrics.iter().map(|m| (m.step as f64, m.loss)).collect(),
-                    ));
-                    grad_series.push(Series::line(
-                        label,
-                        metrics
-                            .iter()
-                            .map(|m| (m.step as f64, m.grad_norm_query.max(1e-12)))
-                            .collect(),
-                    ));
-                }
-            }
-            let p = format!("training_loss_{}.png", opt_name(optimizer));
-            line_plot(
-                &out_path(ctx, &p),
-                &LinePlot {
-                    title: format!(
-                        "Training loss on match ({}, {} init, seed {})",
-                        opt_name(optimizer),
-                        init_name(init),
-                        grid.seeds[0]
-                    ),
-                    x_label: "step".into(),
-                    y_label: "cross-entropy".into(),
-                    log_x: false,
-                    log_y: true,
-                    series: loss_series,
-                },
-            )?;
-            plots.push(p);
-            let p = format!("training_grad_query_{}.png", opt_name(optimizer));
-            line_plot(
-                &out_path(ctx, &p),
-                &LinePlot {
-                    title: format!(
-                        "‖∂L/∂W_Q‖ during training ({}, {} init)",
-                        opt_name(optimizer),
-                        init_name(init)
-                    ),
-                    x_label: "step".into(),
-                    y_label: "query projection gradient norm".into(),
-                    log_x: false,
-                    log_y: true,
-                    series: grad_series,
-                },
-            )?;
-            plots.push(p);
-        }
+        let plots = plot(ctx, &grid, &runs, &root)?;
         let markdown = format!(
-            "The default model (d_model = 64, 2 heads, 1 layer, pre-layer-norm) on *match* (k = 8, vocabulary 64), \
-             d_k per head independent of d_model. Budget {} steps per run (evaluation every 25 steps on 8 \
-             held-out batches; a run stops at 99%), Adam lr {} and SGD lr {} with momentum 0.9. \"unit\" init \
-             draws W_Q, W_K so that q and k components have unit variance (the article's assumption: \
-             unscaled logits then have std √d_k); \"default\" is Burn's Kaiming-uniform (components of \
-             variance 1/3, unscaled logits std ≈ √d_k/3). \"—\" = 99% not reached within the budget.\n\n{table}\n\
-             Findings, group by group:\n\n{}\n\n\
-             {}\n",
+            "The default model (d_model = 64, 2 heads, 1 layer) on *match* (k = 8, vocabulary 64), d_k per \
+             head independent of d_model, q/k projections initialized so that q and k components have unit \
+             variance (the article's assumption: unscaled logits then have std √d_k). Every cell runs {} seeds \
+             scaled and unscaled, with a budget of {} steps, an evaluation every {} steps on 4 held-out \
+             batches, stopping at {:.0}%. Three parts: **Main** (Adam lr {} and SGD lr {} with momentum 0.9, \
+             every d_k), **LearningRate** (the other rates, {:?} and {:?}, at d_k = 256) and **NoLayerNorm** \
+             (Adam without the pre-attention LayerNorm). \"Unscaled vs scaled\" reads the two directions: \
+             UnscaledWorse / UnscaledBetter when the success-rate or mean-steps intervals are disjoint.\n\n\
+             {table}\n{}\n",
+            grid.seeds.len(),
             grid.steps,
-            grid.adam_lr,
-            grid.sgd_lr,
-            findings.join("\n"),
+            grid.eval_every,
+            100.0 * grid.target,
+            ADAM_LRS[1],
+            SGD_LRS[1],
+            [ADAM_LRS[0], ADAM_LRS[2]],
+            [SGD_LRS[0], SGD_LRS[2]],
             plots
                 .iter()
                 .map(|p| format!("![{p}]({p})"))
                 .collect::<Vec<_>>()
                 .join("\n"),
         );
-        let slower = groups
-            .iter()
-            .filter(|g| g.5 < g.3 || (g.6 > 1.25 * g.4))
-            .count();
-        Ok(ExperimentOutput {
-            name: self.name().into(),
-            title: self.title().into(),
-            verdict: Verdict::Measured,
-            summary: format!(
-                "unscaled is slower or fails in {slower} of {} (optimizer, init, d_k) groups",
-                groups.len()
-            ),
+        let claims = claims(&grid, &cells);
+        Ok(ExperimentOutput::new(
+            self,
+            ctx,
+            claims,
             markdown,
-            results: serde_json::json!({ "grid": grid, "runs": runs }),
-            plots,
-            csv: vec![csv],
-            skipped: vec![],
-            backends: vec![backend.name.clone()],
-            seconds: t0.elapsed().as_secs_f64(),
-        })
+            serde_json::json!({ "grid": grid, "cells": cells, "runs": runs }),
+            t0,
+        )
+        .files(plots, vec![csv]))
     }
+}
+
+/// Time-to-target curves (share of seeds at 99% by step t) of the main Adam and SGD conditions,
+/// and the loss curves of the first seed, drawn from the saved files.
+fn plot(
+    ctx: &LabContext,
+    grid: &TrainingGrid,
+    runs: &[TrainingRun],
+    root: &std::path::Path,
+) -> Result<Vec<String>, LabError> {
+    let mut plots = Vec::new();
+    for optimizer in [OptimizerKind::Adam, OptimizerKind::Sgd] {
+        let main: Vec<&Condition> = grid
+            .conditions
+            .iter()
+            .filter(|c| c.optimizer == optimizer && c.part == Part::Main)
+            .collect();
+        if main.is_empty() {
+            continue;
+        }
+        let mut curves = Vec::new();
+        let mut losses = Vec::new();
+        for c in &main {
+            for scaled in [true, false] {
+                let label = format!(
+                    "d_k={} {}",
+                    c.d_k,
+                    if scaled { "scaled" } else { "unscaled" }
+                );
+                let rs: Vec<&TrainingRun> = runs
+                    .iter()
+                    .filter(|r| r.condition == **c && r.scaled == scaled)
+                    .collect();
+                curves.push(Series::line(
+                    label.clone(),
+                    (0..=grid.steps)
+                        .step_by(grid.eval_every)
+                        .map(|t| {
+                            let reached = rs
+                                .iter()
+                                .filter(|r| r.steps_to_target.is_some_and(|s| s <= t))
+                                .count();
+                            (t as f64, reached as f64 / rs.len().max(1) as f64)
+                        })
+                        .collect(),
+                ));
+                let name = run_name(c, scaled, grid.seeds[0]);
+                let metrics = read_metrics(&root.join(&name).join("metrics.csv"), 1)?;
+                losses.push(Series::line(
+                    label,
+                    metrics.iter().map(|m| (m.step as f64, m.loss)).collect(),
+                ));
+            }
+        }
+        let lr = main[0].lr;
+        for (kind, title, y_label, series, log_y) in [
+            (
+                "time_to_target",
+                "Share of seeds at 99% by step t",
+                "share of seeds",
+                curves,
+                false,
+            ),
+            (
+                "loss",
+                "Training loss, first seed",
+                "cross-entropy",
+                losses,
+                true,
+            ),
+        ] {
+            let p = format!("training_{kind}_{}.png", opt_name(optimizer));
+            line_plot(
+                &out_path(ctx, &p),
+                &LinePlot {
+                    title: format!("{title} ({} lr {lr})", opt_name(optimizer)),
+                    x_label: "step".into(),
+                    y_label: y_label.into(),
+                    log_x: false,
+                    log_y,
+                    series,
+                },
+            )?;
+            plots.push(p);
+        }
+    }
+    Ok(plots)
+}
+
+/// The claims of `training`, decided by its cells.
+pub fn claims(grid: &TrainingGrid, cells: &[Cell]) -> Vec<Claim> {
+    let pair = |c: &Condition| {
+        let find = |scaled| {
+            cells
+                .iter()
+                .find(|x| x.condition == *c && x.scaled == scaled)
+        };
+        find(true).zip(find(false))
+    };
+    let describe = |c: &Condition, s: &Cell, u: &Cell| {
+        format!(
+            "{} lr {} d_k {}{}: reached {} vs {}, steps {} vs {}",
+            opt_name(c.optimizer),
+            c.lr,
+            c.d_k,
+            if c.layer_norm { "" } else { " no-LN" },
+            show(s.success),
+            show(u.success),
+            show(s.capped_steps),
+            show(u.capped_steps)
+        )
+    };
+    let verdict_of = |conds: Vec<&Condition>, want: Comparison| -> (Option<bool>, String) {
+        let pairs: Vec<(&Condition, &Cell, &Cell)> = conds
+            .into_iter()
+            .filter_map(|c| pair(c).map(|(s, u)| (c, s, u)))
+            .collect();
+        if pairs.is_empty() {
+            return (None, "not run (quick)".into());
+        }
+        let outcomes: Vec<Comparison> = pairs.iter().map(|(_, s, u)| compare(s, u)).collect();
+        let holds = if outcomes.iter().all(|o| *o == want) {
+            Some(true)
+        } else if outcomes
+            .iter()
+            .any(|o| *o != want && *o != Comparison::NoClearDifference)
+        {
+            Some(false)
+        } else {
+            None
+        };
+        (
+            holds,
+            pairs
+                .iter()
+                .map(|(c, s, u)| describe(c, s, u))
+                .collect::<Vec<_>>()
+                .join("; "),
+        )
+    };
+    let d_max = grid.conditions.iter().map(|c| c.d_k).max().unwrap_or(0);
+    let main_at = |d_k: usize| -> Vec<&Condition> {
+        grid.conditions
+            .iter()
+            .filter(|c| c.part == Part::Main && c.d_k == d_k)
+            .collect()
+    };
+    let (holds, measured) = verdict_of(main_at(d_max), Comparison::UnscaledWorse);
+    let mut claims = vec![Claim::decided(
+        "unscaled-trains-worse",
+        Source::Article("§4"),
+        format!(
+            "without √d_k, training is slower or fails (largest d_k = {d_max}, both optimizers)"
+        ),
+        "for each optimizer: unscaled success-rate (Wilson) or mean-steps (t) interval entirely worse than scaled",
+        measured,
+        holds,
+    )];
+    let all: Vec<&Condition> = grid.conditions.iter().collect();
+    let better: Vec<String> = all
+        .iter()
+        .filter_map(|c| {
+            pair(c)
+                .filter(|(s, u)| compare(s, u) == Comparison::UnscaledBetter)
+                .map(|(s, u)| describe(c, s, u))
+        })
+        .collect();
+    claims.push(Claim::decided(
+        "unscaled-never-better",
+        Source::Lab,
+        "unscaled is never significantly better than scaled, in any cell",
+        "no cell with UnscaledBetter (both directions are tested in every cell)",
+        if better.is_empty() {
+            format!("{} cells, none better", all.len())
+        } else {
+            better.join("; ")
+        },
+        Some(better.is_empty()),
+    ));
+    let d_min = grid.conditions.iter().map(|c| c.d_k).min().unwrap_or(0);
+    let (holds, measured) = verdict_of(main_at(d_min), Comparison::NoClearDifference);
+    claims.push(Claim::decided(
+        "small-dk-no-difference",
+        Source::Lab,
+        format!("at the smallest d_k ({d_min}) scaling makes no clear difference"),
+        "for each optimizer: the scaled and unscaled intervals overlap",
+        measured,
+        holds,
+    ));
+    let lowest_lr: Vec<&Condition> = grid
+        .conditions
+        .iter()
+        .filter(|c| c.part == Part::LearningRate && (c.lr == ADAM_LRS[0] || c.lr == SGD_LRS[0]))
+        .collect();
+    let (holds, measured) = verdict_of(lowest_lr, Comparison::UnscaledWorse);
+    claims.push(Claim::decided(
+        "not-a-step-size-artifact",
+        Source::Lab,
+        "unscaled's trouble is not a too-large step: at the smallest learning rate it is still worse (d_k = 256)",
+        "for each optimizer at its smallest lr: unscaled interval entirely worse than scaled",
+        measured,
+        holds,
+    ));
+    let no_ln: Vec<&Condition> = grid
+        .conditions
+        .iter()
+        .filter(|c| c.part == Part::NoLayerNorm && c.d_k == 256)
+        .collect();
+    let (holds, measured) = verdict_of(no_ln, Comparison::UnscaledWorse);
+    claims.push(Claim::decided(
+        "without-layernorm-too",
+        Source::Lab,
+        "without LayerNorm, unscaled is still worse (d_k = 256)",
+        "unscaled interval entirely worse than scaled",
+        measured,
+        holds,
+    ));
+    claims
 }
