@@ -68,6 +68,8 @@ fn main() -> anyhow::Result<()> {
             },
             scale: 1.0 / (d as f32).sqrt(),
             causal_offset: None,
+            softcap: None,
+            window: None,
         };
         let len = b * h * n * d;
         let mut normal = || -> Vec<f32> {

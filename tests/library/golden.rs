@@ -1,4 +1,5 @@
-//! Every golden case (PyTorch, float64) passes forward and backward on every compiled backend.
+//! Every golden case (PyTorch, float64) passes forward and backward on every compiled backend:
+//! the base cases (`sdpa/`) and the soft-cap and window cases (`extensions/`).
 
 use std::path::PathBuf;
 
@@ -7,27 +8,40 @@ use sdpa::golden;
 
 use crate::common::devices;
 
-/// The golden folder: `shared/golden/sdpa` beside the repository when it is there (the source of
-/// truth, with any cases added since), else the copy in `tests/data/golden`.
-fn golden_dir() -> PathBuf {
+/// A golden folder: `shared/golden/<shared>` beside the repository when it is there (the source
+/// of truth, with any cases added since), else the copy in `tests/data/<vendored>`.
+fn golden_dir(shared: &str, vendored: &str) -> PathBuf {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let shared = root.join("../shared/golden/sdpa");
+    let shared = root.join("../shared/golden").join(shared);
     if shared.is_dir() {
         shared
     } else {
-        root.join("tests/data/golden")
+        root.join("tests/data").join(vendored)
     }
 }
 
+/// Every case file of both folders: at least the 12 base cases and the 5 extension cases.
+fn golden_files() -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for (shared, vendored, at_least) in [
+        ("sdpa", "golden", 12),
+        ("extensions", "golden-extensions", 5),
+    ] {
+        let dir = golden_dir(shared, vendored);
+        let found = golden::case_files(&dir).expect("golden folder");
+        assert!(
+            found.len() >= at_least,
+            "expected at least {at_least} cases in {}, found {}",
+            dir.display(),
+            found.len()
+        );
+        files.extend(found);
+    }
+    files
+}
+
 fn golden_on_every_backend(implementation: Implementation) {
-    let dir = golden_dir();
-    let files = golden::case_files(&dir).expect("golden folder");
-    assert!(
-        files.len() >= 12,
-        "expected at least 12 cases in {}, found {}",
-        dir.display(),
-        files.len()
-    );
+    let files = golden_files();
     let mut failures = Vec::new();
     for (backend, device) in devices() {
         for file in &files {
@@ -69,10 +83,9 @@ fn every_golden_case_passes_on_every_backend_auto() {
 fn every_golden_case_passes_on_every_backend_fused_where_it_applies() {
     // Fused only knows bottom-right causal alignment: the top-left cases with n != m are
     // rejected with a clear error, and every other case passes.
-    let dir = golden_dir();
     let mut failures = Vec::new();
     for (backend, device) in devices() {
-        for file in golden::case_files(&dir).expect("golden folder") {
+        for file in golden_files() {
             let case = golden::load_case(&file).expect("case");
             let n = case.query.shape[2];
             let m = case.key.shape[2];
@@ -108,12 +121,11 @@ fn every_golden_case_passes_on_every_backend_cpu_kernel() {
     // heads, fully masked rows). Where it runs in place (Flex, NdArray) the case is checked
     // forward and backward through its own backward pass; elsewhere (wgpu) it serves inference
     // on host copies, and the context is checked.
-    let dir = golden_dir();
     let mut failures = Vec::new();
     let mut with_gradients = 0;
     for (backend, device) in devices() {
         let in_place = sdpa::cpu_kernel::runs_in_place(&device);
-        for file in golden::case_files(&dir).expect("golden folder") {
+        for file in golden_files() {
             match golden::run_file(&file, &device, Implementation::CpuKernel) {
                 Ok(r) if r.passed() => {
                     println!("{backend} CpuKernel: {r}");
@@ -135,9 +147,9 @@ fn every_golden_case_passes_on_every_backend_cpu_kernel() {
         "failing golden cases (CpuKernel):\n{}",
         failures.join("\n")
     );
-    // flex and ndarray are on by default: at least their 2 × 12 cases ran backward.
+    // flex and ndarray are on by default: at least their 2 × (12 + 5) cases ran backward.
     assert!(
-        with_gradients >= 24,
+        with_gradients >= 34,
         "only {with_gradients} cases ran backward"
     );
 }
@@ -151,6 +163,49 @@ fn vendored_copy_matches_the_cases_it_was_copied_from() {
     for f in files {
         golden::load_case(&f).unwrap_or_else(|e| panic!("{e}"));
     }
+    let files = golden::case_files(&root.join("tests/data/golden-extensions")).expect("vendored");
+    assert_eq!(files.len(), 5);
+    let (mut capped, mut windowed) = (0, 0);
+    for f in files {
+        let case = golden::load_case(&f).unwrap_or_else(|e| panic!("{e}"));
+        capped += usize::from(case.softcap.is_some());
+        windowed += usize::from(case.window.is_some());
+    }
+    assert_eq!((capped, windowed), (2, 3));
+}
+
+#[test]
+fn a_case_with_a_field_the_runner_does_not_know_is_refused() {
+    // A field the runner ignored would let a case pass without the semantics it asks for.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(root.join("tests/data/golden-extensions/window_local.json"))
+        .expect("case");
+    let mut json: serde_json::Value = serde_json::from_str(&text).expect("json");
+    json["dilation"] = serde_json::json!(2);
+    let path = dir.path().join("unknown_field.json");
+    std::fs::write(&path, json.to_string()).expect("write");
+    let device = devices()[0].1.clone();
+    let err = golden::run_file(&path, &device, Implementation::Auto).expect_err("must refuse");
+    assert!(
+        err.to_string().contains("unknown field `dilation`"),
+        "{err}"
+    );
+    // Also inside a nested object.
+    json.as_object_mut().expect("object").remove("dilation");
+    json["tolerance"]["ulps"] = serde_json::json!(4);
+    std::fs::write(&path, json.to_string()).expect("write");
+    let err = golden::run_file(&path, &device, Implementation::Auto).expect_err("must refuse");
+    assert!(err.to_string().contains("unknown field `ulps`"), "{err}");
+    // A soft-cap that is not positive is the case's error, not the module's panic.
+    json["tolerance"]
+        .as_object_mut()
+        .expect("object")
+        .remove("ulps");
+    json["softcap"] = serde_json::json!(0.0);
+    std::fs::write(&path, json.to_string()).expect("write");
+    let err = golden::run_file(&path, &device, Implementation::Auto).expect_err("must refuse");
+    assert!(err.to_string().contains("softcap"), "{err}");
 }
 
 #[test]

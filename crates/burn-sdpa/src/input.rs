@@ -6,7 +6,7 @@ use burn::tensor::Element;
 use burn::tensor::kind::Basic;
 
 use crate::error::AttentionError;
-use crate::types::AttentionDims;
+use crate::types::{AttentionDims, Window};
 
 /// The inputs of one attention call, built fluently.
 ///
@@ -40,6 +40,9 @@ pub struct AttentionInput<const D: usize = 4> {
     pub bias: Option<Tensor<4>>,
     /// Apply a causal mask with the module's alignment.
     pub causal: bool,
+    /// A local window (query i sees keys `c − left ..= c + right`, `c` on the module's causal
+    /// diagonal); paths that can skip keys outside it never build an n×m mask for it.
+    pub window: Option<Window>,
     /// Return the attention weights.
     pub need_weights: bool,
     /// Return the scaled scores (plus bias, before masking), e.g. for logit statistics.
@@ -57,6 +60,7 @@ impl<const D: usize> AttentionInput<D> {
             mask: None,
             bias: None,
             causal: false,
+            window: None,
             need_weights: false,
             need_scores: false,
         }
@@ -91,6 +95,33 @@ impl<const D: usize> AttentionInput<D> {
         self
     }
 
+    /// Local attention: query i sees key j only when `c − left ≤ j ≤ c + right`, with
+    /// `c = i + offset` on the diagonal of the module's
+    /// [`CausalAlignment`](crate::CausalAlignment) (`m − n` for the default bottom-right, as
+    /// FlashAttention's `window_size`); `None` leaves a side unbounded. Composes with
+    /// [`causal`](Self::causal), masks and padding (what any of them hides stays hidden), and
+    /// replaces an earlier window.
+    ///
+    /// ```
+    /// # use burn::prelude::*;
+    /// # use burn_sdpa::AttentionInput;
+    /// # let device = Device::flex();
+    /// # let x = Tensor::<4>::zeros([1, 2, 16, 8], &device);
+    /// // Sliding-window causal attention over the last 4 positions (itself and 3 before).
+    /// let input = AttentionInput::new(x.clone(), x.clone(), x).causal().window(3, 0);
+    /// // A symmetric local band, unbounded on the right:
+    /// # let x = Tensor::<4>::zeros([1, 2, 16, 8], &device);
+    /// let input = AttentionInput::new(x.clone(), x.clone(), x).window(2, None);
+    /// ```
+    pub fn window(
+        mut self,
+        left: impl Into<Option<usize>>,
+        right: impl Into<Option<usize>>,
+    ) -> Self {
+        self.window = Some(Window::new(left.into(), right.into()));
+        self
+    }
+
     /// Also return the attention weights `[b, h, n, m]`.
     pub fn need_weights(mut self) -> Self {
         self.need_weights = true;
@@ -119,15 +150,19 @@ impl<const D: usize> AttentionInput<D> {
             mask: self.mask,
             bias: self.bias,
             causal: self.causal,
+            window: self.window,
             need_weights: self.need_weights,
             need_scores: self.need_scores,
         }
     }
 
     /// Whether anything beyond causal masking hides keys or shifts scores (a padding mask, a
-    /// mask or a bias).
+    /// mask, a bias or a window).
     pub fn has_mask_or_bias(&self) -> bool {
-        self.padding_mask.is_some() || self.mask.is_some() || self.bias.is_some()
+        self.padding_mask.is_some()
+            || self.mask.is_some()
+            || self.bias.is_some()
+            || self.window.is_some()
     }
 }
 

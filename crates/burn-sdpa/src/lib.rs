@@ -13,6 +13,8 @@
 //! | additive bias | added to the *scaled* scores; −∞ entries mask |
 //! | grouped-query attention | query head i uses kv head `i / (h / h_kv)` (PyTorch `enable_gqa`) |
 //! | scale | [`ScalePolicy::InvSqrtDk`] (default), [`ScalePolicy::Unscaled`], [`ScalePolicy::Fixed`] |
+//! | logit soft-cap | optional `c · tanh(s / c)` on the scaled scores, before bias and masks (Burn's order) |
+//! | local window | [`Window`]: query i sees keys `c − left ..= c + right`, `c = i + (m − n)` by default (FlashAttention's `window_size`) |
 //!
 //! ```
 //! use burn::prelude::*;
@@ -36,15 +38,18 @@
 //! |---|---|
 //! | `paths/kind.rs` | [`Implementation`] (what a user asks for) and [`Path`] (what runs); both print themselves |
 //! | `error.rs` | [`AttentionError`] |
-//! | `types.rs` | [`ScalePolicy`], [`CausalAlignment`], [`AttentionDims`] |
+//! | `types.rs` | [`ScalePolicy`], [`CausalAlignment`], [`Window`], [`AttentionDims`] |
 //! | `input.rs` | [`AttentionInput`], [`AttentionOutput`], [`validate_input`], [`read_back`] |
 //! | `mask.rs` | the public [`mask`] helpers and the one mask builder every path uses |
 //! | `paths/` | one file per path (`naive.rs`, `chunked.rs`, `fused.rs`, `cpu/`), the shared score preparation (`call.rs`), the measured `Auto` rule (`auto.rs`), and `mod.rs`, the only place that chooses a path |
 //! | `module.rs` | [`ScaledDotProductAttentionConfig`] and [`ScaledDotProductAttention`]: validate, resolve, run |
+//! | `qk_norm.rs` | [`QkNorm`] and [`HeadNorm`], the per-head normalization of queries and keys |
 //! | `mha.rs` | [`MultiHeadAttention`] |
+//! | `cache.rs` | [`MhaCache`] and the multi-head layer's cached decoding |
 //! | `diagnostics.rs` | [`attention_diagnostics`] |
 #![warn(missing_docs)]
 
+mod cache;
 mod diagnostics;
 mod error;
 mod input;
@@ -52,8 +57,10 @@ pub mod mask;
 mod mha;
 mod module;
 mod paths;
+mod qk_norm;
 mod types;
 
+pub use cache::MhaCache;
 pub use diagnostics::{
     AttentionDiagnostics, HeadDiagnostics, SATURATION_THRESHOLD, attention_diagnostics,
 };
@@ -67,7 +74,8 @@ pub use paths::auto::{
 };
 pub use paths::chunked::chunked_attention;
 pub use paths::kind::{Implementation, Path};
-pub use types::{AttentionDims, CausalAlignment, ScalePolicy};
+pub use qk_norm::{HeadNorm, QkNorm};
+pub use types::{AttentionDims, CausalAlignment, ScalePolicy, Window, validate_softcap};
 
 /// The CPU flash kernel on host slices (what [`Implementation::CpuKernel`] runs), forward and
 /// backward, for callers that hold their data on the host or want to tune its tiles.

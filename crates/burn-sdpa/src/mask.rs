@@ -8,7 +8,7 @@ use burn::tensor::DType;
 
 use crate::error::AttentionError;
 use crate::input::AttentionInput;
-use crate::types::{AttentionDims, CausalAlignment};
+use crate::types::{AttentionDims, CausalAlignment, Window};
 
 /// The causal mask for n queries and m keys, `[n, m]`, true where key j is hidden from query i.
 ///
@@ -62,6 +62,65 @@ pub fn causal_mask_for_keys(
         Tensor::<1, Int>::arange(keys.start as i64..keys.end as i64, device).reshape([1, len]);
     cols.expand([n, len])
         .greater(rows.expand([n, len]).add_scalar(offset))
+}
+
+/// The mask of a local [`Window`] for n queries and m keys, `[n, m]`, true where key j lies
+/// outside query i's band `c − left ..= c + right`, `c = i + alignment.offset(n, m)`. The module
+/// builds the same columns itself where a path needs them (it never needs this whole matrix on the
+/// CPU kernel); this is the explicit form, for other code and for tests.
+///
+/// ```
+/// # use burn::prelude::*;
+/// use burn_sdpa::{mask::window_mask, CausalAlignment, Window};
+/// let device = Device::flex();
+/// let mask = window_mask(4, 4, Window::new(Some(1), Some(0)), CausalAlignment::BottomRight, &device);
+/// // [[false, true,  true,  true ],
+/// //  [false, false, true,  true ],
+/// //  [true,  false, false, true ],
+/// //  [true,  true,  false, false]]
+/// let hidden: Vec<bool> = mask.into_data().to_vec().unwrap();
+/// assert_eq!(&hidden[8..12], &[true, false, false, true]);
+/// ```
+pub fn window_mask(
+    n: usize,
+    m: usize,
+    window: Window,
+    alignment: CausalAlignment,
+    device: &Device,
+) -> Tensor<2, Bool> {
+    window_mask_for_keys(n, m, 0..m, window, alignment, device)
+}
+
+/// The columns `keys` of [`window_mask`]`(n, m, ..)`: `[n, keys.len()]`.
+pub fn window_mask_for_keys(
+    n: usize,
+    m: usize,
+    keys: Range<usize>,
+    window: Window,
+    alignment: CausalAlignment,
+    device: &Device,
+) -> Tensor<2, Bool> {
+    let len = keys.len();
+    let offset = alignment.offset(n, m);
+    // [n] -> [n, 1] and [len] -> [1, len], expanded to [n, len]
+    let centre = Tensor::<1, Int>::arange(0..n as i64, device)
+        .reshape([n, 1])
+        .add_scalar(offset)
+        .expand([n, len]);
+    let cols = Tensor::<1, Int>::arange(keys.start as i64..keys.end as i64, device)
+        .reshape([1, len])
+        .expand([n, len]);
+    let before = window
+        .left
+        .map(|left| cols.clone().lower(centre.clone().sub_scalar(left as i64)));
+    let after = window
+        .right
+        .map(|right| cols.greater(centre.add_scalar(right as i64)));
+    match (before, after) {
+        (Some(before), Some(after)) => before.bool_or(after),
+        (Some(hidden), None) | (None, Some(hidden)) => hidden,
+        (None, None) => Tensor::<2, Bool>::full([n, len], false, device),
+    }
 }
 
 /// A padding mask `[b, m]` from sequence lengths `[b]`: true at positions `j >= length`.
@@ -161,8 +220,8 @@ pub(crate) fn user_mask(input: &AttentionInput) -> Option<Tensor<4, Bool>> {
 
 /// The mask of the keys `keys` of a call, `[b|1, h|1, n|1, keys.len()]` (broadcastable to the
 /// scores of those keys), or `None` when nothing there is masked: the padding mask's and the
-/// user mask's columns, the causal part and the −∞ entries of `bias` (the bias of the same
-/// keys). This is the one mask builder of the crate: the naive path asks for all keys, the
+/// user mask's columns, the causal part, the window's part and the −∞ entries of `bias` (the
+/// bias of the same keys). This is the one mask builder of the crate: the naive path asks for all keys, the
 /// chunked path for one block at a time.
 pub(crate) fn mask_for_keys(
     input: &AttentionInput,
@@ -184,6 +243,13 @@ pub(crate) fn mask_for_keys(
         // [n, len] -> [1, 1, n, len]
         parts.push(
             causal_mask_for_keys(dims.n, dims.m, keys.clone(), alignment, &device).unsqueeze(),
+        );
+    }
+    if let Some(window) = input.window {
+        // [n, len] -> [1, 1, n, len]
+        parts.push(
+            window_mask_for_keys(dims.n, dims.m, keys.clone(), window, alignment, &device)
+                .unsqueeze(),
         );
     }
     if let Some(bias) = bias {

@@ -1,4 +1,5 @@
-//! Multi-head attention built on [`ScaledDotProductAttention`].
+//! Multi-head attention built on [`ScaledDotProductAttention`], with optional QK-norm
+//! ([`QkNorm`]); cached decoding is in `cache.rs`.
 
 use burn::module::Module;
 use burn::nn::{Initializer, Linear, LinearConfig};
@@ -8,6 +9,7 @@ use crate::error::AttentionError;
 use crate::input::{AttentionInput, AttentionOutput};
 use crate::module::{ScaledDotProductAttention, ScaledDotProductAttentionConfig};
 use crate::paths::kind::Implementation;
+use crate::qk_norm::{HeadNorm, QkNorm};
 use crate::types::{CausalAlignment, ScalePolicy};
 
 /// Configuration of [`MultiHeadAttention`].
@@ -57,6 +59,13 @@ pub struct MultiHeadAttentionConfig {
     /// The attention's computation path (`Auto` picks the fastest correct one).
     #[config(default = "Implementation::Auto")]
     pub implementation: Implementation,
+    /// Logit soft-capping of the attention scores (`c · tanh(s / c)`, Gemma 2); none by default.
+    #[config(default = "None")]
+    pub softcap: Option<f64>,
+    /// A learnable normalization of every query and key head before the scores (ViT-22B,
+    /// OLMo 2); none by default, as in the article.
+    #[config(default = "QkNorm::None")]
+    pub qk_norm: QkNorm,
 }
 
 impl MultiHeadAttentionConfig {
@@ -116,6 +125,7 @@ impl MultiHeadAttentionConfig {
             .with_dropout(self.dropout)
             .with_causal_alignment(self.causal_alignment)
             .with_implementation(self.implementation)
+            .with_softcap(self.softcap)
             .try_init()?;
         let qk_init = self
             .qk_initializer
@@ -132,6 +142,8 @@ impl MultiHeadAttentionConfig {
             key: linear(self.d_model, n_kv * d_k, &qk_init),
             value: linear(self.d_model, n_kv * d_k, &self.initializer),
             output: linear(self.n_heads * d_k, self.d_model, &self.initializer),
+            query_norm: self.qk_norm.init(d_k, device),
+            key_norm: self.qk_norm.init(d_k, device),
             attention,
             d_model: self.d_model,
             n_heads: self.n_heads,
@@ -161,6 +173,10 @@ pub struct MultiHeadAttention {
     pub value: Linear,
     /// Output projection `n_heads · d_k -> d_model`.
     pub output: Linear,
+    /// QK-norm of the query heads, if configured.
+    pub query_norm: Option<HeadNorm>,
+    /// QK-norm of the key heads, if configured.
+    pub key_norm: Option<HeadNorm>,
     /// The attention core.
     pub attention: ScaledDotProductAttention,
     /// Model width.
@@ -197,14 +213,13 @@ impl MultiHeadAttention {
         x.reshape([b, s, heads, self.d_k]).swap_dims(1, 2)
     }
 
-    /// Applies multi-head attention, or says which input does not fit.
-    ///
-    /// # Shapes
-    /// - query: `[b, n, d_model]`; key and value: `[b, m, d_model]`
-    /// - padding mask: `[b, m]`; mask and bias: `[b|1, h|1, n|1, m]`
-    /// - context: `[b, n, d_model]`; weights and scores: `[b, h, n, m]`
-    pub fn try_forward(&self, input: MhaInput) -> Result<MhaOutput, AttentionError> {
-        let [b, n, d_q] = input.query.dims();
+    /// Checks the input's shapes and returns the projected heads: query `[b, h, n, d_k]`, key
+    /// and value `[b, h_kv, m, d_k]`, the query and key normalized when QK-norm is on.
+    pub(crate) fn project(
+        &self,
+        input: &MhaInput,
+    ) -> Result<(Tensor<4>, Tensor<4>, Tensor<4>), AttentionError> {
+        let [b, _, d_q] = input.query.dims();
         let [b_k, m, d_key] = input.key.dims();
         let [b_v, m_v, d_v] = input.value.dims();
         for (what, dims, d) in [
@@ -227,11 +242,31 @@ impl MultiHeadAttention {
                 got: vec![b_k, m, d_key, b_v, m_v, d_v],
             });
         }
-        let query = self.split_heads(self.query.forward(input.query.clone()), self.n_heads);
-        let key = self.split_heads(self.key.forward(input.key.clone()), self.n_kv_heads);
+        let mut query = self.split_heads(self.query.forward(input.query.clone()), self.n_heads);
+        let mut key = self.split_heads(self.key.forward(input.key.clone()), self.n_kv_heads);
         let value = self.split_heads(self.value.forward(input.value.clone()), self.n_kv_heads);
-        let attn_input = input.with_tensors(query, key, value);
-        let out = self.attention.try_forward(attn_input)?;
+        if let Some(norm) = &self.query_norm {
+            query = norm.forward(query);
+        }
+        if let Some(norm) = &self.key_norm {
+            key = norm.forward(key);
+        }
+        Ok((query, key, value))
+    }
+
+    /// Attends projected heads with the input's masks and options, merges the heads and
+    /// projects back.
+    pub(crate) fn attend(
+        &self,
+        input: MhaInput,
+        query: Tensor<4>,
+        key: Tensor<4>,
+        value: Tensor<4>,
+    ) -> Result<MhaOutput, AttentionError> {
+        let [b, _, n, _] = query.dims();
+        let out = self
+            .attention
+            .try_forward(input.with_tensors(query, key, value))?;
         // [b, h, n, d_k] -> [b, n, h, d_k] -> [b, n, h·d_k]
         let context = out
             .context
@@ -243,6 +278,17 @@ impl MultiHeadAttention {
             scores: out.scores,
             mask: out.mask,
         })
+    }
+
+    /// Applies multi-head attention, or says which input does not fit.
+    ///
+    /// # Shapes
+    /// - query: `[b, n, d_model]`; key and value: `[b, m, d_model]`
+    /// - padding mask: `[b, m]`; mask and bias: `[b|1, h|1, n|1, m]`
+    /// - context: `[b, n, d_model]`; weights and scores: `[b, h, n, m]`
+    pub fn try_forward(&self, input: MhaInput) -> Result<MhaOutput, AttentionError> {
+        let (query, key, value) = self.project(&input)?;
+        self.attend(input, query, key, value)
     }
 
     /// Applies multi-head attention.

@@ -9,7 +9,7 @@ use crate::error::AttentionError;
 use crate::input::{AttentionInput, AttentionOutput, validate_input};
 use crate::mask::mask_for_keys;
 use crate::paths::{self, call::Call, kind::Implementation, kind::Path};
-use crate::types::{AttentionDims, CausalAlignment, ScalePolicy};
+use crate::types::{AttentionDims, CausalAlignment, ScalePolicy, validate_softcap};
 
 /// Configuration of [`ScaledDotProductAttention`].
 ///
@@ -17,6 +17,7 @@ use crate::types::{AttentionDims, CausalAlignment, ScalePolicy};
 /// use burn_sdpa::{CausalAlignment, ScalePolicy, ScaledDotProductAttentionConfig};
 /// let attn = ScaledDotProductAttentionConfig::new()
 ///     .with_scale(ScalePolicy::InvSqrtDk)
+///     .with_softcap(Some(50.0)) // Gemma 2's attention soft-cap
 ///     .with_dropout(0.0)
 ///     .with_causal_alignment(CausalAlignment::BottomRight)
 ///     .init();
@@ -37,12 +38,20 @@ pub struct ScaledDotProductAttentionConfig {
     /// The computation path; `Auto` picks the fastest correct one.
     #[config(default = "Implementation::Auto")]
     pub implementation: Implementation,
+    /// Logit soft-capping (Gemma 2): the scaled scores s become `c · tanh(s / c)` before the bias
+    /// is added and any mask takes effect (Burn's `module::attention` order). `None` by default:
+    /// the article's attention has no cap.
+    #[config(default = "None")]
+    pub softcap: Option<f64>,
 }
 
 impl ScaledDotProductAttentionConfig {
     /// Builds the module, or says which setting is out of range.
     pub fn try_init(&self) -> Result<ScaledDotProductAttention, AttentionError> {
         self.scale.validate()?;
+        if let Some(softcap) = self.softcap {
+            validate_softcap(softcap)?;
+        }
         if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {
             return Err(AttentionError::InvalidDropout(self.dropout));
         }
@@ -57,6 +66,7 @@ impl ScaledDotProductAttentionConfig {
             scale: self.scale,
             causal_alignment: self.causal_alignment,
             implementation: self.implementation,
+            softcap: self.softcap,
             dropout: DropoutConfig::new(self.dropout).init(),
         })
     }
@@ -74,7 +84,9 @@ impl ScaledDotProductAttentionConfig {
 ///
 /// - masks are boolean with **true = masked out**, broadcast to `[b, h, n, m]`; a padding mask
 ///   `[b, m]` hides keys from every head and query;
-/// - an additive bias is added to the *scaled* scores (a bias of −∞ masks like a `true`);
+/// - an additive bias is added to the *scaled* (and soft-capped, when a cap is set) scores (a
+///   bias of −∞ masks like a `true`);
+/// - a local [`Window`](crate::Window) hides the keys outside its band around the causal diagonal;
 /// - causal masking follows the configured [`CausalAlignment`];
 /// - a query row with no visible key gets **zero** context and weights (never NaN) and zero
 ///   gradients;
@@ -95,6 +107,9 @@ pub struct ScaledDotProductAttention {
     /// The computation path.
     #[module(skip)]
     pub implementation: Implementation,
+    /// The logit soft-cap `c` (scores become `c · tanh(s / c)` before bias and masks), if any.
+    #[module(skip)]
+    pub softcap: Option<f64>,
     /// Dropout on the attention weights.
     pub dropout: Dropout,
 }
@@ -178,6 +193,9 @@ impl ScaledDotProductAttention {
         if !((factor as f32).is_finite() && (factor as f32) > 0.0) {
             return Err(AttentionError::InvalidScale(factor));
         }
+        if let Some(softcap) = self.softcap {
+            validate_softcap(softcap)?;
+        }
         let dropout_active = self.dropout.prob > 0.0
             && self.dropout.training.is_enabled()
             && input.query.device().is_autodiff();
@@ -185,6 +203,7 @@ impl ScaledDotProductAttention {
             scale: factor,
             dims,
             alignment: self.causal_alignment,
+            softcap: self.softcap,
             dropout: dropout_active.then(|| self.dropout.clone()),
             input,
         })

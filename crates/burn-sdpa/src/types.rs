@@ -1,5 +1,7 @@
-//! The vocabulary of an attention call: how scores are scaled, how a causal mask is aligned, and
-//! the validated sizes every path works with.
+//! The vocabulary of an attention call: how scores are scaled and capped, how a causal mask and
+//! a local window are aligned, and the validated sizes every path works with.
+
+use core::ops::Range;
 
 use serde::{Deserialize, Serialize};
 
@@ -65,6 +67,69 @@ impl CausalAlignment {
     }
 }
 
+/// Checks a logit soft-cap `c` (scores become `c · tanh(s / c)`): finite and positive, also in
+/// the f32 the kernels compute in.
+pub fn validate_softcap(softcap: f64) -> Result<(), AttentionError> {
+    if softcap.is_finite() && (softcap as f32).is_finite() && (softcap as f32) > 0.0 {
+        Ok(())
+    } else {
+        Err(AttentionError::InvalidConfig {
+            field: "softcap",
+            value: softcap.to_string(),
+            reason: "the soft-cap must be finite and > 0 (it divides the scores)".into(),
+        })
+    }
+}
+
+/// A local (sliding-window) attention band: query i sees key j only when
+/// `c − left ≤ j ≤ c + right`, where `c = i + offset` is the query's position on the diagonal of
+/// the module's [`CausalAlignment`] (`offset = m − n` for bottom-right, the default and
+/// FlashAttention's `window_size`; 0 for top-left). `None` leaves that side unbounded.
+///
+/// It combines with causal masking, masks and padding by union of what is hidden; a query left
+/// with no visible key follows the zero-row rule.
+///
+/// ```
+/// use burn_sdpa::Window;
+/// // Mistral-style: each query sees itself and the 3 keys before it (with causal masking).
+/// let window = Window::new(Some(3), Some(0));
+/// assert_eq!(window.keys(5, 0, 8), 2..6);
+/// assert!(window.hides(5, 1, 0) && !window.hides(5, 2, 0));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Window {
+    /// Keys before the diagonal a query sees (`None`: all of them).
+    pub left: Option<usize>,
+    /// Keys after the diagonal a query sees (`None`: all of them).
+    pub right: Option<usize>,
+}
+
+impl Window {
+    /// The band `left` keys before and `right` keys after the diagonal.
+    pub fn new(left: Option<usize>, right: Option<usize>) -> Self {
+        Self { left, right }
+    }
+
+    /// The keys query `query_idx` sees among `0..m`, for the diagonal offset `offset`
+    /// (empty when the band lies outside the keys).
+    pub fn keys(&self, query_idx: usize, offset: i64, m: usize) -> Range<usize> {
+        let centre = query_idx as i64 + offset;
+        let clamp = |x: i64| x.clamp(0, m as i64) as usize;
+        let start = self.left.map_or(0, |left| clamp(centre - left as i64));
+        let end = self
+            .right
+            .map_or(m, |right| clamp(centre + right as i64 + 1));
+        start..end.max(start)
+    }
+
+    /// Whether key `key_idx` lies outside the band of query `query_idx`.
+    pub fn hides(&self, query_idx: usize, key_idx: usize, offset: i64) -> bool {
+        let (centre, j) = (query_idx as i64 + offset, key_idx as i64);
+        self.left.is_some_and(|left| j < centre - left as i64)
+            || self.right.is_some_and(|right| j > centre + right as i64)
+    }
+}
+
 /// The validated sizes of an attention call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttentionDims {
@@ -112,5 +177,34 @@ mod tests {
         assert!(ScalePolicy::Fixed(1e-3).validate().is_ok());
         assert_eq!(CausalAlignment::BottomRight.offset(2, 5), 3);
         assert_eq!(CausalAlignment::TopLeft.offset(2, 5), 0);
+        assert!(validate_softcap(30.0).is_ok());
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 1e300, 1e-50] {
+            assert!(validate_softcap(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_window_keys_range_agrees_with_hides() {
+        let windows = [
+            Window::new(Some(2), Some(0)),
+            Window::new(Some(0), Some(3)),
+            Window::new(None, Some(1)),
+            Window::new(Some(4), None),
+            Window::new(None, None),
+        ];
+        for window in windows {
+            for offset in [-3i64, 0, 4] {
+                for query_idx in 0..6 {
+                    let keys = window.keys(query_idx, offset, 7);
+                    for key_idx in 0..7 {
+                        assert_eq!(
+                            keys.contains(&key_idx),
+                            !window.hides(query_idx, key_idx, offset),
+                            "{window:?} offset {offset} query {query_idx} key {key_idx}"
+                        );
+                    }
+                }
+            }
+        }
     }
 }

@@ -19,8 +19,10 @@ pub(crate) struct Call {
     pub dims: AttentionDims,
     /// The factor that multiplies QKᵀ.
     pub scale: f64,
-    /// The causal alignment, used when `input.causal`.
+    /// The causal alignment, used when `input.causal` and to centre `input.window`.
     pub alignment: CausalAlignment,
+    /// The logit soft-cap, applied to the scaled scores before the bias.
+    pub softcap: Option<f64>,
     /// Dropout on the weights, when it is active for this call (training flag on, p > 0,
     /// autodiff device).
     pub dropout: Option<Dropout>,
@@ -46,7 +48,8 @@ impl Call {
         query.reshape([batch, n_kv_heads, self.dims.group() * n, d_k])
     }
 
-    /// The scaled scores plus bias of the keys `keys`, `[b, h, n, len]`, and the mask of those
+    /// The scaled (and soft-capped) scores plus bias of the keys `keys`, `[b, h, n, len]`, and
+    /// the mask of those
     /// keys expanded to the same shape (`None` when nothing there is masked).
     ///
     /// `grouped_query` is [`grouped_query`](Self::grouped_query)'s result, computed once per
@@ -69,6 +72,10 @@ impl Call {
             .clone()
             .matmul(key.transpose())
             .reshape([b, h, n, len]);
+        if let Some(cap) = self.softcap {
+            // c · tanh(s / c): before the bias, as Burn's `module::attention` does.
+            scores = scores.div_scalar(cap).tanh().mul_scalar(cap);
+        }
         let bias = self.input.bias.as_ref().map(|bias| {
             if all_keys {
                 bias.clone()
@@ -83,6 +90,26 @@ impl Call {
         let mask = mask_for_keys(&self.input, &self.dims, self.alignment, keys, bias.as_ref())
             .map(|mask| mask.expand([b, h, n, len]));
         (scores, mask)
+    }
+
+    /// The keys some query may see under the causal mask and the window: keys outside this
+    /// range are hidden from every query, so the chunked path never computes them.
+    pub fn reachable_keys(&self) -> Range<usize> {
+        let AttentionDims { n, m, .. } = self.dims;
+        let offset = self.alignment.offset(n, m);
+        let mut keys = 0..m;
+        if self.input.causal {
+            // The last query sees the most keys: 0..=n − 1 + offset.
+            keys.end = (n as i64 + offset).clamp(0, m as i64) as usize;
+        }
+        if let Some(window) = self.input.window {
+            // The band's start grows with the query and its end too: the first query has the
+            // lowest start, the last the highest end.
+            let (first, last) = (window.keys(0, offset, m), window.keys(n - 1, offset, m));
+            keys.start = keys.start.max(first.start);
+            keys.end = keys.end.min(last.end);
+        }
+        keys.start..keys.end.max(keys.start)
     }
 
     /// The values of the keys `keys`, `[b, h_kv, len, d_v]`.

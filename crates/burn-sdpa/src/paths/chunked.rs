@@ -19,11 +19,12 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
 }
 
 /// Attention by blocks of `block_size` keys. Same semantics as the naive path: masks, bias,
-/// causal alignments, grouped-query heads, dropout on the weights, and zero output for rows
-/// without a visible key.
+/// causal alignments, windows, soft-capping, grouped-query heads, dropout on the weights, and zero
+/// output for rows without a visible key. Key blocks that the causal mask or the window hide from
+/// every query are never computed.
 ///
-/// `dims` come from [`validate_input`](crate::validate_input); `dropout`, when given, acts on the
-/// weights.
+/// `dims` come from [`validate_input`](crate::validate_input); `softcap`, when given, caps the
+/// scaled scores before the bias; `dropout`, when given, acts on the weights.
 ///
 /// # Shapes
 /// - query: `[b, h, n, d_k]`, key: `[b, h_kv, m, d_k]`, value: `[b, h_kv, m, d_v]`
@@ -33,6 +34,7 @@ pub fn chunked_attention(
     dims: AttentionDims,
     scale: f64,
     alignment: CausalAlignment,
+    softcap: Option<f64>,
     block_size: usize,
     dropout: Option<&Dropout>,
 ) -> Tensor<4> {
@@ -41,6 +43,7 @@ pub fn chunked_attention(
         dims,
         scale,
         alignment,
+        softcap,
         dropout: dropout.cloned(),
     };
     context(&call, block_size)
@@ -53,7 +56,7 @@ pub(crate) fn run(call: Call, block_size: usize) -> Result<AttentionOutput, Atte
 
 /// The context `[b, h, n, d_v]` of `call`, one block of keys at a time.
 fn context(call: &Call, block_size: usize) -> Tensor<4> {
-    let [b, h, n, m] = call.dims.scores_shape();
+    let [b, h, n, _] = call.dims.scores_shape();
     let (h_kv, d_v) = (call.dims.n_kv_heads, call.dims.d_v);
     let group = call.dims.group();
     let block_size = block_size.max(1);
@@ -66,9 +69,10 @@ fn context(call: &Call, block_size: usize) -> Tensor<4> {
     let mut run_max: Option<Tensor<4>> = None;
     let mut run_sum: Option<Tensor<4>> = None;
     let mut acc: Option<Tensor<4>> = None;
-    let mut start = 0;
-    while start < m {
-        let len = block_size.min(m - start);
+    let reachable = call.reachable_keys();
+    let mut start = reachable.start;
+    while start < reachable.end {
+        let len = block_size.min(reachable.end - start);
         let keys = start..start + len;
         // [b, h, n, len], mask expanded to the same shape
         let (mut scores, mask) = call.scores(&query, keys.clone());

@@ -1,5 +1,8 @@
 //! The fused path: Burn's own `burn::tensor::module::attention` (Flex's tiled CPU kernel,
 //! CubeCL's flash kernel, Burn's fallback elsewhere and under autodiff).
+//!
+//! Burn's op knows soft-capping but not windows: a window reaches it as an explicit `[n, m]`
+//! mask (the CPU kernel and the chunked path skip the hidden keys instead).
 
 use burn::prelude::*;
 use burn::tensor::module::attention;
@@ -7,7 +10,7 @@ use burn::tensor::ops::AttentionModuleOptions;
 
 use crate::error::AttentionError;
 use crate::input::AttentionOutput;
-use crate::mask::user_mask;
+use crate::mask::{broadcast_or, user_mask, window_mask};
 use crate::paths::call::Call;
 use crate::types::CausalAlignment;
 
@@ -43,13 +46,22 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
                 .reshape([b, h, m, d])
         }
     };
-    let mask = user_mask(&call.input).map(|mask| mask.expand([b, h, n, m]));
+    let window = call.input.window.map(|window| {
+        let device = call.input.query.device();
+        // [n, m] -> [1, 1, n, m]
+        window_mask(n, m, window, call.alignment, &device).unsqueeze::<4>()
+    });
+    let mask = match (user_mask(&call.input), window) {
+        (Some(mask), Some(window)) => Some(broadcast_or(mask, window)),
+        (mask, window) => mask.or(window),
+    }
+    .map(|mask| mask.expand([b, h, n, m]));
     let input = call.input;
     let options = AttentionModuleOptions {
         // An explicit scale disables CubeCL's flash kernel: pass None for 1/√d_k, which is
         // Burn's default.
         scale: (call.scale != 1.0 / (d_k as f64).sqrt()).then_some(call.scale),
-        softcap: None,
+        softcap: call.softcap,
         is_causal: input.causal,
     };
     let context = attention(

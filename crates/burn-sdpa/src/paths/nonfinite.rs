@@ -14,6 +14,7 @@
 //! `0 · NaN` in the weights-times-values product.
 
 use burn::prelude::*;
+use burn::tensor::TensorData;
 
 use crate::input::AttentionOutput;
 use crate::mask::{broadcast_or, user_mask};
@@ -66,14 +67,14 @@ pub(crate) fn sanitize(mut call: Call) -> (Call, Poisoned) {
         Some(visible) => broadcast_or_and(bad, visible.clone()),
         None => bad,
     };
-    let offset = call.input.causal.then(|| call.alignment.offset(n, m));
+    let bands = visible_bands(&call);
     // [b, h, n, 1]: a visible bad key, and any visible key at all.
-    let sees_bad = sees_any(bad_visible, offset, [b, h, n, m]);
+    let sees_bad = sees_any(bad_visible, bands.as_ref(), [b, h, n, m]);
     let sees_key = match visible {
-        Some(visible) => sees_any(visible, offset, [b, h, n, m]),
+        Some(visible) => sees_any(visible, bands.as_ref(), [b, h, n, m]),
         None => sees_any(
             Tensor::<4, Bool>::full([1, 1, 1, m], true, &call.input.query.device()),
-            offset,
+            bands.as_ref(),
             [b, h, n, m],
         ),
     };
@@ -104,34 +105,76 @@ fn broadcast_or_and(a: Tensor<4, Bool>, b: Tensor<4, Bool>) -> Tensor<4, Bool> {
     a.expand(target).bool_and(b.expand(target))
 }
 
-/// For each query row, whether some key j with `keys[.., j]` true is causally visible to it:
-/// `[b|1, h|1, n|1, m]` -> `[b, h, n, 1]`. Without a causal offset it is an `any` over the keys;
-/// with one, a row-independent `keys` gives its first true key and compares it with each row's
-/// causal limit, so that no `[n, m]` tensor is built unless `keys` has one already.
-fn sees_any(keys: Tensor<4, Bool>, offset: Option<i64>, shape: [usize; 4]) -> Tensor<4, Bool> {
+/// The keys each query row may see under the causal mask and the window, `lo_i..hi_i` for
+/// every row i, or `None` when neither restricts the keys.
+fn visible_bands(call: &Call) -> Option<(Vec<i64>, Vec<i64>)> {
+    let (n, m) = (call.dims.n, call.dims.m);
+    let offset = call.alignment.offset(n, m);
+    if !call.input.causal && call.input.window.is_none() {
+        return None;
+    }
+    (0..n)
+        .map(|i| {
+            let mut keys = call
+                .input
+                .window
+                .map_or(0..m, |window| window.keys(i, offset, m));
+            if call.input.causal {
+                keys.end = keys
+                    .end
+                    .min((i as i64 + offset + 1).clamp(0, m as i64) as usize);
+            }
+            (keys.start as i64, keys.end.max(keys.start) as i64)
+        })
+        .unzip::<_, _, Vec<_>, Vec<_>>()
+        .into()
+}
+
+/// For each query row, whether some key j with `keys[.., j]` true lies in the row's band
+/// `lo_i..hi_i` (all keys without `bands`): `[b|1, h|1, n|1, m]` -> `[b, h, n, 1]`.
+///
+/// With bands it takes, for every position p, the first true key at or after p (a reversed
+/// running minimum) and compares the one at `lo_i` with `hi_i`; a row-independent `keys` stays
+/// `[.., 1, m]`, so no `[n, m]` tensor is built unless `keys` has one already.
+fn sees_any(
+    keys: Tensor<4, Bool>,
+    bands: Option<&(Vec<i64>, Vec<i64>)>,
+    shape: [usize; 4],
+) -> Tensor<4, Bool> {
     let [b, h, n, m] = shape;
     let device = keys.device();
-    let Some(offset) = offset else {
+    let Some((lo, hi)) = bands else {
         return keys.any_dim(3).expand([b, h, n, 1]);
     };
-    // Row i sees keys j < limit_i = clamp(i + offset + 1, 0, m): [n] -> [1, 1, n, 1]
-    let limits = Tensor::<1, Int>::arange(0..n as i64, &device)
-        .add_scalar(offset + 1)
-        .clamp(0, m as i64)
+    let [kb, kh, kn, _] = keys.dims();
+    // [n] -> [1, 1, n, 1]
+    let hi = Tensor::<1, Int>::from_data(TensorData::new(hi.clone(), [n]), &device)
         .float()
         .reshape([1, 1, n, 1]);
-    // The index of the first true key (m when none): [.., 1]
+    let lo = Tensor::<1, Int>::from_data(TensorData::new(lo.clone(), [n]), &device);
+    // The position of each true key, m for a false one, and a last column m:
+    // [kb, kh, kn, m] -> [kb, kh, kn, m + 1]
     let positions = Tensor::<1, Int>::arange(0..m as i64, &device)
         .float()
-        .reshape([1, 1, 1, m]);
-    let [kb, kh, kn, _] = keys.dims();
-    let first = positions
+        .reshape([1, 1, 1, m])
         .expand([kb, kh, kn, m])
-        .mask_fill(keys.bool_not(), m as f64)
-        .min_dim(3);
-    first
+        .mask_fill(keys.bool_not(), m as f64);
+    let end = Tensor::<4>::full([kb, kh, kn, 1], m as f64, (&device, positions.dtype()));
+    // next[.., p] = the first true key at or after p (m when none).
+    let next = Tensor::cat(vec![positions, end], 3)
+        .flip([3])
+        .cummin(3)
+        .flip([3]);
+    let first_from_lo = if kn == 1 {
+        // [kb, kh, 1, m + 1] -> [kb, kh, 1, n] -> [kb, kh, n, 1]
+        next.select(3, lo).swap_dims(2, 3)
+    } else {
+        // [n] -> [1, 1, n, 1] -> [kb, kh, n, 1]
+        next.gather(3, lo.reshape([1, 1, n, 1]).expand([kb, kh, n, 1]))
+    };
+    first_from_lo
         .expand([b, h, n, 1])
-        .lower(limits.expand([b, h, n, 1]))
+        .lower(hi.expand([b, h, n, 1]))
 }
 
 impl Poisoned {

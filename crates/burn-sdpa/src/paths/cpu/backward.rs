@@ -3,7 +3,8 @@
 //!
 //! With D = rowsum(dO ∘ O), for every query block i and key block j:
 //! P = exp(S − lse), dV_j += Pᵀ dO_i, dP = dO_i V_jᵀ, dS = P ∘ (dP − D),
-//! dQ_i += scale · dS K_j, dK_j += scale · dSᵀ Q_i.
+//! dQ_i += scale · dS K_j, dK_j += scale · dSᵀ Q_i. With a soft-cap, dS is first multiplied by
+//! the cap's derivative 1 − tanh²(s / c), recomputed with the scores.
 //!
 //! A task owns one (batch, key/value head, range of keys): it loops over the key blocks of its
 //! range and, inside, over every query block of every query head of the group, so dK and dV of
@@ -57,8 +58,8 @@ pub struct BackwardOutputs<'a> {
     pub grad_k: &'a mut [f32],
     /// `[b, h_kv, m, d_v]`: summed over the query heads of each group.
     pub grad_v: &'a mut [f32],
-    /// `[b, h, n, m]`, when asked for: the gradient of the scores after scaling, which is the
-    /// gradient of an additive bias before it is summed over the bias's broadcast axes.
+    /// `[b, h, n, m]`, when asked for: the gradient of the scores after scaling and
+    /// soft-capping, which is the gradient of an additive bias before it is summed over the bias's broadcast axes.
     pub grad_scores: Option<&'a mut [f32]>,
 }
 
@@ -213,6 +214,8 @@ struct Scratch {
     dp: Vec<f32>,
     /// `[g·n]`: D = rowsum(dO ∘ O) of the group's rows.
     d: Vec<f32>,
+    /// `[query_block, key_block]`: the soft-cap's derivative 1 − tanh², when the call caps.
+    cap: Vec<f32>,
 }
 
 impl Scratch {
@@ -222,6 +225,11 @@ impl Scratch {
             p: vec![0.0; tile],
             dp: vec![0.0; tile],
             d: vec![0.0; shape.dims.group() * shape.dims.n],
+            cap: if shape.softcap.is_some() {
+                vec![0.0; tile]
+            } else {
+                Vec::new()
+            },
         }
     }
 }
@@ -294,6 +302,7 @@ impl Task<'_> {
                         let do_block = &inputs.grad_out[out_at..][..rows * d_v];
                         let p = &mut scratch.p[..rows * cols];
                         let dp = &mut scratch.dp[..rows * cols];
+                        let capped = forward.shape.softcap.is_some();
                         forward.scores(
                             kind,
                             self.batch_idx,
@@ -303,6 +312,7 @@ impl Task<'_> {
                             key_start,
                             cols,
                             p,
+                            capped.then_some(&mut scratch.cap[..]),
                         );
                         // P = exp(S − lse)
                         for (row, p_row) in p.chunks_mut(cols).enumerate() {
@@ -332,13 +342,18 @@ impl Task<'_> {
                         {
                             simd::softmax_grad(p_row, dp_row, scratch.d[row_in_group + row]);
                         }
-                        let ds = &scratch.p[..rows * cols];
+                        // The score gradient is the bias's (the bias is added after the cap).
                         if let Some(grad_scores) = grad_scores.as_deref_mut() {
-                            for (row, ds_row) in ds.chunks(cols).enumerate() {
+                            for (row, ds_row) in scratch.p[..rows * cols].chunks(cols).enumerate() {
                                 let at = (row_in_group + row) * m + key_start;
                                 grad_scores[at..][..cols].copy_from_slice(ds_row);
                             }
                         }
+                        if capped {
+                            // Through the cap: dS_raw = dS ∘ (1 − tanh²(s / c)).
+                            simd::mul(&mut scratch.p[..rows * cols], &scratch.cap[..rows * cols]);
+                        }
+                        let ds = &scratch.p[..rows * cols];
                         // dQ_i [rows, d_k] += scale · dS [rows, cols] · K_j [cols, d_k]
                         let dq_block = &mut dq[row_in_group * d_k..][..rows * d_k];
                         product(
@@ -445,6 +460,8 @@ mod tests {
             },
             scale: 0.25,
             causal_offset,
+            softcap: None,
+            window: None,
         }
     }
 
@@ -462,6 +479,39 @@ mod tests {
                     run(shape(n, m, offset), &Masking::default(), tiles, false);
                 }
             }
+        }
+    }
+
+    #[test]
+    fn windowed_and_capped_gradients_match_the_reference() {
+        use crate::types::Window;
+        for (n, m) in [(5, 300), (70, 40)] {
+            let offset = m as i64 - n as i64;
+            for (window, causal_offset, softcap) in [
+                (Window::new(Some(3), Some(0)), Some(offset), None),
+                (Window::new(Some(20), Some(5)), None, Some(1.5)),
+                (Window::new(None, Some(1)), Some(offset), Some(0.8)),
+            ] {
+                let s = KernelShape {
+                    softcap,
+                    window: Some((window, offset)),
+                    ..shape(n, m, causal_offset)
+                };
+                run(s, &Masking::default(), BACKWARD_TILES, true);
+                let small = Tiles {
+                    query_block: 7,
+                    key_block: 33,
+                };
+                run(s, &Masking::default(), small, false);
+            }
+        }
+        // A capped score gradient is the bias's gradient: checked with a bias.
+        let s = KernelShape {
+            softcap: Some(1.2),
+            ..shape(70, 40, Some(0))
+        };
+        for test_masking in reference::maskings(&s.dims) {
+            run(s, &test_masking.masking(), BACKWARD_TILES, true);
         }
     }
 
@@ -503,6 +553,8 @@ mod tests {
             },
             scale: 0.3,
             causal_offset: Some(650),
+            softcap: None,
+            window: None,
         };
         run(
             s,

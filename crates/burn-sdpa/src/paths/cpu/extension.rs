@@ -18,7 +18,7 @@ use super::backward::{BACKWARD_TILES, BackwardInputs, BackwardOutputs};
 use super::host::HostFloat;
 use super::kernel::{Broadcast, KernelShape, Masking, Tiles};
 use super::nonfinite;
-use crate::types::AttentionDims;
+use crate::types::{AttentionDims, Window};
 
 /// A boolean mask on the host, `[b|1, h|1, n|1, m]` row-major (true = masked out).
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +34,10 @@ pub(crate) struct KernelOptions {
     pub scale: f32,
     /// Key `j` is visible to query `i` only when `j <= i + offset`.
     pub causal_offset: Option<i64>,
+    /// The logit soft-cap.
+    pub softcap: Option<f32>,
+    /// The local window and its diagonal offset.
+    pub window: Option<(Window, i64)>,
     /// The padding and user masks, or-ed.
     pub mask: Option<Arc<HostMask>>,
 }
@@ -115,6 +119,8 @@ fn forward<B: HostFloat>(
         dims,
         scale: options.scale,
         causal_offset: options.causal_offset,
+        softcap: options.softcap,
+        window: options.window,
     };
     let mut out = vec![0.0f32; dims.batch * dims.n_heads * dims.n * dims.d_v];
     let mut lse = vec![0.0f32; dims.batch * dims.n_heads * dims.n];
@@ -213,6 +219,8 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
             dims,
             scale: saved.options.scale,
             causal_offset: saved.options.causal_offset,
+            softcap: saved.options.softcap,
+            window: saved.options.window,
         };
         let AttentionDims {
             batch,

@@ -13,13 +13,14 @@
 //! - **A vectorized softmax.** The running max, `exp`, row sum and rescale are branch-free loops
 //!   over the tile, compiled for AVX-512 and AVX2+FMA and chosen at run time (a portable build
 //!   otherwise); `exp` is a degree-6 polynomial after range reduction (relative error < 5e-7, tested).
-//! - **Tiles skipped.** Key tiles entirely above the causal diagonal or entirely masked (a padded
-//!   tail) are never computed; tiles with nothing masked are never masked.
+//! - **Tiles skipped.** Key tiles entirely above the causal diagonal, outside the window or
+//!   entirely masked (a padded tail) are never computed; tiles with nothing masked are never
+//!   masked.
 //!
 //! # Semantics
-//! Those of the naive path: scale applied to QKᵀ, then the bias added, then the mask (a `true` or
-//! a −∞ bias hides a key), causal masking with an explicit offset (key `j` is visible to query `i`
-//! when `j <= i + offset`), grouped-query heads (query head `i` reads kv head `i / (h / h_kv)`),
+//! Those of the naive path: scale applied to QKᵀ, then the soft-cap `c · tanh(s / c)` when set,
+//! then the bias added, then the mask (a `true` or a −∞ bias hides a key), causal masking with an
+//! explicit offset (key `j` is visible to query `i` when `j <= i + offset`), a local window, grouped-query heads (query head `i` reads kv head `i / (h / h_kv)`),
 //! and a zero output row (log-sum-exp +∞) for a query with no visible key.
 
 use rayon::prelude::*;
@@ -196,14 +197,21 @@ impl Inputs<'_> {
         let shape = self.shape;
         let queries = q_start..q_start + rows;
         let keys = key_start..key_start + cols;
+        // The bands' starts and ends never decrease with the query: the first row has the
+        // lowest, the last row the highest.
+        let (first, last) = (
+            shape.visible_keys(q_start),
+            shape.visible_keys(q_start + rows - 1),
+        );
         let (all_masked, any_masked) = self
             .masking
             .mask_coverage(batch_idx, head_idx, queries, keys);
-        if key_start >= shape.visible_keys(q_start + rows - 1) || all_masked {
+        if key_start >= last.end || key_start + cols <= first.start || all_masked {
             TileKind::Hidden
         } else if any_masked
             || self.masking.bias.is_some()
-            || key_start + cols > shape.visible_keys(q_start)
+            || key_start + cols > first.end
+            || key_start < last.start
         {
             TileKind::Masked
         } else {
@@ -211,8 +219,10 @@ impl Inputs<'_> {
         }
     }
 
-    /// The scores of a tile, `scores[rows, cols] = scale · q_block · k_tileᵀ` plus the bias, with
-    /// −∞ where the mask or the causal diagonal hides a key (when `kind` is `Masked`).
+    /// The scores of a tile, `scores[rows, cols] = scale · q_block · k_tileᵀ`, soft-capped when
+    /// the call caps (writing the cap's derivative `1 − tanh²` into `cap_grad` when given), plus
+    /// the bias, with −∞ where the mask, the causal diagonal or the window hides a key (when
+    /// `kind` is `Masked`).
     #[allow(clippy::too_many_arguments)]
     pub fn scores(
         &self,
@@ -224,6 +234,7 @@ impl Inputs<'_> {
         key_start: usize,
         cols: usize,
         scores: &mut [f32],
+        cap_grad: Option<&mut [f32]>,
     ) {
         let AttentionDims {
             n_heads,
@@ -245,6 +256,12 @@ impl Inputs<'_> {
             false,
             self.shape.scale,
         );
+        if let Some(cap) = self.shape.softcap {
+            match cap_grad {
+                Some(grad) => simd::softcap_with_grad(scores, cap, &mut grad[..rows * cols]),
+                None => simd::softcap(scores, cap),
+            }
+        }
         if kind != TileKind::Masked {
             return;
         }
@@ -252,12 +269,11 @@ impl Inputs<'_> {
             let query_idx = q_start + row;
             self.masking
                 .apply(row_scores, batch_idx, head_idx, query_idx, key_start);
-            let visible = self
-                .shape
-                .visible_keys(query_idx)
-                .saturating_sub(key_start)
-                .min(cols);
-            row_scores[visible..].fill(f32::NEG_INFINITY);
+            let visible = self.shape.visible_keys(query_idx);
+            let start = visible.start.saturating_sub(key_start).min(cols);
+            let end = visible.end.saturating_sub(key_start).clamp(start, cols);
+            row_scores[..start].fill(f32::NEG_INFINITY);
+            row_scores[end..].fill(f32::NEG_INFINITY);
         }
     }
 
@@ -289,11 +305,13 @@ impl Inputs<'_> {
         row_max.fill(f32::NEG_INFINITY);
         row_sum.fill(0.0);
 
-        // Keys any query of the block sees under the causal mask.
-        let keys_needed = self.shape.visible_keys(q_start + rows - 1);
-        let mut key_start = 0;
-        while key_start < keys_needed {
-            let cols = self.tiles.key_block.min(keys_needed - key_start);
+        // Keys some query of the block sees under the causal mask and the window: from the
+        // first row's start to the last row's end.
+        let keys_start = self.shape.visible_keys(q_start).start;
+        let keys_end = self.shape.visible_keys(q_start + rows - 1).end;
+        let mut key_start = keys_start;
+        while key_start < keys_end {
+            let cols = self.tiles.key_block.min(keys_end - key_start);
             let kind = self.tile_kind(batch_idx, head_idx, q_start, rows, key_start, cols);
             if kind == TileKind::Hidden {
                 key_start += cols;
@@ -301,7 +319,7 @@ impl Inputs<'_> {
             }
             let scores = &mut scratch.scores[..rows * cols];
             self.scores(
-                kind, batch_idx, head_idx, q_start, rows, key_start, cols, scores,
+                kind, batch_idx, head_idx, q_start, rows, key_start, cols, scores, None,
             );
             for (row, row_scores) in scores.chunks_mut(cols).enumerate() {
                 let old_max = row_max[row];
@@ -368,6 +386,8 @@ mod tests {
             },
             scale: 0.25,
             causal_offset,
+            softcap: None,
+            window: None,
         }
     }
 
@@ -434,6 +454,61 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn windows_and_soft_caps_match_the_reference() {
+        use crate::types::Window;
+        // Narrow and wide bands, one-sided and two-sided, with and without causal masking, some
+        // tiles wholly outside every band (skipped) and rows outside all keys (n > m).
+        for (n, m) in [(5, 300), (70, 40), (130, 260)] {
+            let offset = m as i64 - n as i64;
+            for window in [
+                Window::new(Some(3), Some(0)),
+                Window::new(Some(40), Some(7)),
+                Window::new(None, Some(2)),
+                Window::new(Some(100), None),
+            ] {
+                for (causal_offset, softcap) in [(None, None), (Some(offset), Some(1.5))] {
+                    let s = KernelShape {
+                        softcap,
+                        window: Some((window, offset)),
+                        ..shape(n, m, causal_offset)
+                    };
+                    for tiles in [
+                        Tiles::default(),
+                        Tiles {
+                            query_block: 7,
+                            key_block: 33,
+                        },
+                    ] {
+                        check(s, &Masking::default(), tiles, 1e-5);
+                    }
+                }
+            }
+        }
+        for test_masking in reference::maskings(&shape(70, 40, None).dims) {
+            let s = KernelShape {
+                softcap: Some(0.7),
+                ..shape(70, 40, Some(0))
+            };
+            check(s, &test_masking.masking(), Tiles::default(), 1e-5);
+        }
+        let bad = KernelShape {
+            softcap: Some(0.0),
+            ..shape(4, 6, None)
+        };
+        let d = bad.dims;
+        let e = try_attention_f32_tiled(
+            &bad,
+            Tiles::default(),
+            &vec![0.0; d.batch * d.n_heads * d.n * d.d_k],
+            &vec![0.0; d.batch * d.n_kv_heads * d.m * d.d_k],
+            &vec![0.0; d.batch * d.n_kv_heads * d.m * d.d_v],
+            &mut vec![0.0; d.batch * d.n_heads * d.n * d.d_v],
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("soft-cap"), "{e}");
     }
 
     #[test]

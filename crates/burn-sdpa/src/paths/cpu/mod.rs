@@ -71,6 +71,11 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
 pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
     let [_, _, n, m] = call.dims.scores_shape();
     let causal_offset = call.input.causal.then(|| call.alignment.offset(n, m));
+    let window = call
+        .input
+        .window
+        .map(|window| (window, call.alignment.offset(n, m)));
+    let softcap = call.softcap.map(|cap| cap as f32);
     let mask = user_mask(&call.input)
         .map(|mask| -> Result<_, AttentionError> {
             let shape = mask.dims();
@@ -82,6 +87,8 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         let options = extension::KernelOptions {
             scale: call.scale as f32,
             causal_offset,
+            softcap,
+            window,
             mask: mask
                 .map(|(values, shape)| std::sync::Arc::new(extension::HostMask { values, shape })),
         };
@@ -90,22 +97,24 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
             extension::attention(input.query, input.key, input.value, input.bias, options);
         return Ok(AttentionOutput::from_context(context));
     }
-    host_copies(call, causal_offset, mask)
+    let shape = KernelShape {
+        dims: call.dims,
+        scale: call.scale as f32,
+        causal_offset,
+        softcap,
+        window,
+    };
+    host_copies(call, shape, mask)
 }
 
 /// The kernel on host copies of the tensors (any backend, inference).
 fn host_copies(
     call: Call,
-    causal_offset: Option<i64>,
+    shape: KernelShape,
     mask: Option<(Vec<bool>, [usize; 4])>,
 ) -> Result<AttentionOutput, AttentionError> {
     let dims = call.dims;
     let [b, h, n, _] = dims.scores_shape();
-    let shape = KernelShape {
-        dims,
-        scale: call.scale as f32,
-        causal_offset,
-    };
     let device = call.input.query.device();
     let input = call.input;
     let bias = input

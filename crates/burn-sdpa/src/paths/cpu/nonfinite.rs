@@ -76,7 +76,7 @@ pub(crate) fn check(
                 let mask_row = masking.mask.map(|mask| mask.row(b, h, i));
                 let bias_row = masking.bias.map(|bias| bias.row(b, h, i));
                 let (mut sees_key, mut sees_bad) = (false, false);
-                for j in 0..shape.visible_keys(i) {
+                for j in shape.visible_keys(i) {
                     let bias = bias_row.map_or(0.0, |row| row[j]);
                     if mask_row.is_some_and(|row| row[j]) || bias == f32::NEG_INFINITY {
                         continue;

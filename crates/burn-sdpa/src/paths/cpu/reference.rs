@@ -26,8 +26,8 @@ pub(crate) fn forward(
         n_kv_heads,
         n,
         m,
-        d_k,
         d_v,
+        ..
     } = shape.dims;
     let group = n_heads / n_kv_heads;
     let mut out = vec![0.0; batch * n_heads * n * d_v];
@@ -41,14 +41,11 @@ pub(crate) fn forward(
                 let visible = shape.visible_keys(i);
                 let scores: Vec<f64> = (0..m)
                     .map(|j| {
-                        let hidden =
-                            j >= visible || masking.mask.is_some_and(|mask| mask.row(b, h, i)[j]);
+                        let hidden = !visible.contains(&j)
+                            || masking.mask.is_some_and(|mask| mask.row(b, h, i)[j]);
                         let bias = masking.bias.map_or(0.0, |bias| bias.row(b, h, i)[j] as f64);
-                        let s = (0..d_k)
-                            .map(|c| q[row * d_k + c] as f64 * k[(kv * m + j) * d_k + c] as f64)
-                            .sum::<f64>()
-                            * shape.scale as f64
-                            + bias;
+                        let s = raw_score(shape, q, k, row, kv * m + j);
+                        let s = cap(shape, s).0 + bias;
                         if hidden { f64::NEG_INFINITY } else { s }
                     })
                     .collect();
@@ -69,6 +66,26 @@ pub(crate) fn forward(
         }
     }
     (out, lse, weights)
+}
+
+/// The scaled score of query row `row` and key row `key_row`, in f64.
+fn raw_score(shape: &KernelShape, q: &[f32], k: &[f32], row: usize, key_row: usize) -> f64 {
+    let d_k = shape.dims.d_k;
+    (0..d_k)
+        .map(|c| q[row * d_k + c] as f64 * k[key_row * d_k + c] as f64)
+        .sum::<f64>()
+        * shape.scale as f64
+}
+
+/// (soft-capped score, the cap's derivative) of a scaled score.
+fn cap(shape: &KernelShape, s: f64) -> (f64, f64) {
+    match shape.softcap {
+        Some(c) => {
+            let t = (s / c as f64).tanh();
+            (c as f64 * t, 1.0 - t * t)
+        }
+        None => (s, 1.0),
+    }
 }
 
 /// The gradients for an output gradient `grad_out`, from the explicit weights.
@@ -117,6 +134,7 @@ pub(crate) fn backward(
                 for j in 0..m {
                     let ds = p[j] * (dp[j] - d);
                     grads.scores[row * m + j] = ds;
+                    let ds = ds * cap(shape, raw_score(shape, q, k, row, kv * m + j)).1;
                     for c in 0..d_v {
                         grads.v[(kv * m + j) * d_v + c] += p[j] * grad_out[row * d_v + c] as f64;
                     }

@@ -1,7 +1,9 @@
 //! The sizes, options and tile sizes of a CPU kernel call, and the slice-length checks.
 
+use core::ops::Range;
+
 use crate::error::AttentionError;
-use crate::types::AttentionDims;
+use crate::types::{AttentionDims, Window};
 
 /// Queries per task of the forward pass (default), chosen with `cargo run --release --example
 /// cpu_kernel_tiles` (the sweep is in the README): a `[256, 512]` score tile (512 KiB), the
@@ -26,9 +28,25 @@ pub struct KernelShape {
     pub scale: f32,
     /// `Some(offset)`: key `j` is visible to query `i` only when `j <= i + offset`.
     pub causal_offset: Option<i64>,
+    /// `Some(c)`: the scaled scores s become `c · tanh(s / c)` before the bias.
+    pub softcap: Option<f32>,
+    /// `Some((window, offset))`: key `j` is visible to query `i` only inside the window's band
+    /// around `i + offset` ([`Window::keys`]).
+    pub window: Option<(Window, i64)>,
 }
 
 impl KernelShape {
+    /// A call of these sizes and scale, with no causal mask, soft-cap or window.
+    pub fn new(dims: AttentionDims, scale: f32) -> Self {
+        Self {
+            dims,
+            scale,
+            causal_offset: None,
+            softcap: None,
+            window: None,
+        }
+    }
+
     /// Checks the slice lengths, the head grouping and the tile sizes against this shape.
     pub fn validate(
         &self,
@@ -52,18 +70,27 @@ impl KernelShape {
                 reason: "tile sizes must be > 0".into(),
             });
         }
+        if let Some(softcap) = self.softcap {
+            crate::types::validate_softcap(softcap as f64)?;
+        }
         check_len("query slice", q.len(), [s.batch, s.n_heads, s.n, s.d_k])?;
         check_len("key slice", k.len(), [s.batch, s.n_kv_heads, s.m, s.d_k])?;
         check_len("value slice", v.len(), [s.batch, s.n_kv_heads, s.m, s.d_v])?;
         check_len("output slice", out.len(), [s.batch, s.n_heads, s.n, s.d_v])
     }
 
-    /// Keys visible to query `query_idx` under the causal mask: `0..visible_keys(query_idx)`.
-    pub(crate) fn visible_keys(&self, query_idx: usize) -> usize {
-        match self.causal_offset {
-            None => self.dims.m,
-            Some(offset) => (query_idx as i64 + offset + 1).clamp(0, self.dims.m as i64) as usize,
+    /// Keys visible to query `query_idx` under the causal mask and the window (a range whose
+    /// start and end never decrease from one query to the next).
+    pub(crate) fn visible_keys(&self, query_idx: usize) -> Range<usize> {
+        let m = self.dims.m;
+        let mut keys = self
+            .window
+            .map_or(0..m, |(window, offset)| window.keys(query_idx, offset, m));
+        if let Some(offset) = self.causal_offset {
+            let causal_end = (query_idx as i64 + offset + 1).clamp(0, m as i64) as usize;
+            keys.end = keys.end.min(causal_end);
         }
+        keys.start..keys.end.max(keys.start)
     }
 }
 

@@ -56,6 +56,21 @@ pub fn softmax_grad(p: &mut [f32], dp: &[f32], d: f32) {
     dispatch!(softmax_grad_body(p, dp, d))
 }
 
+/// `x ← c · tanh(x / c)` for every element (the logit soft-cap).
+pub fn softcap(xs: &mut [f32], cap: f32) {
+    dispatch!(softcap_body(xs, cap))
+}
+
+/// [`softcap`], also writing the cap's derivative `1 − tanh²(x / c)` into `grad`.
+pub fn softcap_with_grad(xs: &mut [f32], cap: f32, grad: &mut [f32]) {
+    dispatch!(softcap_with_grad_body(xs, cap, grad))
+}
+
+/// `x ← x · y` element by element.
+pub fn mul(xs: &mut [f32], ys: &[f32]) {
+    dispatch!(mul_body(xs, ys))
+}
+
 /// Whether some element is NaN or infinite (x · 0 is NaN exactly for those).
 pub fn non_finite(xs: &[f32]) -> bool {
     dispatch!(non_finite_body(xs))
@@ -135,6 +150,31 @@ macro_rules! bodies {
         pub fn softmax_grad_body(p: &mut [f32], dp: &[f32], d: f32) {
             for (p, dp) in p.iter_mut().zip(dp) {
                 *p *= *dp - d;
+            }
+        }
+
+        $(#[$attr])*
+        pub fn softcap_body(xs: &mut [f32], cap: f32) {
+            let inv = 1.0 / cap;
+            for x in xs {
+                *x = cap * super::tanh(*x * inv, $madd);
+            }
+        }
+
+        $(#[$attr])*
+        pub fn softcap_with_grad_body(xs: &mut [f32], cap: f32, grad: &mut [f32]) {
+            let inv = 1.0 / cap;
+            for (x, g) in xs.iter_mut().zip(grad.iter_mut()) {
+                let t = super::tanh(*x * inv, $madd);
+                *x = cap * t;
+                *g = 1.0 - t * t;
+            }
+        }
+
+        $(#[$attr])*
+        pub fn mul_body(xs: &mut [f32], ys: &[f32]) {
+            for (x, y) in xs.iter_mut().zip(ys) {
+                *x *= *y;
             }
         }
 
@@ -221,8 +261,39 @@ fn exp(x: f32, madd: impl Fn(f32, f32, f32) -> f32) -> f32 {
     if x < -87.0 { 0.0 } else { p * two_k }
 }
 
+/// `tanh(y) = sign(y) · (1 − e) / (1 + e)` with `e = e^(−2|y|) ≤ 1`, through [`exp`] (absolute
+/// error < 3e-7, tested); ±1 for |y| beyond 43.5, where `e` underflows.
+#[inline(always)]
+fn tanh(y: f32, madd: impl Fn(f32, f32, f32) -> f32) -> f32 {
+    let e = exp(-2.0 * y.abs(), madd);
+    ((1.0 - e) / (1.0 + e)).copysign(y)
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn tanh_matches_std() {
+        let mut worst: f32 = 0.0;
+        for i in -200_000..=200_000 {
+            let y = i as f32 * 1e-4;
+            worst = worst.max((super::tanh(y, f32::mul_add) - y.tanh()).abs());
+        }
+        assert!(worst < 3e-7, "worst absolute error {worst}");
+        assert_eq!(super::tanh(f32::INFINITY, f32::mul_add), 1.0);
+        assert_eq!(super::tanh(-1e30, f32::mul_add), -1.0);
+        let mut xs: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) * 0.7).collect();
+        let want: Vec<f32> = xs.iter().map(|x| 3.0 * (x / 3.0).tanh()).collect();
+        let mut grad = vec![0.0; xs.len()];
+        super::softcap_with_grad(&mut xs, 3.0, &mut grad);
+        for ((x, w), (g, i)) in xs.iter().zip(&want).zip(grad.iter().zip(0..)) {
+            let t = ((i as f32 - 18.0) * 0.7 / 3.0).tanh();
+            assert!(
+                (x - w).abs() < 1e-6 && (g - (1.0 - t * t)).abs() < 1e-6,
+                "{i}"
+            );
+        }
+    }
+
     #[test]
     fn exp_matches_std_on_the_softmax_range() {
         let mut worst: f32 = 0.0;

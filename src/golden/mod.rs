@@ -1,0 +1,265 @@
+//! Golden cases: attention computed by PyTorch in float64, replayed through the module.
+//!
+//! The file format and the contract the cases encode are described in
+//! `shared/golden/README.md`; a copy of the cases lives in `tests/data/golden/` (and of the
+//! soft-cap and window cases in `tests/data/golden-extensions/`).
+
+mod case;
+
+use std::path::{Path, PathBuf};
+
+use burn::prelude::*;
+use burn::tensor::TensorData;
+use burn_sdpa::{
+    AttentionError, AttentionInput, CausalAlignment, Implementation, ScalePolicy,
+    ScaledDotProductAttentionConfig,
+};
+
+pub use case::{
+    CaseReport, Expected, GoldenCase, GoldenError, JsonBoolTensor, JsonTensor, MAX_CASE_WEIGHTS,
+    TensorCheck, Tolerance, load_case,
+};
+use case::{check_len, rank4};
+
+fn float_tensor(
+    path: &str,
+    what: &str,
+    t: &JsonTensor,
+    device: &Device,
+) -> Result<Tensor<4>, GoldenError> {
+    check_len(path, what, &t.shape, t.data.len())?;
+    let shape = rank4(path, what, &t.shape)?;
+    let data: Vec<f32> = t.data.iter().map(|&x| x as f32).collect();
+    Ok(Tensor::from_data(TensorData::new(data, shape), device))
+}
+
+/// Runs a case forward and backward on `device` (autodiff is turned on here) and compares the
+/// context, the weights and the three gradients with the case's tolerance. The context and
+/// gradients come from `implementation`; the weights from the naive path when that
+/// implementation cannot return them.
+///
+/// [`Implementation::CpuKernel`] has its backward pass only where it runs in place (Flex and
+/// NdArray): elsewhere it runs on `device` without autodiff, and only its context is compared.
+pub fn run_case(
+    case: &GoldenCase,
+    path: &str,
+    device: &Device,
+    implementation: Implementation,
+) -> Result<CaseReport, GoldenError> {
+    let err = |reason: String| GoldenError {
+        path: path.to_string(),
+        reason,
+        unsupported: false,
+    };
+    case.validate(path)?;
+    let forward_err = |e: AttentionError| GoldenError {
+        path: path.to_string(),
+        reason: e.to_string(),
+        unsupported: matches!(e, AttentionError::Unsupported { .. }),
+    };
+    let inference_only = implementation == Implementation::CpuKernel
+        && !burn_sdpa::cpu_kernel::runs_in_place(device);
+    let device = if inference_only {
+        device.clone()
+    } else {
+        device.clone().autodiff()
+    };
+    let leaf = |t: Tensor<4>| if inference_only { t } else { t.require_grad() };
+    let query = leaf(float_tensor(path, "query", &case.query, &device)?);
+    let key = leaf(float_tensor(path, "key", &case.key, &device)?);
+    let value = leaf(float_tensor(path, "value", &case.value, &device)?);
+    let grad_out = float_tensor(path, "grad_out", &case.grad_out, &device)?;
+
+    let (alignment, causal) = match case.causal.as_str() {
+        "none" => (CausalAlignment::BottomRight, false),
+        "top_left" => (CausalAlignment::TopLeft, true),
+        "bottom_right" => (CausalAlignment::BottomRight, true),
+        other => return Err(err(format!("unknown causal value `{other}`"))),
+    };
+    let scale = match case.scale {
+        None => ScalePolicy::InvSqrtDk,
+        Some(s) => ScalePolicy::Fixed(s),
+    };
+    let config = ScaledDotProductAttentionConfig::new()
+        .with_scale(scale)
+        .with_softcap(case.softcap)
+        .with_causal_alignment(alignment);
+    let attn = config
+        .clone()
+        .with_implementation(implementation)
+        .try_init()
+        .map_err(|e| err(e.to_string()))?;
+    let naive = config
+        .with_implementation(Implementation::Naive)
+        .try_init()
+        .map_err(|e| err(e.to_string()))?;
+    let returns_weights = implementation == Implementation::Naive;
+
+    let mut input = AttentionInput::new(query.clone(), key.clone(), value.clone());
+    if causal {
+        input = input.causal();
+    }
+    if let Some([left, right]) = case.window {
+        input = input.window(left, right);
+    }
+    if let Some(mask) = &case.mask {
+        check_len(path, "mask", &mask.shape, mask.data.len())?;
+        let shape = rank4(path, "mask", &mask.shape)?;
+        input = input.mask(Tensor::from_data(
+            TensorData::new(mask.data.clone(), shape),
+            &device,
+        ));
+    }
+    if let Some(bias) = &case.bias {
+        input = input.bias(float_tensor(path, "bias", bias, &device)?);
+    }
+    let weights_input = input.clone().need_weights();
+    if inference_only {
+        let out = attn.try_forward(input).map_err(forward_err)?;
+        let checks = vec![compare(
+            path,
+            case,
+            "context",
+            out.context,
+            &case.expected.context,
+        )?];
+        return Ok(CaseReport {
+            name: case.name.clone(),
+            checks,
+        });
+    }
+    let out = if returns_weights {
+        attn.try_forward(weights_input.clone())
+            .map_err(forward_err)?
+    } else {
+        attn.try_forward(input).map_err(forward_err)?
+    };
+    let weights = match out.weights.clone() {
+        Some(w) => w,
+        None => naive
+            .try_forward(weights_input)
+            .map_err(|e| err(e.to_string()))?
+            .weights
+            .ok_or_else(|| err("the module returned no weights".into()))?,
+    };
+    let grads = (out.context.clone() * grad_out).sum().backward();
+    let grad = |t: &Tensor<4>, what: &str| {
+        t.grad(&grads)
+            .ok_or_else(|| err(format!("no gradient for the {what}")))
+    };
+    let results: [(&'static str, Tensor<4>, &JsonTensor); 5] = [
+        ("context", out.context, &case.expected.context),
+        ("weights", weights, &case.expected.weights),
+        (
+            "grad_query",
+            grad(&query, "query")?,
+            &case.expected.grad_query,
+        ),
+        ("grad_key", grad(&key, "key")?, &case.expected.grad_key),
+        (
+            "grad_value",
+            grad(&value, "value")?,
+            &case.expected.grad_value,
+        ),
+    ];
+    let checks = results
+        .into_iter()
+        .map(|(name, got, want)| compare(path, case, name, got, want))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(CaseReport {
+        name: case.name.clone(),
+        checks,
+    })
+}
+
+/// Compares one result tensor with the case's expected values, within the case's tolerance.
+fn compare(
+    path: &str,
+    case: &GoldenCase,
+    name: &'static str,
+    got: Tensor<4>,
+    want: &JsonTensor,
+) -> Result<TensorCheck, GoldenError> {
+    let err = |reason: String| GoldenError {
+        path: path.to_string(),
+        reason,
+        unsupported: false,
+    };
+    let got_shape = got.dims();
+    let want_shape = rank4(path, name, &want.shape)?;
+    if got_shape != want_shape {
+        return Err(err(format!(
+            "{name}: the module gave shape {got_shape:?}, the case expects {:?}",
+            want.shape
+        )));
+    }
+    check_len(path, name, &want.shape, want.data.len())?;
+    let got: Vec<f64> = got
+        .into_data()
+        .convert::<f64>()
+        .try_into_vec::<f64>()
+        .map_err(|e| err(format!("{name}: cannot read the result: {e:?}")))?;
+    let mut max_abs_err = 0.0f64;
+    let mut passed = true;
+    let mut non_finite = false;
+    for (g, w) in got.iter().zip(&want.data) {
+        if !g.is_finite() {
+            non_finite = true;
+            passed = false;
+            continue;
+        }
+        let e = (g - w).abs();
+        max_abs_err = max_abs_err.max(e);
+        if e > case.tolerance.abs + case.tolerance.rel * w.abs() {
+            passed = false;
+        }
+    }
+    Ok(TensorCheck {
+        name,
+        max_abs_err: if non_finite { f64::NAN } else { max_abs_err },
+        passed,
+        non_finite,
+    })
+}
+
+/// Every `.json` file directly in `dir`, sorted by name.
+pub fn case_files(dir: &Path) -> Result<Vec<PathBuf>, GoldenError> {
+    let entries = std::fs::read_dir(dir).map_err(|e| GoldenError {
+        path: dir.display().to_string(),
+        reason: format!("cannot read the directory: {e}"),
+        unsupported: false,
+    })?;
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    Ok(files)
+}
+
+/// Loads and runs one case file.
+pub fn run_file(
+    path: &Path,
+    device: &Device,
+    implementation: Implementation,
+) -> Result<CaseReport, GoldenError> {
+    let case = load_case(path)?;
+    let name = path.display().to_string();
+    // A panic inside one case (a backend's own assertion, say) is that case's failure, not the
+    // end of the run.
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_case(&case, &name, device, implementation)
+    }))
+    .unwrap_or_else(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "a panic without a message".into());
+        Err(GoldenError {
+            path: name.clone(),
+            reason: format!("panicked: {message}"),
+            unsupported: false,
+        })
+    })
+}
