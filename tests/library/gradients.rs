@@ -20,10 +20,12 @@ struct Inputs {
     v: Vec<f64>,
     g: Vec<f64>,
     bias: Vec<f64>,
+    /// Also soft-cap the scores (c = 1.5) and restrict each query to a window `(1, None)`.
+    extensions: bool,
 }
 
 /// The loss sum(context · g) for a causal, masked (one fully masked row), biased, grouped-query
-/// problem, in float64 (`float64`) or float32. Returns the loss and, when `grads`, the
+/// problem (soft-capped and windowed when `x.extensions`), in float64 (`float64`) or float32. Returns the loss and, when `grads`, the
 /// gradients of q, k, v.
 fn loss(
     x: &Inputs,
@@ -67,13 +69,17 @@ fn loss(
         .with_scale(ScalePolicy::Fixed(0.8))
         .with_causal_alignment(CausalAlignment::BottomRight)
         .with_implementation(implementation)
+        .with_softcap(x.extensions.then_some(1.5))
         .init();
-    let out = attn.forward(
-        AttentionInput::new(q.clone(), k.clone(), v.clone())
-            .mask(mask)
-            .bias(bias)
-            .causal(),
-    );
+    let mut input = AttentionInput::new(q.clone(), k.clone(), v.clone())
+        .mask(mask)
+        .bias(bias)
+        .causal();
+    if x.extensions {
+        // Query i (centre i + 1) sees keys i ..= i + 1 with the causal mask.
+        input = input.window(1, None);
+    }
+    let out = attn.forward(input);
     let g = tensor(&x.g, [B, H, N, D]);
     let l = (out.context * g).sum();
     let value = values(l.clone())[0];
@@ -96,12 +102,26 @@ fn gradients_match_central_finite_differences_in_f64() {
         Implementation::Chunked { block_size: 3 },
         Implementation::Fused,
     ] {
-        check_gradients(implementation);
+        check_gradients(implementation, false);
+    }
+}
+
+/// The same with soft-capping and a window: on the tensor-op paths, through autodiff of tanh and
+/// of the window's mask (Fused builds an explicit one).
+#[cfg(feature = "flex")]
+#[test]
+fn capped_and_windowed_gradients_match_central_finite_differences_in_f64() {
+    for implementation in [
+        Implementation::Naive,
+        Implementation::Chunked { block_size: 3 },
+        Implementation::Fused,
+    ] {
+        check_gradients(implementation, true);
     }
 }
 
 #[cfg(feature = "flex")]
-fn check_gradients(implementation: Implementation) {
+fn check_gradients(implementation: Implementation, extensions: bool) {
     let device = Device::flex();
     let x = Inputs {
         q: lcg_values(1, B * H * N * D),
@@ -109,6 +129,7 @@ fn check_gradients(implementation: Implementation) {
         v: lcg_values(3, B * H_KV * M * D),
         g: lcg_values(4, B * H * N * D),
         bias: lcg_values(5, N * M),
+        extensions,
     };
     let (_, grads) = loss(&x, &device, true, implementation, true);
     let [dq, dk, dv] = grads.expect("grads");
@@ -123,6 +144,7 @@ fn check_gradients(implementation: Implementation) {
                     v: x.v.clone(),
                     g: x.g.clone(),
                     bias: x.bias.clone(),
+                    extensions: x.extensions,
                 };
                 match which {
                     0 => y.q[idx] += delta,
@@ -152,21 +174,26 @@ fn check_gradients(implementation: Implementation) {
 
 /// The CPU kernel computes in f32 with its own backward pass: its gradients, on every CPU backend
 /// where it runs in place, agree with central finite differences of the float64 loss (the naive
-/// path on flex), including the exact zero of the fully masked row.
+/// path on flex), including the exact zero of the fully masked row, with and without the
+/// soft-cap and the window.
 #[cfg(feature = "flex")]
 #[test]
 fn cpu_kernel_gradients_match_finite_differences() {
-    let x = Inputs {
-        q: lcg_values(1, B * H * N * D),
-        k: lcg_values(2, B * H_KV * M * D),
-        v: lcg_values(3, B * H_KV * M * D),
-        g: lcg_values(4, B * H * N * D),
-        bias: lcg_values(5, N * M),
-    };
     let reference = Device::flex();
     let eps = 1e-6;
     let mut checked = 0;
-    for (backend, device) in cpu_devices() {
+    let cases = cpu_devices()
+        .into_iter()
+        .flat_map(|(backend, device)| [false, true].map(|ext| (backend, device.clone(), ext)));
+    for (backend, device, extensions) in cases {
+        let x = Inputs {
+            q: lcg_values(1, B * H * N * D),
+            k: lcg_values(2, B * H_KV * M * D),
+            v: lcg_values(3, B * H_KV * M * D),
+            g: lcg_values(4, B * H * N * D),
+            bias: lcg_values(5, N * M),
+            extensions,
+        };
         if !sdpa::cpu_kernel::runs_in_place(&device) {
             continue;
         }
@@ -181,6 +208,7 @@ fn cpu_kernel_gradients_match_finite_differences() {
                         v: x.v.clone(),
                         g: x.g.clone(),
                         bias: x.bias.clone(),
+                        extensions: x.extensions,
                     };
                     match which {
                         0 => y.q[idx] += delta,
@@ -192,7 +220,7 @@ fn cpu_kernel_gradients_match_finite_differences() {
                 let numeric = (perturb(eps) - perturb(-eps)) / (2.0 * eps);
                 assert!(
                     (numeric - kernel).abs() < 1e-5 + 1e-4 * numeric.abs(),
-                    "{backend}: tensor {which} index {idx}: kernel {kernel} vs finite difference {numeric}"
+                    "{backend} (extensions: {extensions}): tensor {which} index {idx}: kernel {kernel} vs finite difference {numeric}"
                 );
             }
         }
@@ -202,5 +230,5 @@ fn cpu_kernel_gradients_match_finite_differences() {
         );
         checked += 1;
     }
-    assert!(checked >= 1, "no CPU backend ran the kernel in place");
+    assert!(checked >= 2, "no CPU backend ran the kernel in place");
 }

@@ -4,6 +4,7 @@
 mod auto;
 mod common;
 mod errors;
+mod extensions;
 mod golden;
 mod gradients;
 mod layers;

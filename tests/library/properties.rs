@@ -6,6 +6,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as PropConfig, RngSeed};
 use sdpa::{
     AttentionInput, CausalAlignment, Implementation, ScalePolicy, ScaledDotProductAttentionConfig,
+    Window,
 };
 
 use crate::common::{bool4, cpu_devices, lcg_values, max_abs_diff, tensor4, values};
@@ -26,6 +27,10 @@ struct Spec {
     bias: bool,
     causal: u8,
     scale_kind: u8,
+    /// 0: no soft-cap; else the cap 0.5 · kind.
+    softcap_kind: u8,
+    /// 0: no window; else (left, right) from the seed's bits.
+    window_kind: u8,
 }
 
 fn spec() -> impl Strategy<Value = Spec> {
@@ -33,9 +38,15 @@ fn spec() -> impl Strategy<Value = Spec> {
         (1..=2usize, 1..=2usize, 1..=3usize, 1..=5usize, 1..=6usize),
         (1..=8usize, 1..=5usize, any::<u64>()),
         (0..4u8, any::<bool>(), 0..3u8, 0..3u8),
+        (0..3u8, 0..3u8),
     )
         .prop_map(
-            |((b, h_kv, group, n, m), (d_k, d_v, seed), (mask_kind, bias, causal, scale_kind))| {
+            |(
+                (b, h_kv, group, n, m),
+                (d_k, d_v, seed),
+                (mask_kind, bias, causal, scale_kind),
+                (softcap_kind, window_kind),
+            )| {
                 Spec {
                     b,
                     h_kv,
@@ -49,6 +60,8 @@ fn spec() -> impl Strategy<Value = Spec> {
                     bias,
                     causal,
                     scale_kind,
+                    softcap_kind,
+                    window_kind,
                 }
             },
         )
@@ -96,6 +109,12 @@ fn build(s: &Spec) -> (Problem, ScalePolicy) {
         1 => ScalePolicy::Unscaled,
         _ => ScalePolicy::Fixed(0.37),
     };
+    // Windows: one-sided or two-sided, some narrow enough to leave rows without a key.
+    let side = |bits: u64| match bits % 4 {
+        0 => None,
+        w => Some(w as usize - 1),
+    };
+    let window = (s.window_kind != 0).then(|| Window::new(side(s.seed >> 11), side(s.seed >> 13)));
     let problem = Problem {
         b: s.b,
         h,
@@ -111,6 +130,8 @@ fn build(s: &Spec) -> (Problem, ScalePolicy) {
         bias,
         causal,
         scale: scale.factor(s.d_k),
+        softcap: (s.softcap_kind != 0).then(|| 0.5 * s.softcap_kind as f64),
+        window,
     };
     (problem, scale)
 }
@@ -132,6 +153,7 @@ fn run_with(
         .with_scale(scale)
         .with_causal_alignment(p.causal.unwrap_or_default())
         .with_implementation(implementation)
+        .with_softcap(p.softcap)
         .init();
     let mut input = AttentionInput::new(
         tensor4(&p.q, [p.b, p.h, p.n, p.d_k], device),
@@ -150,6 +172,9 @@ fn run_with(
     if p.causal.is_some() {
         input = input.causal();
     }
+    if let Some(window) = p.window {
+        input = input.window(window.left, window.right);
+    }
     let out = attn.forward(input);
     (values(out.context), out.weights.map(values))
 }
@@ -167,6 +192,7 @@ fn gradients(
         .with_scale(scale)
         .with_causal_alignment(p.causal.unwrap_or_default())
         .with_implementation(implementation)
+        .with_softcap(p.softcap)
         .init();
     let q = tensor4(&p.q, [p.b, p.h, p.n, p.d_k], device).require_grad();
     let k = tensor4(&p.k, [p.b, p.h_kv, p.m, p.d_k], device).require_grad();
@@ -184,6 +210,9 @@ fn gradients(
     }
     if p.causal.is_some() {
         input = input.causal();
+    }
+    if let Some(window) = p.window {
+        input = input.window(window.left, window.right);
     }
     let out = attn.forward(input);
     let g = tensor4(grad_out, [p.b, p.h, p.n, p.d_v], device);
@@ -349,6 +378,8 @@ proptest! {
     fn key_value_permutation_invariance(s in spec(), rot in 1..6usize) {
         let mut s = s;
         s.causal = 0;
+        // A window depends on key positions: permuting keys moves it.
+        s.window_kind = 0;
         let (p, scale) = build(&s);
         let perm: Vec<usize> = (0..p.m).map(|j| (j * (2 * rot + 1) + rot) % p.m).collect();
         let is_perm = { let mut q = perm.clone(); q.sort(); q == (0..p.m).collect::<Vec<_>>() };

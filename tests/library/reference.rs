@@ -1,7 +1,7 @@
 //! A plain float64 attention written from the definition, used as the oracle of the property
 //! tests. It follows the contract of `shared/golden/README.md` literally, loop by loop.
 
-use sdpa::CausalAlignment;
+use sdpa::{CausalAlignment, Window};
 
 /// One attention problem with row-major data.
 #[derive(Debug, Clone)]
@@ -22,6 +22,11 @@ pub struct Problem {
     pub bias: Option<([usize; 4], Vec<f64>)>,
     pub causal: Option<CausalAlignment>,
     pub scale: f64,
+    /// `c`: the scaled scores become `c · tanh(s / c)` before the bias.
+    pub softcap: Option<f64>,
+    /// Query i sees key j only when `c − left ≤ j ≤ c + right`, `c = i + offset` of the causal
+    /// alignment (bottom-right when `causal` is `None`).
+    pub window: Option<Window>,
 }
 
 /// Index of a broadcast `[b|1, h|1, n|1, m]` tensor.
@@ -48,12 +53,18 @@ pub fn attention(p: &Problem) -> (Vec<f64>, Vec<f64>) {
                     {
                         visible[j] = false;
                     }
-                    if let Some(al) = p.causal {
-                        let offset = match al {
-                            CausalAlignment::TopLeft => 0,
-                            CausalAlignment::BottomRight => p.m as i64 - p.n as i64,
-                        };
-                        if j as i64 > i as i64 + offset {
+                    let offset = match p.causal.unwrap_or_default() {
+                        CausalAlignment::TopLeft => 0,
+                        CausalAlignment::BottomRight => p.m as i64 - p.n as i64,
+                    };
+                    if p.causal.is_some() && j as i64 > i as i64 + offset {
+                        visible[j] = false;
+                    }
+                    if let Some(window) = p.window {
+                        let centre = i as i64 + offset;
+                        let before = window.left.is_some_and(|l| (j as i64) < centre - l as i64);
+                        let after = window.right.is_some_and(|r| j as i64 > centre + r as i64);
+                        if before || after {
                             visible[j] = false;
                         }
                     }
@@ -63,6 +74,9 @@ pub fn attention(p: &Problem) -> (Vec<f64>, Vec<f64>) {
                             * p.k[((bi * p.h_kv + kv) * p.m + j) * p.d_k + d];
                     }
                     s *= p.scale;
+                    if let Some(c) = p.softcap {
+                        s = c * (s / c).tanh();
+                    }
                     if let Some((shape, bias)) = &p.bias {
                         s += bias[bidx(*shape, bi, hi, i, j)];
                     }
