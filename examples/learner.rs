@@ -18,6 +18,7 @@ use sdpa::model::learner::{AttentionMetric, TaskBatcher, task_dataset};
 use sdpa::model::{TaskConfig, TrainConfig, evaluate, init_model};
 
 fn main() -> anyhow::Result<()> {
+    sdpa::tune_allocator();
     let backend: BackendKind = match std::env::args().nth(1) {
         Some(name) => name.parse()?,
         None => BackendKind::Flex,

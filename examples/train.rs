@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use sdpa::cli::train::{TrainArgs, run};
 
 fn main() -> anyhow::Result<()> {
+    sdpa::tune_allocator();
     // A fresh run directory each time, so that the example never refuses to start.
     let stamp = SystemTime::now().duration_since(UNIX_EPOCH)?.as_secs();
     let args = TrainArgs {

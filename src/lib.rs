@@ -9,6 +9,7 @@
 
 pub use burn_sdpa::*;
 
+mod allocator;
 pub mod backend;
 pub mod cli;
 pub mod golden;
@@ -16,4 +17,5 @@ pub mod golden;
 pub use sdpa_lab as lab;
 pub use sdpa_model as model;
 
+pub use allocator::tune_allocator;
 pub use backend::{BackendError, BackendKind};

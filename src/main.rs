@@ -32,6 +32,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    sdpa::tune_allocator();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Golden(args) => cli::golden::run(&args),

@@ -10,7 +10,7 @@ use sdpa_model::{
 };
 
 use super::UsageError;
-use crate::{BackendKind, Implementation, ScalePolicy};
+use crate::{BackendKind, Implementation, QkNorm, ScalePolicy};
 
 /// `--scale inv-sqrt-dk | none | <float>`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -66,6 +66,12 @@ pub struct TrainArgs {
     /// Query/key initialization: default or unit.
     #[arg(long, value_parser = parse_init)]
     pub init: Option<QkInit>,
+    /// Logit soft-cap c of the attention (scores become c·tanh(s/c)); a positive number.
+    #[arg(long, value_parser = parse_softcap)]
+    pub softcap: Option<f64>,
+    /// QK-norm of the attention heads: none, layer or rms.
+    #[arg(long, value_parser = parse_qk_norm)]
+    pub qk_norm: Option<QkNorm>,
     /// Attention path: auto, naive, chunked:BLOCK, fused or cpu_kernel (to compare their
     /// training speed on the whole model).
     #[arg(long)]
@@ -136,6 +142,23 @@ fn parse_init(s: &str) -> Result<QkInit, String> {
     }
 }
 
+fn parse_softcap(s: &str) -> Result<f64, String> {
+    let c: f64 = s
+        .parse()
+        .map_err(|_| format!("expected a positive number, got `{s}`"))?;
+    crate::validate_softcap(c).map_err(|e| e.to_string())?;
+    Ok(c)
+}
+
+fn parse_qk_norm(s: &str) -> Result<QkNorm, String> {
+    match s {
+        "none" => Ok(QkNorm::None),
+        "layer" => Ok(QkNorm::LayerNorm),
+        "rms" => Ok(QkNorm::RmsNorm),
+        other => Err(format!("expected none, layer or rms, got `{other}`")),
+    }
+}
+
 fn parse_optimizer(s: &str) -> Result<OptimizerKind, String> {
     match s {
         "adam" => Ok(OptimizerKind::Adam),
@@ -198,6 +221,10 @@ impl TrainArgs {
         set!(c.model.n_heads, self.heads);
         set!(c.model.n_layers, self.layers);
         set!(c.model.qk_init, self.init);
+        set!(c.model.qk_norm, self.qk_norm);
+        if self.softcap.is_some() {
+            c.model.softcap = self.softcap;
+        }
         set!(c.model.implementation, self.implementation);
         set!(c.optimizer, self.optimizer);
         set!(c.lr, self.lr);

@@ -2,7 +2,8 @@
 //! contradict a claim, reports it as failed (and the verdict follows).
 
 use sdpa::lab::experiments::{
-    attention_saturation, compare, complexity, dot_std, gradients, masks, training, why_softmax,
+    attention_saturation, compare, complexity, dot_std, gradients, logit_control, masks, training,
+    why_softmax,
 };
 use sdpa::lab::stats::{Estimate, mean_ci, wilson};
 use sdpa::lab::{Claim, Outcome, Verdict};
@@ -275,4 +276,52 @@ fn attention_saturation_fails_when_unscaled_stays_spread() {
         outcome(&claims, "unscaled-saturates-at-every-m"),
         Outcome::Fails
     );
+}
+
+#[test]
+fn logit_control_fails_when_the_cap_saturates_and_qk_norm_controls_the_logits() {
+    use logit_control::{Control, InitRow, InitValues};
+    let config = logit_control::Config::new(false, 42);
+    // Data that contradict the claims: the cap saturates more than no cap, QK-norm's logits do
+    // not grow with d_k, and QK-norm + 1/√d_k's Jacobian grows like √d_k.
+    let rows: Vec<InitRow> = config
+        .dims
+        .iter()
+        .flat_map(|&d_k| {
+            config.init_controls.iter().map(move |&control| {
+                let sqrt_d = (d_k as f64).sqrt();
+                let (max_p, std, jacobian, share) = match control {
+                    Control::SoftCap(_) => (0.99, 4.0, 0.01 * sqrt_d, 1.0),
+                    Control::Unscaled => (0.5, sqrt_d, 0.2, 0.1),
+                    Control::QkNorm => (0.5, 1.0, 0.2, 0.1),
+                    Control::QkNormScaled => (0.1, 1.0, 0.1 * sqrt_d, 0.9),
+                    _ => (0.1, 1.0, 0.2, 0.9),
+                };
+                let draws = (0..10)
+                    .map(|i| {
+                        let w = 1.0 + 0.001 * i as f64;
+                        InitValues {
+                            logit_std: std * w,
+                            max_p: max_p * w.min(1.0),
+                            entropy: 0.5,
+                            jacobian_norm: jacobian * w,
+                            share_keys: share,
+                            rms_dq: 1.0,
+                        }
+                    })
+                    .collect();
+                InitRow::new(d_k, control, draws)
+            })
+        })
+        .collect();
+    let claims = logit_control::claims(&config, &rows, &[]);
+    for id in [
+        "cap-prevents-saturation",
+        "cap-does-not-restore-gradient-share",
+        "qk-norm-alone-grows-like-unscaled",
+        "qk-norm-scaled-keeps-jacobian",
+        "cap-jacobian-vanishes",
+    ] {
+        assert_eq!(outcome(&claims, id), Outcome::Fails, "{id}");
+    }
 }

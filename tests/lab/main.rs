@@ -261,6 +261,33 @@ fn training_experiment_runs_ten_seed_cells_in_both_directions() {
 }
 
 #[test]
+fn logit_control_compares_every_control_at_init_and_in_training() {
+    let (_t, out) = run("logit-control", false);
+    check_claims(&out);
+    let init = rows(&out, "init");
+    // 4 d_k × 7 controls, each with its draws.
+    assert_eq!(init.len(), 28);
+    let cell = |d_k: u64, control: &str| {
+        init.iter()
+            .find(|r| r["d_k"] == d_k && r["control"].to_string().contains(control))
+            .unwrap_or_else(|| panic!("no init row {d_k} {control}"))
+            .clone()
+    };
+    // The measured logit stds follow their definitions: ≈ 1 scaled, ≈ √d_k unscaled, < c capped.
+    let std_of = |r: &serde_json::Value| num(&r["logit_std"], "value");
+    assert!((std_of(&cell(1024, "\"Scaled\"")) - 1.0).abs() < 0.1);
+    assert!((std_of(&cell(1024, "\"Unscaled\"")) - 32.0).abs() < 3.0);
+    assert!(std_of(&cell(1024, "SoftCap")) < 5.0);
+    let cells = rows(&out, "cells");
+    assert_eq!(cells.len(), 5, "quick: one d_k × 5 controls");
+    assert!(
+        rows(&out, "runs")
+            .iter()
+            .all(|r| num(r, "final_accuracy") >= 0.0)
+    );
+}
+
+#[test]
 fn report_is_reproducible_and_complete() {
     let names = ["dot-std", "saturation", "why-softmax"];
     let experiments = || {

@@ -130,7 +130,7 @@ fn build(s: &Spec) -> (Problem, ScalePolicy) {
         bias,
         causal,
         scale: scale.factor(s.d_k),
-        softcap: (s.softcap_kind != 0).then(|| 0.5 * s.softcap_kind as f64),
+        softcap: (s.softcap_kind != 0).then_some(0.5 * s.softcap_kind as f64),
         window,
     };
     (problem, scale)

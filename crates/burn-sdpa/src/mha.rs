@@ -113,6 +113,9 @@ impl MultiHeadAttentionConfig {
             None => self.d_model / self.n_heads,
         };
         self.scale.validate()?;
+        if let Some(softcap) = self.softcap {
+            crate::types::validate_softcap(softcap)?;
+        }
         Ok(d_k)
     }
 

@@ -279,7 +279,7 @@ pub fn claims_table(claims: &[Claim]) -> String {
             ]
         })
         .collect();
-    crate::experiments::md_table(
+    crate::markdown::md_table(
         &["claim by", "statement", "check", "measured", "outcome"],
         &rows,
     )

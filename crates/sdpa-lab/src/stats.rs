@@ -156,6 +156,36 @@ pub fn mean_ci(x: &[f64]) -> Estimate {
     }
 }
 
+/// The difference of two means, mean(a) − mean(b), with its 95% Welch t-interval (unequal
+/// variances, Welch–Satterthwaite degrees of freedom rounded down). When both samples have no
+/// spread the interval is the point itself.
+pub fn diff_ci(a: &[f64], b: &[f64]) -> Estimate {
+    let (na, nb) = (a.len() as f64, b.len() as f64);
+    let value = mean(a) - mean(b);
+    if a.len() < 2 || b.len() < 2 {
+        return Estimate {
+            value,
+            lo: f64::NAN,
+            hi: f64::NAN,
+            n: a.len().min(b.len()),
+        };
+    }
+    let (va, vb) = (std(a).powi(2) / na, std(b).powi(2) / nb);
+    let se = (va + vb).sqrt();
+    let half = if se == 0.0 {
+        0.0
+    } else {
+        let df = (va + vb).powi(2) / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
+        t_critical_95(df.floor().max(1.0) as usize) * se
+    };
+    Estimate {
+        value,
+        lo: value - half,
+        hi: value + half,
+        n: a.len().min(b.len()),
+    }
+}
+
 /// A success rate with its 95% Wilson score interval.
 pub fn wilson(successes: usize, n: usize) -> Estimate {
     if n == 0 {
@@ -226,6 +256,20 @@ pub fn median(x: &[f64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn welch_difference_interval() {
+        // Equal spreads and sizes: the Welch interval is the pooled one (df = 2n − 2 = 8).
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0];
+        let b = [3.0, 4.0, 5.0, 6.0, 7.0];
+        let d = diff_ci(&a, &b);
+        assert_eq!(d.value, -2.0);
+        let half = 2.306 * (2.5f64 / 5.0 + 2.5 / 5.0).sqrt();
+        assert!((d.hi - d.value - half).abs() < 1e-9, "{d:?}");
+        let same = diff_ci(&[4.0, 4.0], &[1.0, 1.0]);
+        assert_eq!((same.lo, same.value, same.hi), (3.0, 3.0, 3.0));
+        assert!(diff_ci(&[1.0], &[2.0, 3.0]).lo.is_nan());
+    }
+
     use super::*;
 
     #[test]

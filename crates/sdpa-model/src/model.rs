@@ -8,7 +8,7 @@ use burn::nn::{
 use burn::prelude::*;
 use burn_sdpa::{
     AttentionDiagnostics, AttentionError, Implementation, MhaInput, MultiHeadAttention,
-    MultiHeadAttentionConfig, ScalePolicy, attention_diagnostics,
+    MultiHeadAttentionConfig, QkNorm, ScalePolicy, attention_diagnostics,
 };
 use serde::{Deserialize, Serialize};
 
@@ -73,6 +73,13 @@ pub struct ModelConfig {
     /// to compare them on a whole model).
     #[config(default = "Implementation::Auto")]
     pub implementation: Implementation,
+    /// Logit soft-cap of the attention (none by default; `logit-control` compares it with the
+    /// √d_k scaling).
+    #[config(default = "None")]
+    pub softcap: Option<f64>,
+    /// QK-norm of the attention heads (none by default; compared by `logit-control`).
+    #[config(default = "QkNorm::None")]
+    pub qk_norm: QkNorm,
 }
 
 impl ModelConfig {
@@ -116,6 +123,8 @@ impl ModelConfig {
             .with_scale(self.scale)
             .with_dropout(self.dropout)
             .with_implementation(self.implementation)
+            .with_softcap(self.softcap)
+            .with_qk_norm(self.qk_norm)
             .with_bias(false);
         if self.qk_init == QkInit::Unit {
             // The attention input has unit-variance components after layer norm; without it,

@@ -15,6 +15,7 @@ pub mod compare;
 pub mod complexity;
 pub mod dot_std;
 pub mod gradients;
+pub mod logit_control;
 pub mod masks;
 pub mod saturation;
 pub mod training;
@@ -22,6 +23,7 @@ pub mod why_softmax;
 
 pub use crate::claims::Verdict;
 use crate::claims::{Claim, claims_table, summary};
+pub use crate::markdown::{md_cell, md_table};
 
 /// One measured quantity on every backend that measured it (same inputs), for the report's
 /// cross-backend table.
@@ -145,6 +147,7 @@ pub fn all_experiments() -> Vec<Box<dyn Experiment>> {
         Box::new(attention_saturation::AttentionSaturation),
         Box::new(gradients::Gradients),
         Box::new(training::Training),
+        Box::new(logit_control::LogitControl),
         Box::new(compare::Compare),
         Box::new(attention_map::AttentionMap),
         Box::new(masks::Masks),
@@ -156,32 +159,6 @@ pub fn all_experiments() -> Vec<Box<dyn Experiment>> {
 /// The experiment with this name.
 pub fn find_experiment(name: &str) -> Option<Box<dyn Experiment>> {
     all_experiments().into_iter().find(|e| e.name() == name)
-}
-
-/// Escapes the characters that would break a Markdown table cell.
-pub fn md_cell(s: &str) -> String {
-    s.replace('|', "\\|")
-}
-
-/// A Markdown table (cells are escaped).
-pub fn md_table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let esc = |cells: &[String]| {
-        cells
-            .iter()
-            .map(|c| md_cell(c))
-            .collect::<Vec<_>>()
-            .join(" | ")
-    };
-    let headers: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
-    let mut s = format!(
-        "| {} |\n|{}|\n",
-        esc(&headers),
-        vec!["---"; headers.len()].join("|")
-    );
-    for r in rows {
-        s.push_str(&format!("| {} |\n", esc(r)));
-    }
-    s
 }
 
 /// Writes a CSV file under the output folder and returns its relative name.

@@ -13,10 +13,16 @@ use sdpa_model::{
 };
 use serde::Serialize;
 
-use super::{Experiment, ExperimentOutput, md_table, out_path, write_csv};
-use crate::claims::{Claim, Source, show};
+mod claims;
+mod plot;
+
+pub use claims::claims;
+use plot::plot;
+
+use super::{Experiment, ExperimentOutput, md_table, write_csv};
+use crate::claims::show;
 use crate::context::{LabContext, LabError};
-use crate::plot::{LinePlot, Series, line_plot};
+use crate::parallel::map_parallel;
 use crate::stats::{Estimate, mean_ci, wilson};
 
 /// One training condition (everything but the scaling and the seed).
@@ -236,10 +242,18 @@ pub fn cells(grid: &TrainingGrid, runs: &[TrainingRun]) -> Vec<Cell> {
 
 /// Unscaled against scaled for one condition: disjoint success or capped-steps intervals.
 pub fn compare(scaled: &Cell, unscaled: &Cell) -> Comparison {
-    let worse = unscaled.success.hi < scaled.success.lo
-        || unscaled.capped_steps.lo > scaled.capped_steps.hi;
-    let better = unscaled.success.lo > scaled.success.hi
-        || unscaled.capped_steps.hi < scaled.capped_steps.lo;
+    compare_runs(
+        (scaled.success, scaled.capped_steps),
+        (unscaled.success, unscaled.capped_steps),
+    )
+}
+
+/// `other` against `reference`, each (success rate, capped mean steps): worse when it reaches the
+/// target less often or later (disjoint intervals), better in the other direction.
+pub fn compare_runs(reference: (Estimate, Estimate), other: (Estimate, Estimate)) -> Comparison {
+    let ((ref_success, ref_steps), (success, steps)) = (reference, other);
+    let worse = success.hi < ref_success.lo || steps.lo > ref_steps.hi;
+    let better = success.lo > ref_success.hi || steps.hi < ref_steps.lo;
     match (worse, better) {
         (true, false) => Comparison::UnscaledWorse,
         (false, true) => Comparison::UnscaledBetter,
@@ -275,75 +289,85 @@ impl Experiment for Training {
             0,
             total as u64,
         );
-        let mut runs = Vec::new();
-        for c in &grid.conditions {
-            for &seed in &grid.seeds {
-                for scaled in [true, false] {
-                    let name = run_name(c, scaled, seed);
-                    let mut config = TrainConfig::for_task(TaskConfig::new());
-                    config.model.d_k = Some(c.d_k);
-                    config.model.qk_init = QkInit::Unit;
-                    config.model.layer_norm = c.layer_norm;
-                    config.model.scale = if scaled {
-                        ScalePolicy::InvSqrtDk
-                    } else {
-                        ScalePolicy::Unscaled
-                    };
-                    config.optimizer = c.optimizer;
-                    config.lr = c.lr;
-                    if c.optimizer == OptimizerKind::Sgd {
-                        config.momentum = Some(0.9);
-                    }
-                    config.steps = grid.steps;
-                    config.seed = seed;
-                    config.eval_every = grid.eval_every;
-                    config.eval_batches = 4;
-                    config.log_every = grid.eval_every;
-                    config.target_accuracy = grid.target;
-                    let dir = root.join(&name);
-                    let _ = std::fs::remove_dir_all(&dir);
-                    let r = train(
-                        &config,
-                        &backend.device,
-                        &RunOptions {
-                            out_dir: dir,
-                            resume: false,
-                            backend: backend.name.clone(),
-                            progress: ProgressMode::Quiet,
-                            // The lab's own run folder: a report run again replaces its runs.
-                            overwrite: true,
-                        },
-                    )?;
-                    let init = r
-                        .summary
-                        .initial_attention
-                        .first()
-                        .copied()
-                        .unwrap_or_default();
-                    let run = TrainingRun {
-                        condition: *c,
-                        scaled,
-                        seed,
-                        steps_to_target: r.summary.steps_to_target,
-                        final_accuracy: r.summary.final_eval_accuracy,
-                        initial_normalized_entropy: init.normalized_entropy,
-                        initial_logit_std: init.logit_std,
-                        seconds: r.summary.time_s,
-                    };
-                    progress.update(
-                        runs.len() as u64 + 1,
-                        &format!(
-                            "{name}: {}",
-                            run.steps_to_target
-                                .map_or("target not reached".to_string(), |s| format!(
-                                    "99% at step {s}"
-                                ))
-                        ),
-                    );
-                    runs.push(run);
+        let jobs: Vec<(Condition, u64, bool)> = grid
+            .conditions
+            .iter()
+            .flat_map(|c| {
+                grid.seeds
+                    .iter()
+                    .flat_map(move |&seed| [true, false].map(|scaled| (*c, seed, scaled)))
+            })
+            .collect();
+        // One run per core: the runs are independent and seeded (see `parallel`).
+        let runs = map_parallel(
+            &jobs,
+            |&(c, seed, scaled)| {
+                let name = run_name(&c, scaled, seed);
+                let mut config = TrainConfig::for_task(TaskConfig::new());
+                config.model.d_k = Some(c.d_k);
+                config.model.qk_init = QkInit::Unit;
+                config.model.layer_norm = c.layer_norm;
+                config.model.scale = if scaled {
+                    ScalePolicy::InvSqrtDk
+                } else {
+                    ScalePolicy::Unscaled
+                };
+                config.optimizer = c.optimizer;
+                config.lr = c.lr;
+                if c.optimizer == OptimizerKind::Sgd {
+                    config.momentum = Some(0.9);
                 }
-            }
-        }
+                config.steps = grid.steps;
+                config.seed = seed;
+                config.eval_every = grid.eval_every;
+                config.eval_batches = 4;
+                config.log_every = grid.eval_every;
+                config.target_accuracy = grid.target;
+                let dir = root.join(&name);
+                let _ = std::fs::remove_dir_all(&dir);
+                let r = train(
+                    &config,
+                    &backend.device,
+                    &RunOptions {
+                        out_dir: dir,
+                        resume: false,
+                        backend: backend.name.clone(),
+                        progress: ProgressMode::Quiet,
+                        // The lab's own run folder: a report run again replaces its runs.
+                        overwrite: true,
+                    },
+                )?;
+                let init = r
+                    .summary
+                    .initial_attention
+                    .first()
+                    .copied()
+                    .unwrap_or_default();
+                Ok(TrainingRun {
+                    condition: c,
+                    scaled,
+                    seed,
+                    steps_to_target: r.summary.steps_to_target,
+                    final_accuracy: r.summary.final_eval_accuracy,
+                    initial_normalized_entropy: init.normalized_entropy,
+                    initial_logit_std: init.logit_std,
+                    seconds: r.summary.time_s,
+                })
+            },
+            |finished, run: &TrainingRun| {
+                progress.update(
+                    finished as u64,
+                    &format!(
+                        "{}: {}",
+                        run_name(&run.condition, run.scaled, run.seed),
+                        run.steps_to_target
+                            .map_or("target not reached".to_string(), |s| format!(
+                                "99% at step {s}"
+                            ))
+                    ),
+                );
+            },
+        )?;
         progress.finish(&format!("{} runs", runs.len()));
         let cells = cells(&grid, &runs);
         let pair = |c: &Condition| {
@@ -448,222 +472,4 @@ impl Experiment for Training {
         )
         .files(plots, vec![csv]))
     }
-}
-
-/// Time-to-target curves (share of seeds at 99% by step t) of the main Adam and SGD conditions,
-/// and the loss curves of the first seed, drawn from the saved files.
-fn plot(
-    ctx: &LabContext,
-    grid: &TrainingGrid,
-    runs: &[TrainingRun],
-    root: &std::path::Path,
-) -> Result<Vec<String>, LabError> {
-    let mut plots = Vec::new();
-    for optimizer in [OptimizerKind::Adam, OptimizerKind::Sgd] {
-        let main: Vec<&Condition> = grid
-            .conditions
-            .iter()
-            .filter(|c| c.optimizer == optimizer && c.part == Part::Main)
-            .collect();
-        if main.is_empty() {
-            continue;
-        }
-        let mut curves = Vec::new();
-        let mut losses = Vec::new();
-        for c in &main {
-            for scaled in [true, false] {
-                let label = format!(
-                    "d_k={} {}",
-                    c.d_k,
-                    if scaled { "scaled" } else { "unscaled" }
-                );
-                let rs: Vec<&TrainingRun> = runs
-                    .iter()
-                    .filter(|r| r.condition == **c && r.scaled == scaled)
-                    .collect();
-                curves.push(Series::line(
-                    label.clone(),
-                    (0..=grid.steps)
-                        .step_by(grid.eval_every)
-                        .map(|t| {
-                            let reached = rs
-                                .iter()
-                                .filter(|r| r.steps_to_target.is_some_and(|s| s <= t))
-                                .count();
-                            (t as f64, reached as f64 / rs.len().max(1) as f64)
-                        })
-                        .collect(),
-                ));
-                let name = run_name(c, scaled, grid.seeds[0]);
-                let metrics = read_metrics(&root.join(&name).join("metrics.csv"), 1)?;
-                losses.push(Series::line(
-                    label,
-                    metrics.iter().map(|m| (m.step as f64, m.loss)).collect(),
-                ));
-            }
-        }
-        let lr = main[0].lr;
-        for (kind, title, y_label, series, log_y) in [
-            (
-                "time_to_target",
-                "Share of seeds at 99% by step t",
-                "share of seeds",
-                curves,
-                false,
-            ),
-            (
-                "loss",
-                "Training loss, first seed",
-                "cross-entropy",
-                losses,
-                true,
-            ),
-        ] {
-            let p = format!("training_{kind}_{}.png", opt_name(optimizer));
-            line_plot(
-                &out_path(ctx, &p),
-                &LinePlot {
-                    title: format!("{title} ({} lr {lr})", opt_name(optimizer)),
-                    x_label: "step".into(),
-                    y_label: y_label.into(),
-                    log_x: false,
-                    log_y,
-                    series,
-                },
-            )?;
-            plots.push(p);
-        }
-    }
-    Ok(plots)
-}
-
-/// The claims of `training`, decided by its cells.
-pub fn claims(grid: &TrainingGrid, cells: &[Cell]) -> Vec<Claim> {
-    let pair = |c: &Condition| {
-        let find = |scaled| {
-            cells
-                .iter()
-                .find(|x| x.condition == *c && x.scaled == scaled)
-        };
-        find(true).zip(find(false))
-    };
-    let describe = |c: &Condition, s: &Cell, u: &Cell| {
-        format!(
-            "{} lr {} d_k {}{}: reached {} vs {}, steps {} vs {}",
-            opt_name(c.optimizer),
-            c.lr,
-            c.d_k,
-            if c.layer_norm { "" } else { " no-LN" },
-            show(s.success),
-            show(u.success),
-            show(s.capped_steps),
-            show(u.capped_steps)
-        )
-    };
-    let verdict_of = |conds: Vec<&Condition>, want: Comparison| -> (Option<bool>, String) {
-        let pairs: Vec<(&Condition, &Cell, &Cell)> = conds
-            .into_iter()
-            .filter_map(|c| pair(c).map(|(s, u)| (c, s, u)))
-            .collect();
-        if pairs.is_empty() {
-            return (None, "not run (quick)".into());
-        }
-        let outcomes: Vec<Comparison> = pairs.iter().map(|(_, s, u)| compare(s, u)).collect();
-        let holds = if outcomes.iter().all(|o| *o == want) {
-            Some(true)
-        } else if outcomes
-            .iter()
-            .any(|o| *o != want && *o != Comparison::NoClearDifference)
-        {
-            Some(false)
-        } else {
-            None
-        };
-        (
-            holds,
-            pairs
-                .iter()
-                .map(|(c, s, u)| describe(c, s, u))
-                .collect::<Vec<_>>()
-                .join("; "),
-        )
-    };
-    let d_max = grid.conditions.iter().map(|c| c.d_k).max().unwrap_or(0);
-    let main_at = |d_k: usize| -> Vec<&Condition> {
-        grid.conditions
-            .iter()
-            .filter(|c| c.part == Part::Main && c.d_k == d_k)
-            .collect()
-    };
-    let (holds, measured) = verdict_of(main_at(d_max), Comparison::UnscaledWorse);
-    let mut claims = vec![Claim::decided(
-        "unscaled-trains-worse",
-        Source::Article("§4"),
-        format!(
-            "without √d_k, training is slower or fails (largest d_k = {d_max}, both optimizers)"
-        ),
-        "for each optimizer: unscaled success-rate (Wilson) or mean-steps (t) interval entirely worse than scaled",
-        measured,
-        holds,
-    )];
-    let all: Vec<&Condition> = grid.conditions.iter().collect();
-    let better: Vec<String> = all
-        .iter()
-        .filter_map(|c| {
-            pair(c)
-                .filter(|(s, u)| compare(s, u) == Comparison::UnscaledBetter)
-                .map(|(s, u)| describe(c, s, u))
-        })
-        .collect();
-    claims.push(Claim::decided(
-        "unscaled-never-better",
-        Source::Lab,
-        "unscaled is never significantly better than scaled, in any cell",
-        "no cell with UnscaledBetter (both directions are tested in every cell)",
-        if better.is_empty() {
-            format!("{} cells, none better", all.len())
-        } else {
-            better.join("; ")
-        },
-        Some(better.is_empty()),
-    ));
-    let d_min = grid.conditions.iter().map(|c| c.d_k).min().unwrap_or(0);
-    let (holds, measured) = verdict_of(main_at(d_min), Comparison::NoClearDifference);
-    claims.push(Claim::decided(
-        "small-dk-no-difference",
-        Source::Lab,
-        format!("at the smallest d_k ({d_min}) scaling makes no clear difference"),
-        "for each optimizer: the scaled and unscaled intervals overlap",
-        measured,
-        holds,
-    ));
-    let lowest_lr: Vec<&Condition> = grid
-        .conditions
-        .iter()
-        .filter(|c| c.part == Part::LearningRate && (c.lr == ADAM_LRS[0] || c.lr == SGD_LRS[0]))
-        .collect();
-    let (holds, measured) = verdict_of(lowest_lr, Comparison::UnscaledWorse);
-    claims.push(Claim::decided(
-        "not-a-step-size-artifact",
-        Source::Lab,
-        "unscaled's trouble is not a too-large step: at the smallest learning rate it is still worse (d_k = 256)",
-        "for each optimizer at its smallest lr: unscaled interval entirely worse than scaled",
-        measured,
-        holds,
-    ));
-    let no_ln: Vec<&Condition> = grid
-        .conditions
-        .iter()
-        .filter(|c| c.part == Part::NoLayerNorm && c.d_k == 256)
-        .collect();
-    let (holds, measured) = verdict_of(no_ln, Comparison::UnscaledWorse);
-    claims.push(Claim::decided(
-        "without-layernorm-too",
-        Source::Lab,
-        "without LayerNorm, unscaled is still worse (d_k = 256)",
-        "unscaled interval entirely worse than scaled",
-        measured,
-        holds,
-    ));
-    claims
 }

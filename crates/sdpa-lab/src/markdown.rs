@@ -1,0 +1,27 @@
+//! Markdown tables for the report.
+
+/// Escapes the characters that would break a Markdown table cell.
+pub fn md_cell(s: &str) -> String {
+    s.replace('|', "\\|")
+}
+
+/// A Markdown table (cells are escaped).
+pub fn md_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let esc = |cells: &[String]| {
+        cells
+            .iter()
+            .map(|c| md_cell(c))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let headers: Vec<String> = headers.iter().map(|h| h.to_string()).collect();
+    let mut s = format!(
+        "| {} |\n|{}|\n",
+        esc(&headers),
+        vec!["---"; headers.len()].join("|")
+    );
+    for r in rows {
+        s.push_str(&format!("| {} |\n", esc(r)));
+    }
+    s
+}
