@@ -160,6 +160,7 @@ fn training_cell(
         },
         initial_logit_std: 1.0,
         final_accuracy: 1.0,
+        diverged: 0,
     }
 }
 

@@ -283,8 +283,23 @@ fn logit_control_compares_every_control_at_init_and_in_training() {
     assert!(
         rows(&out, "runs")
             .iter()
-            .all(|r| num(r, "final_accuracy") >= 0.0)
+            .all(|r| !r["diverged_at"].is_null() || num(r, "final_accuracy") >= 0.0)
     );
+}
+
+#[test]
+fn a_diverging_lab_run_is_a_result_not_an_error() {
+    use sdpa::lab::experiments::training;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let ctx = ctx(tmp.path(), false);
+    let mut config = training::match_config(64, 1, 60, 10);
+    config.optimizer = sdpa::model::OptimizerKind::Sgd;
+    config.lr = 1e6;
+    config.model.scale = sdpa::ScalePolicy::Unscaled;
+    let summary = training::lab_run(&config, ctx.primary(), tmp.path().join("run"))
+        .expect("a diverged run is a result");
+    assert!(summary.diverged_at.is_some(), "{summary:?}");
+    assert!(summary.steps_to_target.is_none());
 }
 
 #[test]

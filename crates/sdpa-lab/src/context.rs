@@ -7,7 +7,7 @@ use burn::tensor::TensorData;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
-use sdpa_model::ProgressMode;
+use sdpa_model::{Progress, ProgressMode};
 
 /// A backend an experiment may run on.
 #[derive(Debug, Clone)]
@@ -73,6 +73,16 @@ impl LabContext {
     /// The primary backend.
     pub fn primary(&self) -> &LabBackend {
         &self.backends[0]
+    }
+
+    /// Progress lines for `total` steps of long work (none when the context is quiet).
+    pub fn progress_lines(&self, label: &str, total: usize) -> Progress {
+        let mode = if self.progress == ProgressMode::Quiet {
+            ProgressMode::Quiet
+        } else {
+            ProgressMode::Lines
+        };
+        Progress::new(mode, label, 0, total as u64)
     }
 
     /// A seeded RNG for one purpose (`salt` keeps the streams of experiments apart).

@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::paths::cpu::kernel::try_forward;
-use crate::paths::cpu::reference::{self, assert_close, data};
+use crate::paths::cpu::reference::{self, assert_close, data, shape};
 
 fn run(s: KernelShape, masking: &Masking<'_>, tiles: Tiles, with_scores: bool) {
     let d = s.dims;
@@ -61,24 +61,6 @@ fn run(s: KernelShape, masking: &Masking<'_>, tiles: Tiles, with_scores: bool) {
             2e-5,
             2e-4,
         );
-    }
-}
-
-fn shape(n: usize, m: usize, causal_offset: Option<i64>) -> KernelShape {
-    KernelShape {
-        dims: AttentionDims {
-            batch: 2,
-            n_heads: 4,
-            n_kv_heads: 2,
-            n,
-            m,
-            d_k: 16,
-            d_v: 8,
-        },
-        scale: 0.25,
-        causal_offset,
-        softcap: None,
-        window: None,
     }
 }
 

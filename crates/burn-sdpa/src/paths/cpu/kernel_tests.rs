@@ -2,26 +2,8 @@
 //! soft-caps, tile sizes and typed errors.
 
 use super::*;
-use crate::paths::cpu::reference::{self, assert_close, data};
+use crate::paths::cpu::reference::{self, assert_close, data, shape};
 use crate::types::AttentionDims;
-
-fn shape(n: usize, m: usize, causal_offset: Option<i64>) -> KernelShape {
-    KernelShape {
-        dims: AttentionDims {
-            batch: 2,
-            n_heads: 4,
-            n_kv_heads: 2,
-            n,
-            m,
-            d_k: 16,
-            d_v: 8,
-        },
-        scale: 0.25,
-        causal_offset,
-        softcap: None,
-        window: None,
-    }
-}
 
 fn check(s: KernelShape, masking: &Masking<'_>, tiles: Tiles, atol: f64) {
     let d = s.dims;

@@ -149,6 +149,26 @@ pub(crate) fn backward(
     grads
 }
 
+/// The shape the kernel tests use: b = 2, h = 4 over h_kv = 2, d_k = 16, d_v = 8, scale 1/4,
+/// n queries and m keys, with an optional causal offset.
+pub(crate) fn shape(n: usize, m: usize, causal_offset: Option<i64>) -> KernelShape {
+    KernelShape {
+        dims: AttentionDims {
+            batch: 2,
+            n_heads: 4,
+            n_kv_heads: 2,
+            n,
+            m,
+            d_k: 16,
+            d_v: 8,
+        },
+        scale: 0.25,
+        causal_offset,
+        softcap: None,
+        window: None,
+    }
+}
+
 /// Deterministic values in [-2, 2) from a small LCG (no dependency).
 pub(crate) fn data(len: usize, seed: u64) -> Vec<f32> {
     let mut state = seed

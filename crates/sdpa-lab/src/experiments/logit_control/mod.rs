@@ -25,7 +25,6 @@ use crate::experiments::training::Comparison;
 use crate::parallel::map_parallel;
 use crate::plot::{LinePlot, Series, line_plot};
 use crate::stats::Estimate;
-use sdpa_model::{Progress, ProgressMode};
 
 /// Sizes of the experiment.
 #[derive(Debug, Clone, Serialize)]
@@ -127,16 +126,7 @@ impl Experiment for LogitControl {
                 jobs.extend(config.seeds.iter().map(|&seed| (d_k, control, seed)));
             }
         }
-        let progress = Progress::new(
-            if ctx.progress == ProgressMode::Quiet {
-                ProgressMode::Quiet
-            } else {
-                ProgressMode::Lines
-            },
-            "logit-control training",
-            0,
-            jobs.len() as u64,
-        );
+        let progress = ctx.progress_lines("logit-control training", jobs.len());
         let root = ctx.out_dir.join("runs").join("logit-control");
         let runs = map_parallel(
             &jobs,
@@ -189,17 +179,18 @@ impl Experiment for LogitControl {
             write_csv(
                 ctx,
                 "logit_control_training.csv",
-                "d_k,control,seed,steps_to_target,final_accuracy,seconds",
+                "d_k,control,seed,steps_to_target,final_accuracy,diverged_at,seconds",
                 &runs
                     .iter()
                     .map(|r| {
                         format!(
-                            "{},{},{},{},{},{}",
+                            "{},{},{},{},{},{},{}",
                             r.d_k,
                             r.control.slug(),
                             r.seed,
                             r.steps_to_target.map(|s| s.to_string()).unwrap_or_default(),
                             r.final_accuracy,
+                            r.diverged_at.map(|s| s.to_string()).unwrap_or_default(),
                             r.seconds
                         )
                     })

@@ -1,12 +1,11 @@
 //! `logit-control` in training: the default model on *match* with each control, every seed, and
 //! the time to 99% held-out accuracy.
 
-use sdpa_model::{ProgressMode, QkInit, RunOptions, TaskConfig, TrainConfig, train};
 use serde::Serialize;
 
 use super::control::Control;
 use crate::context::{LabBackend, LabError};
-use crate::experiments::training::{Comparison, compare_runs};
+use crate::experiments::training::{Comparison, compare_runs, lab_run, match_config};
 use crate::stats::{Estimate, diff_ci, mean_ci, wilson};
 
 /// One training run.
@@ -20,8 +19,10 @@ pub struct ControlRun {
     pub seed: u64,
     /// First evaluation step at or above the target, if reached.
     pub steps_to_target: Option<usize>,
-    /// Final held-out accuracy.
+    /// Final held-out accuracy (NaN for a run that diverged).
     pub final_accuracy: f64,
+    /// The step at which the run diverged, if it did (it then never reached the target).
+    pub diverged_at: Option<usize>,
     /// Wall time (s).
     pub seconds: f64,
 }
@@ -53,37 +54,23 @@ pub fn run(
     steps: usize,
     eval_every: usize,
 ) -> Result<ControlRun, LabError> {
-    let mut config = TrainConfig::for_task(TaskConfig::new());
-    config.model.d_k = Some(d_k);
-    // Unit-variance q and k at initialization: unscaled logits have std √d_k.
-    config.model.qk_init = QkInit::Unit;
+    let mut config = match_config(d_k, seed, steps, eval_every);
     config.model.scale = control.scale();
     config.model.softcap = control.softcap();
     config.model.qk_norm = control.qk_norm();
-    config.steps = steps;
-    config.seed = seed;
-    config.eval_every = eval_every;
-    config.eval_batches = 4;
-    config.log_every = eval_every;
-    let dir = root.join(format!("dk{d_k}-{}-s{seed}", control.slug()));
-    let result = train(
+    let summary = lab_run(
         &config,
-        &backend.device,
-        &RunOptions {
-            out_dir: dir,
-            resume: false,
-            backend: backend.name.clone(),
-            progress: ProgressMode::Quiet,
-            overwrite: true,
-        },
+        backend,
+        root.join(format!("dk{d_k}-{}-s{seed}", control.slug())),
     )?;
     Ok(ControlRun {
         d_k,
         control,
         seed,
-        steps_to_target: result.summary.steps_to_target,
-        final_accuracy: result.summary.final_eval_accuracy,
-        seconds: result.summary.time_s,
+        steps_to_target: summary.steps_to_target,
+        final_accuracy: summary.final_eval_accuracy,
+        diverged_at: summary.diverged_at,
+        seconds: summary.time_s,
     })
 }
 

@@ -56,19 +56,30 @@ pub fn claims(grid: &TrainingGrid, cells: &[Cell]) -> Vec<Claim> {
                 .join("; "),
         )
     };
-    let d_max = grid.conditions.iter().map(|c| c.d_k).max().unwrap_or(0);
-    let main_at = |d_k: usize| -> Vec<&Condition> {
-        grid.conditions
-            .iter()
-            .filter(|c| c.part == Part::Main && c.d_k == d_k)
-            .collect()
-    };
-    let (holds, measured) = verdict_of(main_at(d_max), Comparison::UnscaledWorse);
+    // Each optimizer at the largest d_k it trains at.
+    let largest: Vec<&Condition> = grid
+        .conditions
+        .iter()
+        .filter(|c| {
+            c.part == Part::Main
+                && grid
+                    .conditions
+                    .iter()
+                    .filter(|o| o.part == Part::Main && o.optimizer == c.optimizer)
+                    .all(|o| o.d_k <= c.d_k)
+        })
+        .collect();
+    let sizes = largest
+        .iter()
+        .map(|c| format!("{} d_k = {}", opt_name(c.optimizer), c.d_k))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let (holds, measured) = verdict_of(largest, Comparison::UnscaledWorse);
     let mut claims = vec![Claim::decided(
         "unscaled-trains-worse",
         Source::Article("§4"),
         format!(
-            "without √d_k, training is slower or fails (largest d_k = {d_max}, both optimizers)"
+            "without √d_k, training is slower or fails (each optimizer at its largest d_k: {sizes})"
         ),
         "for each optimizer: unscaled success-rate (Wilson) or mean-steps (t) interval entirely worse than scaled",
         measured,
@@ -96,7 +107,12 @@ pub fn claims(grid: &TrainingGrid, cells: &[Cell]) -> Vec<Claim> {
         Some(better.is_empty()),
     ));
     let d_min = grid.conditions.iter().map(|c| c.d_k).min().unwrap_or(0);
-    let (holds, measured) = verdict_of(main_at(d_min), Comparison::NoClearDifference);
+    let main_at_min: Vec<&Condition> = grid
+        .conditions
+        .iter()
+        .filter(|c| c.part == Part::Main && c.d_k == d_min)
+        .collect();
+    let (holds, measured) = verdict_of(main_at_min, Comparison::NoClearDifference);
     claims.push(Claim::decided(
         "small-dk-no-difference",
         Source::Lab,

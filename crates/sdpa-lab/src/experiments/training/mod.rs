@@ -9,7 +9,8 @@ use std::time::Instant;
 use burn_sdpa::ScalePolicy;
 use sdpa_model::metrics::StepMetrics;
 use sdpa_model::{
-    OptimizerKind, Progress, ProgressMode, QkInit, RunOptions, TaskConfig, TrainConfig, train,
+    ModelError, OptimizerKind, ProgressMode, QkInit, RunOptions, TaskConfig, TrainConfig,
+    TrainSummary, train,
 };
 use serde::Serialize;
 
@@ -21,7 +22,7 @@ use plot::plot;
 
 use super::{Experiment, ExperimentOutput, md_table, write_csv};
 use crate::claims::show;
-use crate::context::{LabContext, LabError};
+use crate::context::{LabBackend, LabContext, LabError};
 use crate::parallel::map_parallel;
 use crate::stats::{Estimate, mean_ci, wilson};
 
@@ -43,7 +44,7 @@ pub struct Condition {
 /// The three parts of the design.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Part {
-    /// Both optimizers at their main learning rate, every d_k.
+    /// Both optimizers at their main learning rate, every d_k (SGD up to [`SGD_MAX_D_K`]).
     Main,
     /// The other learning rates, at one d_k.
     LearningRate,
@@ -70,6 +71,10 @@ pub struct TrainingGrid {
 pub const ADAM_LRS: [f64; 3] = [1e-3, 3e-3, 1e-2];
 /// SGD's (momentum 0.9).
 pub const SGD_LRS: [f64; 3] = [0.03, 0.1, 0.3];
+/// The largest d_k SGD trains at. A step at d_k = 1024 costs ~0.1 s (two runs at once on 2
+/// cores) and SGD's unscaled runs there use the whole 500-step budget: its d_k = 1024 cell cost ~7
+/// of the report's 20 minutes (measured), so SGD stops at 256 and Adam alone covers 1024.
+pub const SGD_MAX_D_K: usize = 256;
 
 impl TrainingGrid {
     /// The full design, or a small one with `quick`.
@@ -89,6 +94,9 @@ impl TrainingGrid {
                 continue;
             }
             for &d_k in d_ks {
+                if optimizer == OptimizerKind::Sgd && d_k > SGD_MAX_D_K {
+                    continue;
+                }
                 conditions.push(Condition {
                     optimizer,
                     lr: lrs[1],
@@ -142,8 +150,11 @@ pub struct TrainingRun {
     pub seed: u64,
     /// First evaluation step at or above the target, if reached.
     pub steps_to_target: Option<usize>,
-    /// Final held-out accuracy.
+    /// Final held-out accuracy (NaN for a run that diverged).
     pub final_accuracy: f64,
+    /// The step at which the loss or a gradient stopped being finite, if it did (the run stopped
+    /// there: it counts as never reaching the target).
+    pub diverged_at: Option<usize>,
     /// Normalized entropy of the initial attention (1 = uniform, 0 = one-hot).
     pub initial_normalized_entropy: f64,
     /// Logit std of the initial attention.
@@ -166,8 +177,10 @@ pub struct Cell {
     pub capped_steps: Estimate,
     /// Mean initial logit std.
     pub initial_logit_std: f64,
-    /// Mean final accuracy.
+    /// Mean final accuracy of the runs that did not diverge.
     pub final_accuracy: f64,
+    /// Runs that diverged.
+    pub diverged: usize,
 }
 
 /// How the unscaled cell of a condition compares with the scaled one.
@@ -225,7 +238,8 @@ pub fn cells(grid: &TrainingGrid, runs: &[TrainingRun]) -> Vec<Cell> {
                 .map(|r| r.steps_to_target.unwrap_or(grid.steps) as f64)
                 .collect();
             let mean = |f: fn(&TrainingRun) -> f64| {
-                rs.iter().map(|r| f(r)).sum::<f64>() / rs.len().max(1) as f64
+                let values: Vec<f64> = rs.iter().map(|r| f(r)).filter(|x| x.is_finite()).collect();
+                values.iter().sum::<f64>() / values.len().max(1) as f64
             };
             out.push(Cell {
                 condition: *c,
@@ -234,10 +248,20 @@ pub fn cells(grid: &TrainingGrid, runs: &[TrainingRun]) -> Vec<Cell> {
                 capped_steps: mean_ci(&capped),
                 initial_logit_std: mean(|r| r.initial_logit_std),
                 final_accuracy: mean(|r| r.final_accuracy),
+                diverged: rs.iter().filter(|r| r.diverged_at.is_some()).count(),
             });
         }
     }
     out
+}
+
+/// " (k diverged)" for a cell with diverged runs.
+fn diverged_note(cell: &Cell) -> String {
+    if cell.diverged > 0 {
+        format!(" ({} diverged)", cell.diverged)
+    } else {
+        String::new()
+    }
 }
 
 /// Unscaled against scaled for one condition: disjoint success or capped-steps intervals.
@@ -261,6 +285,52 @@ pub fn compare_runs(reference: (Estimate, Estimate), other: (Estimate, Estimate)
     }
 }
 
+/// The lab's training configuration on *match* (the default task and model): d_k per head, q/k
+/// initialized for unit-variance components (unscaled logits then have std √d_k), `steps` steps,
+/// evaluation and logging every `eval_every` on 4 held-out batches, stopping at 99%.
+pub fn match_config(d_k: usize, seed: u64, steps: usize, eval_every: usize) -> TrainConfig {
+    let mut config = TrainConfig::for_task(TaskConfig::new());
+    config.model.d_k = Some(d_k);
+    config.model.qk_init = QkInit::Unit;
+    config.steps = steps;
+    config.seed = seed;
+    config.eval_every = eval_every;
+    config.eval_batches = 4;
+    config.log_every = eval_every;
+    config
+}
+
+/// Trains one lab run into `dir` (its own folder: a report run again replaces it), quietly, and
+/// returns its summary. A run that diverges is a result, not an error: its summary (written by
+/// the training loop when it stopped) has `diverged_at` set and no step to the target.
+pub fn lab_run(
+    config: &TrainConfig,
+    backend: &LabBackend,
+    dir: std::path::PathBuf,
+) -> Result<TrainSummary, LabError> {
+    let _ = std::fs::remove_dir_all(&dir);
+    let result = train(
+        config,
+        &backend.device,
+        &RunOptions {
+            out_dir: dir.clone(),
+            resume: false,
+            backend: backend.name.clone(),
+            progress: ProgressMode::Quiet,
+            overwrite: true,
+        },
+    );
+    match result {
+        Ok(r) => Ok(r.summary),
+        Err(ModelError::Diverged { .. }) => {
+            let path = dir.join("summary.json");
+            let text = std::fs::read_to_string(&path).map_err(|e| LabError::io(&path, e))?;
+            serde_json::from_str(&text).map_err(|e| LabError::io(&path, e))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The experiment.
 pub struct Training;
 
@@ -279,16 +349,7 @@ impl Experiment for Training {
         let backend = ctx.primary();
         let root = ctx.out_dir.join("runs").join("training");
         let total = grid.conditions.len() * grid.seeds.len() * 2;
-        let progress = Progress::new(
-            if ctx.progress == ProgressMode::Quiet {
-                ProgressMode::Quiet
-            } else {
-                ProgressMode::Lines
-            },
-            "training grid",
-            0,
-            total as u64,
-        );
+        let progress = ctx.progress_lines("training grid", total);
         let jobs: Vec<(Condition, u64, bool)> = grid
             .conditions
             .iter()
@@ -303,9 +364,7 @@ impl Experiment for Training {
             &jobs,
             |&(c, seed, scaled)| {
                 let name = run_name(&c, scaled, seed);
-                let mut config = TrainConfig::for_task(TaskConfig::new());
-                config.model.d_k = Some(c.d_k);
-                config.model.qk_init = QkInit::Unit;
+                let mut config = match_config(c.d_k, seed, grid.steps, grid.eval_every);
                 config.model.layer_norm = c.layer_norm;
                 config.model.scale = if scaled {
                     ScalePolicy::InvSqrtDk
@@ -317,28 +376,9 @@ impl Experiment for Training {
                 if c.optimizer == OptimizerKind::Sgd {
                     config.momentum = Some(0.9);
                 }
-                config.steps = grid.steps;
-                config.seed = seed;
-                config.eval_every = grid.eval_every;
-                config.eval_batches = 4;
-                config.log_every = grid.eval_every;
                 config.target_accuracy = grid.target;
-                let dir = root.join(&name);
-                let _ = std::fs::remove_dir_all(&dir);
-                let r = train(
-                    &config,
-                    &backend.device,
-                    &RunOptions {
-                        out_dir: dir,
-                        resume: false,
-                        backend: backend.name.clone(),
-                        progress: ProgressMode::Quiet,
-                        // The lab's own run folder: a report run again replaces its runs.
-                        overwrite: true,
-                    },
-                )?;
-                let init = r
-                    .summary
+                let summary = lab_run(&config, backend, root.join(&name))?;
+                let init = summary
                     .initial_attention
                     .first()
                     .copied()
@@ -347,11 +387,12 @@ impl Experiment for Training {
                     condition: c,
                     scaled,
                     seed,
-                    steps_to_target: r.summary.steps_to_target,
-                    final_accuracy: r.summary.final_eval_accuracy,
+                    steps_to_target: summary.steps_to_target,
+                    final_accuracy: summary.final_eval_accuracy,
+                    diverged_at: summary.diverged_at,
                     initial_normalized_entropy: init.normalized_entropy,
                     initial_logit_std: init.logit_std,
-                    seconds: r.summary.time_s,
+                    seconds: summary.time_s,
                 })
             },
             |finished, run: &TrainingRun| {
@@ -403,7 +444,13 @@ impl Experiment for Training {
                         } else {
                             "no".into()
                         },
-                        format!("{} / {}", show(s.success), show(u.success)),
+                        format!(
+                            "{}{} / {}{}",
+                            show(s.success),
+                            diverged_note(s),
+                            show(u.success),
+                            diverged_note(u)
+                        ),
                         format!("{} / {}", show(s.capped_steps), show(u.capped_steps)),
                         format!("{:.2} / {:.2}", s.initial_logit_std, u.initial_logit_std),
                         format!("{:?}", compare(s, u)),
@@ -414,12 +461,12 @@ impl Experiment for Training {
         let csv = write_csv(
             ctx,
             "training.csv",
-            "optimizer,lr,d_k,layer_norm,part,scaled,seed,steps_to_target,final_accuracy,initial_normalized_entropy,initial_logit_std,seconds",
+            "optimizer,lr,d_k,layer_norm,part,scaled,seed,steps_to_target,final_accuracy,diverged_at,initial_normalized_entropy,initial_logit_std,seconds",
             &runs
                 .iter()
                 .map(|r| {
                     format!(
-                        "{},{},{},{},{:?},{},{},{},{},{},{},{}",
+                        "{},{},{},{},{:?},{},{},{},{},{},{},{},{}",
                         opt_name(r.condition.optimizer),
                         r.condition.lr,
                         r.condition.d_k,
@@ -429,6 +476,7 @@ impl Experiment for Training {
                         r.seed,
                         r.steps_to_target.map(|s| s.to_string()).unwrap_or_default(),
                         r.final_accuracy,
+                        r.diverged_at.map(|s| s.to_string()).unwrap_or_default(),
                         r.initial_normalized_entropy,
                         r.initial_logit_std,
                         r.seconds
@@ -442,8 +490,9 @@ impl Experiment for Training {
              head independent of d_model, q/k projections initialized so that q and k components have unit \
              variance (the article's assumption: unscaled logits then have std √d_k). Every cell runs {} seeds \
              scaled and unscaled, with a budget of {} steps, an evaluation every {} steps on 4 held-out \
-             batches, stopping at {:.0}%. Three parts: **Main** (Adam lr {} and SGD lr {} with momentum 0.9, \
-             every d_k), **LearningRate** (the other rates, {:?} and {:?}, at d_k = 256) and **NoLayerNorm** \
+             batches, stopping at {:.0}%. Three parts: **Main** (Adam lr {} at every d_k, SGD lr {} with \
+             momentum 0.9 up to d_k = {SGD_MAX_D_K}: its d_k = 1024 cell would take a third of the report's \
+             time budget), **LearningRate** (the other rates, {:?} and {:?}, at d_k = 256) and **NoLayerNorm** \
              (Adam without the pre-attention LayerNorm). \"Unscaled vs scaled\" reads the two directions: \
              UnscaledWorse / UnscaledBetter when the success-rate or mean-steps intervals are disjoint.\n\n\
              {table}\n{}\n",
