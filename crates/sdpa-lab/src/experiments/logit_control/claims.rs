@@ -88,12 +88,12 @@ pub fn claims(config: &Config, rows: &[InitRow], cells: &[ControlCell]) -> Vec<C
         exponent(rows, strong, |v| v.jacobian_norm),
         0.0,
     ));
-    // Training: each control against 1/√d_k at the largest trained d_k.
-    let d_train = config.train_dims.iter().copied().max().unwrap_or(0);
+    // Training: each control against 1/√d_k at the largest d_k it was trained at.
     let cell = |control: Control| {
         cells
             .iter()
-            .find(|c| c.d_k == d_train && c.control == control)
+            .filter(|c| c.control == control)
+            .max_by_key(|c| c.d_k)
     };
     for (id, control, statement) in [
         (
@@ -114,7 +114,7 @@ pub fn claims(config: &Config, rows: &[InitRow], cells: &[ControlCell]) -> Vec<C
         ),
     ] {
         if let Some(c) = cell(control) {
-            let d = c.steps_minus_scaled;
+            let (d, d_train) = (c.steps_minus_scaled, c.d_k);
             // An equivalence test: the whole interval of the difference inside ±margin holds,
             // entirely outside fails, anything else is undecided (too few seeds to tell).
             let holds = if !(d.lo.is_finite() && d.hi.is_finite()) {
@@ -143,7 +143,10 @@ pub fn claims(config: &Config, rows: &[InitRow], cells: &[ControlCell]) -> Vec<C
             ));
         }
     }
-    if let (Some(norm), Some(none)) = (cell(Control::QkNorm), cell(Control::Unscaled)) {
+    if let (Some(norm), Some(none)) = (cell(Control::QkNorm), cell(Control::Unscaled))
+        && norm.d_k == none.d_k
+    {
+        let d_train = norm.d_k;
         claims.push(Claim::decided(
             "qk-norm-rescues-unscaled",
             Source::Lab,

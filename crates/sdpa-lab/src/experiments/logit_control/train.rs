@@ -77,8 +77,7 @@ pub fn run(
 /// The cells of the runs, each compared with 1/√d_k at its d_k.
 pub fn cells(
     runs: &[ControlRun],
-    d_ks: &[usize],
-    controls: &[Control],
+    train_cells: &[(usize, Control)],
     steps: usize,
 ) -> Vec<ControlCell> {
     let stats = |d_k: usize, control: Control| {
@@ -93,12 +92,12 @@ pub fn cells(
             .collect();
         (wilson(reached, rs.len()), mean_ci(&capped), capped)
     };
-    let mut out = Vec::new();
-    for &d_k in d_ks {
-        let (ref_success, ref_steps, ref_capped) = stats(d_k, Control::Scaled);
-        for &control in controls {
+    train_cells
+        .iter()
+        .map(|&(d_k, control)| {
+            let (ref_success, ref_steps, ref_capped) = stats(d_k, Control::Scaled);
             let (success, capped_steps, capped) = stats(d_k, control);
-            out.push(ControlCell {
+            ControlCell {
                 d_k,
                 control,
                 success,
@@ -106,8 +105,7 @@ pub fn cells(
                 steps_minus_scaled: diff_ci(&capped, &ref_capped),
                 capped,
                 versus_scaled: compare_runs((ref_success, ref_steps), (success, capped_steps)),
-            });
-        }
-    }
-    out
+            }
+        })
+        .collect()
 }
