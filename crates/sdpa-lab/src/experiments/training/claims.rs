@@ -1,7 +1,8 @@
 //! The claims of `training`, decided by its cells.
 
 use super::{
-    ADAM_LRS, Cell, Comparison, Condition, Part, SGD_LRS, TrainingGrid, compare, opt_name,
+    ADAM_LRS, Cell, Comparison, Condition, Part, SGD_LRS, SWEEP_D_K, TrainingGrid, compare,
+    opt_name,
 };
 use crate::claims::{Claim, Source, show};
 
@@ -130,7 +131,7 @@ pub fn claims(grid: &TrainingGrid, cells: &[Cell]) -> Vec<Claim> {
     claims.push(Claim::decided(
         "not-a-step-size-artifact",
         Source::Lab,
-        "unscaled's trouble is not a too-large step: at the smallest learning rate it is still worse (d_k = 256)",
+        format!("unscaled's trouble is not a too-large step: at the smallest learning rate it is still worse (d_k = {SWEEP_D_K})"),
         "for each optimizer at its smallest lr: unscaled interval entirely worse than scaled",
         measured,
         holds,
