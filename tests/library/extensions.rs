@@ -321,6 +321,15 @@ fn a_cache_refuses_a_foreign_batch_and_keeps_its_tokens() {
         .unwrap_err();
     assert!(e.to_string().contains("b = 2"), "{e}");
     assert_eq!((cache.len(), cache.cached()), (3, 3));
+    // A call that fails after the projection (a mask for 7 keys where there are 3 + 1) leaves
+    // the cache as it was too.
+    let token = Tensor::<3>::zeros([2, 1, 32], &device);
+    let wrong_mask = Tensor::<4, Bool>::full([1, 1, 1, 7], false, &device);
+    let e = mha
+        .try_forward_cache(MhaInput::self_attn(token).mask(wrong_mask), &mut cache)
+        .unwrap_err();
+    assert!(e.to_string().contains("mask"), "{e}");
+    assert_eq!((cache.len(), cache.cached()), (3, 3));
     let e = mha
         .try_forward_cache(
             MhaInput::self_attn(Tensor::<3>::zeros([2, 1, 32], &device)).window(1, 0),

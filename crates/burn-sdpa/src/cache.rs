@@ -80,63 +80,56 @@ impl MhaCache {
         };
     }
 
-    /// Appends new keys and values `[b, h_kv, t, d]` and returns all cached ones, checking
-    /// that they belong to the same batch, heads and device.
-    fn append(
-        &mut self,
+    /// The cached keys and values followed by new ones `[b, h_kv, t, d]`, checking that they
+    /// belong to the same batch, heads and device. The cache itself is not changed (see
+    /// [`commit`](Self::commit)).
+    fn extended(
+        &self,
         key: Tensor<4>,
         value: Tensor<4>,
     ) -> Result<(Tensor<4>, Tensor<4>), AttentionError> {
-        let t = key.dims()[2];
-        let (key, value) = match (self.key.take(), self.value.take()) {
-            (Some(old_key), Some(old_value)) => {
-                let (old, new) = (old_key.dims(), key.dims());
-                if old[0] != new[0] || old[1] != new[1] || old[3] != new[3] {
-                    // Leave the cache as it was.
-                    self.key = Some(old_key);
-                    self.value = Some(old_value);
-                    return Err(AttentionError::Shape {
-                        what: "cached decoding input",
-                        expected: format!(
-                            "keys [b = {}, h_kv = {}, t, d_k = {}] like the cache's",
-                            old[0], old[1], old[3]
-                        ),
-                        got: new.to_vec(),
-                    });
-                }
-                if old_key.device() != key.device() || old_key.is_autodiff() != key.is_autodiff() {
-                    let message = format!("{:?}", old_key.device());
-                    self.key = Some(old_key);
-                    self.value = Some(old_value);
-                    return Err(AttentionError::DeviceMismatch {
-                        query: format!("{:?}", key.device()),
-                        other: "cache",
-                        other_device: message,
-                    });
-                }
-                // [b, h_kv, cached, d] ++ [b, h_kv, t, d] -> [b, h_kv, cached + t, d]
-                (
-                    Tensor::cat(vec![old_key, key], 2),
-                    Tensor::cat(vec![old_value, value], 2),
-                )
-            }
-            _ => (key, value),
+        let (Some(old_key), Some(old_value)) = (&self.key, &self.value) else {
+            return Ok((key, value));
         };
+        let (old, new) = (old_key.dims(), key.dims());
+        if old[0] != new[0] || old[1] != new[1] || old[3] != new[3] {
+            return Err(AttentionError::Shape {
+                what: "cached decoding input",
+                expected: format!(
+                    "keys [b = {}, h_kv = {}, t, d_k = {}] like the cache's",
+                    old[0], old[1], old[3]
+                ),
+                got: new.to_vec(),
+            });
+        }
+        if old_key.device() != key.device() || old_key.is_autodiff() != key.is_autodiff() {
+            return Err(AttentionError::DeviceMismatch {
+                query: format!("{:?}", key.device()),
+                other: "cache",
+                other_device: format!("{:?}", old_key.device()),
+            });
+        }
+        // [b, h_kv, cached, d] ++ [b, h_kv, t, d] -> [b, h_kv, cached + t, d]
+        Ok((
+            Tensor::cat(vec![old_key.clone(), key], 2),
+            Tensor::cat(vec![old_value.clone(), value], 2),
+        ))
+    }
+
+    /// Stores the keys and values of [`extended`](Self::extended) after a successful call with
+    /// `t` new tokens, keeping the last `window` of a sliding cache.
+    fn commit(&mut self, key: Tensor<4>, value: Tensor<4>, t: usize) {
         self.seen += t;
         let total = key.dims()[2];
         // Keep what the next call's queries may see: the last `window` tokens.
         let keep = self.window.map_or(total, |w| w.min(total));
-        let (kept_key, kept_value) = if keep < total {
-            (
-                key.clone().slice(s![.., .., total - keep.., ..]),
-                value.clone().slice(s![.., .., total - keep.., ..]),
-            )
+        if keep < total {
+            self.key = Some(key.slice(s![.., .., total - keep.., ..]));
+            self.value = Some(value.slice(s![.., .., total - keep.., ..]));
         } else {
-            (key.clone(), value.clone())
-        };
-        self.key = Some(kept_key);
-        self.value = Some(kept_value);
-        Ok((key, value))
+            self.key = Some(key);
+            self.value = Some(value);
+        }
     }
 }
 
@@ -174,12 +167,16 @@ impl MultiHeadAttention {
             });
         }
         let (query, key, value) = self.project(&input)?;
-        let (key, value) = cache.append(key, value)?;
+        let t = key.dims()[2];
+        let (key, value) = cache.extended(key, value)?;
         let mut input = input;
         if let Some(window) = cache.window {
             input.window = Some(Window::new(Some(window - 1), None));
         }
-        self.attend(input, query, key, value)
+        // A call that fails (a mask that does not fit, say) leaves the cache as it was.
+        let out = self.attend(input, query, key.clone(), value.clone())?;
+        cache.commit(key, value, t);
+        Ok(out)
     }
 
     /// Cached decoding: see [`try_forward_cache`](Self::try_forward_cache).
