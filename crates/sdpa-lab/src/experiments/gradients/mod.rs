@@ -182,10 +182,15 @@ pub fn analytic_jacobian_norms(p: &[f64], m: usize) -> Vec<f64> {
         .collect()
 }
 
-/// The Jacobian of the first `rows` query rows through autodiff, all m of its rows in one
-/// backward pass (batch entry j gets the loss Σ_i p_ij, whose gradient with respect to the zero
-/// bias of row i is row j of that row's Jacobian), against the analytic norms: the largest
-/// per-row |difference|.
+/// Output coordinates per backward pass of [`jacobian_check`]: the batch copies of K and V stay
+/// at 32 · m · d values (32 MiB at m = 256, d = 1024; a whole batch of m copies, 256 MiB, is more
+/// than Mesa's lavapipe gives one wgpu buffer).
+const JACOBIAN_CHUNK: usize = 32;
+
+/// The Jacobian of the first `rows` query rows through autodiff, [`JACOBIAN_CHUNK`] of its m rows
+/// per backward pass (batch entry c gets the loss Σ_i p_ij with j = chunk start + c, whose
+/// gradient with respect to the zero bias of row i is row j of that row's Jacobian), against the
+/// analytic norms: the largest per-row |difference|.
 fn jacobian_check(
     backend: &LabBackend,
     d: usize,
@@ -197,35 +202,47 @@ fn jacobian_check(
     let (m, rows) = (n, rows.min(n));
     let device = backend.device.clone().autodiff();
     let [qd, kd, vd, _] = data;
-    let q = tensor(&qd[..rows * d], [1, 1, rows, d], &device).expand([m, 1, rows, d]);
-    let k = tensor(kd, [1, 1, m, d], &device).expand([m, 1, m, d]);
-    let v = tensor(vd, [1, 1, m, d], &device).expand([m, 1, m, d]);
-    let bias = Tensor::<4>::zeros([m, 1, rows, m], &device).require_grad();
-    let out = module(scaled)?.try_forward(
-        AttentionInput::new(q, k, v)
-            .bias(bias.clone())
-            .need_weights(),
-    )?;
-    let w = out
-        .weights
-        .ok_or_else(|| LabError::Other("no weights".into()))?;
-    // selector[j, 0, i, j'] = 1 when j' == j
-    let eye: Vec<f32> = (0..m * m)
-        .map(|x| if x / m == x % m { 1.0 } else { 0.0 })
-        .collect();
-    let selector = Tensor::<4>::from_data(TensorData::new(eye, [m, 1, 1, m]), &device);
-    let analytic =
-        analytic_jacobian_norms(&to_vec(w.clone().slice(s![0..1]).without_autodiff())?, m);
-    let grads = (w * selector).sum().backward();
-    let jac = bias
-        .grad(&grads)
-        .ok_or_else(|| LabError::Other("no gradient in the Jacobian pass".into()))?;
-    // ‖J_i‖²_F = Σ_j Σ_j' (∂p_ij/∂s_ij')²: sum over the batch axis (j) and the key axis (j').
-    let autodiff: Vec<f64> = to_vec(jac.square().sum_dim(0).sum_dim(3).sqrt())?;
+    let module = module(scaled)?;
+    let mut analytic = Vec::new();
+    // Σ_j Σ_j' (∂p_ij/∂s_ij')² per row i, accumulated over the chunks of j: [rows].
+    let mut squares = vec![0.0f64; rows];
+    for start in (0..m).step_by(JACOBIAN_CHUNK) {
+        let c = JACOBIAN_CHUNK.min(m - start);
+        let q = tensor(&qd[..rows * d], [1, 1, rows, d], &device).expand([c, 1, rows, d]);
+        let k = tensor(kd, [1, 1, m, d], &device).expand([c, 1, m, d]);
+        let v = tensor(vd, [1, 1, m, d], &device).expand([c, 1, m, d]);
+        let bias = Tensor::<4>::zeros([c, 1, rows, m], &device).require_grad();
+        let out = module.try_forward(
+            AttentionInput::new(q, k, v)
+                .bias(bias.clone())
+                .need_weights(),
+        )?;
+        let w = out
+            .weights
+            .ok_or_else(|| LabError::Other("no weights".into()))?;
+        if start == 0 {
+            analytic =
+                analytic_jacobian_norms(&to_vec(w.clone().slice(s![0..1]).without_autodiff())?, m);
+        }
+        // selector[c', 0, i, j'] = 1 when j' == start + c'
+        let eye: Vec<f32> = (0..c * m)
+            .map(|x| if x % m == start + x / m { 1.0 } else { 0.0 })
+            .collect();
+        let selector = Tensor::<4>::from_data(TensorData::new(eye, [c, 1, 1, m]), &device);
+        let grads = (w * selector).sum().backward();
+        let jac = bias
+            .grad(&grads)
+            .ok_or_else(|| LabError::Other("no gradient in the Jacobian pass".into()))?;
+        // Sum over the chunk's output coordinates (batch axis) and the key axis (j').
+        let chunk: Vec<f64> = to_vec(jac.square().sum_dim(0).sum_dim(3))?;
+        for (total, part) in squares.iter_mut().zip(chunk) {
+            *total += part;
+        }
+    }
     Ok(analytic
         .iter()
-        .zip(&autodiff)
-        .map(|(a, b)| (a - b).abs())
+        .zip(&squares)
+        .map(|(a, b)| (a - b.sqrt()).abs())
         .fold(0.0, f64::max))
 }
 
