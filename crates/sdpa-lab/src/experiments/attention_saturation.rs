@@ -227,6 +227,7 @@ impl Experiment for AttentionSaturation {
                             if scaled { "scaled" } else { "unscaled" }
                         ),
                         values: backend_values,
+                        floor: 0.0,
                     });
                     corrected.push(CorrectedRow {
                         d,

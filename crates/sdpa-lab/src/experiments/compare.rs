@@ -200,6 +200,9 @@ impl Experiment for Compare {
                         (r.backend.clone(), v)
                     })
                     .collect(),
+                // Errors of outputs whose size is of order 1 (unit-variance inputs): compared
+                // against 1, not against each other.
+                floor: 1.0,
             })
             .collect();
         Ok(ExperimentOutput::new(

@@ -33,15 +33,19 @@ pub struct BackendValues {
     pub quantity: String,
     /// (backend, value).
     pub values: Vec<(String, f64)>,
+    /// Values below this size count as equal: the disagreement is |a − b| / max(|a|, |b|, floor).
+    /// Tiny for measured quantities; the size of the compared outputs for quantities that are
+    /// themselves errors (two errors of 0 and 2·10⁻⁷ on outputs of size 1 agree to 2·10⁻⁷).
+    pub floor: f64,
 }
 
 impl BackendValues {
-    /// The largest |a − b| / max(|a|, |b|, tiny) between two backends' values.
+    /// The largest |a − b| / max(|a|, |b|, floor) between two backends' values.
     pub fn largest_disagreement(&self) -> f64 {
         let mut worst = 0.0f64;
         for (i, (_, a)) in self.values.iter().enumerate() {
             for (_, b) in &self.values[i + 1..] {
-                let scale = a.abs().max(b.abs()).max(1e-30);
+                let scale = a.abs().max(b.abs()).max(self.floor).max(1e-30);
                 worst = worst.max((a - b).abs() / scale);
             }
         }

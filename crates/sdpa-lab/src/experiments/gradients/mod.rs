@@ -418,6 +418,7 @@ fn cross_backend(rows: &[GradientRow]) -> Vec<BackendValues> {
                 None => out.push(BackendValues {
                     quantity,
                     values: vec![(r.backend.clone(), value)],
+                    floor: 0.0,
                 }),
             }
         }
