@@ -133,22 +133,13 @@ impl Claim {
         lo: f64,
         hi: f64,
     ) -> Self {
-        let decided = if !(estimate.lo.is_finite() && estimate.hi.is_finite()) {
-            None
-        } else if estimate.lo >= lo && estimate.hi <= hi {
-            Some(true)
-        } else if estimate.hi < lo || estimate.lo > hi {
-            Some(false)
-        } else {
-            None
-        };
         Self::decided(
             id,
             source,
             statement,
             format!("{what}: 95% interval inside [{lo}, {hi}]"),
             format!("{what} = {}, n = {}", show(estimate), estimate.n),
-            decided,
+            inside(estimate, lo, hi),
         )
     }
 
@@ -170,6 +161,32 @@ impl Claim {
             format!("{what} = {}", short(value)),
             Some((value - target).abs() <= tolerance),
         )
+    }
+}
+
+/// Whether the whole 95% interval of `e` lies in `[lo, hi]`: true when it does, false when it
+/// lies entirely outside, `None` when it straddles a bound or has no finite ends.
+pub fn inside(e: Estimate, lo: f64, hi: f64) -> Option<bool> {
+    if !(e.lo.is_finite() && e.hi.is_finite()) {
+        None
+    } else if e.lo >= lo && e.hi <= hi {
+        Some(true)
+    } else if e.hi < lo || e.lo > hi {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+/// Whether `a`'s 95% interval lies entirely below `b`'s: true when it does, false when it lies
+/// entirely above, `None` when they overlap.
+pub fn interval_below(a: Estimate, b: Estimate) -> Option<bool> {
+    if a.hi < b.lo {
+        Some(true)
+    } else if a.lo > b.hi {
+        Some(false)
+    } else {
+        None
     }
 }
 

@@ -11,7 +11,7 @@ use burn::tensor::activation::{relu, sigmoid, softmax};
 use serde::Serialize;
 
 use super::{Experiment, ExperimentOutput, md_table, out_path, write_csv};
-use crate::claims::{Claim, Source, show};
+use crate::claims::{Claim, Source, interval_below, show};
 use crate::context::{LabContext, LabError, normal_tensor, to_vec};
 use crate::plot::{LinePlot, Series, line_plot};
 use crate::stats::{Estimate, exponent_ci, mean_ci};
@@ -386,13 +386,7 @@ pub fn claims(rows: &[WhySoftmaxRow], d_ref: usize, n_ref: usize) -> Vec<Claim> 
             ),
             "effective keys 1/Σp²: the unscaled interval entirely below the scaled one",
             format!("unscaled {}, scaled {} (n = {n_ref})", show(raw_eff), show(scaled_eff)),
-            if raw_eff.hi < scaled_eff.lo {
-                Some(true)
-            } else if raw_eff.lo > scaled_eff.hi {
-                Some(false)
-            } else {
-                None
-            },
+            interval_below(raw_eff, scaled_eff),
         ));
     }
     let (xs, ys): (Vec<f64>, Vec<f64>) = rows

@@ -70,11 +70,10 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
 /// copies (inference).
 pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
     let [_, _, n, m] = call.dims.scores_shape();
-    let causal_offset = call.input.causal.then(|| call.alignment.offset(n, m));
-    let window = call
-        .input
-        .window
-        .map(|window| (window, call.alignment.offset(n, m)));
+    // The causal mask and the window share the alignment's diagonal.
+    let offset = call.alignment.offset(n, m);
+    let causal_offset = call.input.causal.then_some(offset);
+    let window = call.input.window.map(|window| (window, offset));
     let softcap = call.softcap.map(|cap| cap as f32);
     let mask = user_mask(&call.input)
         .map(|mask| -> Result<_, AttentionError> {

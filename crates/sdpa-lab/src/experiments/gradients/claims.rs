@@ -2,7 +2,7 @@
 //! the agreement of autodiff and of the backends.
 
 use super::{DrawValues, GradientRow};
-use crate::claims::{Claim, Source, short, show};
+use crate::claims::{Claim, Source, interval_below, short, show};
 use crate::experiments::BackendValues;
 use crate::stats::{Estimate, exponent_ci};
 
@@ -81,13 +81,7 @@ pub fn claims(primary: &str, rows: &[GradientRow], per_backend: &[BackendValues]
             format!("without scaling the score gradient collapses onto few keys (d = {d_max})"),
             "share of keys with |∂L/∂s| > 1e−3 of the row's largest: unscaled interval entirely below the scaled one",
             format!("unscaled {}, scaled {}", show(u.share_keys), show(s.share_keys)),
-            if u.share_keys.hi < s.share_keys.lo {
-                Some(true)
-            } else if u.share_keys.lo > s.share_keys.hi {
-                Some(false)
-            } else {
-                None
-            },
+            interval_below(u.share_keys, s.share_keys),
         ));
     }
     let worst_autodiff = rows

@@ -150,9 +150,7 @@ fn measure_draw(
     let dk = k.grad(&grads).ok_or_else(|| missing("K"))?;
     let dv = v.grad(&grads).ok_or_else(|| missing("V"))?;
     let rms = |t: Tensor<4>| -> Result<f64, LabError> { Ok(to_vec(t.square().mean().sqrt())?[0]) };
-    let abs_ds = ds.clone().abs();
-    let row_max = abs_ds.clone().max_dim(3);
-    let share_keys = to_vec(abs_ds.greater(row_max * 1e-3).float().mean_dim(3).mean())?[0];
+    let share_keys = share_of_keys_with_gradient(ds.clone())?;
     let p: Vec<f64> = to_vec(weights.without_autodiff())?;
     Ok(DrawValues {
         rms_dq: rms(dq)?,
@@ -167,6 +165,14 @@ fn measure_draw(
                 .collect::<Vec<_>>(),
         ),
     })
+}
+
+/// The mean share of a row's keys whose |∂L/∂score| exceeds 1e−3 of the row's largest, from the
+/// score gradient `[b, h, n, m]`.
+pub fn share_of_keys_with_gradient(ds: Tensor<4>) -> Result<f64, LabError> {
+    let abs_ds = ds.abs();
+    let row_max = abs_ds.clone().max_dim(3);
+    Ok(to_vec(abs_ds.greater(row_max * 1e-3).float().mean_dim(3).mean())?[0])
 }
 
 /// ‖diag(p) − ppᵀ‖_F of every row of `p` (rows of `m`): Σ p²(1−p)² + (Σp²)² − Σp⁴,

@@ -4,7 +4,7 @@
 use super::{
     CAPS, Config, Control, ControlCell, EQUIVALENCE_STEPS, InitRow, InitValues, TRAIN_CAP,
 };
-use crate::claims::{Claim, Source, show};
+use crate::claims::{Claim, Source, inside, interval_below, show};
 use crate::stats::{Estimate, exponent_ci};
 
 /// The fitted exponent of a measure on d_k over every draw of one control.
@@ -15,17 +15,6 @@ fn exponent(rows: &[InitRow], control: Control, pick: fn(&InitValues) -> f64) ->
         .flat_map(|r| r.draws.iter().map(move |v| (r.d_k as f64, pick(v))))
         .unzip();
     exponent_ci(&xs, &ys)
-}
-
-/// Holds when `a`'s interval lies entirely below `b`'s, fails when entirely above.
-fn below(a: Estimate, b: Estimate) -> Option<bool> {
-    if a.hi < b.lo {
-        Some(true)
-    } else if a.lo > b.hi {
-        Some(false)
-    } else {
-        None
-    }
 }
 
 /// The claims of `logit-control`, decided by its numbers.
@@ -46,7 +35,7 @@ pub fn claims(config: &Config, rows: &[InitRow], cells: &[ControlCell]) -> Vec<C
             ),
             "mean max p: capped interval entirely below the uncapped one",
             format!("cap {}, none {}", show(cap.max_p), show(none.max_p)),
-            below(cap.max_p, none.max_p),
+            interval_below(cap.max_p, none.max_p),
         ));
         claims.push(Claim::decided(
             "cap-does-not-restore-gradient-share",
@@ -56,7 +45,7 @@ pub fn claims(config: &Config, rows: &[InitRow], cells: &[ControlCell]) -> Vec<C
             ),
             "share of keys with gradient: capped interval entirely below the 1/√d_k one",
             format!("cap {}, 1/√d_k {}", show(cap.share_keys), show(scaled.share_keys)),
-            below(cap.share_keys, scaled.share_keys),
+            interval_below(cap.share_keys, scaled.share_keys),
         ));
     }
     claims.push(Claim::in_range(
@@ -117,15 +106,7 @@ pub fn claims(config: &Config, rows: &[InitRow], cells: &[ControlCell]) -> Vec<C
             let (d, d_train) = (c.steps_minus_scaled, c.d_k);
             // An equivalence test: the whole interval of the difference inside ±margin holds,
             // entirely outside fails, anything else is undecided (too few seeds to tell).
-            let holds = if !(d.lo.is_finite() && d.hi.is_finite()) {
-                None
-            } else if d.lo >= -EQUIVALENCE_STEPS && d.hi <= EQUIVALENCE_STEPS {
-                Some(true)
-            } else if d.lo > EQUIVALENCE_STEPS || d.hi < -EQUIVALENCE_STEPS {
-                Some(false)
-            } else {
-                None
-            };
+            let holds = inside(d, -EQUIVALENCE_STEPS, EQUIVALENCE_STEPS);
             claims.push(Claim::decided(
                 id,
                 Source::Lab,
@@ -157,7 +138,7 @@ pub fn claims(config: &Config, rows: &[InitRow], cells: &[ControlCell]) -> Vec<C
                 show(norm.capped_steps),
                 show(none.capped_steps)
             ),
-            below(norm.capped_steps, none.capped_steps),
+            interval_below(norm.capped_steps, none.capped_steps),
         ));
     }
     claims

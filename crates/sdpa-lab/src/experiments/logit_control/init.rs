@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::control::Control;
 use crate::context::{LabBackend, LabError, to_vec};
-use crate::experiments::gradients::analytic_jacobian_norms;
+use crate::experiments::gradients::{analytic_jacobian_norms, share_of_keys_with_gradient};
 use crate::stats::{Estimate, mean, mean_ci};
 
 /// What one draw measures.
@@ -114,9 +114,7 @@ pub fn measure(
         .backward();
     let ds = bias.grad(&grads).ok_or_else(|| missing("logit gradient"))?;
     let dq = q.grad(&grads).ok_or_else(|| missing("query gradient"))?;
-    let abs_ds = ds.abs();
-    let row_max = abs_ds.clone().max_dim(3);
-    let share_keys = to_vec(abs_ds.greater(row_max * 1e-3).float().mean_dim(3).mean())?[0];
+    let share_keys = share_of_keys_with_gradient(ds)?;
     let logits = to_vec(scores.without_autodiff())?;
     let p = to_vec(weights.without_autodiff())?;
     let rows = p.chunks(n);
