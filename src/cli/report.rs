@@ -1,9 +1,10 @@
-//! `sdpa report` and `sdpa exp`: run the lab's experiments.
+//! `sdpa report`, `sdpa exp` and `sdpa bench`: run the lab's experiments and benchmarks.
 
 use std::path::PathBuf;
 
 use clap::Args;
-use sdpa_lab::{Experiment, LabBackend, LabContext, all_experiments, find_experiment, run_report};
+use sdpa_lab::runner::{self, RunOptions, RunOutcome, Shard};
+use sdpa_lab::{Env, Experiment, LabBackend, LabError, Plan, Report, all_experiments, find_experiment};
 use sdpa_model::ProgressMode;
 
 use super::UsageError;
@@ -16,9 +17,10 @@ pub struct LabArgs {
     /// The first is the primary backend; `gradients`, `compare` and `masks` run on all of them.
     #[arg(long = "backend", default_value = "flex")]
     pub backends: Vec<String>,
-    /// Output folder.
-    #[arg(long, default_value = "report")]
-    pub out: PathBuf,
+    /// Output folder (an empty folder, or one the lab wrote: a run there continues from its
+    /// saved cells).
+    #[arg(long)]
+    pub out: Option<PathBuf>,
     /// Smaller sizes for a first look (under 2 minutes).
     #[arg(long)]
     pub quick: bool,
@@ -28,14 +30,25 @@ pub struct LabArgs {
     /// Plain progress lines instead of a bar.
     #[arg(long)]
     pub plain: bool,
+    /// Run only shard I of N (I from 0): the cells whose index is I mod N; render nothing (merge
+    /// the shards' folders with --merge).
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<String>,
+    /// Render REPORT.md, results.json and the plots again from DIR's saved cells (measures
+    /// nothing).
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["shard", "merge"])]
+    pub render_only: Option<PathBuf>,
+    /// Merge the folders of every shard of a run into --out and render the report.
+    #[arg(long, value_name = "DIR", num_args = 1.., conflicts_with = "shard")]
+    pub merge: Vec<PathBuf>,
 }
 
 /// Arguments of `sdpa exp`.
 #[derive(Args, Debug, Clone)]
 pub struct ExpArgs {
-    /// The experiment to run (see --list).
+    /// The experiments to run (see --list).
     #[arg(required_unless_present = "list")]
-    pub name: Option<String>,
+    pub names: Vec<String>,
     /// List the experiments.
     #[arg(long)]
     pub list: bool,
@@ -45,8 +58,8 @@ pub struct ExpArgs {
 }
 
 impl LabArgs {
-    /// Opens the backends and builds the context.
-    pub fn context(&self) -> anyhow::Result<LabContext> {
+    /// Opens the backends: the environment and the plan's backend names, plus those skipped.
+    fn env(&self) -> anyhow::Result<(Env, Vec<String>)> {
         let mut kinds: Vec<BackendKind> = Vec::new();
         for name in &self.backends {
             if name == "all" {
@@ -62,7 +75,7 @@ impl LabArgs {
             }
         }
         let mut backends = Vec::new();
-        let mut skipped_backends = Vec::new();
+        let mut skipped = Vec::new();
         for k in kinds {
             if backends.iter().any(|b: &LabBackend| b.name == k.name()) {
                 continue;
@@ -75,53 +88,109 @@ impl LabArgs {
                 // Compiled in but no adapter here: skipped with a note, not the end of the report.
                 Err(e @ crate::BackendError::NoDevice { .. }) => {
                     eprintln!("note: skipping {}: {e}", k.name());
-                    skipped_backends.push(format!("{}: {e}", k.name()));
+                    skipped.push(format!("{}: {e}", k.name()));
                 }
                 Err(e) => return Err(UsageError(e.to_string()).into()),
             }
         }
         if backends.is_empty() {
-            return Err(UsageError(format!(
-                "no usable backend ({})",
-                skipped_backends.join("; ")
-            ))
-            .into());
+            return Err(
+                UsageError(format!("no usable backend ({})", skipped.join("; "))).into(),
+            );
         }
-        Ok(LabContext {
-            backends,
-            skipped_backends,
-            seed: self.seed,
-            quick: self.quick,
-            out_dir: self.out.clone(),
-            progress: if self.plain {
-                ProgressMode::Lines
-            } else {
-                ProgressMode::Auto
-            },
-        })
+        Ok((Env { backends }, skipped))
+    }
+
+    fn progress(&self) -> ProgressMode {
+        if self.plain {
+            ProgressMode::Lines
+        } else {
+            ProgressMode::Auto
+        }
     }
 }
 
-fn run(lab: &LabArgs, experiments: Vec<Box<dyn Experiment>>) -> anyhow::Result<bool> {
-    let ctx = lab.context()?;
-    let report = run_report(&ctx, &experiments)?;
+/// A lab error as the command line answers it: a usage error (exit 2) or a failed run (exit 1).
+fn lab_error(e: LabError) -> anyhow::Error {
+    match e {
+        LabError::Usage(m) => UsageError(m).into(),
+        other => other.into(),
+    }
+}
+
+fn print_report(out: &std::path::Path, report: &Report) -> bool {
     println!(
         "report: {}  numbers: {}",
-        ctx.out_dir.join("REPORT.md").display(),
-        ctx.out_dir.join("results.json").display()
+        out.join("REPORT.md").display(),
+        out.join("results.json").display()
     );
+    for e in &report.experiments {
+        println!("{:<22} {:<18} {}", e.name, e.verdict.label(), e.summary);
+    }
     for f in &report.failures {
         eprintln!("experiment {} failed: {}", f.name, f.error);
     }
-    Ok(report.failures.is_empty())
+    report.failures.is_empty()
+}
+
+fn run(
+    lab: &LabArgs,
+    experiments: Vec<&'static dyn Experiment>,
+    default_out: PathBuf,
+) -> anyhow::Result<bool> {
+    let registry = all_experiments();
+    if let Some(dir) = &lab.render_only {
+        let report = runner::render_only(&registry, dir).map_err(lab_error)?;
+        return Ok(print_report(dir, &report));
+    }
+    let out = lab.out.clone().unwrap_or(default_out);
+    if !lab.merge.is_empty() {
+        let report = runner::merge(&registry, &lab.merge, &out).map_err(lab_error)?;
+        return Ok(print_report(&out, &report));
+    }
+    let shard: Option<Shard> = match &lab.shard {
+        Some(s) => Some(s.parse().map_err(UsageError)?),
+        None => None,
+    };
+    let (env, skipped_backends) = lab.env()?;
+    let options = RunOptions {
+        plan: Plan {
+            quick: lab.quick,
+            seed: lab.seed,
+            backends: env.backends.iter().map(|b| b.name.clone()).collect(),
+        },
+        out: out.clone(),
+        shard,
+        progress: lab.progress(),
+        skipped_backends,
+    };
+    match runner::run(&experiments, &env, &options).map_err(lab_error)? {
+        RunOutcome::Report(report) => Ok(print_report(&out, &report)),
+        RunOutcome::Shard {
+            cells,
+            measured,
+            failures,
+        } => {
+            println!(
+                "shard {}: {cells} cells in {} ({measured} measured now); merge every shard with \
+                 `sdpa report --merge DIR_0 … DIR_N-1 --out DIR`",
+                shard.map_or(String::new(), |s| s.to_string()),
+                out.join("cells").display()
+            );
+            for f in &failures {
+                eprintln!("experiment {} failed: {}", f.name, f.error);
+            }
+            Ok(failures.is_empty())
+        }
+    }
 }
 
 /// `sdpa report`: every experiment.
 pub fn report(lab: &LabArgs) -> anyhow::Result<bool> {
-    run(lab, all_experiments())
+    run(lab, all_experiments(), PathBuf::from("report"))
 }
 
-/// `sdpa exp NAME` or `sdpa exp --list`.
+/// `sdpa exp NAME...` or `sdpa exp --list`.
 pub fn exp(args: &ExpArgs) -> anyhow::Result<bool> {
     if args.list {
         for e in all_experiments() {
@@ -129,18 +198,21 @@ pub fn exp(args: &ExpArgs) -> anyhow::Result<bool> {
         }
         return Ok(true);
     }
-    let name = args.name.clone().unwrap_or_default();
-    let e = find_experiment(&name).ok_or_else(|| {
-        UsageError(format!(
-            "unknown experiment `{name}`; one of: {}",
-            all_experiments()
-                .iter()
-                .map(|e| e.name())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ))
-    })?;
-    run(&args.lab, vec![e])
+    let mut experiments = Vec::new();
+    for name in &args.names {
+        experiments.push(find_experiment(name).ok_or_else(|| {
+            UsageError(format!(
+                "unknown experiment `{name}`; one of: {}",
+                all_experiments()
+                    .iter()
+                    .map(|e| e.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })?);
+    }
+    let default_out = PathBuf::from(format!("exp-{}", args.names.join("+")));
+    run(&args.lab, experiments, default_out)
 }
 
 /// Arguments of `sdpa bench`.
@@ -182,12 +254,20 @@ pub struct BenchArgs {
 pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
     let lab = LabArgs {
         backends: args.backends.clone(),
-        out: args.out.clone(),
+        out: Some(args.out.clone()),
         quick: args.quick,
         seed: 42,
         plain: args.plain,
+        shard: None,
+        render_only: None,
+        merge: Vec::new(),
     };
-    let ctx = lab.context()?;
+    let (env, _) = lab.env()?;
+    let ctx = sdpa_lab::bench::BenchContext {
+        progress: lab.progress(),
+        seed: 42,
+        out_dir: args.out.clone(),
+    };
     let mut config = sdpa_lab::bench::BenchConfig::new(args.quick);
     for (flag, sizes) in [
         ("--n", &args.ns),
@@ -223,7 +303,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         config.modes = args.modes.clone();
     }
     let mut ok = true;
-    for backend in &ctx.backends {
+    for backend in &env.backends {
         let report = sdpa_lab::bench::run_bench(backend, &config, &ctx)?;
         println!("{}", sdpa_lab::bench::markdown(&report));
         for f in sdpa_lab::bench::write(&report, &ctx)? {

@@ -54,6 +54,9 @@ pub struct TrainArgs {
     /// Query/key size per head (independent of --d-model).
     #[arg(long)]
     pub d_k: Option<usize>,
+    /// Value size per head (default: d_k).
+    #[arg(long)]
+    pub d_v: Option<usize>,
     /// Model width.
     #[arg(long)]
     pub d_model: Option<usize>,
@@ -206,6 +209,9 @@ impl TrainArgs {
         c.model.n_classes = c.task.n_classes();
         if let Some(ScaleArg(s)) = self.scale {
             c.model.scale = s;
+        }
+        if self.d_v.is_some() {
+            c.model.d_v = self.d_v;
         }
         if self.d_k.is_some() {
             c.model.d_k = self.d_k;

@@ -9,7 +9,7 @@ use crate::mha::{MhaInput, MhaOutput, MultiHeadAttention};
 use crate::types::Window;
 
 /// The keys and values of the tokens a [`MultiHeadAttention`] has decoded so far, after the
-/// projections (and QK-norm): `[b, h_kv, t, d_k]` each.
+/// projections (and QK-norm): keys `[b, h_kv, t, d_k]`, values `[b, h_kv, t, d_v]`.
 ///
 /// [`MhaCache::new`] keeps every token; [`MhaCache::sliding`] keeps the last `window` ones and
 /// makes each query see only them (with the window's band, so that a cached decode equals the
@@ -166,7 +166,7 @@ impl MultiHeadAttention {
                 reason: "a sliding-window cache sets the window itself".into(),
             });
         }
-        let (query, key, value) = self.project(&input)?;
+        let (query, key, value) = self.project_heads(&input)?;
         let t = key.dims()[2];
         let (key, value) = cache.extended(key, value)?;
         let mut input = input;

@@ -1,7 +1,7 @@
 //! Multi-head attention built on [`ScaledDotProductAttention`], with optional QK-norm
 //! ([`QkNorm`]); cached decoding is in `cache.rs`.
 
-use burn::module::Module;
+use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear, LinearConfig};
 use burn::prelude::*;
 
@@ -34,9 +34,12 @@ pub struct MultiHeadAttentionConfig {
     /// Number of key/value heads; `None` means `n_heads` (plain multi-head attention), 1 is
     /// multi-query attention, anything dividing `n_heads` is grouped-query attention.
     pub n_kv_heads: Option<usize>,
-    /// Query/key (and value) size per head; `None` means `d_model / n_heads`. Set it to sweep
-    /// d_k at a fixed model width.
+    /// Query/key size per head; `None` means `d_model / n_heads`. Set it to sweep d_k at a fixed
+    /// model width.
     pub d_k: Option<usize>,
+    /// Value size per head; `None` means d_k (the usual choice). Set it to keep the value path
+    /// fixed while d_k changes.
+    pub d_v: Option<usize>,
     /// The scale policy of the attention scores (1/√d_k by default).
     #[config(default = "ScalePolicy::InvSqrtDk")]
     pub scale: ScalePolicy,
@@ -66,6 +69,11 @@ pub struct MultiHeadAttentionConfig {
     /// OLMo 2); none by default, as in the article.
     #[config(default = "QkNorm::None")]
     pub qk_norm: QkNorm,
+    /// A learned temperature: the scores are multiplied by `exp(θ)` with θ a learnable scalar
+    /// starting at `ln(initial factor)`, on top of the scale policy (CLIP's learned logit scale).
+    /// `None` by default: the scale is fixed.
+    #[config(default = "None")]
+    pub learned_temperature: Option<f64>,
 }
 
 impl MultiHeadAttentionConfig {
@@ -76,6 +84,22 @@ impl MultiHeadAttentionConfig {
 
     /// Checks the sizes and returns d_k per head.
     pub fn validate(&self) -> Result<usize, AttentionError> {
+        if self.d_v == Some(0) {
+            return Err(AttentionError::InvalidConfig {
+                field: "d_v",
+                value: "0".into(),
+                reason: "must be > 0".into(),
+            });
+        }
+        if let Some(t) = self.learned_temperature
+            && !(t.is_finite() && t > 0.0 && (t.ln() as f32).is_finite())
+        {
+            return Err(AttentionError::InvalidConfig {
+                field: "learned_temperature",
+                value: t.to_string(),
+                reason: "the initial factor must be finite and > 0".into(),
+            });
+        }
         let invalid = |field, value: usize, reason: &str| AttentionError::InvalidConfig {
             field,
             value: value.to_string(),
@@ -122,6 +146,7 @@ impl MultiHeadAttentionConfig {
     /// Builds the layer, or says which setting is wrong.
     pub fn try_init(&self, device: &Device) -> Result<MultiHeadAttention, AttentionError> {
         let d_k = self.validate()?;
+        let d_v = self.d_v.unwrap_or(d_k);
         let n_kv = self.kv_heads();
         let attention = ScaledDotProductAttentionConfig::new()
             .with_scale(self.scale)
@@ -143,15 +168,19 @@ impl MultiHeadAttentionConfig {
         Ok(MultiHeadAttention {
             query: linear(self.d_model, self.n_heads * d_k, &qk_init),
             key: linear(self.d_model, n_kv * d_k, &qk_init),
-            value: linear(self.d_model, n_kv * d_k, &self.initializer),
-            output: linear(self.n_heads * d_k, self.d_model, &self.initializer),
+            value: linear(self.d_model, n_kv * d_v, &self.initializer),
+            output: linear(self.n_heads * d_v, self.d_model, &self.initializer),
             query_norm: self.qk_norm.init(d_k, device),
             key_norm: self.qk_norm.init(d_k, device),
+            log_temperature: self.learned_temperature.map(|t| {
+                Initializer::Constant { value: t.ln() }.init([1], device)
+            }),
             attention,
             d_model: self.d_model,
             n_heads: self.n_heads,
             n_kv_heads: n_kv,
             d_k,
+            d_v,
         })
     }
 
@@ -172,14 +201,16 @@ pub struct MultiHeadAttention {
     pub query: Linear,
     /// Key projection `d_model -> n_kv_heads · d_k`.
     pub key: Linear,
-    /// Value projection `d_model -> n_kv_heads · d_k`.
+    /// Value projection `d_model -> n_kv_heads · d_v`.
     pub value: Linear,
-    /// Output projection `n_heads · d_k -> d_model`.
+    /// Output projection `n_heads · d_v -> d_model`.
     pub output: Linear,
     /// QK-norm of the query heads, if configured.
     pub query_norm: Option<HeadNorm>,
     /// QK-norm of the key heads, if configured.
     pub key_norm: Option<HeadNorm>,
+    /// The learned temperature θ (scores times `exp(θ)`), if configured.
+    pub log_temperature: Option<Param<Tensor<1>>>,
     /// The attention core.
     pub attention: ScaledDotProductAttention,
     /// Model width.
@@ -188,8 +219,10 @@ pub struct MultiHeadAttention {
     pub n_heads: usize,
     /// Key/value heads.
     pub n_kv_heads: usize,
-    /// Size per head.
+    /// Query/key size per head.
     pub d_k: usize,
+    /// Value size per head.
+    pub d_v: usize,
 }
 
 /// The inputs of [`MultiHeadAttention`]: query `[b, n, d_model]`, key and value
@@ -209,16 +242,26 @@ impl AttentionInput<3> {
 pub type MhaOutput = AttentionOutput<3>;
 
 impl MultiHeadAttention {
-    /// Splits `[b, s, heads · d_k]` into `[b, heads, s, d_k]`.
-    fn split_heads(&self, x: Tensor<3>, heads: usize) -> Tensor<4> {
+    /// Splits `[b, s, heads · size]` into `[b, heads, s, size]`.
+    fn split_heads(x: Tensor<3>, heads: usize, size: usize) -> Tensor<4> {
         let [b, s, _] = x.dims();
-        // [b, s, heads·d_k] -> [b, s, heads, d_k] -> [b, heads, s, d_k]
-        x.reshape([b, s, heads, self.d_k]).swap_dims(1, 2)
+        // [b, s, heads·size] -> [b, s, heads, size] -> [b, heads, s, size]
+        x.reshape([b, s, heads, size]).swap_dims(1, 2)
+    }
+
+    /// The learned temperature's current factor `exp(θ)`, if the layer has one.
+    pub fn temperature(&self) -> Option<Tensor<1>> {
+        self.log_temperature.as_ref().map(|t| t.val().exp())
     }
 
     /// Checks the input's shapes and returns the projected heads: query `[b, h, n, d_k]`, key
-    /// and value `[b, h_kv, m, d_k]`, the query and key normalized when QK-norm is on.
-    pub(crate) fn project(
+    /// `[b, h_kv, m, d_k]` and value `[b, h_kv, m, d_v]`, the query and key normalized when
+    /// QK-norm is on (the learned temperature, if any, is applied later, to the scores).
+    ///
+    /// # Shapes
+    /// - query: `[b, n, d_model]`; key and value: `[b, m, d_model]`
+    /// - returns `[b, h, n, d_k]`, `[b, h_kv, m, d_k]`, `[b, h_kv, m, d_v]`
+    pub fn project_heads(
         &self,
         input: &MhaInput,
     ) -> Result<(Tensor<4>, Tensor<4>, Tensor<4>), AttentionError> {
@@ -245,9 +288,10 @@ impl MultiHeadAttention {
                 got: vec![b_k, m, d_key, b_v, m_v, d_v],
             });
         }
-        let mut query = self.split_heads(self.query.forward(input.query.clone()), self.n_heads);
-        let mut key = self.split_heads(self.key.forward(input.key.clone()), self.n_kv_heads);
-        let value = self.split_heads(self.value.forward(input.value.clone()), self.n_kv_heads);
+        let (h, h_kv) = (self.n_heads, self.n_kv_heads);
+        let mut query = Self::split_heads(self.query.forward(input.query.clone()), h, self.d_k);
+        let mut key = Self::split_heads(self.key.forward(input.key.clone()), h_kv, self.d_k);
+        let value = Self::split_heads(self.value.forward(input.value.clone()), h_kv, self.d_v);
         if let Some(norm) = &self.query_norm {
             query = norm.forward(query);
         }
@@ -267,14 +311,19 @@ impl MultiHeadAttention {
         value: Tensor<4>,
     ) -> Result<MhaOutput, AttentionError> {
         let [b, _, n, _] = query.dims();
+        let query = match self.temperature() {
+            // exp(θ)·q·kᵀ: one factor for every head, [1] -> [1, 1, 1, 1]
+            Some(factor) => query * factor.reshape([1, 1, 1, 1]),
+            None => query,
+        };
         let out = self
             .attention
             .try_forward(input.with_tensors(query, key, value))?;
-        // [b, h, n, d_k] -> [b, n, h, d_k] -> [b, n, h·d_k]
+        // [b, h, n, d_v] -> [b, n, h, d_v] -> [b, n, h·d_v]
         let context = out
             .context
             .swap_dims(1, 2)
-            .reshape([b, n, self.n_heads * self.d_k]);
+            .reshape([b, n, self.n_heads * self.d_v]);
         Ok(MhaOutput {
             context: self.output.forward(context),
             weights: out.weights,
@@ -290,7 +339,7 @@ impl MultiHeadAttention {
     /// - padding mask: `[b, m]`; mask and bias: `[b|1, h|1, n|1, m]`
     /// - context: `[b, n, d_model]`; weights and scores: `[b, h, n, m]`
     pub fn try_forward(&self, input: MhaInput) -> Result<MhaOutput, AttentionError> {
-        let (query, key, value) = self.project(&input)?;
+        let (query, key, value) = self.project_heads(&input)?;
         self.attend(input, query, key, value)
     }
 

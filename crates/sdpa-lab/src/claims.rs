@@ -1,13 +1,15 @@
 //! Claims: every conclusion of the report is a statement with the check that decides it, and
 //! its outcome is computed from the experiment's own numbers.
 //!
-//! An experiment turns its measured results into a list of [`Claim`]s with a pure function (so
-//! that tests can feed it numbers that contradict a claim and watch it fail). Claims of the
-//! article say what the article says; the lab's own claims state the correction or the
-//! measurement the article does not make. The experiment's [`Verdict`] follows from them.
+//! An experiment's `analyze` turns its measured cells into [`Claim`]s with a pure function, so
+//! that tests can feed it numbers that contradict a claim and watch it fail. A claim is the
+//! article's (it quotes the article's sentence, see [`crate::article`]) or the lab's own. Every
+//! threshold, margin and level is an argument written beside the claim in the code, fixed before
+//! any run. The experiment's [`Verdict`] follows from all of its claims.
 
 use serde::Serialize;
 
+use crate::article::Quote;
 use crate::stats::Estimate;
 
 /// How a claim came out.
@@ -17,6 +19,9 @@ pub enum Outcome {
     Holds,
     /// The check failed: the data contradict the claim.
     Fails,
+    /// Holds under some of the conditions it was checked in and fails under others (they are
+    /// listed in the claim).
+    Conditional,
     /// The data cannot decide (an interval straddles the threshold, or the run was too small).
     Undecided,
 }
@@ -27,41 +32,91 @@ impl Outcome {
         match self {
             Outcome::Holds => "holds",
             Outcome::Fails => "FAILS",
+            Outcome::Conditional => "conditional",
             Outcome::Undecided => "undecided",
+        }
+    }
+
+    /// From a decision: `Some(true)` holds, `Some(false)` fails, `None` undecided.
+    pub fn of(decision: Option<bool>) -> Self {
+        match decision {
+            Some(true) => Outcome::Holds,
+            Some(false) => Outcome::Fails,
+            None => Outcome::Undecided,
+        }
+    }
+
+    /// The outcome of a claim checked under several conditions: holds when it holds in all,
+    /// fails when it fails in all, conditional when it holds in some and fails in others,
+    /// undecided otherwise (some undecided and the decided ones agree, or no condition).
+    pub fn across(outcomes: &[Outcome]) -> Self {
+        let any = |o: Outcome| outcomes.contains(&o);
+        if outcomes.is_empty() {
+            Outcome::Undecided
+        } else if outcomes.iter().all(|o| *o == Outcome::Holds) {
+            Outcome::Holds
+        } else if outcomes.iter().all(|o| *o == Outcome::Fails) {
+            Outcome::Fails
+        } else if (any(Outcome::Holds) || any(Outcome::Conditional))
+            && (any(Outcome::Fails) || any(Outcome::Conditional))
+        {
+            Outcome::Conditional
+        } else {
+            Outcome::Undecided
         }
     }
 }
 
 /// Who makes a claim.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub enum Source {
-    /// The article, in the section named.
-    Article(&'static str),
+    /// The article, in its own words.
+    Article(&'static Quote),
     /// This lab: a correction of the article, or a measurement it does not make.
     Lab,
+}
+
+impl Source {
+    /// Whether the article makes the claim.
+    pub fn is_article(&self) -> bool {
+        matches!(self, Source::Article(_))
+    }
+}
+
+/// One condition of a claim checked under several (e.g. one initialization and d_k).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Condition {
+    /// The condition, e.g. `unit init, d_k = 1024`.
+    pub label: String,
+    /// What was measured there.
+    pub measured: String,
+    /// The outcome there.
+    pub outcome: Outcome,
 }
 
 /// A statement, the check that decides it and its outcome.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Claim {
-    /// Unique within the experiment, e.g. `jacobian-vanishes`.
-    pub id: &'static str,
+    /// Unique within the experiment, e.g. `jacobian-almost-zero`.
+    pub id: String,
     /// Who makes it.
     pub source: Source,
-    /// What is claimed, in one line (for the article: a paraphrase).
+    /// What is claimed, in one line (for the article: what the quoted sentence says, as tested).
     pub statement: String,
-    /// How it is decided: the statistic, its interval and the threshold.
+    /// How it is decided: the statistic, its interval or test, and the threshold.
     pub check: String,
     /// The measured numbers the check used.
     pub measured: String,
     /// The outcome.
     pub outcome: Outcome,
+    /// The conditions it was checked under, when more than one.
+    pub conditions: Vec<Condition>,
 }
 
 impl Claim {
     /// A claim decided by `holds` (None: undecided), with its check and measurement in words.
     pub fn decided(
-        id: &'static str,
+        id: &str,
         source: Source,
         statement: impl Into<String>,
         check: impl Into<String>,
@@ -69,23 +124,46 @@ impl Claim {
         holds: Option<bool>,
     ) -> Self {
         Self {
-            id,
+            id: id.into(),
             source,
             statement: statement.into(),
             check: check.into(),
             measured: measured.into(),
-            outcome: match holds {
-                Some(true) => Outcome::Holds,
-                Some(false) => Outcome::Fails,
-                None => Outcome::Undecided,
-            },
+            outcome: Outcome::of(holds),
+            conditions: Vec::new(),
+        }
+    }
+
+    /// A claim checked under several conditions; its outcome is [`Outcome::across`] them.
+    pub fn per_condition(
+        id: &str,
+        source: Source,
+        statement: impl Into<String>,
+        check: impl Into<String>,
+        conditions: Vec<Condition>,
+    ) -> Self {
+        let outcomes: Vec<Outcome> = conditions.iter().map(|c| c.outcome).collect();
+        let outcome = Outcome::across(&outcomes);
+        let measured = conditions
+            .iter()
+            .map(|c| format!("{}: {} ({})", c.label, c.measured, c.outcome.label()))
+            .collect::<Vec<_>>()
+            .join("; ");
+        Self {
+            id: id.into(),
+            source,
+            statement: statement.into(),
+            check: check.into(),
+            measured,
+            outcome,
+            conditions,
         }
     }
 
     /// Holds when the whole 95% interval of `estimate` is below `threshold`, fails when the whole
     /// interval is at or above it, undecided when it straddles it (or has no width: one draw).
     pub fn below(
-        id: &'static str,
+        id: &str,
         source: Source,
         statement: impl Into<String>,
         what: &str,
@@ -102,9 +180,10 @@ impl Claim {
         )
     }
 
-    /// Holds when the whole 95% interval of `estimate` is above `threshold` (see [`below`](Self::below)).
+    /// Holds when the whole 95% interval of `estimate` is above `threshold` (see
+    /// [`below`](Self::below)).
     pub fn above(
-        id: &'static str,
+        id: &str,
         source: Source,
         statement: impl Into<String>,
         what: &str,
@@ -121,11 +200,12 @@ impl Claim {
         )
     }
 
-    /// Holds when the whole 95% interval of `estimate` lies in `[lo, hi]`, fails when it lies
-    /// entirely outside, undecided otherwise.
+    /// An equivalence claim, "the value lies in `[lo, hi]`", decided by two one-sided tests at
+    /// 5% each: holds when the 90% interval lies inside the band, fails when the 95% interval
+    /// lies entirely outside it, undecided otherwise.
     #[allow(clippy::too_many_arguments)]
     pub fn in_range(
-        id: &'static str,
+        id: &str,
         source: Source,
         statement: impl Into<String>,
         what: &str,
@@ -137,7 +217,7 @@ impl Claim {
             id,
             source,
             statement,
-            format!("{what}: 95% interval inside [{lo}, {hi}]"),
+            format!("{what}: 90% interval inside [{lo}, {hi}] (TOST at 5% per side)"),
             format!("{what} = {}, n = {}", show(estimate), estimate.n),
             inside(estimate, lo, hi),
         )
@@ -145,7 +225,7 @@ impl Claim {
 
     /// Holds when `value` is within `tolerance` of `target` (a deterministic figure).
     pub fn within(
-        id: &'static str,
+        id: &str,
         source: Source,
         statement: impl Into<String>,
         what: &str,
@@ -164,12 +244,14 @@ impl Claim {
     }
 }
 
-/// Whether the whole 95% interval of `e` lies in `[lo, hi]`: true when it does, false when it
-/// lies entirely outside, `None` when it straddles a bound or has no finite ends.
+/// The equivalence decision "the value lies in `[lo, hi]`": true when the 90% interval (the 95%
+/// one when the estimate has no 90% interval: stricter) lies inside, false when the 95% interval
+/// lies entirely outside, `None` when neither (or no finite interval).
 pub fn inside(e: Estimate, lo: f64, hi: f64) -> Option<bool> {
-    if !(e.lo.is_finite() && e.hi.is_finite()) {
+    let (a, b) = e.ci90.unwrap_or((e.lo, e.hi));
+    if !(a.is_finite() && b.is_finite() && e.lo.is_finite() && e.hi.is_finite()) {
         None
-    } else if e.lo >= lo && e.hi <= hi {
+    } else if a >= lo && b <= hi {
         Some(true)
     } else if e.hi < lo || e.lo > hi {
         Some(false)
@@ -191,8 +273,8 @@ pub fn interval_below(a: Estimate, b: Estimate) -> Option<bool> {
 }
 
 /// Holds / fails / undecided for an interval against a threshold.
-fn side(e: Estimate, threshold: f64, below: bool) -> Option<bool> {
-    if !(e.lo.is_finite() && e.hi.is_finite()) || e.lo > e.hi {
+pub fn side(e: Estimate, threshold: f64, below: bool) -> Option<bool> {
+    if e.lo.is_nan() || e.hi.is_nan() || e.lo > e.hi {
         return None;
     }
     let (all_below, all_above) = (e.hi < threshold, e.lo >= threshold);
@@ -205,7 +287,9 @@ fn side(e: Estimate, threshold: f64, below: bool) -> Option<bool> {
 
 /// A number in a few significant digits.
 pub fn short(x: f64) -> String {
-    if x == 0.0 || (1e-3..1e4).contains(&x.abs()) {
+    if x.is_infinite() {
+        if x > 0.0 { "∞".into() } else { "−∞".into() }
+    } else if x == 0.0 || (1e-3..1e4).contains(&x.abs()) {
         format!("{x:.3}")
     } else {
         format!("{x:.2e}")
@@ -214,7 +298,7 @@ pub fn short(x: f64) -> String {
 
 /// An estimate with its interval (or a note that there is too little data for one).
 pub fn show(e: Estimate) -> String {
-    if e.lo.is_finite() && e.hi.is_finite() {
+    if !e.lo.is_nan() && !e.hi.is_nan() {
         format!("{} [{}, {}]", short(e.value), short(e.lo), short(e.hi))
     } else if e.value.is_finite() {
         format!("{} (no interval from {} points)", short(e.value), e.n)
@@ -223,18 +307,31 @@ pub fn show(e: Estimate) -> String {
     }
 }
 
-/// How an experiment's measurement relates to the article, from its claims.
+/// A p-value in a few digits.
+pub fn show_p(p: f64) -> String {
+    if p < 1e-4 {
+        format!("{p:.1e}")
+    } else {
+        format!("{p:.4}")
+    }
+}
+
+/// How an experiment's measurements relate to the article, from all of its claims (the
+/// article's and the lab's), with one vocabulary applied the same way everywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Verdict {
-    /// Every claim of the article that the experiment checks holds.
+    /// Every claim holds.
     Reproduced,
-    /// No claim of the article holds as stated, and the lab's corrected claims hold.
+    /// Some claim of the article fails, and every claim of the lab (its corrections and
+    /// measurements) holds.
     Corrected,
-    /// Some of the article's claims hold and some fail.
+    /// Nothing fails outright, but some claim holds only under some conditions (listed).
+    Conditional,
+    /// Some claims hold and some fail (a failed lab claim included).
     PartlySupported,
-    /// No claim of the article holds, and the lab has no correction that holds either.
+    /// Claims fail and none holds.
     NotSupported,
-    /// Nothing failed, but some claim could not be decided by this run (e.g. `--quick`).
+    /// Nothing fails, but some claim could not be decided by this run (e.g. `--quick`).
     Undecided,
 }
 
@@ -244,35 +341,33 @@ impl Verdict {
         match self {
             Verdict::Reproduced => "reproduced",
             Verdict::Corrected => "corrected",
+            Verdict::Conditional => "conditional",
             Verdict::PartlySupported => "partly supported",
             Verdict::NotSupported => "not supported",
-            Verdict::Undecided => "undecided by this run",
+            Verdict::Undecided => "undecided",
         }
     }
 
     /// The verdict a list of claims gives.
     pub fn from_claims(claims: &[Claim]) -> Self {
-        let count = |article: bool, outcome: Outcome| {
-            claims
-                .iter()
-                .filter(|c| (c.source != Source::Lab) == article && c.outcome == outcome)
-                .count()
-        };
-        let (held, failed, undecided) = (
-            count(true, Outcome::Holds),
-            count(true, Outcome::Fails),
-            count(true, Outcome::Undecided),
-        );
-        let lab_total = claims.iter().filter(|c| c.source == Source::Lab).count();
-        let lab_held = count(false, Outcome::Holds);
-        if failed == 0 && undecided == 0 && held > 0 {
+        let has = |o: Outcome| claims.iter().any(|c| c.outcome == o);
+        let article_fails = claims
+            .iter()
+            .any(|c| c.source.is_article() && c.outcome == Outcome::Fails);
+        let lab_all_hold = claims
+            .iter()
+            .filter(|c| !c.source.is_article())
+            .all(|c| c.outcome == Outcome::Holds);
+        if !claims.is_empty() && claims.iter().all(|c| c.outcome == Outcome::Holds) {
             Verdict::Reproduced
-        } else if failed == 0 {
+        } else if !has(Outcome::Fails) && has(Outcome::Conditional) {
+            Verdict::Conditional
+        } else if !has(Outcome::Fails) {
             Verdict::Undecided
-        } else if held > 0 {
-            Verdict::PartlySupported
-        } else if lab_total > 0 && lab_held == lab_total {
+        } else if article_fails && lab_all_hold {
             Verdict::Corrected
+        } else if has(Outcome::Holds) || has(Outcome::Conditional) {
+            Verdict::PartlySupported
         } else {
             Verdict::NotSupported
         }
@@ -285,8 +380,8 @@ pub fn claims_table(claims: &[Claim]) -> String {
         .iter()
         .map(|c| {
             vec![
-                match c.source {
-                    Source::Article(section) => format!("article {section}"),
+                match &c.source {
+                    Source::Article(q) => format!("article {}: «{}»", q.section, q.en),
                     Source::Lab => "lab".into(),
                 },
                 c.statement.clone(),
@@ -302,20 +397,26 @@ pub fn claims_table(claims: &[Claim]) -> String {
     )
 }
 
-/// One sentence from the claims: what held, what failed, what is undecided.
+/// One sentence from the claims: what held, what failed, what is conditional or undecided.
 pub fn summary(claims: &[Claim]) -> String {
     let of = |outcome: Outcome| claims.iter().filter(|c| c.outcome == outcome).count();
+    let ids = |outcome: Outcome| {
+        claims
+            .iter()
+            .filter(|c| c.outcome == outcome)
+            .map(|c| c.id.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
     let mut s = format!("{} of {} claims hold", of(Outcome::Holds), claims.len());
-    let failed: Vec<&str> = claims
-        .iter()
-        .filter(|c| c.outcome == Outcome::Fails)
-        .map(|c| c.id)
-        .collect();
-    if !failed.is_empty() {
-        s.push_str(&format!("; failed: {}", failed.join(", ")));
-    }
-    if of(Outcome::Undecided) > 0 {
-        s.push_str(&format!("; {} undecided", of(Outcome::Undecided)));
+    for (outcome, word) in [
+        (Outcome::Fails, "failed"),
+        (Outcome::Conditional, "conditional"),
+        (Outcome::Undecided, "undecided"),
+    ] {
+        if of(outcome) > 0 {
+            s.push_str(&format!("; {word}: {}", ids(outcome)));
+        }
     }
     s
 }
@@ -330,6 +431,7 @@ mod tests {
             lo,
             hi,
             n: 10,
+            ci90: None,
         }
     }
 
@@ -346,37 +448,65 @@ mod tests {
     }
 
     #[test]
-    fn verdicts_follow_the_claims() {
+    fn equivalence_reads_the_90_percent_interval() {
+        // 95% interval pokes out of the band, 90% interval is inside: equivalent (TOST).
+        let e = Estimate {
+            ci90: Some((0.96, 1.04)),
+            ..estimate(1.0, 0.94, 1.06)
+        };
+        assert_eq!(inside(e, 0.95, 1.05), Some(true));
+        assert_eq!(inside(estimate(1.0, 0.94, 1.06), 0.95, 1.05), None);
+        assert_eq!(inside(estimate(2.0, 1.9, 2.1), 0.95, 1.05), Some(false));
+    }
+
+    #[test]
+    fn conditions_combine() {
+        use Outcome::*;
+        assert_eq!(Outcome::across(&[Holds, Holds]), Holds);
+        assert_eq!(Outcome::across(&[Fails, Fails]), Fails);
+        assert_eq!(Outcome::across(&[Holds, Fails]), Conditional);
+        assert_eq!(Outcome::across(&[Holds, Undecided]), Undecided);
+        assert_eq!(Outcome::across(&[Holds, Fails, Undecided]), Conditional);
+        assert_eq!(Outcome::across(&[]), Undecided);
+    }
+
+    #[test]
+    fn verdicts_follow_all_claims() {
+        static Q: Quote = Quote {
+            section: "§1",
+            zh: "",
+            en: "",
+        };
         let claim = |source, outcome| Claim {
-            id: "c",
+            id: "c".into(),
             source,
             statement: String::new(),
             check: String::new(),
             measured: String::new(),
             outcome,
+            conditions: Vec::new(),
         };
-        let article = |o| claim(Source::Article("§1"), o);
+        let article = |o| claim(Source::Article(&Q), o);
         let lab = |o| claim(Source::Lab, o);
         use Outcome::*;
+        let v = Verdict::from_claims;
+        assert_eq!(v(&[article(Holds), lab(Holds)]), Verdict::Reproduced);
+        assert_eq!(v(&[article(Fails), lab(Holds)]), Verdict::Corrected);
         assert_eq!(
-            Verdict::from_claims(&[article(Holds), lab(Holds)]),
-            Verdict::Reproduced
-        );
-        assert_eq!(
-            Verdict::from_claims(&[article(Fails), lab(Holds)]),
+            v(&[article(Holds), article(Fails), lab(Holds)]),
             Verdict::Corrected
         );
+        assert_eq!(v(&[article(Fails), lab(Fails)]), Verdict::NotSupported);
+        // A failed lab claim counts: nothing is "undecided" once something failed.
+        assert_eq!(v(&[article(Holds), lab(Fails)]), Verdict::PartlySupported);
+        assert_eq!(v(&[article(Holds), lab(Undecided)]), Verdict::Undecided);
         assert_eq!(
-            Verdict::from_claims(&[article(Fails), lab(Fails)]),
-            Verdict::NotSupported
+            v(&[article(Conditional), lab(Holds)]),
+            Verdict::Conditional
         );
         assert_eq!(
-            Verdict::from_claims(&[article(Holds), article(Fails)]),
+            v(&[article(Conditional), lab(Fails)]),
             Verdict::PartlySupported
-        );
-        assert_eq!(
-            Verdict::from_claims(&[article(Holds), article(Undecided)]),
-            Verdict::Undecided
         );
     }
 }

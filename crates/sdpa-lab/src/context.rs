@@ -1,4 +1,5 @@
-//! What an experiment runs on: the backends asked for, the seed, the size, the output folder.
+//! What a cell is measured with: the backends' devices ([`Env`]), seeded random draws, reading
+//! tensors back, and the lab's error type.
 
 use std::path::PathBuf;
 
@@ -7,7 +8,6 @@ use burn::tensor::TensorData;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
-use sdpa_model::{Progress, ProgressMode};
 
 /// A backend an experiment may run on.
 #[derive(Debug, Clone)]
@@ -18,23 +18,31 @@ pub struct LabBackend {
     pub device: Device,
 }
 
-/// Everything an experiment needs to run.
+/// The devices cells are measured on.
 #[derive(Debug, Clone)]
-pub struct LabContext {
-    /// The backends asked for; the first is the primary one, used by experiments that run on a
-    /// single backend. Never empty.
+pub struct Env {
+    /// The backends opened for this run; the first is the primary one.
     pub backends: Vec<LabBackend>,
-    /// The seed of every random draw.
-    pub seed: u64,
-    /// Smaller sizes for a first look.
-    pub quick: bool,
-    /// Where results and plots go.
-    pub out_dir: PathBuf,
-    /// How progress of long experiments is shown.
-    pub progress: ProgressMode,
-    /// Backends asked for that could not be opened (no adapter), with the reason; the report
-    /// says so instead of stopping.
-    pub skipped_backends: Vec<String>,
+}
+
+impl Env {
+    /// The device of the backend named `name`.
+    pub fn device(&self, name: &str) -> Result<&Device, LabError> {
+        self.backends
+            .iter()
+            .find(|b| b.name == name)
+            .map(|b| &b.device)
+            .ok_or_else(|| {
+                LabError::Other(format!(
+                    "a cell asks for the {name} backend, which this run did not open (opened: {})",
+                    self.backends
+                        .iter()
+                        .map(|b| b.name.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })
+    }
 }
 
 /// Why an experiment could not run.
@@ -46,7 +54,7 @@ pub enum LabError {
     /// Training failed.
     #[error(transparent)]
     Model(#[from] sdpa_model::ModelError),
-    /// A file could not be written.
+    /// A file could not be read or written.
     #[error("{path}: {message}")]
     Io {
         /// The file.
@@ -54,6 +62,10 @@ pub enum LabError {
         /// What went wrong.
         message: String,
     },
+    /// The output folder holds files the lab did not write, or is otherwise not usable; the
+    /// command line answers this with exit code 2.
+    #[error("{0}")]
+    Usage(String),
     /// Anything else, in words.
     #[error("{0}")]
     Other(String),
@@ -69,26 +81,10 @@ impl LabError {
     }
 }
 
-impl LabContext {
-    /// The primary backend.
-    pub fn primary(&self) -> &LabBackend {
-        &self.backends[0]
-    }
-
-    /// Progress lines for `total` steps of long work (none when the context is quiet).
-    pub fn progress_lines(&self, label: &str, total: usize) -> Progress {
-        let mode = if self.progress == ProgressMode::Quiet {
-            ProgressMode::Quiet
-        } else {
-            ProgressMode::Lines
-        };
-        Progress::new(mode, label, 0, total as u64)
-    }
-
-    /// A seeded RNG for one purpose (`salt` keeps the streams of experiments apart).
-    pub fn rng(&self, salt: u64) -> ChaCha8Rng {
-        ChaCha8Rng::seed_from_u64(self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt)
-    }
+/// A seeded RNG for one purpose: `seed` is the cell's, `salt` keeps the streams of different
+/// purposes apart.
+pub fn rng(seed: u64, salt: u64) -> ChaCha8Rng {
+    ChaCha8Rng::seed_from_u64(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ salt)
 }
 
 /// `len` standard normal values.
@@ -106,7 +102,20 @@ pub fn normal_tensor<const D: usize>(
     Tensor::from_data(TensorData::new(normal_vec(rng, len), shape), device)
 }
 
+/// A tensor from host values.
+pub fn tensor<const D: usize>(data: &[f32], shape: [usize; D], device: &Device) -> Tensor<D> {
+    Tensor::from_data(TensorData::new(data.to_vec(), shape), device)
+}
+
 /// Reads a float tensor as f64 values (an error when the device cannot give it back).
 pub fn to_vec<const D: usize>(t: Tensor<D>) -> Result<Vec<f64>, LabError> {
     Ok(burn_sdpa::read_back("a lab tensor", t)?)
+}
+
+/// Reads a one-element tensor.
+pub fn scalar<const D: usize>(t: Tensor<D>) -> Result<f64, LabError> {
+    to_vec(t)?
+        .first()
+        .copied()
+        .ok_or_else(|| LabError::Other("an empty tensor where a number was expected".into()))
 }

@@ -25,3 +25,17 @@ pub fn md_table(headers: &[&str], rows: &[Vec<String>]) -> String {
     }
     s
 }
+
+/// A float with `digits` decimals (`NaN` spelled out).
+pub fn f(x: f64, digits: usize) -> String {
+    if x.is_nan() {
+        "NaN".into()
+    } else {
+        format!("{x:.digits$}")
+    }
+}
+
+/// An optional float with `digits` decimals, `–` when absent.
+pub fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map_or("–".into(), |x| f(x, digits))
+}

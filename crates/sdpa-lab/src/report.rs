@@ -1,13 +1,18 @@
-//! Runs experiments and writes `REPORT.md` and `results.json`.
+//! The report: `results.json` (every experiment's claims and analysis) and `REPORT.md` (the
+//! ledger of the article's claims, the experiments' verdicts, the cross-backend table and one
+//! section per experiment).
 
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::path::Path;
 
-use sdpa_model::Progress;
 use serde::Serialize;
 
-use crate::context::{LabContext, LabError};
-use crate::experiments::{Experiment, ExperimentOutput};
+use crate::claims::{Claim, Outcome, Source, Verdict, claims_table, short, summary};
+use crate::context::LabError;
+use crate::experiment::{BackendValues, Canvas, Experiment, Finished, StoredCell};
+use crate::markdown::md_cell;
+use crate::runner::RunRecord;
+use crate::runner::files::write_atomic;
 
 /// An experiment that failed to run (reported, never dropped).
 #[derive(Debug, Clone, Serialize)]
@@ -18,29 +23,78 @@ pub struct Failure {
     pub error: String,
 }
 
+/// One experiment's part of the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct ExperimentReport {
+    /// The `exp` name.
+    pub name: String,
+    /// A title for the report.
+    pub title: String,
+    /// The verdict, from all the claims.
+    pub verdict: Verdict,
+    /// The claims.
+    pub claims: Vec<Claim>,
+    /// One sentence from the claims.
+    pub summary: String,
+    /// The section (tables, plots; the claims table is added when rendering).
+    pub markdown: String,
+    /// The analysis, for `results.json`.
+    pub data: serde_json::Value,
+    /// PNG files written.
+    pub plots: Vec<String>,
+    /// CSV files written.
+    pub csv: Vec<String>,
+    /// Quantities measured on more than one backend.
+    pub per_backend: Vec<BackendValues>,
+    /// Parts that could not run.
+    pub skipped: Vec<String>,
+    /// Cells analyzed.
+    pub cells: usize,
+    /// Seconds the cells took to measure (summed over cells, whichever process measured them).
+    pub measure_seconds: f64,
+}
+
+impl ExperimentReport {
+    /// The report part of a finished experiment.
+    pub fn new(
+        experiment: &dyn Experiment,
+        cells: &[StoredCell],
+        finished: Finished,
+        canvas: Canvas,
+    ) -> Self {
+        Self {
+            name: experiment.name().into(),
+            title: experiment.title().into(),
+            verdict: Verdict::from_claims(&finished.claims),
+            summary: summary(&finished.claims),
+            claims: finished.claims,
+            markdown: finished.markdown,
+            data: finished.data,
+            plots: canvas.plots,
+            csv: canvas.csv,
+            per_backend: finished.per_backend,
+            skipped: finished.skipped,
+            cells: cells.len(),
+            measure_seconds: cells.iter().map(|c| c.seconds).sum(),
+        }
+    }
+}
+
 /// What a report run produced.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
-    /// Backends used (the first is the primary one).
-    pub backends: Vec<String>,
-    /// The seed.
-    pub seed: u64,
-    /// Whether `--quick` sizes were used.
-    pub quick: bool,
+    /// What was asked for.
+    pub run: RunRecord,
     /// Library versions.
     pub versions: serde_json::Value,
     /// The git commit of the sources, when known.
     pub git_commit: String,
-    /// Seconds since the Unix epoch at the start.
-    pub started_unix_s: u64,
-    /// Total wall time (s).
+    /// Seconds this process spent (measuring what was not cached, analyzing, rendering).
     pub seconds: f64,
-    /// The experiments that ran.
-    pub experiments: Vec<ExperimentOutput>,
+    /// The experiments.
+    pub experiments: Vec<ExperimentReport>,
     /// The experiments that failed.
     pub failures: Vec<Failure>,
-    /// Backends asked for but not usable here, with the reason.
-    pub skipped_backends: Vec<String>,
 }
 
 fn git_commit() -> String {
@@ -55,112 +109,63 @@ fn git_commit() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Runs the experiments in order, with a progress bar over them, and writes the report.
-pub fn run_report(
-    ctx: &LabContext,
-    experiments: &[Box<dyn Experiment>],
-) -> Result<Report, LabError> {
-    std::fs::create_dir_all(&ctx.out_dir).map_err(|e| LabError::io(&ctx.out_dir, e))?;
-    let t0 = Instant::now();
-    let started = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let progress = Progress::new(ctx.progress, "report", 0, experiments.len() as u64);
-    let mut outputs = Vec::new();
-    let mut failures = Vec::new();
-    for (i, e) in experiments.iter().enumerate() {
-        progress.update(i as u64, &format!("running {}", e.name()));
-        let t = Instant::now();
-        match e.run(ctx) {
-            Ok(out) => {
-                progress.println(&format!(
-                    "{:<22} {:<30} {:>6.1} s  {}",
-                    e.name(),
-                    out.verdict.label(),
-                    t.elapsed().as_secs_f64(),
-                    out.summary
-                ));
-                outputs.push(out);
-            }
-            Err(err) => {
-                progress.println(&format!("{:<22} FAILED: {err}", e.name()));
-                failures.push(Failure {
-                    name: e.name().into(),
-                    error: err.to_string(),
-                });
-            }
+impl Report {
+    /// A report of these experiments.
+    pub fn new(
+        run: &RunRecord,
+        experiments: Vec<ExperimentReport>,
+        failures: Vec<Failure>,
+        seconds: f64,
+    ) -> Self {
+        Self {
+            run: run.clone(),
+            versions: serde_json::json!({
+                "burn": "0.22.1",
+                "sdpa-lab": env!("CARGO_PKG_VERSION"),
+            }),
+            git_commit: git_commit(),
+            seconds,
+            experiments,
+            failures,
         }
     }
-    progress.update(experiments.len() as u64, "done");
-    progress.finish(&format!(
-        "{} experiments in {:.1} s",
-        experiments.len(),
-        t0.elapsed().as_secs_f64()
-    ));
-    let report = Report {
-        backends: ctx.backends.iter().map(|b| b.name.clone()).collect(),
-        seed: ctx.seed,
-        quick: ctx.quick,
-        versions: serde_json::json!({
-            "burn": "0.22.1",
-            "sdpa-lab": env!("CARGO_PKG_VERSION"),
-            "rustc": option_env!("RUSTC_VERSION").unwrap_or("see rust-toolchain"),
-        }),
-        git_commit: git_commit(),
-        started_unix_s: started,
-        seconds: t0.elapsed().as_secs_f64(),
-        experiments: outputs,
-        failures,
-        skipped_backends: ctx.skipped_backends.clone(),
-    };
-    let json_path = ctx.out_dir.join("results.json");
-    let json = serde_json::to_string_pretty(&report)
-        .map_err(|e| LabError::Other(format!("cannot serialize the report: {e}")))?;
-    std::fs::write(&json_path, json).map_err(|e| LabError::io(&json_path, e))?;
-    let md_path = ctx.out_dir.join("REPORT.md");
-    std::fs::write(&md_path, markdown(&report)).map_err(|e| LabError::io(&md_path, e))?;
-    Ok(report)
+
+    /// The experiment named `name`.
+    pub fn experiment(&self, name: &str) -> Option<&ExperimentReport> {
+        self.experiments.iter().find(|e| e.name == name)
+    }
 }
 
-/// The Markdown report.
-pub fn markdown(r: &Report) -> String {
-    use crate::claims::Source;
-    use crate::experiments::md_cell;
-    let mut s = String::new();
-    let _ = writeln!(s, "# Attention, derived and measured\n");
-    let _ = writeln!(
-        s,
-        "Every experiment of the article *10 · Attention 的数学推导*, reproduced with the `burn-sdpa` module \
-         on Burn 0.22.1. Every conclusion below is a claim with the check that decides it; its outcome is \
-         computed from this run's numbers, and an experiment's verdict follows from its claims.\n"
-    );
-    let _ = writeln!(
-        s,
-        "Backends: {} (primary: {}) · seed {} · {} sizes · commit `{}` · total {:.1} s. All numbers are in \
-         `results.json`, per-experiment CSV files beside this report.\n",
-        r.backends.join(", "),
-        r.backends.first().map(|s| s.as_str()).unwrap_or("?"),
-        r.seed,
-        if r.quick { "quick" } else { "full" },
-        r.git_commit,
-        r.seconds
-    );
-    if !r.skipped_backends.is_empty() {
-        let _ = writeln!(s, "Backends skipped: {}.\n", r.skipped_backends.join("; "));
-    }
+/// Writes `results.json` and `REPORT.md` into `dir`.
+pub fn write_report(dir: &Path, report: &Report) -> Result<(), LabError> {
+    let json = serde_json::to_string_pretty(report)
+        .map_err(|e| LabError::Other(format!("cannot serialize the report: {e}")))?;
+    write_atomic(&dir.join("results.json"), json.as_bytes())?;
+    write_atomic(&dir.join("REPORT.md"), markdown(report).as_bytes())
+}
+
+/// The ledger of the article's claims: every one, with its words, section, check and outcome.
+fn ledger(s: &mut String, r: &Report) {
     let _ = writeln!(s, "## The article's claims\n");
     let _ = writeln!(
         s,
-        "| section | the article says | outcome | experiment (verdict) |\n|---|---|---|---|"
+        "Each row quotes the article (its section, its words, a translation), says how the lab decides it \
+         and what came out. Claims the lab adds are in each experiment's own table, never here.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| section | the article says | translation | decided by | outcome | experiment (verdict) |\n|---|---|---|---|---|---|"
     );
     for e in &r.experiments {
         for c in &e.claims {
-            if let Source::Article(section) = c.source {
+            if let Source::Article(q) = &c.source {
                 let _ = writeln!(
                     s,
-                    "| {section} | {} | **{}** | [{}](#{}) ({}) |",
-                    md_cell(&c.statement),
+                    "| {} | {} | {} | {} | **{}** | [{}](#{}) ({}) |",
+                    q.section,
+                    md_cell(q.zh),
+                    md_cell(q.en),
+                    md_cell(&c.check),
                     c.outcome.label(),
                     e.name,
                     e.name,
@@ -169,58 +174,117 @@ pub fn markdown(r: &Report) -> String {
             }
         }
     }
+}
+
+fn experiments_table(s: &mut String, r: &Report) {
     let _ = writeln!(s, "\n## Experiments\n");
     let _ = writeln!(
         s,
-        "| # | experiment | verdict | claims | time (s) |\n|---|---|---|---|---|"
+        "Verdicts follow from all of an experiment's claims, the article's and the lab's: **reproduced** (every \
+         claim holds), **corrected** (an article claim fails and every lab claim holds), **conditional** (nothing \
+         fails outright, something holds only under some conditions), **partly supported** (some hold, some \
+         fail), **not supported** (claims fail, none holds), **undecided** (nothing fails, something could not be \
+         decided).\n"
+    );
+    let _ = writeln!(
+        s,
+        "| # | experiment | verdict | claims | cells | measure time (s) |\n|---|---|---|---|---|---|"
     );
     for (i, e) in r.experiments.iter().enumerate() {
         let _ = writeln!(
             s,
-            "| {} | [{}](#{}) | {} | {} | {:.1} |",
+            "| {} | [{}](#{}) | {} | {} | {} | {:.1} |",
             i + 1,
             e.name,
             e.name,
             e.verdict.label(),
             md_cell(&e.summary),
-            e.seconds
+            e.cells,
+            e.measure_seconds
         );
     }
     for fail in &r.failures {
         let _ = writeln!(
             s,
-            "| – | {} | **failed** | {} | – |",
+            "| – | {} | **failed** | {} | – | – |",
             fail.name,
             md_cell(&fail.error)
         );
     }
-    let cross: Vec<(&str, &crate::experiments::BackendValues)> = r
+}
+
+fn cross_backend(s: &mut String, r: &Report) {
+    let cross: Vec<(&str, &BackendValues)> = r
         .experiments
         .iter()
         .flat_map(|e| e.per_backend.iter().map(move |b| (e.name.as_str(), b)))
         .filter(|(_, b)| b.values.len() > 1)
         .collect();
-    if !cross.is_empty() {
-        let _ = writeln!(s, "\n## Across backends\n");
+    if cross.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## Across backends\n");
+    let _ = writeln!(
+        s,
+        "The same inputs on every backend; the largest relative disagreement |a − b| / max(|a|, |b|) of \
+         each quantity measured on more than one.\n\n| experiment | quantity | values | largest disagreement |\n|---|---|---|---|"
+    );
+    for (name, b) in cross {
         let _ = writeln!(
             s,
-            "The same inputs on every backend; the largest relative disagreement |a − b| / max(|a|, |b|) of \
-             each quantity measured on more than one.\n\n| experiment | quantity | values | largest disagreement |\n|---|---|---|---|"
+            "| {name} | {} | {} | {:.1e} |",
+            md_cell(&b.quantity),
+            b.values
+                .iter()
+                .map(|(k, v)| format!("{k} {}", short(*v)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            b.largest_disagreement()
         );
-        for (name, b) in cross {
-            let _ = writeln!(
-                s,
-                "| {name} | {} | {} | {:.1e} |",
-                md_cell(&b.quantity),
-                b.values
-                    .iter()
-                    .map(|(k, v)| format!("{k} {}", crate::claims::short(*v)))
-                    .collect::<Vec<_>>()
-                    .join(", "),
-                b.largest_disagreement()
-            );
-        }
     }
+}
+
+/// The Markdown report.
+pub fn markdown(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Attention, derived and measured\n");
+    let _ = writeln!(
+        s,
+        "Every experiment of the article *10 · Attention 的数学推导*, reproduced with the `burn-sdpa` module \
+         on Burn 0.22.1. Every conclusion below is a claim with the check that decides it; its outcome is \
+         computed from this run's numbers with thresholds fixed in the code before the run, and an \
+         experiment's verdict follows from its claims.\n"
+    );
+    let plan = &r.run.plan;
+    let _ = writeln!(
+        s,
+        "Backends: {} (primary: {}) · seed {} · {} sizes · commit `{}` · this process {:.1} s. All numbers are \
+         in `results.json`, every measured cell in `cells/`, CSV files beside this report; `sdpa report \
+         --render-only {{this folder}}` renders it again from the saved cells.\n",
+        plan.backends.join(", "),
+        plan.primary(),
+        plan.seed,
+        if plan.quick { "quick" } else { "full" },
+        r.git_commit,
+        r.seconds
+    );
+    if plan.quick {
+        let _ = writeln!(
+            s,
+            "**Quick sizes**: fewer draws and seeds than the full design, with the same claims; a claim these \
+             sizes cannot decide says *undecided*, and no verdict here should be quoted as the lab's answer.\n"
+        );
+    }
+    if !r.run.skipped_backends.is_empty() {
+        let _ = writeln!(
+            s,
+            "Backends skipped: {}.\n",
+            r.run.skipped_backends.join("; ")
+        );
+    }
+    ledger(&mut s, r);
+    experiments_table(&mut s, r);
+    cross_backend(&mut s, r);
     for e in &r.experiments {
         let _ = writeln!(
             s,
@@ -229,23 +293,32 @@ pub fn markdown(r: &Report) -> String {
         );
         let _ = writeln!(s, "**Verdict: {}.** {}\n", e.verdict.label(), e.summary);
         let _ = writeln!(s, "{}", e.markdown);
+        let _ = writeln!(s, "\n**Claims.**\n\n{}", claims_table(&e.claims));
+        for c in e.claims.iter().filter(|c| c.outcome == Outcome::Conditional) {
+            let _ = writeln!(
+                s,
+                "- *{}* holds under: {}; fails under: {}.",
+                c.id,
+                list(c, Outcome::Holds),
+                list(c, Outcome::Fails)
+            );
+        }
         for p in &e.plots {
             if !e.markdown.contains(p.as_str()) {
-                let _ = writeln!(s, "![{p}]({p})\n");
+                let _ = writeln!(s, "\n![{p}]({p})");
             }
         }
         if !e.skipped.is_empty() {
-            let _ = writeln!(s, "Skipped (with the reason):\n");
+            let _ = writeln!(s, "\nSkipped (with the reason):\n");
             for k in &e.skipped {
                 let _ = writeln!(s, "- {k}");
             }
-            let _ = writeln!(s);
         }
         let _ = writeln!(
             s,
-            "_Backends: {}; {:.1} s; files: {}._",
-            e.backends.join(", "),
-            e.seconds,
+            "\n_{} cells, {:.1} s of measurement; files: {}._",
+            e.cells,
+            e.measure_seconds,
             e.csv
                 .iter()
                 .chain(&e.plots)
@@ -255,4 +328,18 @@ pub fn markdown(r: &Report) -> String {
         );
     }
     s
+}
+
+fn list(c: &Claim, outcome: Outcome) -> String {
+    let labels: Vec<&str> = c
+        .conditions
+        .iter()
+        .filter(|k| k.outcome == outcome)
+        .map(|k| k.label.as_str())
+        .collect();
+    if labels.is_empty() {
+        "—".into()
+    } else {
+        labels.join(", ")
+    }
 }

@@ -17,7 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod error;
-mod json_float;
+pub mod json_float;
 pub mod learner;
 pub mod metrics;
 pub mod model;
@@ -31,5 +31,5 @@ pub use model::{AttentionModel, ModelConfig, QkInit};
 pub use progress::{Progress, ProgressMode};
 pub use task::{TaskBatch, TaskConfig, TaskKind};
 pub use train::{
-    OptimizerKind, RunOptions, TrainConfig, TrainResult, TrainSummary, evaluate, init_model, train,
+    OptimizerKind, RunOptions, TrainConfig, TrainResult, TrainSummary, evaluate, init_model, train, train_in_memory,
 };

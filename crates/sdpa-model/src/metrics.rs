@@ -22,6 +22,13 @@ pub struct LayerMetrics {
     /// Mean within-row std of the scaled scores.
     #[serde(with = "crate::json_float")]
     pub logit_std: f64,
+    /// Std of the query components entering the scores (after LayerNorm, projection and
+    /// QK-norm; before the scale).
+    #[serde(with = "crate::json_float", default)]
+    pub query_std: f64,
+    /// Std of the key components entering the scores.
+    #[serde(with = "crate::json_float", default)]
+    pub key_std: f64,
 }
 
 /// One recorded step.
@@ -51,6 +58,9 @@ pub struct StepMetrics {
     pub elapsed_s: f64,
 }
 
+/// CSV columns per attention layer.
+const PER_LAYER: usize = 7;
+
 /// The CSV header for `n_layers` attention layers.
 pub fn csv_header(n_layers: usize) -> String {
     let mut h = String::from(
@@ -63,6 +73,8 @@ pub fn csv_header(n_layers: usize) -> String {
             "max_prob",
             "saturated_fraction",
             "logit_std",
+            "query_std",
+            "key_std",
         ] {
             let _ = write!(h, ",{name}_l{l}");
         }
@@ -93,8 +105,14 @@ impl StepMetrics {
         for l in &self.layers {
             let _ = write!(
                 r,
-                ",{},{},{},{},{}",
-                l.entropy, l.normalized_entropy, l.max_prob, l.saturated_fraction, l.logit_std
+                ",{},{},{},{},{},{},{}",
+                l.entropy,
+                l.normalized_entropy,
+                l.max_prob,
+                l.saturated_fraction,
+                l.logit_std,
+                l.query_std,
+                l.key_std
             );
         }
         let _ = write!(r, ",{:.3}", self.elapsed_s);
@@ -104,7 +122,7 @@ impl StepMetrics {
     /// Parses a line written by [`csv_row`](Self::csv_row).
     pub fn from_csv_row(line: &str, n_layers: usize) -> Option<Self> {
         let f: Vec<&str> = line.trim().split(',').collect();
-        if f.len() != 10 + 5 * n_layers {
+        if f.len() != 10 + PER_LAYER * n_layers {
             return None;
         }
         let num = |i: usize| f[i].parse::<f64>().ok();
@@ -117,13 +135,15 @@ impl StepMetrics {
         };
         let layers = (0..n_layers)
             .map(|l| {
-                let b = 9 + 5 * l;
+                let b = 9 + PER_LAYER * l;
                 Some(LayerMetrics {
                     entropy: num(b)?,
                     normalized_entropy: num(b + 1)?,
                     max_prob: num(b + 2)?,
                     saturated_fraction: num(b + 3)?,
                     logit_std: num(b + 4)?,
+                    query_std: num(b + 5)?,
+                    key_std: num(b + 6)?,
                 })
             })
             .collect::<Option<Vec<_>>>()?;
@@ -138,7 +158,7 @@ impl StepMetrics {
             eval_loss: maybe(7)?,
             eval_accuracy: maybe(8)?,
             layers,
-            elapsed_s: num(9 + 5 * n_layers)?,
+            elapsed_s: num(9 + PER_LAYER * n_layers)?,
         })
     }
 }
@@ -165,6 +185,8 @@ mod tests {
                 max_prob: 0.4,
                 saturated_fraction: 0.0,
                 logit_std: 2.5,
+                query_std: 0.9,
+                key_std: 1.1,
             }],
             elapsed_s: 1.25,
         };

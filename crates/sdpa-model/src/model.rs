@@ -46,6 +46,9 @@ pub struct ModelConfig {
     /// Query/key size per head, independent of `d_model` so that d_k can be swept from 16 to
     /// 1024 at a fixed width; `None` = `d_model / n_heads`.
     pub d_k: Option<usize>,
+    /// Value size per head; `None` = d_k. The lab fixes it at 32 (`d_model / n_heads`) so that a
+    /// d_k sweep changes the scores alone and a step at d_k = 1024 costs half as much.
+    pub d_v: Option<usize>,
     /// Attention blocks. One block solves *match*; *recall* needs two (one to copy each key
     /// onto its value's position, one to look it up).
     #[config(default = 1)]
@@ -80,6 +83,10 @@ pub struct ModelConfig {
     /// QK-norm of the attention heads (none by default; compared by `logit-control`).
     #[config(default = "QkNorm::None")]
     pub qk_norm: QkNorm,
+    /// A learned temperature on the attention scores, starting at this factor (none by
+    /// default; the lab's `training` starts it at 1 on unscaled scores).
+    #[config(default = "None")]
+    pub learned_temperature: Option<f64>,
 }
 
 impl ModelConfig {
@@ -120,6 +127,8 @@ impl ModelConfig {
     fn mha_config(&self) -> MultiHeadAttentionConfig {
         let mut cfg = MultiHeadAttentionConfig::new(self.d_model, self.n_heads)
             .with_d_k(self.d_k)
+            .with_d_v(self.d_v)
+            .with_learned_temperature(self.learned_temperature)
             .with_scale(self.scale)
             .with_dropout(self.dropout)
             .with_implementation(self.implementation)
@@ -210,6 +219,10 @@ pub struct LayerAttention {
     pub weights: Tensor<4>,
     /// `[b, h, s, s]` scaled scores.
     pub scores: Tensor<4>,
+    /// `[b, h, s, d_k]` the query heads that enter the scores (after QK-norm, before the scale).
+    pub query: Tensor<4>,
+    /// `[b, h_kv, s, d_k]` the key heads.
+    pub key: Tensor<4>,
 }
 
 impl LayerAttention {
@@ -217,6 +230,23 @@ impl LayerAttention {
     /// from the device).
     pub fn diagnostics(&self) -> Result<AttentionDiagnostics, AttentionError> {
         attention_diagnostics(self.weights.clone(), None, Some(self.scores.clone()))
+    }
+
+    /// The standard deviation of the query and of the key components that enter the scores
+    /// (over every batch entry, head, position and component): the article's premise is that
+    /// they are close to 1 after LayerNorm and training.
+    pub fn qk_std(&self) -> Result<(f64, f64), AttentionError> {
+        let std = |t: &Tensor<4>| {
+            let flat = t.clone().flatten::<1>(0, 3);
+            // population std: sqrt(mean(x²) − mean(x)²), [len] -> [1]
+            let mean = flat.clone().mean();
+            (flat.square().mean() - mean.clone() * mean).clamp_min(0.0).sqrt()
+        };
+        let v: Vec<f64> = burn_sdpa::read_back(
+            "the query and key std",
+            Tensor::cat(vec![std(&self.query), std(&self.key)], 0),
+        )?;
+        Ok((v[0], v[1]))
     }
 }
 
@@ -300,9 +330,18 @@ impl AttentionModel {
                 } else {
                     h.clone()
                 };
-                let out = probe.forward(MhaInput::self_attn(detached).need_weights().need_scores());
-                if let (Some(weights), Some(scores)) = (out.weights, out.scores) {
-                    recorded.push(LayerAttention { weights, scores });
+                let input = MhaInput::self_attn(detached).need_weights().need_scores();
+                let heads = probe.project_heads(&input);
+                let out = probe.forward(input);
+                if let (Some(weights), Some(scores), Ok((query, key, _))) =
+                    (out.weights, out.scores, heads)
+                {
+                    recorded.push(LayerAttention {
+                        weights,
+                        scores,
+                        query,
+                        key,
+                    });
                 }
             }
             let out = block.attention.forward(MhaInput::self_attn(h));

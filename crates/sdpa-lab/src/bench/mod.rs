@@ -21,7 +21,7 @@ use burn_sdpa::{
 use sdpa_model::Progress;
 use serde::Serialize;
 
-use crate::context::{LabBackend, LabContext, LabError, normal_tensor};
+use crate::context::{LabBackend, LabError, normal_tensor};
 use crate::memory::measure_peak;
 use crate::stats::median;
 pub use report::{markdown, write};
@@ -380,11 +380,22 @@ fn time_cell(
     Ok(rows)
 }
 
+/// Where a benchmark writes, and how it shows progress.
+#[derive(Debug, Clone)]
+pub struct BenchContext {
+    /// How progress is shown.
+    pub progress: sdpa_model::ProgressMode,
+    /// The seed of the inputs.
+    pub seed: u64,
+    /// Where the tables and plots go.
+    pub out_dir: std::path::PathBuf,
+}
+
 /// Runs the benchmark on one backend.
 pub fn run_bench(
     backend: &LabBackend,
     config: &BenchConfig,
-    ctx: &LabContext,
+    ctx: &BenchContext,
 ) -> Result<BenchReport, LabError> {
     let (b, h, d) = (config.b, config.h, config.d);
     let modes: Vec<Mode> = Mode::ALL
@@ -400,7 +411,7 @@ pub fn run_bench(
     let progress = Progress::new(ctx.progress, &format!("bench {}", backend.name), 0, total);
     let mut done = 0;
     let mut rows = Vec::new();
-    let mut rng = ctx.rng(5);
+    let mut rng = crate::context::rng(ctx.seed, 5);
     for &n in &config.ns {
         for &mode in &modes {
             let device = if mode.backward {

@@ -2,8 +2,9 @@
 
 use super::sweeps::MemoryRow;
 use super::{BenchReport, Mode, paths};
-use crate::context::{LabContext, LabError};
-use crate::experiments::{f, md_table};
+use super::BenchContext;
+use crate::context::LabError;
+use crate::markdown::{f, md_table};
 use crate::plot::{LinePlot, Series, line_plot};
 
 /// The Markdown tables of a report.
@@ -122,7 +123,7 @@ fn sweep_table(rows: &[MemoryRow]) -> String {
 
 /// Writes `bench_<backend>.json`, `BENCH_<backend>.md` and one GFLOP/s plot per mode under the
 /// output folder.
-pub fn write(r: &BenchReport, ctx: &LabContext) -> Result<Vec<String>, LabError> {
+pub fn write(r: &BenchReport, ctx: &BenchContext) -> Result<Vec<String>, LabError> {
     std::fs::create_dir_all(&ctx.out_dir).map_err(|e| LabError::io(&ctx.out_dir, e))?;
     let json = ctx.out_dir.join(format!("bench_{}.json", r.backend));
     let text = serde_json::to_string_pretty(r)

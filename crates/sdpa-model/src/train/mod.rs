@@ -195,7 +195,40 @@ pub fn train(
     options: &RunOptions,
 ) -> Result<TrainResult, ModelError> {
     config.validate()?;
-    let mut run = Run::open(config, device, options)?;
+    let mut run = Run::open(config, device, options, true)?;
+    while !run.done() {
+        run = run.train_step()?;
+    }
+    run.finish()
+}
+
+/// Trains a model on a task without writing anything: the run is kept in memory (no folder, no
+/// checkpoint, no `metrics.csv`; the recorded steps are in the result). A run whose loss or
+/// gradient stops being finite is a result here, not an error: it stops at that step and its
+/// summary has `diverged_at` set.
+///
+/// ```no_run
+/// use burn::prelude::*;
+/// use sdpa_model::{TaskConfig, TrainConfig, train_in_memory};
+///
+/// let config = TrainConfig::for_task(TaskConfig::new()).with_steps(100);
+/// let result = train_in_memory(&config, &Device::flex(), "flex").unwrap();
+/// println!("{:?}", result.summary.steps_to_target);
+/// ```
+pub fn train_in_memory(
+    config: &TrainConfig,
+    device: &Device,
+    backend: &str,
+) -> Result<TrainResult, ModelError> {
+    config.validate()?;
+    let options = RunOptions {
+        out_dir: PathBuf::new(),
+        resume: false,
+        backend: backend.to_string(),
+        progress: ProgressMode::Quiet,
+        overwrite: false,
+    };
+    let mut run = Run::open(config, device, &options, false)?;
     while !run.done() {
         run = run.train_step()?;
     }

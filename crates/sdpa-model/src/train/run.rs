@@ -49,18 +49,24 @@ pub(crate) struct Run<'a> {
     initial: Vec<LayerMetrics>,
     eval_set: Vec<TaskBatch>,
     metrics_path: PathBuf,
-    csv: File,
+    /// `metrics.csv`, open for appending; `None` for a run kept in memory.
+    csv: Option<File>,
+    /// Where the loss or gradient stopped being finite (step, loss, gradient norm), for a run
+    /// kept in memory (a run with files stops with an error instead).
+    diverged: Option<(usize, f64, f64)>,
     progress: Progress,
     clock: Instant,
 }
 
 impl<'a> Run<'a> {
     /// Starts a fresh run or loads the saved one; everything that can fail is checked before the
-    /// first write.
+    /// first write. With `persist` false the run writes nothing (no folder, no checkpoint) and
+    /// is kept in memory.
     pub fn open(
         config: &'a TrainConfig,
         device: &Device,
         options: &'a RunOptions,
+        persist: bool,
     ) -> Result<Self, ModelError> {
         let dir = &options.out_dir;
         let device = device.clone().autodiff();
@@ -68,7 +74,7 @@ impl<'a> Run<'a> {
         let metrics_path = dir.join("metrics.csv");
         let mut notes = Vec::new();
         let (model, optim, start, rng, history, steps_to_target, elapsed_before, initial) =
-            if options.resume {
+            if options.resume && persist {
                 let r = load_checkpoint(config, dir, &device)?;
                 notes = r.notes;
                 let rng = r.state.rng(&dir.join("checkpoint/state.json"))?;
@@ -83,7 +89,9 @@ impl<'a> Run<'a> {
                     r.state.initial_attention,
                 )
             } else {
-                prepare_fresh(dir, options.overwrite)?;
+                if persist {
+                    prepare_fresh(dir, options.overwrite)?;
+                }
                 (
                     init_model(&config.model, config.seed, &device)?,
                     config.optimizer(),
@@ -96,20 +104,26 @@ impl<'a> Run<'a> {
                 )
             };
 
-        fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
-        let config_path = dir.join("config.json");
-        write_atomic(&config_path, &json(config, &config_path)?)?;
-        let mut text = csv_header(config.model.n_layers);
-        text.push('\n');
-        for m in &history {
-            text.push_str(&m.csv_row());
+        let csv = if persist {
+            fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+            let config_path = dir.join("config.json");
+            write_atomic(&config_path, &json(config, &config_path)?)?;
+            let mut text = csv_header(config.model.n_layers);
             text.push('\n');
-        }
-        write_atomic(&metrics_path, &text)?;
-        let csv = fs::OpenOptions::new()
-            .append(true)
-            .open(&metrics_path)
-            .map_err(|e| ModelError::io(&metrics_path, e))?;
+            for m in &history {
+                text.push_str(&m.csv_row());
+                text.push('\n');
+            }
+            write_atomic(&metrics_path, &text)?;
+            Some(
+                fs::OpenOptions::new()
+                    .append(true)
+                    .open(&metrics_path)
+                    .map_err(|e| ModelError::io(&metrics_path, e))?,
+            )
+        } else {
+            None
+        };
 
         let eval_set = held_out(
             &config.task,
@@ -144,6 +158,7 @@ impl<'a> Run<'a> {
             eval_set,
             metrics_path,
             csv,
+            diverged: None,
             progress,
             clock: Instant::now(),
         })
@@ -152,7 +167,8 @@ impl<'a> Run<'a> {
     /// Whether the run is over: the budget is spent, or the target was reached and the run
     /// stops there.
     pub fn done(&self) -> bool {
-        self.step >= self.config.steps
+        self.diverged.is_some()
+            || self.step >= self.config.steps
             || (self.steps_to_target.is_some() && self.config.stop_at_target)
     }
 
@@ -186,6 +202,11 @@ impl<'a> Run<'a> {
             self.record(&out, &grads)?;
         }
         if diverged {
+            if self.csv.is_none() {
+                // Kept in memory: a diverged run is a result (see `finish`).
+                self.diverged = Some((self.step, loss, grad_norm));
+                return Ok(self);
+            }
             return Err(self.diverge(loss, grad_norm));
         }
         if self.done() {
@@ -195,6 +216,7 @@ impl<'a> Run<'a> {
         self.model = self.optim.step(config.lr, self.model, grads);
         self.step += 1;
         if let Some(every) = config.checkpoint_every
+            && self.csv.is_some()
             && self.step.is_multiple_of(every)
             && self.step < config.steps
         {
@@ -232,12 +254,15 @@ impl<'a> Run<'a> {
             .iter()
             .map(|a| {
                 let d = a.diagnostics()?.mean();
+                let (query_std, key_std) = a.qk_std()?;
                 Ok(LayerMetrics {
                     entropy: d.entropy,
                     normalized_entropy: d.normalized_entropy,
                     max_prob: d.max_prob,
                     saturated_fraction: d.saturated_fraction,
                     logit_std: d.logit_std.unwrap_or(f64::NAN),
+                    query_std,
+                    key_std,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
@@ -262,7 +287,9 @@ impl<'a> Run<'a> {
             layers,
             elapsed_s: self.elapsed(),
         };
-        writeln!(self.csv, "{}", m.csv_row()).map_err(|e| ModelError::io(&self.metrics_path, e))?;
+        if let Some(csv) = &mut self.csv {
+            writeln!(csv, "{}", m.csv_row()).map_err(|e| ModelError::io(&self.metrics_path, e))?;
+        }
         let rate = (step + 1 - self.start) as f64 / self.clock.elapsed().as_secs_f64().max(1e-9);
         self.progress.update(
             step as u64,
@@ -376,6 +403,15 @@ impl<'a> Run<'a> {
     pub fn finish(mut self) -> Result<TrainResult, ModelError> {
         let config = self.config;
         let step = self.step;
+        if let Some((at, _, _)) = self.diverged {
+            let summary = self.summary((f64::NAN, f64::NAN), Some(at));
+            self.progress.finish(&format!("diverged at step {at}"));
+            return Ok(TrainResult {
+                summary,
+                metrics: self.history,
+                model: self.model.valid(),
+            });
+        }
         let eval = match self.history.last() {
             // Stopped at the target: the last record already evaluated this very model.
             Some(m) if m.step == step && m.eval_loss.is_some() && m.eval_accuracy.is_some() => (
@@ -387,9 +423,11 @@ impl<'a> Run<'a> {
         if eval.1 >= config.target_accuracy && self.steps_to_target.is_none() {
             self.steps_to_target = Some(step);
         }
-        self.checkpoint()?;
         let summary = self.summary(eval, None);
-        self.write_summary(&summary)?;
+        if self.csv.is_some() {
+            self.checkpoint()?;
+            self.write_summary(&summary)?;
+        }
         self.progress.finish(&format!(
             "{step} steps, held-out accuracy {:.4}, {:.1} steps/s",
             eval.1, summary.steps_per_s

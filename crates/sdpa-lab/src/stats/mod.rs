@@ -1,4 +1,8 @@
-//! Small statistics helpers.
+//! Statistics: descriptive helpers and intervals here; exact tests for paired designs in
+//! [`hypothesis`], time-to-event statistics for runs that may not finish in [`survival`].
+
+pub mod hypothesis;
+pub mod survival;
 
 /// Mean.
 pub fn mean(x: &[f64]) -> f64 {
@@ -47,6 +51,24 @@ pub fn t_critical_95(df: usize) -> f64 {
         // t(df) ≈ z + (z³ + z) / (4 df): exact to 3 decimals from df = 30 on.
         _ => {
             let z = 1.959_964;
+            z + (z * z * z + z) / (4.0 * df as f64)
+        }
+    }
+}
+
+/// The two-sided 90% critical value of Student's t (the one-sided 5% point), as
+/// [`t_critical_95`] is for 95%: what TOST's 90% interval needs.
+pub fn t_critical_90(df: usize) -> f64 {
+    const TABLE: [f64; 30] = [
+        6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771,
+        1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706,
+        1.703, 1.701, 1.699, 1.697,
+    ];
+    match df {
+        0 => f64::NAN,
+        1..=30 => TABLE[df - 1],
+        _ => {
+            let z = 1.644_854;
             z + (z * z * z + z) / (4.0 * df as f64)
         }
     }
@@ -109,8 +131,9 @@ pub fn bonferroni_z(k: usize) -> f64 {
     normal_quantile(1.0 - 0.025 / k.max(1) as f64)
 }
 
-/// A statistic with its 95% interval and how it was computed.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+/// A statistic with its 95% interval (and its 90% one, where the method gives it: what an
+/// equivalence test at 5% per side reads).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Estimate {
     /// The point estimate.
     pub value: f64,
@@ -120,9 +143,23 @@ pub struct Estimate {
     pub hi: f64,
     /// Number of draws, seeds or points behind it.
     pub n: usize,
+    /// The 90% interval, where the method gives one.
+    #[serde(default)]
+    pub ci90: Option<(f64, f64)>,
 }
 
 impl Estimate {
+    /// A value with no interval (NaN ends).
+    pub fn point(value: f64, n: usize) -> Self {
+        Self {
+            value,
+            lo: f64::NAN,
+            hi: f64::NAN,
+            n,
+            ci90: None,
+        }
+    }
+
     /// `value [lo, hi]` with `digits` decimals.
     pub fn show(&self, digits: usize) -> String {
         if self.lo.is_finite() && self.hi.is_finite() {
@@ -143,16 +180,18 @@ impl Estimate {
 pub fn mean_ci(x: &[f64]) -> Estimate {
     let n = x.len();
     let m = mean(x);
-    let half = if n >= 2 {
-        t_critical_95(n - 1) * std(x) / (n as f64).sqrt()
+    let (half, half90) = if n >= 2 {
+        let se = std(x) / (n as f64).sqrt();
+        (t_critical_95(n - 1) * se, t_critical_90(n - 1) * se)
     } else {
-        f64::NAN
+        (f64::NAN, f64::NAN)
     };
     Estimate {
         value: m,
         lo: m - half,
         hi: m + half,
         n,
+        ci90: Some((m - half90, m + half90)),
     }
 }
 
@@ -168,21 +207,24 @@ pub fn diff_ci(a: &[f64], b: &[f64]) -> Estimate {
             lo: f64::NAN,
             hi: f64::NAN,
             n: a.len().min(b.len()),
+            ci90: None,
         };
     }
     let (va, vb) = (std(a).powi(2) / na, std(b).powi(2) / nb);
     let se = (va + vb).sqrt();
-    let half = if se == 0.0 {
-        0.0
+    let (half, half90) = if se == 0.0 {
+        (0.0, 0.0)
     } else {
         let df = (va + vb).powi(2) / (va * va / (na - 1.0) + vb * vb / (nb - 1.0));
-        t_critical_95(df.floor().max(1.0) as usize) * se
+        let df = df.floor().max(1.0) as usize;
+        (t_critical_95(df) * se, t_critical_90(df) * se)
     };
     Estimate {
         value,
         lo: value - half,
         hi: value + half,
         n: a.len().min(b.len()),
+        ci90: Some((value - half90, value + half90)),
     }
 }
 
@@ -194,18 +236,23 @@ pub fn wilson(successes: usize, n: usize) -> Estimate {
             lo: 0.0,
             hi: 1.0,
             n,
+            ci90: Some((0.0, 1.0)),
         };
     }
-    let z = 1.959_964f64;
     let (nf, p) = (n as f64, successes as f64 / n as f64);
-    let denom = 1.0 + z * z / nf;
-    let centre = (p + z * z / (2.0 * nf)) / denom;
-    let half = z * (p * (1.0 - p) / nf + z * z / (4.0 * nf * nf)).sqrt() / denom;
+    let interval = |z: f64| {
+        let denom = 1.0 + z * z / nf;
+        let centre = (p + z * z / (2.0 * nf)) / denom;
+        let half = z * (p * (1.0 - p) / nf + z * z / (4.0 * nf * nf)).sqrt() / denom;
+        ((centre - half).max(0.0), (centre + half).min(1.0))
+    };
+    let (lo, hi) = interval(1.959_964);
     Estimate {
         value: p,
-        lo: (centre - half).max(0.0),
-        hi: (centre + half).min(1.0),
+        lo,
+        hi,
         n,
+        ci90: Some(interval(1.644_854)),
     }
 }
 
@@ -226,16 +273,18 @@ pub fn exponent_ci(x: &[f64], y: &[f64]) -> Estimate {
             r * r
         })
         .sum();
-    let half = if n > 2 && sxx > 0.0 {
-        t_critical_95(n - 2) * (ssr / (n - 2) as f64 / sxx).sqrt()
+    let (half, half90) = if n > 2 && sxx > 0.0 {
+        let se = (ssr / (n - 2) as f64 / sxx).sqrt();
+        (t_critical_95(n - 2) * se, t_critical_90(n - 2) * se)
     } else {
-        f64::NAN
+        (f64::NAN, f64::NAN)
     };
     Estimate {
         value: slope,
         lo: slope - half,
         hi: slope + half,
         n,
+        ci90: Some((slope - half90, slope + half90)),
     }
 }
 

@@ -1,0 +1,229 @@
+//! The lab's training runs: one model and task for every training cell, trained in memory
+//! (nothing is written: the cell's result is what the runner saves), with the arms the lab
+//! compares — how the attention logits are scaled or controlled.
+
+use burn::prelude::*;
+use burn_sdpa::{QkNorm, ScalePolicy};
+use sdpa_model::{
+    LayerMetrics, ModelConfig, OptimizerKind, QkInit, TaskConfig, TrainConfig, train_in_memory,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::context::LabError;
+
+/// How one training arm treats the attention logits.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub enum Arm {
+    /// 1/√d_k (the article; Vaswani et al.).
+    Scaled,
+    /// Nothing.
+    Unscaled,
+    /// 1/d_k (µP's attention scale).
+    InvDk,
+    /// A learned temperature exp(θ) on unscaled scores, θ starting at 0: can the model learn
+    /// the scale itself?
+    Learned,
+    /// `c · tanh(s / c)` on unscaled scores (Gemma 2's soft-cap, without the scale).
+    SoftCap(f64),
+    /// RMSNorm of every query and key head (learned gain), unscaled.
+    QkNorm,
+    /// RMSNorm of every query and key head, then 1/√d_k (ViT-22B, OLMo 2).
+    QkNormScaled,
+}
+
+impl Arm {
+    /// A short label for tables and plots.
+    pub fn label(&self) -> String {
+        match self {
+            Arm::Scaled => "1/√d_k".into(),
+            Arm::Unscaled => "none".into(),
+            Arm::InvDk => "1/d_k".into(),
+            Arm::Learned => "learned".into(),
+            Arm::SoftCap(c) => format!("cap {c}"),
+            Arm::QkNorm => "QK-norm".into(),
+            Arm::QkNormScaled => "QK-norm + 1/√d_k".into(),
+        }
+    }
+
+    /// A file- and id-safe label.
+    pub fn slug(&self) -> String {
+        match self {
+            Arm::Scaled => "scaled".into(),
+            Arm::Unscaled => "none".into(),
+            Arm::InvDk => "inv-dk".into(),
+            Arm::Learned => "learned".into(),
+            Arm::SoftCap(c) => format!("cap{c}"),
+            Arm::QkNorm => "qknorm".into(),
+            Arm::QkNormScaled => "qknorm-scaled".into(),
+        }
+    }
+
+    /// The scale policy at d_k.
+    pub fn scale(&self, d_k: usize) -> ScalePolicy {
+        match self {
+            Arm::Scaled | Arm::QkNormScaled => ScalePolicy::InvSqrtDk,
+            Arm::InvDk => ScalePolicy::Fixed(1.0 / d_k as f64),
+            _ => ScalePolicy::Unscaled,
+        }
+    }
+}
+
+/// The name of an initialization.
+pub fn init_name(init: QkInit) -> &'static str {
+    match init {
+        QkInit::Default => "default",
+        QkInit::Unit => "unit",
+    }
+}
+
+/// The name of an optimizer.
+pub fn optimizer_name(o: OptimizerKind) -> &'static str {
+    match o {
+        OptimizerKind::Adam => "adam",
+        OptimizerKind::Sgd => "sgd",
+    }
+}
+
+/// Everything that determines one training run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingSpec {
+    /// Query/key size of the head.
+    pub d_k: usize,
+    /// The arm.
+    pub arm: Arm,
+    /// Initialization of the query and key projections.
+    pub init: QkInit,
+    /// Optimizer (SGD with momentum 0.9).
+    pub optimizer: OptimizerKind,
+    /// Learning rate.
+    pub lr: f64,
+    /// Seed of the parameters and the data: two arms with one seed start from the same
+    /// parameters (but for their own, constant-initialized ones) and see the same batches.
+    pub seed: u64,
+    /// Step budget.
+    pub budget: usize,
+    /// Backend.
+    pub backend: String,
+}
+
+/// The model every lab training run trains, with the reason beside each size.
+pub fn model_config(task: &TaskConfig, spec: &TrainingSpec) -> ModelConfig {
+    let mut m = ModelConfig::for_task(task);
+    // 64 wide is enough for k = 8; one head, because the cost of a step at d_k = 1024 grows with
+    // heads × d_k and one head solves match: a step then costs ~40 ms at d_k = 1024 on one core,
+    // which is what lets 20 paired seeds per cell fit in the report's budget.
+    m.d_model = 64;
+    m.n_heads = 1;
+    m.d_k = Some(spec.d_k);
+    // The value path stays d_model / n_heads wide whatever d_k: the sweep changes the scores only.
+    m.d_v = Some(64);
+    m.layer_norm = true;
+    m.qk_init = spec.init;
+    m.scale = spec.arm.scale(spec.d_k);
+    m.softcap = match spec.arm {
+        Arm::SoftCap(c) => Some(c),
+        _ => None,
+    };
+    m.qk_norm = match spec.arm {
+        Arm::QkNorm | Arm::QkNormScaled => QkNorm::RmsNorm,
+        _ => QkNorm::None,
+    };
+    m.learned_temperature = (spec.arm == Arm::Learned).then_some(1.0);
+    m
+}
+
+/// The training configuration of a spec: *match* (k = 8, vocabulary 64), batches of 64, a
+/// held-out evaluation every 10 steps on 4 batches, stopping at 99% held-out accuracy.
+pub fn train_config(spec: &TrainingSpec) -> TrainConfig {
+    let task = TaskConfig::new();
+    let mut c = TrainConfig::new(task.clone(), model_config(&task, spec));
+    c.optimizer = spec.optimizer;
+    c.lr = spec.lr;
+    c.momentum = (spec.optimizer == OptimizerKind::Sgd).then_some(0.9);
+    c.steps = spec.budget;
+    c.seed = spec.seed;
+    c.batch_size = 64;
+    c.eval_every = EVAL_EVERY;
+    c.eval_batches = 4;
+    c.log_every = EVAL_EVERY;
+    c.target_accuracy = TARGET;
+    c.stop_at_target = true;
+    c
+}
+
+/// Held-out accuracy that counts as "trained".
+pub const TARGET: f64 = 0.99;
+/// Steps between held-out evaluations (the resolution of "steps to the target").
+pub const EVAL_EVERY: usize = 10;
+
+/// One point of a run's held-out curve.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct CurvePoint {
+    /// Step.
+    pub step: usize,
+    /// Held-out accuracy.
+    #[serde(with = "sdpa_model::json_float")]
+    pub accuracy: f64,
+    /// Training loss of the step's batch.
+    #[serde(with = "sdpa_model::json_float")]
+    pub loss: f64,
+}
+
+/// What one training run gives.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TrainingOutcome {
+    /// First evaluation step at or above the target; `None`: censored at the budget (or at
+    /// divergence).
+    pub steps_to_target: Option<usize>,
+    /// Steps taken.
+    pub steps_run: usize,
+    /// Held-out accuracy at the end (NaN for a run that diverged).
+    #[serde(with = "sdpa_model::json_float")]
+    pub final_accuracy: f64,
+    /// The step whose loss or gradient was not finite, if any (the run stopped there).
+    pub diverged_at: Option<usize>,
+    /// Attention diagnostics of the initial model (logit std, max p, saturated rows, q/k std).
+    pub initial: LayerMetrics,
+    /// The same at the last recorded step.
+    pub last: LayerMetrics,
+    /// Held-out accuracy and training loss at every evaluation.
+    pub curve: Vec<CurvePoint>,
+    /// The learned temperature's factor at the end, for the learned arm.
+    #[serde(default)]
+    pub final_temperature: Option<f64>,
+}
+
+/// Trains `spec` in memory on `device`.
+pub fn run(spec: &TrainingSpec, device: &Device) -> Result<TrainingOutcome, LabError> {
+    let config = train_config(spec);
+    let result = train_in_memory(&config, device, &spec.backend)?;
+    let layer = |m: Option<&sdpa_model::StepMetrics>| {
+        m.and_then(|m| m.layers.first().copied())
+            .unwrap_or_default()
+    };
+    let curve = result
+        .metrics
+        .iter()
+        .filter_map(|m| {
+            m.eval_accuracy.map(|accuracy| CurvePoint {
+                step: m.step,
+                accuracy,
+                loss: m.loss,
+            })
+        })
+        .collect();
+    let final_temperature = match result.model.blocks.first().and_then(|b| b.attention.temperature()) {
+        Some(t) => Some(crate::context::scalar(t)?),
+        None => None,
+    };
+    Ok(TrainingOutcome {
+        steps_to_target: result.summary.steps_to_target,
+        steps_run: result.summary.steps_run,
+        final_accuracy: result.summary.final_eval_accuracy,
+        diverged_at: result.summary.diverged_at,
+        initial: layer(result.metrics.first()),
+        last: layer(result.metrics.last()),
+        curve,
+        final_temperature,
+    })
+}

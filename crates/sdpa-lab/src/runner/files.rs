@@ -1,0 +1,131 @@
+//! The lab's files: atomic writes, and the rule that the lab writes only into a folder that is
+//! its own (empty, or holding its manifest) and never deletes what it did not write.
+
+use std::fs;
+use std::io::Write as _;
+use std::path::Path;
+
+use crate::context::LabError;
+
+/// The manifest that marks a folder as a lab output folder.
+pub const MANIFEST: &str = ".sdpa-lab";
+
+/// Writes `bytes` to `path` atomically: into a temporary file beside it, synced, then renamed
+/// over it. A process killed at any moment leaves the old file or the new one, never half of
+/// one (and at worst a `.tmp-` file of its own, which the next run removes).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), LabError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
+    let mut file = fs::File::create(&tmp).map_err(|e| LabError::io(&tmp, e))?;
+    file.write_all(bytes).map_err(|e| LabError::io(&tmp, e))?;
+    file.sync_all().map_err(|e| LabError::io(&tmp, e))?;
+    drop(file);
+    fs::rename(&tmp, path).map_err(|e| LabError::io(path, e))
+}
+
+/// Whether a file name is one of this module's temporary files.
+pub fn is_temporary(name: &str) -> bool {
+    name.starts_with('.') && name.contains(".tmp-")
+}
+
+/// Removes the temporary files a killed run left in `dir` (only those: the lab's own).
+pub fn remove_temporaries(dir: &Path) -> Result<(), LabError> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Ok(());
+    };
+    for entry in entries {
+        let entry = entry.map_err(|e| LabError::io(dir, e))?;
+        let name = entry.file_name().to_string_lossy().to_string();
+        let is_file = entry.file_type().is_ok_and(|t| t.is_file());
+        if is_file && is_temporary(&name) {
+            let _ = fs::remove_file(entry.path());
+        }
+    }
+    Ok(())
+}
+
+/// Makes `dir` the lab's: creates it, or accepts it when it is empty or already holds the
+/// lab's manifest; refuses (a usage error) a folder holding anything else, naming what is there,
+/// and a path that is not a folder. Listing a folder that cannot be read is an error, never
+/// "empty".
+pub fn claim_folder(dir: &Path) -> Result<(), LabError> {
+    match fs::symlink_metadata(dir) {
+        Ok(meta) if meta.file_type().is_symlink() => {
+            return Err(LabError::Usage(format!(
+                "{} is a symbolic link; give the lab a real folder",
+                dir.display()
+            )));
+        }
+        Ok(meta) if !meta.is_dir() => {
+            return Err(LabError::Usage(format!(
+                "{} exists and is not a folder",
+                dir.display()
+            )));
+        }
+        Ok(_) => {
+            let mut others = Vec::new();
+            let entries = fs::read_dir(dir).map_err(|e| {
+                LabError::Usage(format!("cannot list {}: {e}", dir.display()))
+            })?;
+            for entry in entries {
+                let entry = entry.map_err(|e| LabError::io(dir, e))?;
+                let name = entry.file_name().to_string_lossy().to_string();
+                if name == MANIFEST {
+                    return Ok(());
+                }
+                others.push(name);
+            }
+            if !others.is_empty() {
+                others.sort();
+                let shown: Vec<String> = others.iter().take(5).map(|n| format!("{n:?}")).collect();
+                return Err(LabError::Usage(format!(
+                    "{} holds files the lab did not write ({}{}); the lab writes only into an \
+                     empty folder or one of its own: choose another --out",
+                    dir.display(),
+                    shown.join(", "),
+                    if others.len() > 5 {
+                        format!(" and {} more", others.len() - 5)
+                    } else {
+                        String::new()
+                    }
+                )));
+            }
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::create_dir_all(dir).map_err(|e| LabError::io(dir, e))?;
+        }
+        Err(e) => return Err(LabError::io(dir, e)),
+    }
+    write_atomic(
+        &dir.join(MANIFEST),
+        b"This folder is written by `sdpa report` / `sdpa exp`: REPORT.md, results.json, run.json, \
+          cells/, support/ and the CSV and PNG files the report names.\n",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lab_writes_only_into_its_own_folders() {
+        let tmp = tempfile::tempdir().unwrap();
+        let fresh = tmp.path().join("new");
+        claim_folder(&fresh).unwrap();
+        assert!(fresh.join(MANIFEST).is_file());
+        claim_folder(&fresh).unwrap(); // its own: accepted again
+        let foreign = tmp.path().join("user");
+        fs::create_dir(&foreign).unwrap();
+        fs::write(foreign.join("REPORT.md"), "mine").unwrap();
+        let err = claim_folder(&foreign).unwrap_err().to_string();
+        assert!(err.contains("REPORT.md"), "{err}");
+        assert_eq!(fs::read_to_string(foreign.join("REPORT.md")).unwrap(), "mine");
+        let file = tmp.path().join("file");
+        fs::write(&file, "x").unwrap();
+        assert!(claim_folder(&file).is_err());
+    }
+}

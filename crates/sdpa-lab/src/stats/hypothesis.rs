@@ -1,0 +1,192 @@
+//! Exact tests for paired designs and multiplicity: the binomial tail, McNemar's exact test, the
+//! sign test, Holm's step-down correction, distribution-free median intervals and the TOST
+//! decision for equivalence.
+
+use super::Estimate;
+
+/// ln C(n, k).
+fn ln_choose(n: usize, k: usize) -> f64 {
+    ln_factorial(n) - ln_factorial(k) - ln_factorial(n - k)
+}
+
+/// ln n! (exact sum below 256, Stirling's series above: relative error < 1e-15 there).
+fn ln_factorial(n: usize) -> f64 {
+    if n < 256 {
+        (2..=n).map(|i| (i as f64).ln()).sum()
+    } else {
+        let x = n as f64;
+        x * x.ln() - x + 0.5 * (2.0 * std::f64::consts::PI * x).ln() + 1.0 / (12.0 * x)
+            - 1.0 / (360.0 * x * x * x)
+    }
+}
+
+/// P(X ≤ k) for X ~ Binomial(n, p).
+pub fn binomial_cdf(k: usize, n: usize, p: f64) -> f64 {
+    if k >= n {
+        return 1.0;
+    }
+    if p <= 0.0 {
+        return 1.0;
+    }
+    if p >= 1.0 {
+        return 0.0;
+    }
+    let (lp, lq) = (p.ln(), (1.0 - p).ln());
+    (0..=k)
+        .map(|i| (ln_choose(n, i) + i as f64 * lp + (n - i) as f64 * lq).exp())
+        .sum::<f64>()
+        .min(1.0)
+}
+
+/// The two-sided exact p-value of `a` against `b` successes out of `a + b` fair coin flips:
+/// 2 · P(X ≤ min(a, b)) for X ~ Binomial(a + b, 1/2), capped at 1 (1 when there are no flips).
+pub fn two_sided_binomial(a: usize, b: usize) -> f64 {
+    let n = a + b;
+    if n == 0 {
+        return 1.0;
+    }
+    (2.0 * binomial_cdf(a.min(b), n, 0.5)).min(1.0)
+}
+
+/// McNemar's exact test on the discordant pairs of a paired binary outcome: `b` pairs where
+/// only the first arm had the event, `c` where only the second had it. Two-sided p-value.
+pub fn mcnemar_exact(b: usize, c: usize) -> f64 {
+    two_sided_binomial(b, c)
+}
+
+/// The sign test on paired comparisons: `first` pairs where the first arm did better, `second`
+/// where the second did (ties are dropped before calling). Two-sided exact p-value.
+pub fn sign_test(first: usize, second: usize) -> f64 {
+    two_sided_binomial(first, second)
+}
+
+/// Holm's step-down adjusted p-values (family-wise error control), in the input order.
+pub fn holm(p: &[f64]) -> Vec<f64> {
+    let m = p.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| p[a].total_cmp(&p[b]));
+    let mut adjusted = vec![0.0; m];
+    let mut running = 0.0f64;
+    for (rank, &i) in order.iter().enumerate() {
+        running = running.max(((m - rank) as f64 * p[i]).min(1.0));
+        adjusted[i] = running;
+    }
+    adjusted
+}
+
+/// The median of `values` with a distribution-free interval from order statistics: the
+/// largest k with 2·P(Bin(n, ½) ≤ k − 1) ≤ 1 − level gives [x₍ₖ₎, x₍ₙ₋ₖ₊₁₎] (coverage at least
+/// `level`). Values may be ±∞ (a censored run ranked last or first); an end that is infinite
+/// means the interval is open on that side. Too few values for the level: NaN ends.
+pub fn median_ci(values: &[f64], level: f64) -> Estimate {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| !x.is_nan()).collect();
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    let value = super::median(&v);
+    let alpha = 1.0 - level;
+    let mut k = 0;
+    while k < n / 2 && 2.0 * binomial_cdf(k, n, 0.5) <= alpha {
+        k += 1;
+    }
+    // k order statistics can be dropped from each end; 0 means none: no interval.
+    let (lo, hi) = if k == 0 {
+        (f64::NAN, f64::NAN)
+    } else {
+        (v[k - 1], v[n - k])
+    };
+    Estimate {
+        value,
+        lo,
+        hi,
+        n,
+        ci90: None,
+    }
+}
+
+/// The decision of an equivalence claim ("A is as good as B within ±margin") by two one-sided
+/// tests at 5% each: equivalent (`Some(true)`) when the 90% interval of the difference lies
+/// inside (−margin, margin); not equivalent (`Some(false)`) when the 95% interval excludes 0
+/// and the 90% interval is not inside the margin (a significant difference that equivalence
+/// cannot absorb); undecided (`None`) otherwise.
+pub fn tost(ci90: Estimate, ci95: Estimate, margin: f64) -> Option<bool> {
+    let finite = |e: &Estimate| !e.lo.is_nan() && !e.hi.is_nan();
+    if !finite(&ci90) {
+        return None;
+    }
+    if ci90.lo > -margin && ci90.hi < margin {
+        Some(true)
+    } else if finite(&ci95) && (ci95.lo > 0.0 || ci95.hi < 0.0) {
+        Some(false)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn binomial_tails_and_exact_tests() {
+        // P(Bin(10, ½) ≤ 2) = 56/1024.
+        assert!((binomial_cdf(2, 10, 0.5) - 56.0 / 1024.0).abs() < 1e-15);
+        // scipy.stats.binomtest(1, 9).pvalue = 0.0390625 (2 · 10/512)
+        assert!((mcnemar_exact(1, 8) - 0.0390625).abs() < 1e-12);
+        assert!((sign_test(8, 1) - 0.0390625).abs() < 1e-12);
+        // scipy.stats.binomtest(0, 10).pvalue = 0.001953125
+        assert!((mcnemar_exact(0, 10) - 0.001953125).abs() < 1e-12);
+        assert_eq!(mcnemar_exact(0, 0), 1.0);
+        assert_eq!(mcnemar_exact(5, 5), 1.0);
+        // scipy.stats.binomtest(3, 20).pvalue = 0.0025768280029296875
+        assert!((sign_test(3, 17) - 0.0025768280029296875).abs() < 1e-12);
+        // Large n goes through Stirling: scipy.stats.binom.cdf(180, 400, 0.5) = 0.025520111564574.
+        assert!((binomial_cdf(180, 400, 0.5) - 0.025_520_111_564_574).abs() < 1e-9);
+    }
+
+    #[test]
+    fn holm_adjusts_step_down() {
+        // statsmodels multipletests([0.01, 0.04, 0.03, 0.005], method="holm")
+        // -> [0.03, 0.06, 0.06, 0.02]
+        let adj = holm(&[0.01, 0.04, 0.03, 0.005]);
+        for (a, want) in adj.iter().zip([0.03, 0.06, 0.06, 0.02]) {
+            assert!((a - want).abs() < 1e-12, "{adj:?}");
+        }
+        assert_eq!(holm(&[0.5, 0.9]), vec![1.0, 1.0]);
+    }
+
+    #[test]
+    fn median_interval_from_order_statistics() {
+        // n = 20 at 90%: 2·P(Bin(20, ½) ≤ 5) = 0.0414 ≤ 0.10 < 2·P(≤ 6) = 0.1153: k = 6,
+        // [x₍₆₎, x₍₁₅₎].
+        let v: Vec<f64> = (1..=20).map(|i| i as f64).collect();
+        let e = median_ci(&v, 0.90);
+        assert_eq!((e.value, e.lo, e.hi), (10.5, 6.0, 15.0));
+        // Censored values ranked last (+∞) keep the interval finite while few are censored...
+        let mut c = v.clone();
+        c[19] = f64::INFINITY;
+        c[18] = f64::INFINITY;
+        assert_eq!(median_ci(&c, 0.90).hi, 15.0);
+        // ...and open it when many are.
+        let many: Vec<f64> = (0..20)
+            .map(|i| if i < 8 { i as f64 } else { f64::INFINITY })
+            .collect();
+        assert_eq!(median_ci(&many, 0.90).hi, f64::INFINITY);
+        assert!(median_ci(&[1.0, 2.0], 0.95).lo.is_nan());
+    }
+
+    #[test]
+    fn tost_decides_equivalence() {
+        let e = |lo: f64, hi: f64| Estimate {
+            value: (lo + hi) / 2.0,
+            lo,
+            hi,
+            n: 20,
+            ci90: None,
+        };
+        assert_eq!(tost(e(-10.0, 20.0), e(-15.0, 25.0), 50.0), Some(true));
+        // Significantly slower, and not within the margin: not equivalent.
+        assert_eq!(tost(e(40.0, 260.0), e(25.5, 282.5), 50.0), Some(false));
+        // Not significant, not within the margin: undecided.
+        assert_eq!(tost(e(-30.0, 90.0), e(-40.0, 100.0), 50.0), None);
+    }
+}
