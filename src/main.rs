@@ -4,6 +4,11 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+/// Every heap allocation is counted (on top of the system allocator), so that the lab's
+/// `complexity` experiment measures the memory a computation holds, not the resident size.
+#[global_allocator]
+static ALLOCATOR: sdpa::lab::memory::CountingAllocator = sdpa::lab::memory::CountingAllocator;
 use sdpa::cli::{self, UsageError};
 
 #[derive(Parser, Debug)]

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 
 use clap::Args;
 use sdpa_lab::runner::{self, RunOptions, RunOutcome, Shard};
-use sdpa_lab::{Env, Experiment, LabBackend, LabError, Plan, Report, all_experiments, find_experiment};
+use sdpa_lab::{
+    Env, Experiment, LabBackend, LabError, Plan, Report, all_experiments, find_experiment,
+};
 use sdpa_model::ProgressMode;
 
 use super::UsageError;
@@ -94,9 +96,7 @@ impl LabArgs {
             }
         }
         if backends.is_empty() {
-            return Err(
-                UsageError(format!("no usable backend ({})", skipped.join("; "))).into(),
-            );
+            return Err(UsageError(format!("no usable backend ({})", skipped.join("; "))).into());
         }
         Ok((Env { backends }, skipped))
     }

@@ -333,3 +333,47 @@ fn diagnostics_from_a_forward_pass_see_the_saturation_of_unscaled_logits() {
         );
     }
 }
+
+#[test]
+fn value_width_and_learned_temperature_of_the_multi_head_layer() {
+    for (backend, device) in devices() {
+        let device = device.autodiff();
+        let x = Tensor::<3>::random([2, 5, 16], Distribution::Normal(0.0, 1.0), &device);
+        // d_v independent of d_k: the value and output projections follow d_v.
+        device.seed(3);
+        let mha = MultiHeadAttentionConfig::new(16, 2)
+            .with_d_k(Some(8))
+            .with_d_v(Some(3))
+            .with_scale(ScalePolicy::Unscaled)
+            .with_learned_temperature(Some(2.0))
+            .init(&device);
+        assert_eq!(mha.value.weight.dims(), [16, 6], "{backend}");
+        assert_eq!(mha.output.weight.dims(), [6, 16], "{backend}");
+        let out = mha.forward(MhaInput::self_attn(x.clone()).need_weights());
+        assert_eq!(out.context.dims(), [2, 5, 16], "{backend}");
+        // A learned temperature starting at 2 on unscaled scores is a fixed scale of 2 at start.
+        device.seed(3);
+        let fixed = MultiHeadAttentionConfig::new(16, 2)
+            .with_d_k(Some(8))
+            .with_d_v(Some(3))
+            .with_scale(ScalePolicy::Fixed(2.0))
+            .init(&device);
+        let reference = fixed.forward(MhaInput::self_attn(x.clone()).need_weights());
+        let diff = max_abs_diff(
+            &values(out.weights.clone().expect("weights").without_autodiff()),
+            &values(reference.weights.expect("weights").without_autodiff()),
+        );
+        assert!(diff < 1e-5, "{backend}: {diff}");
+        // θ is a parameter: it gets a gradient.
+        let grads = out.context.square().sum().backward();
+        let theta = mha.log_temperature.as_ref().expect("a learned temperature");
+        let g = values(theta.grad(&grads).expect("θ has a gradient"));
+        assert!(g[0].is_finite() && g[0] != 0.0, "{backend}: {g:?}");
+        assert!(
+            MultiHeadAttentionConfig::new(16, 2)
+                .with_d_v(Some(0))
+                .try_init(&device)
+                .is_err()
+        );
+    }
+}

@@ -172,9 +172,9 @@ impl MultiHeadAttentionConfig {
             output: linear(self.n_heads * d_v, self.d_model, &self.initializer),
             query_norm: self.qk_norm.init(d_k, device),
             key_norm: self.qk_norm.init(d_k, device),
-            log_temperature: self.learned_temperature.map(|t| {
-                Initializer::Constant { value: t.ln() }.init([1], device)
-            }),
+            log_temperature: self
+                .learned_temperature
+                .map(|t| Initializer::Constant { value: t.ln() }.init([1], device)),
             attention,
             d_model: self.d_model,
             n_heads: self.n_heads,

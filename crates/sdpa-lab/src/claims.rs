@@ -288,7 +288,11 @@ pub fn side(e: Estimate, threshold: f64, below: bool) -> Option<bool> {
 /// A number in a few significant digits.
 pub fn short(x: f64) -> String {
     if x.is_infinite() {
-        if x > 0.0 { "∞".into() } else { "−∞".into() }
+        if x > 0.0 {
+            "∞".into()
+        } else {
+            "−∞".into()
+        }
     } else if x == 0.0 || (1e-3..1e4).contains(&x.abs()) {
         format!("{x:.3}")
     } else {
@@ -500,10 +504,7 @@ mod tests {
         // A failed lab claim counts: nothing is "undecided" once something failed.
         assert_eq!(v(&[article(Holds), lab(Fails)]), Verdict::PartlySupported);
         assert_eq!(v(&[article(Holds), lab(Undecided)]), Verdict::Undecided);
-        assert_eq!(
-            v(&[article(Conditional), lab(Holds)]),
-            Verdict::Conditional
-        );
+        assert_eq!(v(&[article(Conditional), lab(Holds)]), Verdict::Conditional);
         assert_eq!(
             v(&[article(Conditional), lab(Fails)]),
             Verdict::PartlySupported

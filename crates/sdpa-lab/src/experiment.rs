@@ -254,7 +254,11 @@ fn decode<T: DeserializeOwned>(
     })
 }
 
-fn encode<T: Serialize>(experiment: &str, id: &str, value: &T) -> Result<serde_json::Value, LabError> {
+fn encode<T: Serialize>(
+    experiment: &str,
+    id: &str,
+    value: &T,
+) -> Result<serde_json::Value, LabError> {
     // Through the text, as it is saved: a fresh result is analyzed from the same bits as a
     // cached one.
     let text = serde_json::to_string(value)
@@ -263,10 +267,10 @@ fn encode<T: Serialize>(experiment: &str, id: &str, value: &T) -> Result<serde_j
         .map_err(|e| LabError::Other(format!("{experiment}: cell {id}: cannot save it: {e}")))
 }
 
-fn typed<S: Stages>(
-    s: &S,
-    cells: &[StoredCell],
-) -> Result<Vec<Measured<S::Config, S::Result>>, LabError> {
+/// The cells of an experiment, with its own types.
+type Cells<S> = Vec<Measured<<S as Stages>::Config, <S as Stages>::Result>>;
+
+fn typed<S: Stages>(s: &S, cells: &[StoredCell]) -> Result<Cells<S>, LabError> {
     cells
         .iter()
         .map(|c| {
@@ -317,7 +321,8 @@ impl<S: Stages> Experiment for S {
     }
 
     fn measure_cell(&self, cell: &PlannedCell, env: &Env) -> Result<serde_json::Value, LabError> {
-        let config: S::Config = decode(Stages::name(self), &cell.id, "configuration", &cell.config)?;
+        let config: S::Config =
+            decode(Stages::name(self), &cell.id, "configuration", &cell.config)?;
         let result = self.measure(&config, env)?;
         encode(Stages::name(self), &cell.id, &result)
     }
@@ -342,7 +347,10 @@ impl<S: Stages> Experiment for S {
         let analysis = self.analyze(plan, &measured);
         let markdown = self.render(&analysis.data, canvas)?;
         let data = serde_json::to_value(&analysis.data).map_err(|e| {
-            LabError::Other(format!("{}: cannot serialize its analysis: {e}", Stages::name(self)))
+            LabError::Other(format!(
+                "{}: cannot serialize its analysis: {e}",
+                Stages::name(self)
+            ))
         })?;
         Ok(Finished {
             claims: analysis.claims,

@@ -1,5 +1,7 @@
-//! Resident memory of this process (Linux `/proc/self`), to measure the peak memory of a
-//! computation: reset the high-water mark, run, read it.
+//! Memory of a computation, two ways: the bytes it holds on the heap at once, counted by
+//! [`CountingAllocator`] (exact, every allocation, where the binary installs it), and the rise of
+//! the process's resident high-water mark (Linux `/proc/self`: what the OS sees, blind to buffers
+//! the allocator reuses).
 
 /// Reads a `kB` field of `/proc/self/status` in bytes.
 fn status_field(name: &str) -> Option<u64> {
@@ -59,4 +61,80 @@ mod tests {
             "64 MiB allocation, measured {added} bytes"
         );
     }
+}
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+static CURRENT: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
+/// A global allocator that counts the bytes the process holds (and their peak) on top of the
+/// system allocator, so that a measurement sees every heap allocation of a computation — the
+/// resident high-water mark cannot see buffers the allocator reuses. Install it in a binary:
+///
+/// ```ignore
+/// #[global_allocator]
+/// static ALLOCATOR: sdpa_lab::memory::CountingAllocator = sdpa_lab::memory::CountingAllocator;
+/// ```
+pub struct CountingAllocator;
+
+impl CountingAllocator {
+    fn added(size: usize) {
+        let now = CURRENT.fetch_add(size, Ordering::Relaxed) + size;
+        PEAK.fetch_max(now, Ordering::Relaxed);
+        if !INSTALLED.load(Ordering::Relaxed) {
+            INSTALLED.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+// SAFETY: every call is forwarded to `System` unchanged; only counters are updated around it.
+unsafe impl GlobalAlloc for CountingAllocator {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract for `alloc` is passed on to `System`.
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            Self::added(layout.size());
+        }
+        p
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: as for `alloc`.
+        let p = unsafe { System.alloc_zeroed(layout) };
+        if !p.is_null() {
+            Self::added(layout.size());
+        }
+        p
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+        // SAFETY: `ptr` was allocated by `System` with `layout` (through this allocator).
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: as for `dealloc` and `alloc`.
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            CURRENT.fetch_sub(layout.size(), Ordering::Relaxed);
+            Self::added(new_size);
+        }
+        p
+    }
+}
+
+/// Runs `f` and returns its result with the most bytes it held on the heap at once beyond what
+/// the process held when it started (None when [`CountingAllocator`] is not the global
+/// allocator). Allocations of other threads in that time count too.
+pub fn measure_allocated<T>(f: impl FnOnce() -> T) -> (T, Option<u64>) {
+    let before = CURRENT.load(Ordering::Relaxed);
+    PEAK.store(before, Ordering::Relaxed);
+    let out = f();
+    let peak = PEAK.load(Ordering::Relaxed);
+    let installed = INSTALLED.load(Ordering::Relaxed);
+    (out, installed.then(|| peak.saturating_sub(before) as u64))
 }

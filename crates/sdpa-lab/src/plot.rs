@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::sync::Once;
 
-use plotters::coord::Shift;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::{CoordTranslate, Shift};
 use plotters::prelude::*;
 use plotters::style::FontStyle;
 
@@ -44,6 +44,14 @@ pub struct Series {
     pub points: Vec<(f64, f64)>,
     /// Dashed reference line instead of a solid line with markers.
     pub dashed: bool,
+    /// Markers only, no line (a scatter); hollow markers when `hollow`.
+    pub markers_only: bool,
+    /// Hollow markers (e.g. censored runs).
+    pub hollow: bool,
+    /// A thin line without markers (one of many seeds).
+    pub thin: bool,
+    /// The palette index of its colour (default: its position in the plot).
+    pub color: Option<usize>,
     /// A shaded interval band around the line: (x, lower, upper), e.g. a 95% interval.
     pub band: Vec<(f64, f64, f64)>,
 }
@@ -55,27 +63,51 @@ impl Series {
             label: label.into(),
             points,
             dashed: false,
+            markers_only: false,
+            hollow: false,
+            thin: false,
+            color: None,
             band: Vec::new(),
+        }
+    }
+
+    /// Markers only (a scatter), filled or hollow.
+    pub fn scatter(label: impl Into<String>, points: Vec<(f64, f64)>, hollow: bool) -> Self {
+        Self {
+            markers_only: true,
+            hollow,
+            ..Self::line(label, points)
+        }
+    }
+
+    /// A thin line without markers (one of many seeds; give it an empty label to keep it out
+    /// of the legend).
+    pub fn thin(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            thin: true,
+            ..Self::line(label, points)
         }
     }
 
     /// A solid line with a shaded band: each point is (x, value, lower, upper).
     pub fn with_band(label: impl Into<String>, points: Vec<(f64, f64, f64, f64)>) -> Self {
         Self {
-            label: label.into(),
-            points: points.iter().map(|p| (p.0, p.1)).collect(),
-            dashed: false,
             band: points.iter().map(|p| (p.0, p.2, p.3)).collect(),
+            ..Self::line(label, points.iter().map(|p| (p.0, p.1)).collect())
         }
+    }
+
+    /// The same series in palette colour `i`.
+    pub fn colored(mut self, i: usize) -> Self {
+        self.color = Some(i);
+        self
     }
 
     /// A dashed reference line.
     pub fn reference(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
         Self {
-            label: label.into(),
-            points,
             dashed: true,
-            band: Vec::new(),
+            ..Self::line(label, points)
         }
     }
 }
@@ -97,18 +129,28 @@ pub struct LinePlot {
     pub series: Vec<Series>,
 }
 
-/// A short tick label: plain for ordinary magnitudes, scientific otherwise.
-fn tick(v: f64) -> String {
+/// Tick labels for an axis spanning `lo..hi`: plain numbers with as many decimals as the span
+/// needs to tell neighbouring ticks apart, scientific for very large or small magnitudes.
+fn tick(v: f64, lo: f64, hi: f64, log: bool) -> String {
     let a = v.abs();
     if a == 0.0 {
-        "0".into()
-    } else if !(1e-2..1e5).contains(&a) {
-        format!("{v:.1e}")
-    } else if a >= 100.0 || (v.round() - v).abs() < 1e-9 {
-        format!("{}", v.round())
+        return "0".into();
+    }
+    if !(1e-3..1e5).contains(&a) {
+        return format!("{v:.1e}");
+    }
+    // The step between ticks is about a tenth of the span (of its decade, on log axes).
+    let step = if log {
+        a * ((hi / lo.max(1e-300)).log10() / 10.0).max(1e-6) * std::f64::consts::LN_10
     } else {
-        let s = format!("{v:.3}");
+        ((hi - lo) / 10.0).abs().max(1e-12)
+    };
+    let decimals = (-step.log10().floor()).clamp(0.0, 6.0) as usize;
+    let s = format!("{v:.decimals$}");
+    if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        s
     }
 }
 
@@ -141,11 +183,80 @@ fn bounds(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
     }
 }
 
+fn draw_series<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    plot: &LinePlot,
+    i: usize,
+    s: &Series,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate<From = (f64, f64)>,
+{
+    let color = COLORS[s.color.unwrap_or(i) % COLORS.len()];
+    let usable = |a: f64, b: f64| {
+        a.is_finite() && b.is_finite() && (!plot.log_x || a > 0.0) && (!plot.log_y || b > 0.0)
+    };
+    let pts: Vec<(f64, f64)> = s
+        .points
+        .iter()
+        .copied()
+        .filter(|(a, b)| usable(*a, *b))
+        .collect();
+    let band: Vec<(f64, f64, f64)> = s
+        .band
+        .iter()
+        .copied()
+        .filter(|(x, lo, hi)| usable(*x, *lo) && usable(*x, *hi))
+        .collect();
+    if band.len() >= 2 {
+        let outline: Vec<(f64, f64)> = band
+            .iter()
+            .map(|(x, _, hi)| (*x, *hi))
+            .chain(band.iter().rev().map(|(x, lo, _)| (*x, *lo)))
+            .collect();
+        chart
+            .draw_series(std::iter::once(Polygon::new(
+                outline,
+                color.mix(0.18).filled(),
+            )))
+            .map_err(|e| e.to_string())?;
+    }
+    let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
+    if s.markers_only {
+        let style = if s.hollow {
+            color.stroke_width(1)
+        } else {
+            color.mix(0.7).filled()
+        };
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 4, style)))
+            .map_err(err)?;
+    } else if s.dashed {
+        chart
+            .draw_series(DashedLineSeries::new(pts, 8, 5, color.stroke_width(2)))
+            .map_err(err)?;
+    } else if s.thin {
+        chart
+            .draw_series(LineSeries::new(pts, color.mix(0.35).stroke_width(1)))
+            .map_err(err)?;
+    } else {
+        chart
+            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+            .map_err(err)?;
+        chart
+            .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
+            .map_err(err)?;
+    }
+    Ok(())
+}
+
 fn draw_lines<XR, YR>(
     area: &DrawingArea<BitMapBackend<'_>, Shift>,
     plot: &LinePlot,
     x: XR,
     y: YR,
+    (x0, x1, y0, y1): (f64, f64, f64, f64),
 ) -> Result<(), String>
 where
     XR: AsRangedCoord<Value = f64>,
@@ -154,95 +265,86 @@ where
     YR::CoordDescType: ValueFormatter<f64>,
 {
     let mut chart = ChartBuilder::on(area)
-        .caption(&plot.title, ("sans-serif", 26))
-        .margin(18)
+        .caption(&plot.title, ("sans-serif", 22))
+        .margin(14)
         .x_label_area_size(52)
-        .y_label_area_size(78)
+        .y_label_area_size(84)
         .build_cartesian_2d(x, y)
         .map_err(|e| e.to_string())?;
+    let (log_x, log_y) = (plot.log_x, plot.log_y);
     chart
         .configure_mesh()
         .x_desc(&plot.x_label)
         .y_desc(&plot.y_label)
-        .x_label_formatter(&|v| tick(*v))
-        .y_label_formatter(&|v| tick(*v))
-        .label_style(("sans-serif", 16))
-        .axis_desc_style(("sans-serif", 19))
+        .x_labels(7)
+        .y_labels(8)
+        .x_label_formatter(&|v| tick(*v, x0, x1, log_x))
+        .y_label_formatter(&|v| tick(*v, y0, y1, log_y))
+        .label_style(("sans-serif", 15))
+        .axis_desc_style(("sans-serif", 18))
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(|e| e.to_string())?;
     for (i, s) in plot.series.iter().enumerate() {
-        let color = COLORS[i % COLORS.len()];
-        let pts: Vec<(f64, f64)> = s
-            .points
-            .iter()
-            .copied()
-            .filter(|(a, b)| {
-                a.is_finite()
-                    && b.is_finite()
-                    && (!plot.log_x || *a > 0.0)
-                    && (!plot.log_y || *b > 0.0)
-            })
-            .collect();
-        let usable = |a: f64, b: f64| {
-            a.is_finite() && b.is_finite() && (!plot.log_x || a > 0.0) && (!plot.log_y || b > 0.0)
-        };
-        let band: Vec<(f64, f64, f64)> = s
-            .band
-            .iter()
-            .copied()
-            .filter(|(x, lo, hi)| usable(*x, *lo) && usable(*x, *hi))
-            .collect();
-        if band.len() >= 2 {
-            let outline: Vec<(f64, f64)> = band
-                .iter()
-                .map(|(x, _, hi)| (*x, *hi))
-                .chain(band.iter().rev().map(|(x, lo, _)| (*x, *lo)))
-                .collect();
-            chart
-                .draw_series(std::iter::once(Polygon::new(
-                    outline,
-                    color.mix(0.18).filled(),
-                )))
-                .map_err(|e| e.to_string())?;
-        }
-        if s.dashed {
-            chart
-                .draw_series(DashedLineSeries::new(pts, 8, 5, color.stroke_width(2)))
-                .map_err(|e| e.to_string())?
-                .label(&s.label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 22, y)], color.stroke_width(2))
-                });
-        } else {
-            chart
-                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-                .map_err(|e| e.to_string())?
-                .label(&s.label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 22, y)], color.stroke_width(2))
-                });
-            chart
-                .draw_series(pts.into_iter().map(|p| Circle::new(p, 3, color.filled())))
-                .map_err(|e| e.to_string())?;
-        }
+        draw_series(&mut chart, plot, i, s)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(("sans-serif", 16))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK.mix(0.3))
-        .draw()
-        .map_err(|e| e.to_string())?;
     Ok(())
 }
 
-/// Draws a line plot to a PNG file (900 × 600).
+/// The legend, in its own column right of the plot (it never covers data).
+fn draw_legend(
+    area: &DrawingArea<BitMapBackend<'_>, Shift>,
+    plot: &LinePlot,
+) -> Result<(), String> {
+    let mut y = 60;
+    for (i, s) in plot.series.iter().enumerate() {
+        if s.label.is_empty() {
+            continue;
+        }
+        let color = COLORS[s.color.unwrap_or(i) % COLORS.len()];
+        let sample: Vec<(i32, i32)> = vec![(6, y), (34, y)];
+        if s.markers_only {
+            let style = if s.hollow {
+                color.stroke_width(1)
+            } else {
+                color.mix(0.7).filled()
+            };
+            area.draw(&Circle::new((20, y), 4, style))
+                .map_err(|e| e.to_string())?;
+        } else if s.dashed {
+            area.draw(&PathElement::new(
+                vec![(6, y), (14, y)],
+                color.stroke_width(2),
+            ))
+            .and_then(|_| {
+                area.draw(&PathElement::new(
+                    vec![(20, y), (28, y)],
+                    color.stroke_width(2),
+                ))
+            })
+            .map_err(|e| e.to_string())?;
+        } else {
+            let width = if s.thin { 1 } else { 2 };
+            area.draw(&PathElement::new(sample, color.stroke_width(width)))
+                .map_err(|e| e.to_string())?;
+        }
+        area.draw(&Text::new(
+            s.label.clone(),
+            (42, y - 8),
+            ("sans-serif", 14).into_font(),
+        ))
+        .map_err(|e| e.to_string())?;
+        y += 22;
+    }
+    Ok(())
+}
+
+/// Draws a line plot to a PNG file (1100 × 600: the plot, and the legend in a column beside it).
 pub fn line_plot(path: &Path, plot: &LinePlot) -> Result<(), LabError> {
     register_font();
-    let root = BitMapBackend::new(path, (900, 600)).into_drawing_area();
+    let root = BitMapBackend::new(path, (1100, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| LabError::io(path, e))?;
+    let (chart_area, legend_area) = root.split_horizontally(830);
     let xs = plot
         .series
         .iter()
@@ -255,13 +357,21 @@ pub fn line_plot(path: &Path, plot: &LinePlot) -> Result<(), LabError> {
     });
     let (x0, x1) = bounds(xs, plot.log_x);
     let (y0, y1) = bounds(ys, plot.log_y);
+    let r = (x0, x1, y0, y1);
     let result = match (plot.log_x, plot.log_y) {
-        (true, true) => draw_lines(&root, plot, (x0..x1).log_scale(), (y0..y1).log_scale()),
-        (true, false) => draw_lines(&root, plot, (x0..x1).log_scale(), y0..y1),
-        (false, true) => draw_lines(&root, plot, x0..x1, (y0..y1).log_scale()),
-        (false, false) => draw_lines(&root, plot, x0..x1, y0..y1),
+        (true, true) => draw_lines(
+            &chart_area,
+            plot,
+            (x0..x1).log_scale(),
+            (y0..y1).log_scale(),
+            r,
+        ),
+        (true, false) => draw_lines(&chart_area, plot, (x0..x1).log_scale(), y0..y1, r),
+        (false, true) => draw_lines(&chart_area, plot, x0..x1, (y0..y1).log_scale(), r),
+        (false, false) => draw_lines(&chart_area, plot, x0..x1, y0..y1, r),
     };
     result.map_err(|e| LabError::io(path, e))?;
+    draw_legend(&legend_area, plot).map_err(|e| LabError::io(path, e))?;
     root.present().map_err(|e| LabError::io(path, e))
 }
 

@@ -1,11 +1,23 @@
-//! Every experiment of the lab, in report order.
+//! Every experiment of the lab, in report order. The registry does nothing else.
 
 use crate::experiment::Experiment;
 use crate::experiments::*;
 
 /// Every experiment, in report order.
 pub fn all_experiments() -> Vec<&'static dyn Experiment> {
-    vec![&dot_std::DotStd, &saturation::Saturation, &attention_saturation::AttentionSaturation]
+    vec![
+        &dot_std::DotStd,
+        &saturation::Saturation,
+        &attention_saturation::AttentionSaturation,
+        &gradients::Gradients,
+        &training::Training,
+        &logit_control::LogitControl,
+        &compare::Compare,
+        &attention_map::AttentionMap,
+        &masks::Masks,
+        &why_softmax::WhySoftmax,
+        &complexity::Complexity,
+    ]
 }
 
 /// The experiment with this name.

@@ -244,6 +244,54 @@ fn cross_backend(s: &mut String, r: &Report) {
     }
 }
 
+/// One experiment's section.
+fn section(s: &mut String, e: &ExperimentReport) {
+    let _ = writeln!(
+        s,
+        "\n<a id=\"{}\"></a>\n## {}: {}\n",
+        e.name, e.name, e.title
+    );
+    let _ = writeln!(s, "**Verdict: {}.** {}\n", e.verdict.label(), e.summary);
+    let _ = writeln!(s, "{}", e.markdown);
+    let _ = writeln!(s, "\n**Claims.**\n\n{}", claims_table(&e.claims));
+    for c in e
+        .claims
+        .iter()
+        .filter(|c| c.outcome == Outcome::Conditional)
+    {
+        let _ = writeln!(
+            s,
+            "- *{}* holds under: {}; fails under: {}.",
+            c.id,
+            list(c, Outcome::Holds),
+            list(c, Outcome::Fails)
+        );
+    }
+    for p in &e.plots {
+        if !e.markdown.contains(p.as_str()) {
+            let _ = writeln!(s, "\n![{p}]({p})");
+        }
+    }
+    if !e.skipped.is_empty() {
+        let _ = writeln!(s, "\nSkipped (with the reason):\n");
+        for k in &e.skipped {
+            let _ = writeln!(s, "- {k}");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n_{} cells, {:.1} s of measurement; files: {}._",
+        e.cells,
+        e.measure_seconds,
+        e.csv
+            .iter()
+            .chain(&e.plots)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
 /// The Markdown report.
 pub fn markdown(r: &Report) -> String {
     let mut s = String::new();
@@ -286,46 +334,7 @@ pub fn markdown(r: &Report) -> String {
     experiments_table(&mut s, r);
     cross_backend(&mut s, r);
     for e in &r.experiments {
-        let _ = writeln!(
-            s,
-            "\n<a id=\"{}\"></a>\n## {}: {}\n",
-            e.name, e.name, e.title
-        );
-        let _ = writeln!(s, "**Verdict: {}.** {}\n", e.verdict.label(), e.summary);
-        let _ = writeln!(s, "{}", e.markdown);
-        let _ = writeln!(s, "\n**Claims.**\n\n{}", claims_table(&e.claims));
-        for c in e.claims.iter().filter(|c| c.outcome == Outcome::Conditional) {
-            let _ = writeln!(
-                s,
-                "- *{}* holds under: {}; fails under: {}.",
-                c.id,
-                list(c, Outcome::Holds),
-                list(c, Outcome::Fails)
-            );
-        }
-        for p in &e.plots {
-            if !e.markdown.contains(p.as_str()) {
-                let _ = writeln!(s, "\n![{p}]({p})");
-            }
-        }
-        if !e.skipped.is_empty() {
-            let _ = writeln!(s, "\nSkipped (with the reason):\n");
-            for k in &e.skipped {
-                let _ = writeln!(s, "- {k}");
-            }
-        }
-        let _ = writeln!(
-            s,
-            "\n_{} cells, {:.1} s of measurement; files: {}._",
-            e.cells,
-            e.measure_seconds,
-            e.csv
-                .iter()
-                .chain(&e.plots)
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+        section(&mut s, e);
     }
     s
 }

@@ -240,7 +240,9 @@ impl LayerAttention {
             let flat = t.clone().flatten::<1>(0, 3);
             // population std: sqrt(mean(x²) − mean(x)²), [len] -> [1]
             let mean = flat.clone().mean();
-            (flat.square().mean() - mean.clone() * mean).clamp_min(0.0).sqrt()
+            (flat.square().mean() - mean.clone() * mean)
+                .clamp_min(0.0)
+                .sqrt()
         };
         let v: Vec<f64> = burn_sdpa::read_back(
             "the query and key std",

@@ -25,6 +25,8 @@ pub struct Progress {
     bar: Option<ProgressBar>,
     lines: bool,
     label: String,
+    total: u64,
+    last_line: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Progress {
@@ -52,6 +54,8 @@ impl Progress {
             bar,
             lines: mode == ProgressMode::Lines,
             label: label.to_string(),
+            total,
+            last_line: std::sync::Mutex::new(None),
         }
     }
 
@@ -60,6 +64,13 @@ impl Progress {
         if let Some(bar) = &self.bar {
             bar.set_position(position);
             bar.set_message(message.to_string());
+        } else if self.lines {
+            // Plain lines: one every few seconds at most, so that long work shows it is alive.
+            let mut last = self.last_line.lock().unwrap_or_else(|p| p.into_inner());
+            if last.is_none_or(|t: std::time::Instant| t.elapsed() >= Duration::from_secs(5)) {
+                *last = Some(std::time::Instant::now());
+                println!("{} {position}/{} {message}", self.label, self.total);
+            }
         }
     }
 

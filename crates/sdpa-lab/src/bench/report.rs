@@ -1,8 +1,8 @@
 //! The bench's Markdown tables, its JSON file and its plots.
 
+use super::BenchContext;
 use super::sweeps::MemoryRow;
 use super::{BenchReport, Mode, paths};
-use super::BenchContext;
 use crate::context::LabError;
 use crate::markdown::{f, md_table};
 use crate::plot::{LinePlot, Series, line_plot};

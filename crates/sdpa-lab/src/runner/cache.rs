@@ -88,7 +88,11 @@ pub fn path(root: &Path, key: &CellKey) -> PathBuf {
 
 /// Reads the saved cell of `key`, if there is one with exactly this key. A file that does not
 /// parse (written by something else) is not reused: `Ok(None)`, and the cell runs again.
-pub fn load(root: &Path, key: &CellKey, cell: &PlannedCell) -> Result<Option<StoredCell>, LabError> {
+pub fn load(
+    root: &Path,
+    key: &CellKey,
+    cell: &PlannedCell,
+) -> Result<Option<StoredCell>, LabError> {
     let path = path(root, key);
     let text = match fs::read_to_string(&path) {
         Ok(text) => text,

@@ -68,9 +68,8 @@ pub fn claim_folder(dir: &Path) -> Result<(), LabError> {
         }
         Ok(_) => {
             let mut others = Vec::new();
-            let entries = fs::read_dir(dir).map_err(|e| {
-                LabError::Usage(format!("cannot list {}: {e}", dir.display()))
-            })?;
+            let entries = fs::read_dir(dir)
+                .map_err(|e| LabError::Usage(format!("cannot list {}: {e}", dir.display())))?;
             for entry in entries {
                 let entry = entry.map_err(|e| LabError::io(dir, e))?;
                 let name = entry.file_name().to_string_lossy().to_string();
@@ -123,7 +122,10 @@ mod tests {
         fs::write(foreign.join("REPORT.md"), "mine").unwrap();
         let err = claim_folder(&foreign).unwrap_err().to_string();
         assert!(err.contains("REPORT.md"), "{err}");
-        assert_eq!(fs::read_to_string(foreign.join("REPORT.md")).unwrap(), "mine");
+        assert_eq!(
+            fs::read_to_string(foreign.join("REPORT.md")).unwrap(),
+            "mine"
+        );
         let file = tmp.path().join("file");
         fs::write(&file, "x").unwrap();
         assert!(claim_folder(&file).is_err());

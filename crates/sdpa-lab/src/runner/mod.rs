@@ -131,7 +131,7 @@ pub struct RunOptions {
 #[derive(Debug)]
 pub enum RunOutcome {
     /// The report, written.
-    Report(Report),
+    Report(Box<Report>),
     /// A shard's cells, saved (measured, read back).
     Shard {
         /// Cells this shard owns.
@@ -259,9 +259,7 @@ impl CellSource for Measuring<'_> {
             if !owned && last_stage {
                 continue;
             }
-            let root = self
-                .dir
-                .join(if owned { "cells" } else { "support" });
+            let root = self.dir.join(if owned { "cells" } else { "support" });
             let key = CellKey::of(experiment, cell);
             match cache::load(&root, &key, cell)? {
                 Some(stored) => got[position] = Some(stored),
@@ -424,14 +422,12 @@ pub fn run(
             failures,
         });
     }
-    report_from(experiments, &record, out, &mut source, started).map(RunOutcome::Report)
+    report_from(experiments, &record, out, &mut source, started)
+        .map(|r| RunOutcome::Report(Box::new(r)))
 }
 
 /// Renders `dir`'s report again from its saved cells, measuring nothing.
-pub fn render_only(
-    registry: &[&dyn Experiment],
-    dir: &Path,
-) -> Result<Report, LabError> {
+pub fn render_only(registry: &[&dyn Experiment], dir: &Path) -> Result<Report, LabError> {
     let started = Instant::now();
     let record = RunRecord::read(dir)?;
     if let Some(shard) = record.shard {

@@ -3,8 +3,7 @@
 use serde::Serialize;
 
 use super::{
-    ARTICLE, AttentionSaturationConfig as Config, AttentionSaturationResult as Result,
-    DrawValues,
+    ARTICLE, AttentionSaturationConfig as Config, AttentionSaturationResult as Result, DrawValues,
 };
 use crate::article;
 use crate::claims::{Claim, Condition, Outcome, Source, inside, short, show, side};
@@ -81,8 +80,52 @@ fn row(d: usize, m: usize, scaled: bool, draws: &[DrawValues]) -> CorrectedRow {
     }
 }
 
+/// The first draw of every corrected cell on every other backend, beside the primary's.
+fn cross_backend(
+    plan: &Plan,
+    cells: &[Measured<Config, Result>],
+    corrected: &[CorrectedRow],
+) -> Vec<BackendValues> {
+    let mut per_backend = Vec::new();
+    for c in cells {
+        if let (Config::Cross { d, m, backend, .. }, Result::Cross { unscaled, scaled }) =
+            (&c.config, &c.result)
+        {
+            for (is_scaled, other) in [(false, unscaled), (true, scaled)] {
+                let primary = corrected
+                    .iter()
+                    .find(|r| r.d == *d && r.m == *m && r.scaled == is_scaled)
+                    .and_then(|r| r.max_p_draws.first().copied());
+                let quantity = format!(
+                    "max p, d = {d}, m = {m}, {}",
+                    if is_scaled { "scaled" } else { "unscaled" }
+                );
+                let entry = match per_backend
+                    .iter_mut()
+                    .find(|b: &&mut BackendValues| b.quantity == quantity)
+                {
+                    Some(e) => e,
+                    None => {
+                        per_backend.push(BackendValues {
+                            quantity,
+                            values: vec![(plan.primary().to_string(), primary.unwrap_or(f64::NAN))],
+                            floor: 0.0,
+                        });
+                        per_backend.last_mut().expect("just pushed")
+                    }
+                };
+                entry.values.push((backend.clone(), other.max_p));
+            }
+        }
+    }
+    per_backend
+}
+
 /// Tables and claims.
-pub fn analyze(plan: &Plan, cells: &[Measured<Config, Result>]) -> Analysis<AttentionSaturationData> {
+pub fn analyze(
+    plan: &Plan,
+    cells: &[Measured<Config, Result>],
+) -> Analysis<AttentionSaturationData> {
     let mut replicated = Vec::new();
     let mut corrected = Vec::new();
     let (mut n, mut draws) = (0, 0);
@@ -114,42 +157,7 @@ pub fn analyze(plan: &Plan, cells: &[Measured<Config, Result>]) -> Analysis<Atte
             _ => {}
         }
     }
-    // The first draw on every backend, beside the primary's.
-    let mut per_backend = Vec::new();
-    for c in cells {
-        if let (Config::Cross { d, m, backend, .. }, Result::Cross { unscaled, scaled }) =
-            (&c.config, &c.result)
-        {
-            for (is_scaled, other) in [(false, unscaled), (true, scaled)] {
-                let primary = corrected
-                    .iter()
-                    .find(|r| r.d == *d && r.m == *m && r.scaled == is_scaled)
-                    .and_then(|r| r.max_p_draws.first().copied());
-                let quantity = format!(
-                    "max p, d = {d}, m = {m}, {}",
-                    if is_scaled { "scaled" } else { "unscaled" }
-                );
-                let entry = match per_backend
-                    .iter_mut()
-                    .find(|b: &&mut BackendValues| b.quantity == quantity)
-                {
-                    Some(e) => e,
-                    None => {
-                        per_backend.push(BackendValues {
-                            quantity,
-                            values: vec![(
-                                plan.primary().to_string(),
-                                primary.unwrap_or(f64::NAN),
-                            )],
-                            floor: 0.0,
-                        });
-                        per_backend.last_mut().expect("just pushed")
-                    }
-                };
-                entry.values.push((backend.clone(), other.max_p));
-            }
-        }
-    }
+    let per_backend = cross_backend(plan, cells, &corrected);
     let m_main = if corrected.iter().any(|r| r.m == 256) {
         256
     } else {
@@ -173,14 +181,16 @@ pub fn analyze(plan: &Plan, cells: &[Measured<Config, Result>]) -> Analysis<Atte
 /// The article's smallest "one-hot" value: its d = 64 entry, 0.9990.
 pub const ONE_HOT_MAX_P: f64 = 0.999;
 
-/// The claims.
-pub fn claims(replicated: &[ReplicatedRow], corrected: &[CorrectedRow], m_main: usize) -> Vec<Claim> {
-    let cell = |d: usize, scaled: bool| {
-        corrected
-            .iter()
-            .find(|r| r.d == d && r.m == m_main && r.scaled == scaled)
-    };
-    let d_max = corrected.iter().map(|r| r.d).max().unwrap_or(0);
+/// The corrected row of (d, scaling) at m.
+fn cell(corrected: &[CorrectedRow], m: usize, d: usize, scaled: bool) -> Option<&CorrectedRow> {
+    corrected
+        .iter()
+        .find(|r| r.d == d && r.m == m && r.scaled == scaled)
+}
+
+/// The article's claims about the unscaled and scaled max p.
+fn article_claims(corrected: &[CorrectedRow], m_main: usize) -> Vec<Claim> {
+    let cell = |d: usize, scaled: bool| cell(corrected, m_main, d, scaled);
     let mut claims = Vec::new();
     // §6: "unscaled, max_p is 0.9999 everywhere": at every d the article printed ≥ 0.999 for.
     let one_hot: Vec<Condition> = [64, 256, 1024]
@@ -237,6 +247,19 @@ pub fn claims(replicated: &[ReplicatedRow], corrected: &[CorrectedRow], m_main: 
         "90% interval of the mean max p inside [0.02, 0.035] (TOST), per d",
         scaled_band,
     ));
+    claims
+}
+
+/// The lab's claims: the scaled max p is flat in d, unscaled is peaked but not one-hot, and the
+/// article's code explains its numbers.
+fn lab_claims(
+    replicated: &[ReplicatedRow],
+    corrected: &[CorrectedRow],
+    m_main: usize,
+) -> Vec<Claim> {
+    let d_max = corrected.iter().map(|r| r.d).max().unwrap_or(0);
+    let cell = |d: usize, scaled: bool| cell(corrected, m_main, d, scaled);
+    let mut claims = Vec::new();
     // Scaled: the per-query max p does not grow with d (the logit std stays 1).
     let (xs, ys): (Vec<f64>, Vec<f64>) = corrected
         .iter()
@@ -304,5 +327,16 @@ pub fn claims(replicated: &[ReplicatedRow], corrected: &[CorrectedRow], m_main: 
             .join("; "),
         (!replicated.is_empty()).then_some(replicated_like_article),
     ));
+    claims
+}
+
+/// The claims.
+pub fn claims(
+    replicated: &[ReplicatedRow],
+    corrected: &[CorrectedRow],
+    m_main: usize,
+) -> Vec<Claim> {
+    let mut claims = article_claims(corrected, m_main);
+    claims.extend(lab_claims(replicated, corrected, m_main));
     claims
 }

@@ -121,7 +121,10 @@ pub enum AttentionSaturationResult {
 }
 
 fn draw_data(seed: u64, d: usize, m: usize, n: usize, draw: usize) -> (Vec<f32>, Vec<f32>) {
-    let mut r = rng(seed, 3_000_000 + (d * 10_000 + m) as u64 * 100 + draw as u64);
+    let mut r = rng(
+        seed,
+        3_000_000 + (d * 10_000 + m) as u64 * 100 + draw as u64,
+    );
     (normal_vec(&mut r, n * d), normal_vec(&mut r, m * d))
 }
 
@@ -139,7 +142,10 @@ fn one_draw(
             ScalePolicy::Unscaled
         })
         .try_init()?;
-    let (q, k) = (tensor(q, [1, 1, n, d], device), tensor(k, [1, 1, m, d], device));
+    let (q, k) = (
+        tensor(q, [1, 1, n, d], device),
+        tensor(k, [1, 1, m, d], device),
+    );
     let out = attn.try_forward(
         AttentionInput::new(q, k.clone(), k)
             .need_weights()
@@ -176,7 +182,12 @@ impl Stages for AttentionSaturation {
         "Unscaled vs scaled attention, computed per query (correcting the article's table)"
     }
 
-    fn plan(&self, plan: &Plan, _: usize, _: &[Measured<Self::Config, Self::Result>]) -> Vec<Cell<Self::Config>> {
+    fn plan(
+        &self,
+        plan: &Plan,
+        _: usize,
+        _: &[Measured<Self::Config, Self::Result>],
+    ) -> Vec<Cell<Self::Config>> {
         let (ms, n, draws): (&[usize], usize, usize) = if plan.quick {
             (&[256], 64, 4)
         } else {
@@ -294,11 +305,19 @@ impl Stages for AttentionSaturation {
         }
     }
 
-    fn analyze(&self, plan: &Plan, cells: &[Measured<Self::Config, Self::Result>]) -> Analysis<AttentionSaturationData> {
+    fn analyze(
+        &self,
+        plan: &Plan,
+        cells: &[Measured<Self::Config, Self::Result>],
+    ) -> Analysis<AttentionSaturationData> {
         analyze(plan, cells)
     }
 
-    fn render(&self, data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<String, LabError> {
+    fn render(
+        &self,
+        data: &AttentionSaturationData,
+        canvas: &mut Canvas,
+    ) -> Result<String, LabError> {
         render::render(data, canvas)
     }
 }

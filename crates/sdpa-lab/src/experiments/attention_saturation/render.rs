@@ -6,15 +6,15 @@ use crate::experiment::Canvas;
 use crate::markdown::{f, md_table};
 use crate::plot::{LinePlot, Series};
 
-/// The section.
-pub fn render(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<String, LabError> {
-    let range = |xs: &[f64]| {
-        xs.iter()
-            .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
-                (lo.min(x), hi.max(x))
-            })
-    };
-    let article_table = md_table(
+fn range(xs: &[f64]) -> (f64, f64) {
+    xs.iter()
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), &x| {
+            (lo.min(x), hi.max(x))
+        })
+}
+
+fn article_table(data: &AttentionSaturationData) -> String {
+    md_table(
         &[
             "d",
             "max p unscaled (article)",
@@ -35,7 +35,12 @@ pub fn render(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<Str
                 vec![
                     a.0.to_string(),
                     f(a.1, 4),
-                    format!("{} / {}–{}", f(first(&r.unscaled), 4), f(u_lo, 4), f(u_hi, 4)),
+                    format!(
+                        "{} / {}–{}",
+                        f(first(&r.unscaled), 4),
+                        f(u_lo, 4),
+                        f(u_hi, 4)
+                    ),
                     f(a.2, 4),
                     format!("{} / {}–{}", f(first(&r.scaled), 4), f(s_lo, 4), f(s_hi, 4)),
                     f(a.3, 3),
@@ -44,8 +49,11 @@ pub fn render(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<Str
                 ]
             })
             .collect::<Vec<_>>(),
-    );
-    let corrected_table = md_table(
+    )
+}
+
+fn corrected_table(data: &AttentionSaturationData) -> String {
+    md_table(
         &[
             "m",
             "d",
@@ -74,7 +82,10 @@ pub fn render(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<Str
                 ]
             })
             .collect::<Vec<_>>(),
-    );
+    )
+}
+
+fn write_csv(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<(), LabError> {
     canvas.csv(
         "attention_saturation.csv",
         "m,d,scaled,logit_std,max_p,max_p_lo,max_p_hi,entropy,ln_m,keys_above_1e3,saturated_fraction",
@@ -99,6 +110,13 @@ pub fn render(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<Str
             })
             .collect::<Vec<_>>(),
     )?;
+    Ok(())
+}
+
+/// The section.
+pub fn render(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<String, LabError> {
+    write_csv(data, canvas)?;
+    let (article_table, corrected_table) = (article_table(data), corrected_table(data));
     let mut series = Vec::new();
     let mut ms: Vec<usize> = data.corrected.iter().map(|r| r.m).collect();
     ms.sort();

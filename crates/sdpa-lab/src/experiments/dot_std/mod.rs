@@ -61,7 +61,12 @@ impl Stages for DotStd {
         "Why divide by √d_k: the std of q·k grows like √d"
     }
 
-    fn plan(&self, plan: &Plan, _: usize, _: &[Measured<DotStdConfig, DotStdResult>]) -> Vec<Cell<DotStdConfig>> {
+    fn plan(
+        &self,
+        plan: &Plan,
+        _: usize,
+        _: &[Measured<DotStdConfig, DotStdResult>],
+    ) -> Vec<Cell<DotStdConfig>> {
         DIMS.iter()
             .map(|&d| Cell {
                 id: format!("d{d}"),
@@ -100,7 +105,11 @@ impl Stages for DotStd {
         format!("d = {}: std {:.3}", c.d, r.pooled_std)
     }
 
-    fn analyze(&self, _: &Plan, cells: &[Measured<DotStdConfig, DotStdResult>]) -> Analysis<DotStdData> {
+    fn analyze(
+        &self,
+        _: &Plan,
+        cells: &[Measured<DotStdConfig, DotStdResult>],
+    ) -> Analysis<DotStdData> {
         analyze(cells)
     }
 

@@ -6,6 +6,32 @@ use crate::experiment::Canvas;
 use crate::markdown::{f, md_table, opt};
 use crate::plot::{LinePlot, Series};
 
+fn write_csv(data: &DotStdData, canvas: &mut Canvas) -> Result<(), LabError> {
+    canvas.csv(
+        "dot_std.csv",
+        "d,sqrt_d,pooled_std,scaled_mean,scaled_lo,scaled_hi,scaled_spread,article_std,article_scaled",
+        &data
+            .rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{},{},{},{},{},{},{},{},{}",
+                    r.d,
+                    r.sqrt_d,
+                    r.pooled_std,
+                    r.scaled.value,
+                    r.scaled.lo,
+                    r.scaled.hi,
+                    r.scaled_spread,
+                    r.article_std.map_or(String::new(), |x| x.to_string()),
+                    r.article_scaled.map_or(String::new(), |x| x.to_string())
+                )
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(())
+}
+
 /// The section.
 pub fn render(data: &DotStdData, canvas: &mut Canvas) -> Result<String, LabError> {
     let table = md_table(
@@ -39,28 +65,7 @@ pub fn render(data: &DotStdData, canvas: &mut Canvas) -> Result<String, LabError
             })
             .collect::<Vec<_>>(),
     );
-    canvas.csv(
-        "dot_std.csv",
-        "d,sqrt_d,pooled_std,scaled_mean,scaled_lo,scaled_hi,scaled_spread,article_std,article_scaled",
-        &data
-            .rows
-            .iter()
-            .map(|r| {
-                format!(
-                    "{},{},{},{},{},{},{},{},{}",
-                    r.d,
-                    r.sqrt_d,
-                    r.pooled_std,
-                    r.scaled.value,
-                    r.scaled.lo,
-                    r.scaled.hi,
-                    r.scaled_spread,
-                    r.article_std.map_or(String::new(), |x| x.to_string()),
-                    r.article_scaled.map_or(String::new(), |x| x.to_string())
-                )
-            })
-            .collect::<Vec<_>>(),
-    )?;
+    write_csv(data, canvas)?;
     let xy = |pick: fn(&super::DotStdRow) -> Option<f64>| -> Vec<(f64, f64)> {
         data.rows
             .iter()

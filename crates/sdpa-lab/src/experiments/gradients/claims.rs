@@ -1,80 +1,104 @@
-//! The claims of `gradients`, decided by its rows: fitted exponents on d, interval comparisons and
-//! the agreement of autodiff and of the backends.
+//! `gradients`' claims, decided on the primary backend's primary design (d_v fixed), and the
+//! agreement of autodiff and of the backends on every backend of the run.
 
-use super::{DrawValues, GradientRow};
-use crate::claims::{Claim, Source, interval_below, short, show};
-use crate::experiments::BackendValues;
-use crate::stats::{Estimate, exponent_ci};
+use super::FIXED_D_V;
+use super::analyze::{
+    ALMOST_ZERO_RATIO, Cells, GradientRow, GradientsData, RatioRow, primary_design,
+};
+use crate::article;
+use crate::claims::{Claim, Condition, Outcome, Source, interval_below, short, show, side};
+use crate::experiment::{BackendValues, Plan};
+use crate::stats::exponent_ci;
 
-/// The fitted exponent of a quantity on d over every draw of one backend and scaling.
-fn exponent(
-    rows: &[GradientRow],
-    backend: &str,
-    scaled: bool,
-    pick: fn(&DrawValues) -> f64,
-) -> Estimate {
-    let (xs, ys): (Vec<f64>, Vec<f64>) = rows
-        .iter()
-        .filter(|r| r.backend == backend && r.scaled == scaled)
-        .flat_map(|r| r.draws.iter().map(move |v| (r.d as f64, pick(v))))
-        .unzip();
-    exponent_ci(&xs, &ys)
+/// Every draw's ‖J‖ against d, one scaling, primary design and backend.
+fn jacobian_points(cells: &Cells, primary: &str, scaled: bool) -> (Vec<f64>, Vec<f64>) {
+    primary_design(cells, primary, true)
+        .flat_map(|c| {
+            let draws = if scaled {
+                &c.result.scaled
+            } else {
+                &c.result.unscaled
+            };
+            draws
+                .iter()
+                .map(move |v| (c.config.d as f64, v.jacobian_norm))
+        })
+        .unzip()
 }
 
-/// The claims of `gradients`, decided on the primary backend (and, for the agreement claims, on
-/// every backend).
-pub fn claims(primary: &str, rows: &[GradientRow], per_backend: &[BackendValues]) -> Vec<Claim> {
-    let unscaled = |pick| exponent(rows, primary, false, pick);
-    let scaled = |pick| exponent(rows, primary, true, pick);
-    let d_max = rows.iter().map(|r| r.d).max().unwrap_or(0);
-    let at = |s: bool| {
-        rows.iter()
-            .find(|r| r.backend == primary && r.d == d_max && r.scaled == s)
+/// The article's two claims about the Jacobian, and where the two scalings cross.
+fn jacobian_claims(cells: &Cells, data: &GradientsData) -> Vec<Claim> {
+    let (xs, ys) = jacobian_points(cells, &data.primary, false);
+    let (sx, sy) = jacobian_points(cells, &data.primary, true);
+    let fixed: Vec<&RatioRow> = data.ratios.iter().filter(|r| r.d_v_fixed).collect();
+    let d_max = fixed.iter().map(|r| r.d).max().unwrap_or(0);
+    let mut claims = vec![Claim::below(
+        "jacobian-vanishes",
+        Source::Article(&article::GRADIENT_VANISHES),
+        "without √d scaling the softmax Jacobian diag(p) − ppᵀ shrinks as d grows",
+        "fitted exponent of ‖J‖_F on d, unscaled",
+        exponent_ci(&xs, &ys),
+        0.0,
+    )];
+    if let Some(r) = fixed.iter().find(|r| r.d == d_max) {
+        claims.push(Claim::below(
+            "jacobian-almost-zero",
+            Source::Article(&article::GRADIENT_ALMOST_ZERO),
+            format!(
+                "at d = {d_max} the unscaled softmax Jacobian is almost 0: at most {ALMOST_ZERO_RATIO} of the \
+                 scaled one (threshold fixed in advance)"
+            ),
+            "‖J‖ unscaled / scaled, paired per draw",
+            r.jacobian,
+            ALMOST_ZERO_RATIO,
+        ));
+    }
+    if let (Some(a), Some(b)) = (fixed.first(), fixed.last()) {
+        let holds = match (side(a.jacobian, 1.0, false), side(b.jacobian, 1.0, true)) {
+            (Some(true), Some(true)) => Some(true),
+            (Some(false), _) | (_, Some(false)) => Some(false),
+            _ => None,
+        };
+        claims.push(Claim::decided(
+            "jacobian-crossover",
+            Source::Lab,
+            format!(
+                "the unscaled Jacobian is larger than the scaled one at small d and smaller at large d; they \
+                 cross at d ≈ {}",
+                data.crossover_d.map_or("–".into(), |d| format!("{d:.0}"))
+            ),
+            "‖J‖ ratio unscaled / scaled: 95% interval above 1 at the smallest d, below 1 at the largest",
+            format!("d = {}: {}; d = {}: {}", a.d, show(a.jacobian), b.d, show(b.jacobian)),
+            holds,
+        ));
+    }
+    claims.push(Claim::in_range(
+        "scaled-jacobian-flat",
+        Source::Lab,
+        "with 1/√d the Jacobian does not depend on d",
+        "fitted exponent of ‖J‖_F on d, scaled",
+        exponent_ci(&sx, &sy),
+        -0.1,
+        0.1,
+    ));
+    claims
+}
+
+/// What the gradient does beyond the Jacobian: which keys get it, how big it is at Q, and how
+/// much of its growth was the d_v = d design.
+fn gradient_claims(data: &GradientsData) -> Vec<Claim> {
+    let fixed = |s: bool| -> Vec<&GradientRow> {
+        data.rows
+            .iter()
+            .filter(|r| r.d_v_fixed && r.backend == data.primary && r.scaled == s)
+            .collect()
     };
-    let mut claims = vec![
-        Claim::below(
-            "jacobian-vanishes",
-            Source::Article("§4"),
-            "without √d scaling the softmax Jacobian diag(p) − ppᵀ vanishes as d grows",
-            "fitted exponent of ‖J‖_F on d, unscaled",
-            unscaled(|v| v.jacobian_norm),
-            0.0,
-        ),
-        Claim::below(
-            "score-gradient-vanishes",
-            Source::Article("§4"),
-            "without √d scaling the gradient reaching the scores vanishes as d grows",
-            "fitted exponent of RMS ∂L/∂s on d, unscaled",
-            unscaled(|v| v.rms_ds),
-            0.0,
-        ),
-        Claim::below(
-            "query-gradient-vanishes",
-            Source::Article("§4"),
-            "without √d scaling the gradient reaching Q (and K) vanishes as d grows",
-            "fitted exponent of RMS ∂L/∂Q on d, unscaled",
-            unscaled(|v| v.rms_dq),
-            0.0,
-        ),
-        Claim::above(
-            "query-gradient-grows",
-            Source::Lab,
-            "without scaling, ∂L/∂Q does not vanish: the smaller score gradients meet a scale of 1 instead of 1/√d, and it grows with d",
-            "fitted exponent of RMS ∂L/∂Q on d, unscaled",
-            unscaled(|v| v.rms_dq),
-            0.0,
-        ),
-        Claim::in_range(
-            "scaled-jacobian-flat",
-            Source::Lab,
-            "with 1/√d the Jacobian does not vanish: its norm does not depend on d",
-            "fitted exponent of ‖J‖_F on d, scaled",
-            scaled(|v| v.jacobian_norm),
-            -0.1,
-            0.1,
-        ),
-    ];
-    if let (Some(u), Some(s)) = (at(false), at(true)) {
+    let d_max = data.ratios.iter().map(|r| r.d).max().unwrap_or(0);
+    let mut claims = Vec::new();
+    if let (Some(u), Some(s)) = (
+        fixed(false).into_iter().find(|r| r.d == d_max),
+        fixed(true).into_iter().find(|r| r.d == d_max),
+    ) {
         claims.push(Claim::decided(
             "gradient-concentrates",
             Source::Lab,
@@ -84,21 +108,77 @@ pub fn claims(primary: &str, rows: &[GradientRow], per_backend: &[BackendValues]
             interval_below(u.share_keys, s.share_keys),
         ));
     }
-    let worst_autodiff = rows
+    if let Some(r) = data.ratios.iter().find(|r| r.d_v_fixed && r.d == d_max) {
+        claims.push(Claim::above(
+            "query-gradient-not-smaller",
+            Source::Lab,
+            format!(
+                "without scaling, the gradient reaching Q is not smaller than with it: the smaller score gradient \
+                 meets a scale of 1 instead of 1/√d (d = {d_max})"
+            ),
+            "RMS ∂L/∂Q unscaled / scaled, paired per draw",
+            r.query,
+            1.0,
+        ));
+    }
+    if let Some((_, fixed_exp, equal_exp)) = data.exponents.first() {
+        claims.push(Claim::decided(
+            "d-v-equals-d-inflates-the-growth",
+            Source::Lab,
+            format!(
+                "with d_v = d (the earlier design) the unscaled ∂L/∂Q grows faster with d than with d_v fixed at \
+                 {FIXED_D_V}: part of its growth is g·v_j growing like √d_v, not the scaling"
+            ),
+            "fitted exponents of the unscaled RMS ∂L/∂Q on d: the d_v-fixed interval entirely below the d_v = d one",
+            format!("d_v = {FIXED_D_V}: {}; d_v = d: {}", show(*fixed_exp), show(*equal_exp)),
+            interval_below(*fixed_exp, *equal_exp),
+        ));
+    }
+    claims
+}
+
+/// Autodiff against the analytic Jacobian on each backend, and the backends against each other
+/// (only when two or more ran: "on every backend" is never claimed from one).
+fn backend_claims(
+    plan: &Plan,
+    cells: &Cells,
+    data: &GradientsData,
+    per_backend: &[BackendValues],
+) -> Vec<Claim> {
+    let mut backends: Vec<String> = cells.iter().map(|c| c.config.backend.clone()).collect();
+    backends.sort();
+    backends.dedup();
+    let checks: Vec<Condition> = backends
         .iter()
-        .map(|r| r.jacobian_autodiff_max_diff)
-        .fold(0.0, f64::max);
-    claims.push(Claim::decided(
+        .map(|b| {
+            let worst = data
+                .rows
+                .iter()
+                .filter(|r| &r.backend == b)
+                .filter_map(|r| r.jacobian_check)
+                .fold(0.0, f64::max);
+            Condition {
+                label: b.clone(),
+                measured: format!("largest difference {}", short(worst)),
+                outcome: Outcome::of(Some(worst <= 1e-4)),
+            }
+        })
+        .collect();
+    let mut claims = vec![Claim::per_condition(
         "autodiff-equals-analytic",
         Source::Lab,
-        "Burn's autodiff gives the analytic softmax Jacobian, on every backend",
-        "largest per-row |autodiff − analytic| of ‖J‖_F ≤ 1e−4",
-        format!("largest difference {}", short(worst_autodiff)),
-        Some(worst_autodiff <= 1e-4),
-    ));
-    let backends: std::collections::BTreeSet<&str> =
-        rows.iter().map(|r| r.backend.as_str()).collect();
-    if backends.len() > 1 {
+        format!(
+            "Burn's autodiff gives the analytic softmax Jacobian on {}",
+            if backends.len() > 1 {
+                "every backend of this run"
+            } else {
+                "the one backend of this run"
+            }
+        ),
+        "largest per-row |autodiff − analytic| of ‖J‖_F ≤ 1e−4, per backend",
+        checks,
+    )];
+    if plan.backends.len() > 1 {
         let worst = per_backend
             .iter()
             .map(BackendValues::largest_disagreement)
@@ -108,12 +188,25 @@ pub fn claims(primary: &str, rows: &[GradientRow], per_backend: &[BackendValues]
             Source::Lab,
             format!(
                 "every backend measures the same gradients ({})",
-                backends.into_iter().collect::<Vec<_>>().join(", ")
+                backends.join(", ")
             ),
             "largest relative disagreement of ‖J‖, RMS ∂L/∂Q and RMS ∂L/∂s on the same draw ≤ 1e−3",
             format!("largest relative disagreement {}", short(worst)),
             Some(worst <= 1e-3),
         ));
     }
+    claims
+}
+
+/// Every claim of `gradients`.
+pub fn claims(
+    plan: &Plan,
+    cells: &Cells,
+    data: &GradientsData,
+    per_backend: &[BackendValues],
+) -> Vec<Claim> {
+    let mut claims = jacobian_claims(cells, data);
+    claims.extend(gradient_claims(data));
+    claims.extend(backend_claims(plan, cells, data, per_backend));
     claims
 }

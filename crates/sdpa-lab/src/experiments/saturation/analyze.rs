@@ -68,6 +68,35 @@ pub fn analyze(cells: &[Measured<SaturationConfig, SaturationResult>]) -> Analys
     )
 }
 
+/// §3.1: unscaled logits at d_k = 64 have s = 8: "clearly saturated", at every n.
+fn at_logit_std_eight(rows: &[SaturationRow]) -> Vec<Condition> {
+    rows.iter()
+        .filter(|r| r.scale == 8.0)
+        .map(|r| {
+            let normalized = Estimate {
+                value: r.entropy.value / r.ln_n,
+                lo: r.entropy.lo / r.ln_n,
+                hi: r.entropy.hi / r.ln_n,
+                n: r.entropy.n,
+                ci90: None,
+            };
+            Condition {
+                label: format!("n = {}", r.n),
+                measured: format!(
+                    "entropy / ln n = {}, max p = {}",
+                    crate::claims::show(normalized),
+                    short(r.max_p.value)
+                ),
+                outcome: Outcome::of(crate::claims::side(
+                    normalized,
+                    SATURATED_NORMALIZED_ENTROPY,
+                    true,
+                )),
+            }
+        })
+        .collect()
+}
+
 /// The claims.
 ///
 /// The article's cells come from its own draw of 2000 rows: ours and its differ by the noise of
@@ -101,37 +130,9 @@ pub fn claims(rows: &[SaturationRow]) -> Vec<Claim> {
     };
     let sharpening = |n: usize| {
         let cells: Vec<&SaturationRow> = rows.iter().filter(|r| r.n == n).collect();
-        cells
-            .windows(2)
-            .all(|w| w[1].entropy.hi < w[0].entropy.lo)
+        cells.windows(2).all(|w| w[1].entropy.hi < w[0].entropy.lo)
     };
-    // §3.1: unscaled logits at d_k = 64 have s = 8: "clearly saturated", at every n.
-    let at_eight: Vec<Condition> = rows
-        .iter()
-        .filter(|r| r.scale == 8.0)
-        .map(|r| {
-            let normalized = Estimate {
-                value: r.entropy.value / r.ln_n,
-                lo: r.entropy.lo / r.ln_n,
-                hi: r.entropy.hi / r.ln_n,
-                n: r.entropy.n,
-                ci90: None,
-            };
-            Condition {
-                label: format!("n = {}", r.n),
-                measured: format!(
-                    "entropy / ln n = {}, max p = {}",
-                    crate::claims::show(normalized),
-                    short(r.max_p.value)
-                ),
-                outcome: Outcome::of(crate::claims::side(
-                    normalized,
-                    SATURATED_NORMALIZED_ENTROPY,
-                    true,
-                )),
-            }
-        })
-        .collect();
+    let at_eight = at_logit_std_eight(rows);
     vec![
         Claim::decided(
             "article-max-p",

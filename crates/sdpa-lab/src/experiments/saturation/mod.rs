@@ -75,7 +75,12 @@ impl Stages for Saturation {
         "Softmax saturation: large logits make attention one-hot"
     }
 
-    fn plan(&self, plan: &Plan, _: usize, _: &[Measured<SaturationConfig, SaturationResult>]) -> Vec<Cell<SaturationConfig>> {
+    fn plan(
+        &self,
+        plan: &Plan,
+        _: usize,
+        _: &[Measured<SaturationConfig, SaturationResult>],
+    ) -> Vec<Cell<SaturationConfig>> {
         // s = 8 is unscaled attention at d_k = 64, which §3.1 calls clearly saturated.
         let scales: &[f64] = if plan.quick {
             &[1.0, 4.0, 8.0, 16.0]
@@ -114,7 +119,11 @@ impl Stages for Saturation {
         format!("n = {}, s = {}: max p {:.4}", c.n, c.scale, r.max_p.value)
     }
 
-    fn analyze(&self, _: &Plan, cells: &[Measured<SaturationConfig, SaturationResult>]) -> Analysis<SaturationData> {
+    fn analyze(
+        &self,
+        _: &Plan,
+        cells: &[Measured<SaturationConfig, SaturationResult>],
+    ) -> Analysis<SaturationData> {
         analyze(cells)
     }
 

@@ -6,6 +6,34 @@ use crate::experiment::Canvas;
 use crate::markdown::{f, md_table, opt};
 use crate::plot::{LinePlot, Series};
 
+fn write_csv(data: &SaturationData, canvas: &mut Canvas) -> Result<(), LabError> {
+    canvas.csv(
+        "saturation.csv",
+        "n,scale,max_p,max_p_lo,max_p_hi,entropy,entropy_lo,entropy_hi,ln_n,article_max_p,article_entropy",
+        &data
+            .rows
+            .iter()
+            .map(|r| {
+                format!(
+                    "{},{},{},{},{},{},{},{},{},{},{}",
+                    r.n,
+                    r.scale,
+                    r.max_p.value,
+                    r.max_p.lo,
+                    r.max_p.hi,
+                    r.entropy.value,
+                    r.entropy.lo,
+                    r.entropy.hi,
+                    r.ln_n,
+                    r.article_max_p.map_or(String::new(), |x| x.to_string()),
+                    r.article_entropy.map_or(String::new(), |x| x.to_string())
+                )
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(())
+}
+
 /// The section.
 pub fn render(data: &SaturationData, canvas: &mut Canvas) -> Result<String, LabError> {
     let table = md_table(
@@ -35,30 +63,7 @@ pub fn render(data: &SaturationData, canvas: &mut Canvas) -> Result<String, LabE
             })
             .collect::<Vec<_>>(),
     );
-    canvas.csv(
-        "saturation.csv",
-        "n,scale,max_p,max_p_lo,max_p_hi,entropy,entropy_lo,entropy_hi,ln_n,article_max_p,article_entropy",
-        &data
-            .rows
-            .iter()
-            .map(|r| {
-                format!(
-                    "{},{},{},{},{},{},{},{},{},{},{}",
-                    r.n,
-                    r.scale,
-                    r.max_p.value,
-                    r.max_p.lo,
-                    r.max_p.hi,
-                    r.entropy.value,
-                    r.entropy.lo,
-                    r.entropy.hi,
-                    r.ln_n,
-                    r.article_max_p.map_or(String::new(), |x| x.to_string()),
-                    r.article_entropy.map_or(String::new(), |x| x.to_string())
-                )
-            })
-            .collect::<Vec<_>>(),
-    )?;
+    write_csv(data, canvas)?;
     let mut series = Vec::new();
     for &n in &NS {
         series.push(Series::with_band(

@@ -1,95 +1,213 @@
-//! The plots of `training`, drawn from the saved run files.
+//! `training`'s plots, drawn from the saved runs: the share of runs at 99% by step t, the
+//! held-out accuracy (median and quartiles over seeds), and the initial-logit mechanism.
 
-use sdpa_model::OptimizerKind;
+use sdpa_model::{OptimizerKind, QkInit};
 
-use super::{Condition, Part, TrainingGrid, TrainingRun, opt_name, read_metrics, run_name};
-use crate::context::{LabContext, LabError};
-use crate::experiments::out_path;
-use crate::plot::{LinePlot, Series, line_plot};
+use super::analyze::{RunRow, TrainingData};
+use crate::context::LabError;
+use crate::experiment::Canvas;
+use crate::measures::training::{Arm, EVAL_EVERY, init_name};
+use crate::plot::{LinePlot, Series};
 
-/// Time-to-target curves (share of seeds at 99% by step t) of the main Adam and SGD conditions,
-/// and the loss curves of the first seed, drawn from the saved files.
-pub(super) fn plot(
-    ctx: &LabContext,
-    grid: &TrainingGrid,
-    runs: &[TrainingRun],
-    root: &std::path::Path,
-) -> Result<Vec<String>, LabError> {
-    let mut plots = Vec::new();
-    for optimizer in [OptimizerKind::Adam, OptimizerKind::Sgd] {
-        let main: Vec<&Condition> = grid
-            .conditions
-            .iter()
-            .filter(|c| c.optimizer == optimizer && c.part == Part::Main)
-            .collect();
-        if main.is_empty() {
-            continue;
-        }
-        let mut curves = Vec::new();
-        let mut losses = Vec::new();
-        for c in &main {
-            for scaled in [true, false] {
-                let label = format!(
-                    "d_k={} {}",
-                    c.d_k,
-                    if scaled { "scaled" } else { "unscaled" }
-                );
-                let rs: Vec<&TrainingRun> = runs
+fn main_runs(data: &TrainingData, init: QkInit, d_k: usize, arm: Arm) -> Vec<&RunRow> {
+    data.runs
+        .iter()
+        .filter(|r| {
+            r.condition.optimizer == OptimizerKind::Adam
+                && r.condition.init == init
+                && r.condition.d_k == d_k
+                && r.arm == arm
+        })
+        .collect()
+}
+
+/// A run's held-out accuracy at step t: its last evaluation at or before t (a run that stopped
+/// at the target keeps its last value).
+fn accuracy_at(run: &RunRow, t: usize) -> f64 {
+    run.outcome
+        .curve
+        .iter()
+        .take_while(|p| p.step <= t)
+        .last()
+        .map_or(f64::NAN, |p| p.accuracy)
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let pos = q * (sorted.len() - 1) as f64;
+    let (i, frac) = (pos.floor() as usize, pos.fract());
+    let next = sorted[(i + 1).min(sorted.len() - 1)];
+    sorted[i] + frac * (next - sorted[i])
+}
+
+fn arm_style(arm: Arm) -> &'static str {
+    if arm == Arm::Scaled {
+        "1/√d_k"
+    } else {
+        "none"
+    }
+}
+
+/// One initialization's curves: the share of runs at 99% by step t (every d_k, both arms) and
+/// the held-out accuracy's median and quartiles (the smallest and largest d_k).
+fn curves(data: &TrainingData, init: QkInit) -> (Vec<Series>, Vec<Series>) {
+    let steps: Vec<usize> = (0..=data.sizes.budget).step_by(EVAL_EVERY).collect();
+    let dims = &data.sizes.main_dims;
+    let (mut reached, mut accuracy) = (Vec::new(), Vec::new());
+    for (k, &d_k) in dims.iter().enumerate() {
+        for arm in [Arm::Scaled, Arm::Unscaled] {
+            let runs = main_runs(data, init, d_k, arm);
+            if runs.is_empty() {
+                continue;
+            }
+            let label = format!("d_k = {d_k}, {}", arm_style(arm));
+            let share: Vec<(f64, f64)> = steps
+                .iter()
+                .map(|&t| {
+                    let at = runs
+                        .iter()
+                        .filter(|r| r.outcome.steps_to_target.is_some_and(|s| s <= t))
+                        .count();
+                    (t as f64, at as f64 / runs.len() as f64)
+                })
+                .collect();
+            let s = if arm == Arm::Scaled {
+                Series::line(label.clone(), share)
+            } else {
+                Series::reference(label.clone(), share)
+            };
+            reached.push(s.colored(k));
+            if k == 0 || k + 1 == dims.len() {
+                let band: Vec<(f64, f64, f64, f64)> = steps
                     .iter()
-                    .filter(|r| r.condition == **c && r.scaled == scaled)
+                    .map(|&t| {
+                        let mut v: Vec<f64> = runs
+                            .iter()
+                            .map(|r| accuracy_at(r, t))
+                            .filter(|x| x.is_finite())
+                            .collect();
+                        v.sort_by(|a, b| a.total_cmp(b));
+                        (
+                            t as f64,
+                            quantile(&v, 0.5),
+                            quantile(&v, 0.25),
+                            quantile(&v, 0.75),
+                        )
+                    })
                     .collect();
-                curves.push(Series::line(
-                    label.clone(),
-                    (0..=grid.steps)
-                        .step_by(grid.eval_every)
-                        .map(|t| {
-                            let reached = rs
-                                .iter()
-                                .filter(|r| r.steps_to_target.is_some_and(|s| s <= t))
-                                .count();
-                            (t as f64, reached as f64 / rs.len().max(1) as f64)
-                        })
-                        .collect(),
-                ));
-                let name = run_name(c, scaled, grid.seeds[0]);
-                let metrics = read_metrics(&root.join(&name).join("metrics.csv"), 1)?;
-                losses.push(Series::line(
-                    label,
-                    metrics.iter().map(|m| (m.step as f64, m.loss)).collect(),
-                ));
+                let color = 2 * k.min(1) + usize::from(arm != Arm::Scaled);
+                accuracy.push(Series::with_band(label, band).colored(color));
             }
         }
-        let lr = main[0].lr;
-        for (kind, title, y_label, series, log_y) in [
-            (
-                "time_to_target",
-                "Share of seeds at 99% by step t",
-                "share of seeds",
-                curves,
-                false,
-            ),
-            (
-                "loss",
-                "Training loss, first seed",
-                "cross-entropy",
-                losses,
-                true,
-            ),
-        ] {
-            let p = format!("training_{kind}_{}.png", opt_name(optimizer));
-            line_plot(
-                &out_path(ctx, &p),
-                &LinePlot {
-                    title: format!("{title} ({} lr {lr})", opt_name(optimizer)),
-                    x_label: "step".into(),
-                    y_label: y_label.into(),
-                    log_x: false,
-                    log_y,
-                    series,
-                },
-            )?;
-            plots.push(p);
-        }
     }
-    Ok(plots)
+    (reached, accuracy)
+}
+
+/// Every plot; returns their Markdown links.
+pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, LabError> {
+    let mut links = Vec::new();
+    for init in [QkInit::Default, QkInit::Unit] {
+        let (reached, accuracy) = curves(data, init);
+        if reached.is_empty() {
+            continue;
+        }
+        let name = init_name(init);
+        links.push(canvas.line_plot(
+            &format!("training_reached_{name}.png"),
+            &LinePlot {
+                title: format!(
+                    "Share of the {} seeds at 99% by step t (Adam, {name} init)",
+                    data.sizes.eval_seeds
+                ),
+                x_label: "step".into(),
+                y_label: "share of runs at 99% held-out accuracy".into(),
+                log_x: false,
+                log_y: false,
+                series: reached,
+            },
+        )?);
+        links.push(canvas.line_plot(
+            &format!("training_accuracy_{name}.png"),
+            &LinePlot {
+                title: format!(
+                    "Held-out accuracy: median and quartiles over seeds (Adam, {name} init)"
+                ),
+                x_label: "step".into(),
+                y_label: "held-out accuracy".into(),
+                log_x: false,
+                log_y: false,
+                series: accuracy,
+            },
+        )?);
+    }
+    links.push(mechanism(data, canvas)?);
+    Ok(links)
+}
+
+/// Steps to 99% against the initial logit std, every main run (both arms on one axis); runs
+/// that never got there are hollow, at the budget.
+fn mechanism(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabError> {
+    let mut series = Vec::new();
+    for (k, (init, arm)) in [
+        (QkInit::Default, Arm::Scaled),
+        (QkInit::Default, Arm::Unscaled),
+        (QkInit::Unit, Arm::Scaled),
+        (QkInit::Unit, Arm::Unscaled),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let runs: Vec<&RunRow> = data
+            .runs
+            .iter()
+            .filter(|r| {
+                r.condition.optimizer == OptimizerKind::Adam
+                    && r.condition.init == init
+                    && r.arm == arm
+                    && data.sizes.main_dims.contains(&r.condition.d_k)
+            })
+            .collect();
+        let point = |r: &&RunRow| {
+            (
+                r.outcome.initial.logit_std,
+                r.outcome.steps_to_target.map_or(r.budget, |s| s) as f64,
+            )
+        };
+        let label = format!("{} init, {}", init_name(init), arm_style(arm));
+        series.push(
+            Series::scatter(
+                label.clone(),
+                runs.iter()
+                    .filter(|r| r.outcome.steps_to_target.is_some())
+                    .map(point)
+                    .collect(),
+                false,
+            )
+            .colored(k),
+        );
+        series.push(
+            Series::scatter(
+                format!("{label}: never at 99%"),
+                runs.iter()
+                    .filter(|r| r.outcome.steps_to_target.is_none())
+                    .map(point)
+                    .collect(),
+                true,
+            )
+            .colored(k),
+        );
+    }
+    canvas.line_plot(
+        "training_mechanism.png",
+        &LinePlot {
+            title: "Steps to 99% vs the initial logit std (every main Adam run)".into(),
+            x_label: "initial logit std (within-row, at step 0)".into(),
+            y_label: "steps to 99% (hollow: never, drawn at the budget)".into(),
+            log_x: true,
+            log_y: false,
+            series,
+        },
+    )
 }

@@ -1,0 +1,120 @@
+//! `attention-map` (§6 experiment 3): 8 tokens, tokens 4–7 copies of 0–3, random linear
+//! projections of width 32 — printed and drawn, with the share of rows 4–7 whose largest weight
+//! is on their twin measured over many draws; then the map of a model trained on *match*, which
+//! learns the permutation. Two cells: the random maps, and the trained model (heavy).
+
+mod analyze;
+mod measure;
+mod render;
+
+use serde::{Deserialize, Serialize};
+
+pub use analyze::{AttentionMapData, analyze};
+pub use measure::{RandomMaps, TrainedMap};
+
+use crate::context::{Env, LabError};
+use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+
+/// One cell.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AttentionMapConfig {
+    /// The article's random-projection maps, `draws` of them.
+    Random {
+        /// Draws.
+        draws: usize,
+        /// Seed.
+        seed: u64,
+        /// Backend.
+        backend: String,
+    },
+    /// The default model trained on *match*.
+    Trained {
+        /// Seed.
+        seed: u64,
+        /// Backend.
+        backend: String,
+    },
+}
+
+/// One cell's measurement.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AttentionMapResult {
+    /// The random maps.
+    Random(RandomMaps),
+    /// The trained model's map.
+    Trained(TrainedMap),
+}
+
+/// The experiment.
+pub struct AttentionMap;
+
+impl Stages for AttentionMap {
+    type Config = AttentionMapConfig;
+    type Result = AttentionMapResult;
+    type Data = AttentionMapData;
+
+    fn name(&self) -> &'static str {
+        "attention-map"
+    }
+
+    fn title(&self) -> &'static str {
+        "Attention maps: random projections (the article's experiment 3) vs a trained model"
+    }
+
+    fn plan(
+        &self,
+        plan: &Plan,
+        _: usize,
+        _: &[Measured<Self::Config, Self::Result>],
+    ) -> Vec<Cell<Self::Config>> {
+        let backend = plan.primary().to_string();
+        vec![
+            Cell {
+                id: "random".into(),
+                config: AttentionMapConfig::Random {
+                    draws: if plan.quick { 200 } else { 1000 },
+                    seed: plan.seed,
+                    backend: backend.clone(),
+                },
+                weight: Weight::Light,
+            },
+            Cell {
+                id: "trained".into(),
+                config: AttentionMapConfig::Trained {
+                    seed: plan.seed,
+                    backend,
+                },
+                weight: Weight::Heavy,
+            },
+        ]
+    }
+
+    fn measure(&self, c: &Self::Config, env: &Env) -> Result<Self::Result, LabError> {
+        match c {
+            AttentionMapConfig::Random {
+                draws,
+                seed,
+                backend,
+            } => Ok(AttentionMapResult::Random(measure::random_maps(
+                *draws,
+                *seed,
+                env.device(backend)?,
+            )?)),
+            AttentionMapConfig::Trained { seed, backend } => Ok(AttentionMapResult::Trained(
+                measure::trained_map(*seed, backend, env.device(backend)?)?,
+            )),
+        }
+    }
+
+    fn analyze(
+        &self,
+        _: &Plan,
+        cells: &[Measured<Self::Config, Self::Result>],
+    ) -> Analysis<AttentionMapData> {
+        analyze(cells)
+    }
+
+    fn render(&self, data: &AttentionMapData, canvas: &mut Canvas) -> Result<String, LabError> {
+        render::render(data, canvas)
+    }
+}

@@ -1,0 +1,69 @@
+//! `attention-map`'s section: tables, CSV and plots from the analysis.
+
+use super::analyze::*;
+use crate::claims::show;
+use crate::context::LabError;
+use crate::experiment::Canvas;
+use crate::markdown::{f, md_table};
+
+/// The section.
+pub fn render(data: &AttentionMapData, canvas: &mut Canvas) -> Result<String, LabError> {
+    let mut out = String::new();
+    if let Some(r) = &data.random {
+        let mut headers = vec![String::new()];
+        headers.extend((0..8).map(|j| j.to_string()));
+        let h: Vec<&str> = headers.iter().map(|s| s.as_str()).collect();
+        let rows: Vec<Vec<String>> = r
+            .first
+            .iter()
+            .enumerate()
+            .map(|(i, row)| {
+                let mut cells = vec![format!("t{i}")];
+                cells.extend(row.iter().map(|v| f(*v, 2)));
+                cells
+            })
+            .collect();
+        let plot = canvas.heatmap(
+            "attention_map_random.png",
+            "Random projections (article's experiment 3)",
+            &r.first,
+            "key",
+            "query",
+        )?;
+        out.push_str(&format!(
+            "**The article's setup.** 8 tokens of width 32 (x ~ N(0, 0.5²)), tokens 4–7 copies of 0–3, Q, K \
+             from two independent random `nn.Linear(32, 32)` (PyTorch's default init), softmax of QKᵀ/√32. One \
+             draw:\n\n{}\n{plot}\n\nOver {} draws: the share of rows 4–7 whose largest weight is on their twin \
+             (or on themselves, whose key is identical) is {} (Wilson 95%; chance would give 25%), and the mean \
+             weight of a row on its twin is {} (t-interval over draws; uniform is 0.125). q_i·k_j = x_iᵀW_QᵀW_K x_j \
+             with *independent* random W_Q, W_K is not largest at x_j = x_i unless W_QᵀW_K is positive definite, \
+             which training can learn; a copy is never *preferred* to itself: columns i and i − 4 always get the \
+             same weight.\n\n",
+            md_table(&h, &rows),
+            r.draws,
+            show(data.random_share),
+            show(data.random_twin_weight),
+        ));
+    }
+    if let Some(t) = &data.trained {
+        let plot = canvas.heatmap(
+            "attention_map_trained.png",
+            &format!("Trained on match, head {} (tokens {:?})", t.head, t.tokens),
+            &t.weights,
+            "key",
+            "query",
+        )?;
+        out.push_str(&format!(
+            "**A trained model.** The default model (2 heads) trained on *match* ({} steps, held-out accuracy {}); \
+             the share of second-half rows whose largest weight is on their twin, per head (Wilson 95% over a \
+             held-out batch): {}. Head {} on one held-out sequence (tokens {:?}; rows 8–15 are the second half, \
+             their twins are in columns 0–7):\n\n{plot}\n",
+            t.steps,
+            f(t.accuracy, 4),
+            data.trained_shares.iter().map(|s| show(*s)).collect::<Vec<_>>().join(", "),
+            t.head,
+            t.tokens,
+        ));
+    }
+    Ok(out)
+}

@@ -1,0 +1,232 @@
+//! `gradients`' rows, paired ratios and claims.
+
+use serde::Serialize;
+
+use super::{DrawValues, GradientsConfig, GradientsResult};
+use crate::experiment::{Analysis, BackendValues, Measured, Plan};
+use crate::stats::{Estimate, exponent_ci, mean_ci};
+
+/// "Almost zero" (Q1: 梯度几乎为 0): the unscaled Jacobian at most a tenth of the scaled one —
+/// an order of magnitude, fixed before any run.
+pub const ALMOST_ZERO_RATIO: f64 = 0.1;
+
+/// One (design, backend, d, scaling) over its draws.
+#[derive(Debug, Clone, Serialize)]
+pub struct GradientRow {
+    /// d_v of the design.
+    pub d_v_fixed: bool,
+    /// Backend.
+    pub backend: String,
+    /// d.
+    pub d: usize,
+    /// Scaled by 1/√d.
+    pub scaled: bool,
+    /// Mean max p.
+    pub max_p: Estimate,
+    /// ‖J‖_F per row.
+    pub jacobian_norm: Estimate,
+    /// RMS ∂L/∂scores.
+    pub rms_ds: Estimate,
+    /// Share of keys receiving gradient.
+    pub share_keys: Estimate,
+    /// RMS ∂L/∂Q.
+    pub rms_dq: Estimate,
+    /// RMS ∂L/∂K.
+    pub rms_dk: Estimate,
+    /// RMS ∂L/∂V.
+    pub rms_dv: Estimate,
+    /// Largest |autodiff − analytic| per-row ‖J‖ on the first draw.
+    pub jacobian_check: Option<f64>,
+}
+
+/// Paired ratios unscaled / scaled, per (design, d), primary backend.
+#[derive(Debug, Clone, Serialize)]
+pub struct RatioRow {
+    /// d_v fixed (primary design) or d_v = d.
+    pub d_v_fixed: bool,
+    /// d.
+    pub d: usize,
+    /// ‖J‖ unscaled / scaled, mean over draws.
+    pub jacobian: Estimate,
+    /// RMS ∂L/∂Q unscaled / scaled.
+    pub query: Estimate,
+    /// RMS ∂L/∂s unscaled / scaled.
+    pub scores: Estimate,
+}
+
+/// What `render` draws.
+#[derive(Debug, Clone, Serialize)]
+pub struct GradientsData {
+    /// Queries = keys.
+    pub n: usize,
+    /// Draws per cell.
+    pub draws: usize,
+    /// Query rows of the Jacobian check.
+    pub jacobian_rows: usize,
+    /// The primary backend.
+    pub primary: String,
+    /// Every row.
+    pub rows: Vec<GradientRow>,
+    /// The paired ratios.
+    pub ratios: Vec<RatioRow>,
+    /// Growth exponents on d of the unscaled RMS ∂L/∂Q and ∂L/∂s: (d_v fixed, d_v = d).
+    pub exponents: Vec<(String, Estimate, Estimate)>,
+    /// Where the unscaled ‖J‖ crosses the scaled one (log-interpolated d), if it does.
+    pub crossover_d: Option<f64>,
+}
+
+fn row(c: &GradientsConfig, scaled: bool, draws: &[DrawValues], check: Option<f64>) -> GradientRow {
+    let ci = |pick: fn(&DrawValues) -> f64| mean_ci(&draws.iter().map(pick).collect::<Vec<_>>());
+    GradientRow {
+        // The primary design's cells are the ones with the Jacobian check.
+        d_v_fixed: c.jacobian_rows.is_some(),
+        backend: c.backend.clone(),
+        d: c.d,
+        scaled,
+        max_p: ci(|v| v.max_p),
+        jacobian_norm: ci(|v| v.jacobian_norm),
+        rms_ds: ci(|v| v.rms_ds),
+        share_keys: ci(|v| v.share_keys),
+        rms_dq: ci(|v| v.rms_dq),
+        rms_dk: ci(|v| v.rms_dk),
+        rms_dv: ci(|v| v.rms_dv),
+        jacobian_check: check,
+    }
+}
+
+/// The cells of a run.
+pub(super) type Cells = [Measured<GradientsConfig, GradientsResult>];
+
+/// The cells of one design (d_v fixed: the ones with the Jacobian check) on the primary backend.
+pub(super) fn primary_design<'a>(
+    cells: &'a Cells,
+    primary: &'a str,
+    fixed: bool,
+) -> impl Iterator<Item = &'a Measured<GradientsConfig, GradientsResult>> {
+    cells
+        .iter()
+        .filter(move |c| c.config.backend == primary && (c.config.jacobian_rows.is_some() == fixed))
+}
+
+fn exponent(cells: &Cells, primary: &str, fixed: bool, pick: fn(&DrawValues) -> f64) -> Estimate {
+    let (xs, ys): (Vec<f64>, Vec<f64>) = primary_design(cells, primary, fixed)
+        .flat_map(|c| {
+            c.result
+                .unscaled
+                .iter()
+                .map(move |v| (c.config.d as f64, pick(v)))
+        })
+        .unzip();
+    exponent_ci(&xs, &ys)
+}
+
+fn ratios(cells: &Cells, primary: &str) -> Vec<RatioRow> {
+    let mut out = Vec::new();
+    for fixed in [true, false] {
+        for c in primary_design(cells, primary, fixed) {
+            let r = &c.result;
+            let ratio = |pick: fn(&DrawValues) -> f64| {
+                mean_ci(
+                    &r.unscaled
+                        .iter()
+                        .zip(&r.scaled)
+                        .map(|(u, s)| pick(u) / pick(s))
+                        .collect::<Vec<_>>(),
+                )
+            };
+            out.push(RatioRow {
+                d_v_fixed: fixed,
+                d: c.config.d,
+                jacobian: ratio(|v| v.jacobian_norm),
+                query: ratio(|v| v.rms_dq),
+                scores: ratio(|v| v.rms_ds),
+            });
+        }
+    }
+    out
+}
+
+/// The d where the mean ‖J‖ ratio crosses 1, interpolated on log d (the first crossing).
+fn crossover(ratios: &[RatioRow]) -> Option<f64> {
+    let fixed: Vec<&RatioRow> = ratios.iter().filter(|r| r.d_v_fixed).collect();
+    fixed.windows(2).find_map(|w| {
+        let (a, b) = (w[0], w[1]);
+        let (ya, yb) = (a.jacobian.value.ln(), b.jacobian.value.ln());
+        (ya >= 0.0 && yb < 0.0).then(|| {
+            let (xa, xb) = ((a.d as f64).ln(), (b.d as f64).ln());
+            (xa + (xb - xa) * ya / (ya - yb)).exp()
+        })
+    })
+}
+
+fn cross_backend(cells: &Cells) -> Vec<BackendValues> {
+    let mut out: Vec<BackendValues> = Vec::new();
+    for c in cells.iter().filter(|c| c.config.jacobian_rows.is_some()) {
+        for (scaled, draws) in [(true, &c.result.scaled), (false, &c.result.unscaled)] {
+            let Some(first) = draws.first() else { continue };
+            for (name, value) in [
+                ("‖J‖", first.jacobian_norm),
+                ("RMS ∂L/∂Q", first.rms_dq),
+                ("RMS ∂L/∂s", first.rms_ds),
+            ] {
+                let quantity = format!(
+                    "{name}, d = {}, {}",
+                    c.config.d,
+                    if scaled { "scaled" } else { "unscaled" }
+                );
+                match out.iter_mut().find(|b| b.quantity == quantity) {
+                    Some(b) => b.values.push((c.config.backend.clone(), value)),
+                    None => out.push(BackendValues {
+                        quantity,
+                        values: vec![(c.config.backend.clone(), value)],
+                        floor: 0.0,
+                    }),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Rows, ratios and claims.
+pub fn analyze(plan: &Plan, cells: &Cells) -> Analysis<GradientsData> {
+    let primary = plan.primary().to_string();
+    let mut rows = Vec::new();
+    for c in cells {
+        let (s, u) = c.result.jacobian_check.unzip();
+        rows.push(row(&c.config, true, &c.result.scaled, s));
+        rows.push(row(&c.config, false, &c.result.unscaled, u));
+    }
+    let ratios = ratios(cells, &primary);
+    let exponents = vec![
+        (
+            "RMS ∂L/∂Q, unscaled".to_string(),
+            exponent(cells, &primary, true, |v| v.rms_dq),
+            exponent(cells, &primary, false, |v| v.rms_dq),
+        ),
+        (
+            "RMS ∂L/∂s, unscaled".to_string(),
+            exponent(cells, &primary, true, |v| v.rms_ds),
+            exponent(cells, &primary, false, |v| v.rms_ds),
+        ),
+    ];
+    let first = cells.first().map(|c| &c.config);
+    let data = GradientsData {
+        n: first.map_or(0, |c| c.n),
+        draws: first.map_or(0, |c| c.draws),
+        jacobian_rows: first.and_then(|c| c.jacobian_rows).unwrap_or(0),
+        primary: primary.clone(),
+        crossover_d: crossover(&ratios),
+        rows,
+        ratios,
+        exponents,
+    };
+    let per_backend = cross_backend(cells);
+    let claims = super::claims::claims(plan, cells, &data, &per_backend);
+    Analysis {
+        claims,
+        data,
+        per_backend,
+        skipped: Vec::new(),
+    }
+}

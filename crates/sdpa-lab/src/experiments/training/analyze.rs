@@ -1,0 +1,415 @@
+//! `training`'s analysis: the chosen learning rates, the paired statistics of every comparison
+//! (stuck at the budget with McNemar's exact test, failed runs, Kaplan–Meier medians, the sign
+//! test and the median paired difference with censored runs ranked last, Holm across d_k), the
+//! q/k std of the premise, and the initial-logit mechanism.
+
+use serde::Serialize;
+
+use super::design::{Comparison, Condition, FAILED_ACCURACY, Part, Sizes};
+use super::{Role, Run, tuned_lr};
+use crate::experiment::{Analysis, Measured, Plan};
+use crate::measures::training::{Arm, TrainingOutcome};
+use crate::stats::hypothesis::{holm, mcnemar_exact, median_ci, sign_test};
+use crate::stats::survival::{KmMedian, Observation, km_median};
+use crate::stats::{Estimate, mean_ci, spearman, wilson};
+
+/// The learning rate an arm got.
+#[derive(Debug, Clone, Serialize)]
+pub struct Tuned {
+    /// The condition.
+    pub condition: Condition,
+    /// The arm.
+    pub arm: Arm,
+    /// Per rate of the grid: (rate, tuning runs that never reached the target, total steps).
+    pub scores: Vec<(f64, usize, usize)>,
+    /// The chosen rate.
+    pub chosen: Option<f64>,
+}
+
+/// The paired statistics of one comparison.
+#[derive(Debug, Clone, Serialize)]
+pub struct PairStats {
+    /// What is compared.
+    pub comparison: Comparison,
+    /// The reference arm's learning rate.
+    pub lr_reference: f64,
+    /// The other arm's.
+    pub lr_other: f64,
+    /// Seeds with both arms.
+    pub pairs: usize,
+    /// The budget.
+    pub budget: usize,
+    /// Share of the reference arm's runs stuck (not at the target by the budget), Wilson.
+    pub reference_stuck: Estimate,
+    /// The other arm's.
+    pub other_stuck: Estimate,
+    /// Pairs where only the reference was stuck.
+    pub only_reference_stuck: usize,
+    /// Pairs where only the other was stuck.
+    pub only_other_stuck: usize,
+    /// McNemar's exact two-sided p.
+    pub mcnemar_p: f64,
+    /// Holm-adjusted across d_k.
+    pub mcnemar_p_holm: f64,
+    /// Share of the other arm's runs that failed completely (held-out accuracy at the budget
+    /// below [`FAILED_ACCURACY`], or diverged), Wilson.
+    pub other_failed: Estimate,
+    /// Kaplan–Meier median steps to the target, reference arm.
+    pub reference_km: KmMedian,
+    /// The other arm's.
+    pub other_km: KmMedian,
+    /// Pairs where the other arm got there later (a run that never did ranked last).
+    pub other_slower: usize,
+    /// Pairs where it got there sooner.
+    pub other_faster: usize,
+    /// Ties (same step, or neither got there).
+    pub ties: usize,
+    /// The sign test's exact two-sided p.
+    pub sign_p: f64,
+    /// Holm-adjusted across d_k.
+    pub sign_p_holm: f64,
+    /// Median paired difference other − reference in steps (±∞ where one arm never got
+    /// there), 95% order-statistics interval.
+    pub difference: Estimate,
+    /// The same at 90% (for equivalence).
+    pub difference90: Estimate,
+    /// Median paired ratio of the steps to the target, other / reference (+∞ where only the
+    /// other never got there, 0 where only the reference never did; pairs where neither did
+    /// are left out), 95% order-statistics interval.
+    pub ratio: Estimate,
+}
+
+/// One evaluation run, flattened (CSV, mechanism plot, premise).
+#[derive(Debug, Clone, Serialize)]
+pub struct RunRow {
+    /// The condition.
+    pub condition: Condition,
+    /// The arm.
+    pub arm: Arm,
+    /// Seed.
+    pub seed: u64,
+    /// Learning rate.
+    pub lr: f64,
+    /// Budget.
+    pub budget: usize,
+    /// The outcome.
+    pub outcome: TrainingOutcome,
+}
+
+/// q/k component std at the start and the end of training, over an arm's runs.
+#[derive(Debug, Clone, Serialize)]
+pub struct PremiseRow {
+    /// The condition.
+    pub condition: Condition,
+    /// The arm.
+    pub arm: Arm,
+    /// Query std at initialization.
+    pub query_initial: Estimate,
+    /// Key std at initialization.
+    pub key_initial: Estimate,
+    /// Query std at the end.
+    pub query_final: Estimate,
+    /// Key std at the end.
+    pub key_final: Estimate,
+}
+
+/// The rank correlation of the initial logit std with the steps to the target (a run that
+/// never got there ranked last), over both arms of the main part, per initialization.
+#[derive(Debug, Clone, Serialize)]
+pub struct Mechanism {
+    /// The initialization.
+    pub init: String,
+    /// Spearman's ρ with its 95% interval.
+    pub rho: Estimate,
+}
+
+/// What `render` draws and the claims read.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainingData {
+    /// The sizes.
+    pub sizes: Sizes,
+    /// The tuning.
+    pub tuned: Vec<Tuned>,
+    /// Every comparison.
+    pub comparisons: Vec<PairStats>,
+    /// Every evaluation run.
+    pub runs: Vec<RunRow>,
+    /// The premise's q/k std.
+    pub premise: Vec<PremiseRow>,
+    /// The mechanism.
+    pub mechanism: Vec<Mechanism>,
+}
+
+/// A run's time to the target: the step, or +∞ when it never got there.
+fn time(o: &TrainingOutcome) -> f64 {
+    o.steps_to_target.map_or(f64::INFINITY, |s| s as f64)
+}
+
+fn failed(o: &TrainingOutcome) -> bool {
+    // A diverged run (NaN accuracy) failed too.
+    o.steps_to_target.is_none()
+        && o.final_accuracy
+            .partial_cmp(&FAILED_ACCURACY)
+            .is_none_or(|c| c == std::cmp::Ordering::Less)
+}
+
+fn eval_runs(cells: &[Run], condition: Condition, arm: Arm) -> Vec<&Run> {
+    let mut rs: Vec<&Run> = cells
+        .iter()
+        .filter(|r| {
+            let s = &r.config.spec;
+            r.config.role == Role::Evaluation
+                && s.arm == arm
+                && (s.optimizer, s.init, s.d_k)
+                    == (condition.optimizer, condition.init, condition.d_k)
+        })
+        .collect();
+    rs.sort_by_key(|r| r.config.spec.seed);
+    rs
+}
+
+/// The paired statistics of one comparison (Holm left at the raw p).
+pub fn pair_stats(cells: &[Run], comparison: Comparison) -> Option<PairStats> {
+    let reference = eval_runs(cells, comparison.condition, comparison.reference);
+    let other = eval_runs(cells, comparison.condition, comparison.other);
+    let pairs: Vec<(&TrainingOutcome, &TrainingOutcome)> = reference
+        .iter()
+        .filter_map(|a| {
+            other
+                .iter()
+                .find(|b| b.config.spec.seed == a.config.spec.seed)
+                .map(|b| (&a.result, &b.result))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return None;
+    }
+    let n = pairs.len();
+    let stuck = |o: &TrainingOutcome| o.steps_to_target.is_none();
+    let count = |f: &dyn Fn(&(&TrainingOutcome, &TrainingOutcome)) -> bool| {
+        pairs.iter().filter(|p| f(p)).count()
+    };
+    let only_reference_stuck = count(&|(a, b)| stuck(a) && !stuck(b));
+    let only_other_stuck = count(&|(a, b)| !stuck(a) && stuck(b));
+    let other_slower = count(&|(a, b)| time(b) > time(a));
+    let other_faster = count(&|(a, b)| time(b) < time(a));
+    let differences: Vec<f64> = pairs
+        .iter()
+        .map(|(a, b)| {
+            if time(a) == time(b) {
+                0.0
+            } else {
+                time(b) - time(a)
+            }
+        })
+        .collect();
+    let ratios: Vec<f64> = pairs
+        .iter()
+        .filter(|(a, b)| !(stuck(a) && stuck(b)))
+        .map(|(a, b)| time(b) / time(a))
+        .map(|r| if r.is_nan() { 0.0 } else { r })
+        .collect();
+    let km = |arm: &[(&TrainingOutcome, &TrainingOutcome)], first: bool| {
+        let obs: Vec<Observation> = arm
+            .iter()
+            .map(|(a, b)| {
+                let o = if first { a } else { b };
+                Observation {
+                    time: o.steps_to_target.unwrap_or(o.steps_run) as f64,
+                    reached: o.steps_to_target.is_some(),
+                }
+            })
+            .collect();
+        km_median(&obs)
+    };
+    let sign_p = sign_test(other_slower, other_faster);
+    let mcnemar_p = mcnemar_exact(only_reference_stuck, only_other_stuck);
+    Some(PairStats {
+        comparison,
+        lr_reference: reference[0].config.spec.lr,
+        lr_other: other[0].config.spec.lr,
+        pairs: n,
+        budget: reference[0].config.spec.budget,
+        reference_stuck: wilson(count(&|(a, _)| stuck(a)), n),
+        other_stuck: wilson(count(&|(_, b)| stuck(b)), n),
+        only_reference_stuck,
+        only_other_stuck,
+        mcnemar_p,
+        mcnemar_p_holm: mcnemar_p,
+        other_failed: wilson(count(&|(_, b)| failed(b)), n),
+        reference_km: km(&pairs, true),
+        other_km: km(&pairs, false),
+        other_slower,
+        other_faster,
+        ties: n - other_slower - other_faster,
+        sign_p,
+        sign_p_holm: sign_p,
+        difference: median_ci(&differences, 0.95),
+        difference90: median_ci(&differences, 0.90),
+        ratio: median_ci(&ratios, 0.95),
+    })
+}
+
+/// Holm's correction across d_k, within each family (part, arms, optimizer, initialization).
+fn adjust(stats: &mut [PairStats]) {
+    let family = |s: &PairStats| {
+        let c = &s.comparison;
+        format!(
+            "{:?}{:?}{:?}{:?}{:?}",
+            c.part, c.reference, c.other, c.condition.optimizer, c.condition.init
+        )
+    };
+    let families: Vec<String> = {
+        let mut f: Vec<String> = stats.iter().map(family).collect();
+        f.sort();
+        f.dedup();
+        f
+    };
+    for f in families {
+        let idx: Vec<usize> = (0..stats.len())
+            .filter(|&i| family(&stats[i]) == f)
+            .collect();
+        let sign = holm(&idx.iter().map(|&i| stats[i].sign_p).collect::<Vec<_>>());
+        let mcnemar = holm(&idx.iter().map(|&i| stats[i].mcnemar_p).collect::<Vec<_>>());
+        for (k, &i) in idx.iter().enumerate() {
+            stats[i].sign_p_holm = sign[k];
+            stats[i].mcnemar_p_holm = mcnemar[k];
+        }
+    }
+}
+
+fn premise(cells: &[Run], sizes: &Sizes) -> Vec<PremiseRow> {
+    let mut out = Vec::new();
+    for (condition, arm) in sizes.arms() {
+        let rs = eval_runs(cells, condition, arm);
+        // Adam only: the premise is about trained models, and SGD's diverging runs say nothing
+        // about it.
+        if rs.is_empty()
+            || !matches!(arm, Arm::Scaled | Arm::Unscaled)
+            || condition.optimizer != sdpa_model::OptimizerKind::Adam
+        {
+            continue;
+        }
+        let ci = |f: fn(&TrainingOutcome) -> f64| {
+            mean_ci(&rs.iter().map(|r| f(&r.result)).collect::<Vec<_>>())
+        };
+        out.push(PremiseRow {
+            condition,
+            arm,
+            query_initial: ci(|o| o.initial.query_std),
+            key_initial: ci(|o| o.initial.key_std),
+            query_final: ci(|o| o.last.query_std),
+            key_final: ci(|o| o.last.key_std),
+        });
+    }
+    out
+}
+
+fn mechanism(cells: &[Run]) -> Vec<Mechanism> {
+    let mut out = Vec::new();
+    for init in [sdpa_model::QkInit::Default, sdpa_model::QkInit::Unit] {
+        let (x, y): (Vec<f64>, Vec<f64>) = cells
+            .iter()
+            .filter(|r| {
+                let s = &r.config.spec;
+                r.config.role == Role::Evaluation
+                    && s.init == init
+                    && s.optimizer == sdpa_model::OptimizerKind::Adam
+                    && matches!(s.arm, Arm::Scaled | Arm::Unscaled)
+            })
+            .map(|r| (r.result.initial.logit_std, time(&r.result)))
+            .unzip();
+        if x.len() > 3 {
+            out.push(Mechanism {
+                init: crate::measures::training::init_name(init).into(),
+                rho: spearman(&x, &y),
+            });
+        }
+    }
+    out
+}
+
+/// Tables and claims.
+pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<TrainingData> {
+    let sizes = Sizes::new(plan.quick);
+    let all: Vec<&Run> = cells.iter().collect();
+    let tuned = sizes
+        .arms()
+        .into_iter()
+        .map(|(condition, arm)| {
+            let grid = sizes.lrs(condition.optimizer);
+            let scores = grid
+                .iter()
+                .map(|&lr| {
+                    let rs: Vec<&&Run> = all
+                        .iter()
+                        .filter(|r| {
+                            let s = &r.config.spec;
+                            r.config.role == Role::Tuning
+                                && s.arm == arm
+                                && s.lr == lr
+                                && (s.optimizer, s.init, s.d_k)
+                                    == (condition.optimizer, condition.init, condition.d_k)
+                        })
+                        .collect();
+                    (
+                        lr,
+                        rs.iter()
+                            .filter(|r| r.result.steps_to_target.is_none())
+                            .count(),
+                        rs.iter()
+                            .map(|r| r.result.steps_to_target.unwrap_or(r.config.spec.budget))
+                            .sum(),
+                    )
+                })
+                .collect();
+            Tuned {
+                condition,
+                arm,
+                scores,
+                chosen: tuned_lr(&all, condition, arm, grid),
+            }
+        })
+        .collect();
+    let mut comparisons: Vec<PairStats> = sizes
+        .comparisons()
+        .into_iter()
+        .filter_map(|c| pair_stats(cells, c))
+        .collect();
+    adjust(&mut comparisons);
+    let runs = cells
+        .iter()
+        .filter(|r| r.config.role == Role::Evaluation)
+        .map(|r: &Measured<_, _>| {
+            let s = &r.config.spec;
+            RunRow {
+                condition: Condition {
+                    optimizer: s.optimizer,
+                    init: s.init,
+                    d_k: s.d_k,
+                },
+                arm: s.arm,
+                seed: s.seed,
+                lr: s.lr,
+                budget: s.budget,
+                outcome: r.result.clone(),
+            }
+        })
+        .collect();
+    let data = TrainingData {
+        premise: premise(cells, &sizes),
+        mechanism: mechanism(cells),
+        sizes,
+        tuned,
+        comparisons,
+        runs,
+    };
+    Analysis::new(super::claims::claims(&data), data)
+}
+
+/// The comparisons of one part.
+pub fn of_part(data: &TrainingData, part: Part) -> impl Iterator<Item = &PairStats> {
+    data.comparisons
+        .iter()
+        .filter(move |s| s.comparison.part == part)
+}

@@ -1,0 +1,231 @@
+//! The design of `training`, fixed before any run: the parts, their conditions and arms, the
+//! seeds, the learning-rate grids, the budget and every threshold the claims use, each with the
+//! reason beside it. Nothing here is chosen from an outcome.
+
+use sdpa_model::{OptimizerKind, QkInit};
+use serde::{Deserialize, Serialize};
+
+use crate::measures::training::Arm;
+
+/// Paired evaluation seeds per cell (the issue's minimum: 20).
+pub const EVAL_SEEDS: usize = 20;
+/// Tuning seeds per (arm, learning rate): never evaluation seeds (they start at
+/// [`TUNING_SEED_OFFSET`]).
+pub const TUNING_SEEDS: usize = 2;
+/// Tuning seeds are `plan seed + TUNING_SEED_OFFSET + i`, evaluation seeds `plan seed + i`.
+pub const TUNING_SEED_OFFSET: u64 = 10_000;
+/// Adam's learning-rate grid (3e-3 trains the default model in a few hundred steps; a factor
+/// ~3 each side).
+pub const ADAM_LRS: [f64; 3] = [1e-3, 3e-3, 1e-2];
+/// SGD's (momentum 0.9).
+pub const SGD_LRS: [f64; 3] = [0.03, 0.1, 0.3];
+/// The step budget of every run. Pilot runs (this design's model, unit-variance init, Adam
+/// 3e-3, one seed per d_k) reached 99% in 20–70 steps scaled: 300 is at least 4× the slowest of
+/// them, so an "extremely slow" arm (below) can show inside the budget. Sized by the report's
+/// time budget too: a run stuck at d_k = 1024 costs ~10 s of one core, and the design trains
+/// ~750 runs in ~12 minutes on 2 cores.
+pub const BUDGET: usize = 300;
+/// "Extremely slow" (极慢): the median over seeds of the paired ratio of steps to 99%
+/// (unscaled / 1/√d_k) is at least this (a quarter of the speed: far more than "slower").
+pub const SLOW_FACTOR: f64 = 4.0;
+/// "Fails completely" (完全失效): a run whose held-out accuracy at the budget is below this
+/// never learned the task to any useful degree (chance is 1/8; the target 0.99).
+pub const FAILED_ACCURACY: f64 = 0.5;
+/// The level of every test (two-sided), after Holm's correction across d_k.
+pub const ALPHA: f64 = 0.05;
+/// Margin of the equivalence claims ("trains as fast as"): 30 steps, three evaluations.
+pub const EQUIVALENCE_STEPS: f64 = 30.0;
+/// The soft-cap of the controls part (Gemma 2 uses 50 on scaled scores; unscaled scores at
+/// d_k = 256 have std 16, so a cap of 5 is what actually bounds them).
+pub const SOFTCAP: f64 = 5.0;
+/// "Close to 1" in the article's premise: within a factor of 2.
+pub const PREMISE_FACTOR: f64 = 2.0;
+
+/// The parts of the design.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Part {
+    /// 1/√d_k vs none, Adam, both initializations, d_k 16–1024: the article's question.
+    Main,
+    /// 1/d_k and a learned temperature beside them, d_k 64 and 256.
+    Temperature,
+    /// Soft-cap and QK-norm beside them, d_k 256, unit-variance init.
+    Controls,
+    /// The main comparison with SGD (secondary: its update follows the gradient's size).
+    Sgd,
+}
+
+impl Part {
+    /// Every part, in report order.
+    pub const ALL: [Part; 4] = [Part::Main, Part::Temperature, Part::Controls, Part::Sgd];
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Main => "main",
+            Part::Temperature => "temperature",
+            Part::Controls => "controls",
+            Part::Sgd => "sgd",
+        }
+    }
+}
+
+/// One condition: everything but the arm and the seed.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Condition {
+    /// Optimizer.
+    pub optimizer: OptimizerKind,
+    /// Initialization of the query and key projections.
+    pub init: QkInit,
+    /// d_k.
+    pub d_k: usize,
+}
+
+/// A comparison of two arms on paired seeds: `other` against `reference`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Comparison {
+    /// The part it belongs to.
+    pub part: Part,
+    /// The condition.
+    pub condition: Condition,
+    /// The reference arm.
+    pub reference: Arm,
+    /// The other arm.
+    pub other: Arm,
+}
+
+/// Sizes of a run of the design.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sizes {
+    /// Evaluation seeds.
+    pub eval_seeds: usize,
+    /// Tuning seeds.
+    pub tuning_seeds: usize,
+    /// Budget.
+    pub budget: usize,
+    /// d_k of the main part.
+    pub main_dims: Vec<usize>,
+    /// d_k of the temperature part.
+    pub side_dims: Vec<usize>,
+    /// d_k of the SGD part.
+    pub sgd_dims: Vec<usize>,
+    /// d_k of the controls part.
+    pub controls_dim: usize,
+    /// Adam's grid.
+    pub adam_lrs: Vec<f64>,
+    /// SGD's grid.
+    pub sgd_lrs: Vec<f64>,
+}
+
+impl Sizes {
+    /// The full design, or the quick one (same parts and claims, smaller: most claims are
+    /// undecided there and the report says so).
+    pub fn new(quick: bool) -> Self {
+        if quick {
+            Self {
+                eval_seeds: 4,
+                tuning_seeds: 1,
+                budget: 100,
+                main_dims: vec![16, 64],
+                side_dims: vec![64],
+                sgd_dims: vec![64],
+                controls_dim: 64,
+                adam_lrs: vec![3e-3],
+                sgd_lrs: vec![0.1],
+            }
+        } else {
+            Self {
+                eval_seeds: EVAL_SEEDS,
+                tuning_seeds: TUNING_SEEDS,
+                budget: BUDGET,
+                main_dims: vec![16, 64, 256, 1024],
+                side_dims: vec![64, 256],
+                // SGD is the secondary optimizer: one d_k, where the earlier report's "unscaled is
+                // better" came from (a shared learning rate); 256 would cost ~2 minutes more.
+                sgd_dims: vec![64],
+                controls_dim: 256,
+                adam_lrs: ADAM_LRS.to_vec(),
+                sgd_lrs: SGD_LRS.to_vec(),
+            }
+        }
+    }
+
+    /// The learning-rate grid of an optimizer.
+    pub fn lrs(&self, optimizer: OptimizerKind) -> &[f64] {
+        match optimizer {
+            OptimizerKind::Adam => &self.adam_lrs,
+            OptimizerKind::Sgd => &self.sgd_lrs,
+        }
+    }
+
+    /// Every comparison of the design.
+    pub fn comparisons(&self) -> Vec<Comparison> {
+        use Arm::*;
+        let mut out = Vec::new();
+        let mut push = |part, optimizer, init, d_k, pairs: &[(Arm, Arm)]| {
+            for &(reference, other) in pairs {
+                out.push(Comparison {
+                    part,
+                    condition: Condition {
+                        optimizer,
+                        init,
+                        d_k,
+                    },
+                    reference,
+                    other,
+                });
+            }
+        };
+        let adam = OptimizerKind::Adam;
+        for init in [QkInit::Default, QkInit::Unit] {
+            for &d_k in &self.main_dims {
+                push(Part::Main, adam, init, d_k, &[(Scaled, Unscaled)]);
+            }
+        }
+        for init in [QkInit::Default, QkInit::Unit] {
+            for &d_k in &self.side_dims {
+                push(
+                    Part::Temperature,
+                    adam,
+                    init,
+                    d_k,
+                    &[(Scaled, InvDk), (Scaled, Learned), (Unscaled, Learned)],
+                );
+            }
+        }
+        push(
+            Part::Controls,
+            adam,
+            QkInit::Unit,
+            self.controls_dim,
+            &[
+                (Scaled, SoftCap(SOFTCAP)),
+                (Scaled, QkNorm),
+                (Scaled, QkNormScaled),
+                (Unscaled, QkNorm),
+            ],
+        );
+        for &d_k in &self.sgd_dims {
+            push(
+                Part::Sgd,
+                OptimizerKind::Sgd,
+                QkInit::Unit,
+                d_k,
+                &[(Scaled, Unscaled)],
+            );
+        }
+        out
+    }
+
+    /// Every (condition, arm) that trains, once each, in a stable order.
+    pub fn arms(&self) -> Vec<(Condition, Arm)> {
+        let mut out: Vec<(Condition, Arm)> = Vec::new();
+        for c in self.comparisons() {
+            for arm in [c.reference, c.other] {
+                if !out.contains(&(c.condition, arm)) {
+                    out.push((c.condition, arm));
+                }
+            }
+        }
+        out
+    }
+}

@@ -1,0 +1,217 @@
+//! `training`'s section: the design, the learning rates, the paired comparisons, the premise
+//! and the mechanism, the CSV of every run and the plots.
+
+use super::analyze::TrainingData;
+use super::design::{
+    ALPHA, EQUIVALENCE_STEPS, FAILED_ACCURACY, Part, SLOW_FACTOR, TUNING_SEED_OFFSET,
+};
+use crate::claims::{show, show_p};
+use crate::context::LabError;
+use crate::experiment::Canvas;
+use crate::markdown::md_table;
+use crate::measures::training::{TARGET, init_name, optimizer_name};
+
+fn condition(c: &super::design::Condition) -> String {
+    format!(
+        "{}, {} init, d_k = {}",
+        optimizer_name(c.optimizer),
+        init_name(c.init),
+        c.d_k
+    )
+}
+
+fn lr_table(data: &TrainingData) -> String {
+    md_table(
+        &[
+            "condition",
+            "arm",
+            "tuning: rate → (never at 99%, total steps)",
+            "chosen",
+        ],
+        &data
+            .tuned
+            .iter()
+            .map(|t| {
+                vec![
+                    condition(&t.condition),
+                    t.arm.label(),
+                    t.scores
+                        .iter()
+                        .map(|(lr, n, s)| format!("{lr} → ({n}, {s})"))
+                        .collect::<Vec<_>>()
+                        .join("; "),
+                    t.chosen.map_or("–".into(), |x| x.to_string()),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn comparison_table(data: &TrainingData, part: Part) -> String {
+    md_table(
+        &[
+            "condition",
+            "arms (lr)",
+            "pairs",
+            "stuck at budget: other / reference (Wilson 95%)",
+            "McNemar p (Holm)",
+            "failed completely (other)",
+            "KM median steps: other / reference",
+            "other later / sooner / tied; sign p (Holm)",
+            "median paired difference (95%)",
+            "median paired ratio (95%)",
+        ],
+        &super::analyze::of_part(data, part)
+            .map(|s| {
+                let c = &s.comparison;
+                vec![
+                    condition(&c.condition),
+                    format!(
+                        "{} ({}) vs {} ({})",
+                        c.other.label(),
+                        s.lr_other,
+                        c.reference.label(),
+                        s.lr_reference
+                    ),
+                    s.pairs.to_string(),
+                    format!("{} / {}", show(s.other_stuck), show(s.reference_stuck)),
+                    format!("{} ({})", show_p(s.mcnemar_p), show_p(s.mcnemar_p_holm)),
+                    show(s.other_failed),
+                    format!(
+                        "{} / {}",
+                        s.other_km.show(s.budget as f64),
+                        s.reference_km.show(s.budget as f64)
+                    ),
+                    format!(
+                        "{} / {} / {}; {} ({})",
+                        s.other_slower,
+                        s.other_faster,
+                        s.ties,
+                        show_p(s.sign_p),
+                        show_p(s.sign_p_holm)
+                    ),
+                    show(s.difference),
+                    show(s.ratio),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn premise_table(data: &TrainingData) -> String {
+    md_table(
+        &[
+            "condition",
+            "arm",
+            "q std at init",
+            "k std at init",
+            "q std at the end",
+            "k std at the end",
+        ],
+        &data
+            .premise
+            .iter()
+            .map(|p| {
+                vec![
+                    condition(&p.condition),
+                    p.arm.label(),
+                    show(p.query_initial),
+                    show(p.key_initial),
+                    show(p.query_final),
+                    show(p.key_final),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn write_csv(data: &TrainingData, canvas: &mut Canvas) -> Result<(), LabError> {
+    canvas.csv(
+        "training_runs.csv",
+        "optimizer,init,d_k,arm,seed,lr,budget,steps_to_target,steps_run,final_accuracy,diverged_at,\
+         initial_logit_std,initial_max_p,initial_saturated_fraction,initial_query_std,initial_key_std,\
+         final_query_std,final_key_std,final_temperature",
+        &data
+            .runs
+            .iter()
+            .map(|r| {
+                let o = &r.outcome;
+                format!(
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    optimizer_name(r.condition.optimizer),
+                    init_name(r.condition.init),
+                    r.condition.d_k,
+                    r.arm.slug(),
+                    r.seed,
+                    r.lr,
+                    r.budget,
+                    o.steps_to_target.map_or(String::new(), |s| s.to_string()),
+                    o.steps_run,
+                    o.final_accuracy,
+                    o.diverged_at.map_or(String::new(), |s| s.to_string()),
+                    o.initial.logit_std,
+                    o.initial.max_prob,
+                    o.initial.saturated_fraction,
+                    o.initial.query_std,
+                    o.initial.key_std,
+                    o.last.query_std,
+                    o.last.key_std,
+                    o.final_temperature.map_or(String::new(), |t| t.to_string()),
+                )
+            })
+            .collect::<Vec<_>>(),
+    )?;
+    Ok(())
+}
+
+/// The section.
+pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabError> {
+    write_csv(data, canvas)?;
+    let plots = super::plot::plots(data, canvas)?;
+    let sizes = &data.sizes;
+    let mechanism = data
+        .mechanism
+        .iter()
+        .map(|m| format!("{} init: ρ = {}", m.init, show(m.rho)))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Ok(format!(
+        "**Design** (fixed in `experiments/training/design.rs` before any run). The model: *match* (k = 8, \
+         vocabulary 64), d_model 64, one head of size d_k, d_v = 64, pre-LayerNorm, batches of 64, a held-out \
+         evaluation every 10 steps on 2 batches; a run stops at {:.0}% held-out accuracy or at the budget of \
+         {} steps. **Paired seeds**: {} evaluation seeds per arm, the same for every arm, so that two arms \
+         with one seed start from the same parameters and see the same batches. **Learning rates**: each arm \
+         of each condition gets its own, from Adam's grid {:?} (SGD with momentum 0.9: {:?}), chosen on {} \
+         tuning seeds (from seed + {TUNING_SEED_OFFSET}, never evaluation seeds) by the fewest runs short of \
+         the target, then the fewest steps. **Censoring**: a run that never reaches the target is censored at \
+         the budget, never averaged as a number: Kaplan–Meier medians (Brookmeyer–Crowley 95% intervals), \
+         sign tests with it ranked last, McNemar's exact test on stuck / not stuck (the primary endpoint), \
+         Holm's correction across d_k, α = {ALPHA}. **Thresholds**: extremely slow = the median paired ratio \
+         of steps at least {SLOW_FACTOR}; failed completely = held-out accuracy below {FAILED_ACCURACY} at the \
+         budget; equivalent = the median paired difference's 90% interval inside ±{EQUIVALENCE_STEPS} steps.\n\n\
+         **Learning rates chosen**\n\n{}\n\
+         **The article's question: 1/√d_k vs none (Adam)**\n\n{}\n\
+         **Temperature: 1/d_k and a learned temperature (starting at 1, unscaled)**\n\n{}\n\
+         **Controls at d_k = {} (unit init): soft-cap {}, QK-norm**\n\n{}\n\
+         **SGD (secondary)**\n\n{}\n\
+         **The premise: q and k components entering attention** (std over every component, at step 0 and at \
+         the end of each run; Burn's default init gives q = LN(x)·W with W ~ U(±1/√64): std 1/√3 ≈ 0.577)\n\n{}\n\
+         **Mechanism**: Spearman's ρ of the initial logit std and the steps to 99% (both arms, every d_k): \
+         {mechanism}.\n\n{}\n",
+        100.0 * TARGET,
+        sizes.budget,
+        sizes.eval_seeds,
+        sizes.adam_lrs,
+        sizes.sgd_lrs,
+        sizes.tuning_seeds,
+        lr_table(data),
+        comparison_table(data, Part::Main),
+        comparison_table(data, Part::Temperature),
+        sizes.controls_dim,
+        super::design::SOFTCAP,
+        comparison_table(data, Part::Controls),
+        comparison_table(data, Part::Sgd),
+        premise_table(data),
+        plots.join("\n"),
+    ))
+}
