@@ -245,7 +245,8 @@ pub struct BenchArgs {
     #[arg(long = "training-memory-n")]
     pub training_memory_ns: Vec<usize>,
     /// Time only these modes: forward, forward+backward, "forward, padded",
-    /// "forward+backward, padded" (may be given more than once; default: all four).
+    /// "forward+backward, padded", "forward, causal", "forward+backward, causal" (may be given
+    /// more than once; default: all six).
     #[arg(long = "mode")]
     pub modes: Vec<String>,
 }
@@ -309,8 +310,14 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         for f in sdpa_lab::bench::write(&report, &ctx)? {
             println!("wrote {f}");
         }
+        for note in &report.skipped {
+            println!("note: {}: skipped {note}", report.backend);
+        }
         // The target (Auto at most 10% slower than the fastest other path) is checked on the
-        // paired estimate; a ratio of medians above it is reported too.
+        // paired estimate, on the CPU backends it was set on, and never on a smoke run (`--quick`
+        // times sub-millisecond cells twice: it checks that everything runs, not speed). On
+        // wgpu without a GPU, lavapipe is a CPU driver: Auto is not held to it.
+        let checked = !args.quick && matches!(report.backend.as_str(), "flex" | "ndarray");
         for ((mode, n, medians), (_, _, paired)) in
             report.auto_ratio.iter().zip(&report.auto_ratio_paired)
         {
@@ -321,7 +328,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
                     report.backend
                 );
             }
-            if *paired > 1.10 {
+            if checked && *paired > 1.10 {
                 ok = false;
             }
         }

@@ -208,7 +208,7 @@ impl TrainArgs {
         c.model.seq_len = c.task.seq_len();
         c.model.n_classes = c.task.n_classes();
         if let Some(ScaleArg(s)) = self.scale {
-            c.model.scale = s;
+            c.model.attention.scale = s;
         }
         if self.d_v.is_some() {
             c.model.d_v = self.d_v;
@@ -229,9 +229,9 @@ impl TrainArgs {
         set!(c.model.qk_init, self.init);
         set!(c.model.qk_norm, self.qk_norm);
         if self.softcap.is_some() {
-            c.model.softcap = self.softcap;
+            c.model.attention.softcap = self.softcap;
         }
-        set!(c.model.implementation, self.implementation);
+        set!(c.model.attention.implementation, self.implementation);
         set!(c.optimizer, self.optimizer);
         set!(c.lr, self.lr);
         set!(c.steps, self.steps);

@@ -35,6 +35,12 @@ fn cells(dir: &Path) -> BTreeMap<PathBuf, (serde_json::Value, SystemTime)> {
         let exp = exp.expect("entry").path();
         for f in std::fs::read_dir(&exp).expect("experiment folder") {
             let f = f.expect("entry").path();
+            // A killed run's half-written temporary is not a saved cell (the next run removes it).
+            if f.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+            {
+                continue;
+            }
             let text = std::fs::read_to_string(&f).expect("cell");
             let v: serde_json::Value = serde_json::from_str(&text).expect("cell parses");
             let mtime = std::fs::metadata(&f)

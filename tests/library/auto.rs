@@ -3,7 +3,7 @@
 
 use burn::prelude::*;
 use sdpa::{
-    AUTO_BLOCK_SIZE, AttentionInput, BackendFamily, BackendKind, Implementation, Path,
+    AUTO_BLOCK_SIZE, AttentionInput, AttentionPath, BackendFamily, BackendKind, Implementation,
     ScaledDotProductAttentionConfig,
 };
 
@@ -53,9 +53,9 @@ fn auto_takes_the_documented_path_and_matches_naive() {
             // this crate's kernel, inference and training, masked or not. On wgpu: Burn's kernel
             // for inference, the naive path for training.
             let expected = match (backend, autodiff) {
-                (BackendKind::Flex | BackendKind::Ndarray, _) => Path::CpuKernel,
-                (BackendKind::Wgpu, true) => Path::Naive,
-                (BackendKind::Wgpu, false) => Path::Fused,
+                (BackendKind::Flex | BackendKind::Ndarray, _) => AttentionPath::CpuKernel,
+                (BackendKind::Wgpu, true) => AttentionPath::Naive,
+                (BackendKind::Wgpu, false) => AttentionPath::Fused,
             };
             assert_eq!(path, expected, "{backend}, autodiff {autodiff}");
             let masked = input(&q).mask(Tensor::<4, Bool>::full([1, 1, 1, m], false, &device));
@@ -69,7 +69,7 @@ fn auto_takes_the_documented_path_and_matches_naive() {
             let with_weights = input(&q).need_weights();
             assert_eq!(
                 auto.path(&with_weights).expect("auto resolves"),
-                Path::Naive
+                AttentionPath::Naive
             );
 
             let (q_auto, q_naive) = if autodiff {

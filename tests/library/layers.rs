@@ -351,13 +351,11 @@ fn value_width_and_learned_temperature_of_the_multi_head_layer() {
         assert_eq!(mha.output.weight.dims(), [6, 16], "{backend}");
         let out = mha.forward(MhaInput::self_attn(x.clone()).need_weights());
         assert_eq!(out.context.dims(), [2, 5, 16], "{backend}");
-        // A learned temperature starting at 2 on unscaled scores is a fixed scale of 2 at start.
-        device.seed(3);
-        let fixed = MultiHeadAttentionConfig::new(16, 2)
-            .with_d_k(Some(8))
-            .with_d_v(Some(3))
-            .with_scale(ScalePolicy::Fixed(2.0))
-            .init(&device);
+        // A learned temperature starting at 2 on unscaled scores is a fixed scale of 2 at start:
+        // the same layer (same parameters) without it, scaled by 2.
+        let mut fixed = mha.clone();
+        fixed.log_temperature = None;
+        fixed.attention.scale = ScalePolicy::Fixed(2.0);
         let reference = fixed.forward(MhaInput::self_attn(x.clone()).need_weights());
         let diff = max_abs_diff(
             &values(out.weights.clone().expect("weights").without_autodiff()),

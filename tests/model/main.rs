@@ -201,7 +201,7 @@ fn recall_task_trains_with_two_layers_and_sgd() {
     );
     c.model.n_layers = 2;
     c.model.qk_init = QkInit::Unit;
-    c.model.scale = ScalePolicy::Unscaled;
+    c.model.attention.scale = ScalePolicy::Unscaled;
     c.optimizer = sdpa::model::OptimizerKind::Sgd;
     c.momentum = Some(0.9);
     c.lr = 0.05;

@@ -2,7 +2,7 @@
 
 use thiserror::Error;
 
-use crate::paths::kind::Implementation;
+use crate::vocabulary::Implementation;
 
 /// What went wrong in an attention call or configuration.
 ///

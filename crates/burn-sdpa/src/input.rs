@@ -155,15 +155,6 @@ impl<const D: usize> AttentionInput<D> {
             need_scores: self.need_scores,
         }
     }
-
-    /// Whether anything beyond causal masking hides keys or shifts scores (a padding mask, a
-    /// mask, a bias or a window).
-    pub fn has_mask_or_bias(&self) -> bool {
-        self.padding_mask.is_some()
-            || self.mask.is_some()
-            || self.bias.is_some()
-            || self.window.is_some()
-    }
 }
 
 /// The result of an attention call: rank 4 (`[b, h, n, d_v]`) for

@@ -36,12 +36,13 @@
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `paths/kind.rs` | [`Implementation`] (what a user asks for) and [`Path`] (what runs); both print themselves |
+//! | `vocabulary.rs` | [`Implementation`] (what a user asks for), [`AttentionPath`] (what runs), both printing themselves, and [`BackendFamily`] |
 //! | `error.rs` | [`AttentionError`] |
 //! | `types.rs` | [`ScalePolicy`], [`CausalAlignment`], [`Window`], [`AttentionDims`] |
+//! | `options.rs` | [`AttentionOptions`]: scale, soft-cap, dropout, causal alignment, implementation, validated in one place |
 //! | `input.rs` | [`AttentionInput`], [`AttentionOutput`], [`validate_input`], [`read_back`] |
 //! | `mask.rs` | the public [`mask`] helpers and the one mask builder every path uses |
-//! | `paths/` | one file per path (`naive.rs`, `chunked.rs`, `fused.rs`, `cpu/`), the shared score preparation (`call.rs`), the measured `Auto` rule (`auto.rs`), and `mod.rs`, the only place that chooses a path |
+//! | `paths/` | one file per path (`naive.rs`, `chunked.rs`, `fused.rs`, `cpu/`), the validated call with its device facts and the shared score preparation (`call.rs`), the measured `Auto` rule (`auto.rs`), and `mod.rs`, the only place that chooses a path |
 //! | `module.rs` | [`ScaledDotProductAttentionConfig`] and [`ScaledDotProductAttention`]: validate, resolve, run |
 //! | `qk_norm.rs` | [`QkNorm`] and [`HeadNorm`], the per-head normalization of queries and keys |
 //! | `mha.rs` | [`MultiHeadAttention`] |
@@ -56,9 +57,11 @@ mod input;
 pub mod mask;
 mod mha;
 mod module;
+mod options;
 mod paths;
 mod qk_norm;
 mod types;
+mod vocabulary;
 
 pub use cache::MhaCache;
 pub use diagnostics::{
@@ -69,13 +72,13 @@ pub use input::{AttentionInput, AttentionOutput, check_broadcast, read_back, val
 pub use mask::most_negative;
 pub use mha::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig};
 pub use module::{ScaledDotProductAttention, ScaledDotProductAttentionConfig};
+pub use options::AttentionOptions;
 pub use paths::auto::{
-    AUTO_BLOCK_SIZE, AUTO_INFERENCE_SCORES_BUDGET_BYTES, AutoRequest, BackendFamily, auto_path,
+    AUTO_BLOCK_SIZE, AUTO_INFERENCE_SCORES_BUDGET_BYTES, AutoRequest, auto_path,
 };
-pub use paths::chunked::chunked_attention;
-pub use paths::kind::{Implementation, Path};
 pub use qk_norm::{HeadNorm, QkNorm};
 pub use types::{AttentionDims, CausalAlignment, ScalePolicy, Window, validate_softcap};
+pub use vocabulary::{AttentionPath, BackendFamily, DEFAULT_BLOCK_SIZE, Implementation};
 
 /// The CPU flash kernel on host slices (what [`Implementation::CpuKernel`] runs), forward and
 /// backward, for callers that hold their data on the host or want to tune its tiles.
@@ -84,8 +87,11 @@ pub mod cpu_kernel {
         BACKWARD_TILES, BackwardInputs, BackwardOutputs, try_backward,
     };
     pub use crate::paths::cpu::kernel::{
-        Broadcast, KEY_BLOCK, KernelShape, LONG_KEY_BLOCK, LONG_KEYS, Masking, QUERY_BLOCK, Tiles,
         attention_f32, attention_f32_tiled, try_attention_f32_tiled, try_forward,
     };
+    pub use crate::paths::cpu::masking::{Broadcast, Masking};
     pub use crate::paths::cpu::runs_in_place;
+    pub use crate::paths::cpu::shape::{
+        KEY_BLOCK, KernelShape, LONG_KEY_BLOCK, LONG_KEYS, QUERY_BLOCK, Tiles,
+    };
 }

@@ -8,9 +8,8 @@ use burn::prelude::*;
 use crate::error::AttentionError;
 use crate::input::{AttentionInput, AttentionOutput};
 use crate::module::{ScaledDotProductAttention, ScaledDotProductAttentionConfig};
-use crate::paths::kind::Implementation;
+use crate::options::{AttentionOptions, option_setters};
 use crate::qk_norm::{HeadNorm, QkNorm};
-use crate::types::{CausalAlignment, ScalePolicy};
 
 /// Configuration of [`MultiHeadAttention`].
 ///
@@ -40,12 +39,9 @@ pub struct MultiHeadAttentionConfig {
     /// Value size per head; `None` means d_k (the usual choice). Set it to keep the value path
     /// fixed while d_k changes.
     pub d_v: Option<usize>,
-    /// The scale policy of the attention scores (1/√d_k by default).
-    #[config(default = "ScalePolicy::InvSqrtDk")]
-    pub scale: ScalePolicy,
-    /// Dropout on the attention weights (0 by default).
-    #[config(default = 0.0)]
-    pub dropout: f64,
+    /// Scale, soft-cap, dropout, causal alignment and implementation of the attention core.
+    #[config(default = "AttentionOptions::new()")]
+    pub options: AttentionOptions,
     /// Whether the four projections have biases (true by default, like burn-nn).
     #[config(default = true)]
     pub bias: bool,
@@ -56,15 +52,6 @@ pub struct MultiHeadAttentionConfig {
     pub initializer: Initializer,
     /// Initializer of the query and key projection weights only; `None` uses `initializer`.
     pub qk_initializer: Option<Initializer>,
-    /// Causal alignment when the input asks for causal masking (bottom-right by default).
-    #[config(default = "CausalAlignment::BottomRight")]
-    pub causal_alignment: CausalAlignment,
-    /// The attention's computation path (`Auto` picks the fastest correct one).
-    #[config(default = "Implementation::Auto")]
-    pub implementation: Implementation,
-    /// Logit soft-capping of the attention scores (`c · tanh(s / c)`, Gemma 2); none by default.
-    #[config(default = "None")]
-    pub softcap: Option<f64>,
     /// A learnable normalization of every query and key head before the scores (ViT-22B,
     /// OLMo 2); none by default, as in the article.
     #[config(default = "QkNorm::None")]
@@ -75,6 +62,8 @@ pub struct MultiHeadAttentionConfig {
     #[config(default = "None")]
     pub learned_temperature: Option<f64>,
 }
+
+option_setters!(MultiHeadAttentionConfig);
 
 impl MultiHeadAttentionConfig {
     /// The number of key/value heads.
@@ -136,10 +125,7 @@ impl MultiHeadAttentionConfig {
             }
             None => self.d_model / self.n_heads,
         };
-        self.scale.validate()?;
-        if let Some(softcap) = self.softcap {
-            crate::types::validate_softcap(softcap)?;
-        }
+        self.options.validate()?;
         Ok(d_k)
     }
 
@@ -149,11 +135,7 @@ impl MultiHeadAttentionConfig {
         let d_v = self.d_v.unwrap_or(d_k);
         let n_kv = self.kv_heads();
         let attention = ScaledDotProductAttentionConfig::new()
-            .with_scale(self.scale)
-            .with_dropout(self.dropout)
-            .with_causal_alignment(self.causal_alignment)
-            .with_implementation(self.implementation)
-            .with_softcap(self.softcap)
+            .with_options(self.options.clone())
             .try_init()?;
         let qk_init = self
             .qk_initializer

@@ -7,11 +7,12 @@ use burn::prelude::*;
 
 use crate::error::AttentionError;
 use crate::input::{AttentionInput, AttentionOutput, validate_input};
-use crate::mask::mask_for_keys;
-use crate::paths::{self, call::Call, kind::Implementation, kind::Path};
-use crate::types::{AttentionDims, CausalAlignment, ScalePolicy, validate_softcap};
+use crate::options::{AttentionOptions, option_setters};
+use crate::paths::{self, call::Call};
+use crate::types::{CausalAlignment, ScalePolicy};
+use crate::vocabulary::{AttentionPath, BackendFamily, Implementation};
 
-/// Configuration of [`ScaledDotProductAttention`].
+/// Configuration of [`ScaledDotProductAttention`]: its [`AttentionOptions`].
 ///
 /// ```
 /// use burn_sdpa::{CausalAlignment, ScalePolicy, ScaledDotProductAttentionConfig};
@@ -24,50 +25,23 @@ use crate::types::{AttentionDims, CausalAlignment, ScalePolicy, validate_softcap
 /// ```
 #[derive(Config, Debug)]
 pub struct ScaledDotProductAttentionConfig {
-    /// The scale policy; 1/√d_k by default, as in "Attention Is All You Need".
-    #[config(default = "ScalePolicy::InvSqrtDk")]
-    pub scale: ScalePolicy,
-    /// Dropout on the attention weights, active only in training on autodiff devices.
-    /// 0 by default: most modern models train attention without it.
-    #[config(default = 0.0)]
-    pub dropout: f64,
-    /// Alignment of the causal mask when n ≠ m; bottom-right by default, like Burn and
-    /// FlashAttention (it is what a KV cache needs).
-    #[config(default = "CausalAlignment::BottomRight")]
-    pub causal_alignment: CausalAlignment,
-    /// The computation path; `Auto` picks the fastest correct one.
-    #[config(default = "Implementation::Auto")]
-    pub implementation: Implementation,
-    /// Logit soft-capping (Gemma 2): the scaled scores s become `c · tanh(s / c)` before the bias
-    /// is added and any mask takes effect (Burn's `module::attention` order). `None` by default:
-    /// the article's attention has no cap.
-    #[config(default = "None")]
-    pub softcap: Option<f64>,
+    /// Scale, soft-cap, dropout, causal alignment and implementation.
+    #[config(default = "AttentionOptions::new()")]
+    pub options: AttentionOptions,
 }
+
+option_setters!(ScaledDotProductAttentionConfig);
 
 impl ScaledDotProductAttentionConfig {
     /// Builds the module, or says which setting is out of range.
     pub fn try_init(&self) -> Result<ScaledDotProductAttention, AttentionError> {
-        self.scale.validate()?;
-        if let Some(softcap) = self.softcap {
-            validate_softcap(softcap)?;
-        }
-        if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {
-            return Err(AttentionError::InvalidDropout(self.dropout));
-        }
-        if let Implementation::Chunked { block_size: 0 } = self.implementation {
-            return Err(AttentionError::InvalidConfig {
-                field: "implementation",
-                value: "Chunked { block_size: 0 }".into(),
-                reason: "the block size must be > 0".into(),
-            });
-        }
+        self.options.validate()?;
         Ok(ScaledDotProductAttention {
-            scale: self.scale,
-            causal_alignment: self.causal_alignment,
-            implementation: self.implementation,
-            softcap: self.softcap,
-            dropout: DropoutConfig::new(self.dropout).init(),
+            scale: self.options.scale,
+            causal_alignment: self.options.causal_alignment,
+            implementation: self.options.implementation,
+            softcap: self.options.softcap,
+            dropout: DropoutConfig::new(self.options.dropout).init(),
         })
     }
 
@@ -150,61 +124,42 @@ impl ScaledDotProductAttention {
     }
 
     /// The path a call would take (after validating it), without running it.
-    pub fn path(&self, input: &AttentionInput) -> Result<Path, AttentionError> {
+    pub fn path(&self, input: &AttentionInput) -> Result<AttentionPath, AttentionError> {
         paths::resolve(self.implementation, &self.call(input.clone())?)
     }
 
-    /// The path a call with these sizes takes: see [`path`](Self::path), which also validates.
-    pub fn resolve(
-        &self,
-        input: &AttentionInput,
-        dims: &AttentionDims,
-    ) -> Result<Path, AttentionError> {
-        let call = Call {
-            dims: *dims,
-            ..self.call(input.clone())?
-        };
-        paths::resolve(self.implementation, &call)
+    /// The module's options, as set (the fields are public: they are checked at every call).
+    pub fn options(&self) -> AttentionOptions {
+        AttentionOptions {
+            scale: self.scale,
+            softcap: self.softcap,
+            dropout: self.dropout.prob,
+            causal_alignment: self.causal_alignment,
+            implementation: self.implementation,
+        }
     }
 
-    /// The combined boolean mask of a call (padding, user mask, causal mask, −∞ bias entries),
-    /// expanded to `[b, h, n, m]`, or `None` when nothing is masked.
-    pub fn combined_mask(
-        &self,
-        input: &AttentionInput,
-        dims: &AttentionDims,
-    ) -> Option<Tensor<4, Bool>> {
-        mask_for_keys(
-            input,
-            dims,
-            self.causal_alignment,
-            0..dims.m,
-            input.bias.as_ref(),
-        )
-        .map(|m| m.expand(dims.scores_shape()))
-    }
-
-    /// Validates `input` and resolves the module's settings for it.
+    /// Validates `input` and resolves the module's settings and the device's facts for it,
+    /// once per call.
     fn call(&self, input: AttentionInput) -> Result<Call, AttentionError> {
         let dims = validate_input(&input)?;
-        // The fields are public: check the scale at every call, in the f32 the kernels use.
-        self.scale.validate()?;
-        let factor = self.scale_factor(dims.d_k);
-        if !((factor as f32).is_finite() && (factor as f32) > 0.0) {
-            return Err(AttentionError::InvalidScale(factor));
-        }
-        if let Some(softcap) = self.softcap {
-            validate_softcap(softcap)?;
-        }
-        let dropout_active = self.dropout.prob > 0.0
-            && self.dropout.training.is_enabled()
-            && input.query.device().is_autodiff();
+        let options = self.options();
+        options.validate()?;
+        let scale = options.scale_factor(dims.d_k)?;
+        let device = input.query.device();
+        let family = BackendFamily::of(&device);
+        let autodiff = device.is_autodiff();
+        let dropout_active =
+            self.dropout.prob > 0.0 && self.dropout.training.is_enabled() && autodiff;
         Ok(Call {
-            scale: factor,
+            scale,
             dims,
             alignment: self.causal_alignment,
             softcap: self.softcap,
             dropout: dropout_active.then(|| self.dropout.clone()),
+            family,
+            autodiff,
+            kernel_in_place: paths::cpu::in_place_on(family),
             input,
         })
     }
@@ -257,7 +212,7 @@ mod tests {
         let input = AttentionInput::new(q.clone(), kv.clone(), kv);
         let attn = ScaledDotProductAttentionConfig::new().init();
         // One block of keys (256): the CPU kernel, in place or on host copies.
-        assert_eq!(attn.path(&input).unwrap(), Path::CpuKernel);
+        assert_eq!(attn.path(&input).unwrap(), AttentionPath::CpuKernel);
         // Fewer keys, or a mask: the kernel in place; without the extension, Flex's kernel.
         let short = AttentionInput::new(q.clone(), q.clone(), q.clone());
         let masked = input
@@ -267,9 +222,9 @@ mod tests {
             .clone()
             .padding_mask(Tensor::<2, Bool>::full([1, 256], false, &device));
         let elsewhere = if in_place {
-            Path::CpuKernel
+            AttentionPath::CpuKernel
         } else {
-            Path::Fused
+            AttentionPath::Fused
         };
         for call in [&short, &masked, &padded] {
             assert_eq!(attn.path(call).unwrap(), elsewhere);
@@ -281,7 +236,7 @@ mod tests {
         let autodiff = Tensor::<4>::zeros([1, 2, 3, 4], &device.clone().autodiff());
         let training = AttentionInput::new(autodiff.clone(), autodiff.clone(), autodiff);
         match kernel.path(&training) {
-            Ok(path) => assert!(in_place && path == Path::CpuKernel),
+            Ok(path) => assert!(in_place && path == AttentionPath::CpuKernel),
             Err(e) => {
                 assert!(!in_place);
                 assert!(e.to_string().contains("backward pass"), "{e}");
@@ -302,7 +257,7 @@ mod tests {
         );
         assert_eq!(
             attn.path(&input.clone().need_weights()).unwrap(),
-            Path::Naive
+            AttentionPath::Naive
         );
         let chunked = ScaledDotProductAttentionConfig::new()
             .with_implementation(Implementation::Chunked { block_size: 8 })

@@ -397,7 +397,7 @@ impl Canvas {
             text.push_str(r);
             text.push('\n');
         }
-        crate::runner::files::write_atomic(&path, text.as_bytes())?;
+        crate::files::write_atomic(&path, text.as_bytes())?;
         self.csv.push(name.to_string());
         Ok(name.to_string())
     }

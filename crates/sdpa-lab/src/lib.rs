@@ -11,10 +11,10 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | runner and report | [`runner`], [`report`], [`registry`] |
+//! | runner and report | [`runner`], [`report`], [`record`], [`registry`] |
 //! | experiments | [`experiments`] (one folder each) |
 //! | what experiments share | [`experiment`], [`measures`], [`claims`], [`article`] |
-//! | tools | [`stats`], [`plot`], [`markdown`], [`memory`], [`parallel`], [`context`] |
+//! | tools | [`stats`], [`plot`], [`markdown`], [`memory`], [`parallel`], [`context`], [`files`] |
 #![warn(missing_docs)]
 
 pub mod article;
@@ -23,11 +23,13 @@ pub mod claims;
 pub mod context;
 pub mod experiment;
 pub mod experiments;
+pub mod files;
 pub mod markdown;
 pub mod measures;
 pub mod memory;
 pub mod parallel;
 pub mod plot;
+pub mod record;
 pub mod registry;
 pub mod report;
 pub mod runner;

@@ -344,7 +344,7 @@ pub fn line_plot(path: &Path, plot: &LinePlot) -> Result<(), LabError> {
     register_font();
     let root = BitMapBackend::new(path, (1100, 600)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| LabError::io(path, e))?;
-    let (chart_area, legend_area) = root.split_horizontally(830);
+    let (chart_area, legend_area) = root.split_horizontally(800);
     let xs = plot
         .series
         .iter()

@@ -10,9 +10,9 @@ use serde::Serialize;
 use crate::claims::{Claim, Outcome, Source, Verdict, claims_table, short, summary};
 use crate::context::LabError;
 use crate::experiment::{BackendValues, Canvas, Experiment, Finished, StoredCell};
+use crate::files::write_atomic;
 use crate::markdown::md_cell;
-use crate::runner::RunRecord;
-use crate::runner::files::write_atomic;
+use crate::record::RunRecord;
 
 /// An experiment that failed to run (reported, never dropped).
 #[derive(Debug, Clone, Serialize)]
@@ -306,14 +306,16 @@ pub fn markdown(r: &Report) -> String {
     let plan = &r.run.plan;
     let _ = writeln!(
         s,
-        "Backends: {} (primary: {}) · seed {} · {} sizes · commit `{}` · this process {:.1} s. All numbers are \
-         in `results.json`, every measured cell in `cells/`, CSV files beside this report; `sdpa report \
-         --render-only {{this folder}}` renders it again from the saved cells.\n",
+        "Backends: {} (primary: {}) · seed {} · {} sizes · commit `{}` · {:.0} s of measurement summed over \
+         the cells (heavy cells run one per core) · this process {:.1} s. All numbers are in `results.json`, \
+         every measured cell in `cells/`, CSV files beside this report; `sdpa report --render-only {{this \
+         folder}}` renders it again from the saved cells.\n",
         plan.backends.join(", "),
         plan.primary(),
         plan.seed,
         if plan.quick { "quick" } else { "full" },
         r.git_commit,
+        r.experiments.iter().map(|e| e.measure_seconds).sum::<f64>(),
         r.seconds
     );
     if plan.quick {

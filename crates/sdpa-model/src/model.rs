@@ -7,8 +7,8 @@ use burn::nn::{
 };
 use burn::prelude::*;
 use burn_sdpa::{
-    AttentionDiagnostics, AttentionError, Implementation, MhaInput, MultiHeadAttention,
-    MultiHeadAttentionConfig, QkNorm, ScalePolicy, attention_diagnostics,
+    AttentionDiagnostics, AttentionError, AttentionOptions, Implementation, MhaInput,
+    MultiHeadAttention, MultiHeadAttentionConfig, QkNorm, attention_diagnostics,
 };
 use serde::{Deserialize, Serialize};
 
@@ -63,23 +63,15 @@ pub struct ModelConfig {
     /// Hidden width of the MLP as a multiple of `d_model`.
     #[config(default = 4)]
     pub mlp_ratio: usize,
-    /// Scale policy of the attention scores: the variable the experiments change.
-    #[config(default = "ScalePolicy::InvSqrtDk")]
-    pub scale: ScalePolicy,
+    /// The attention's options: its scale policy (the variable the experiments change), soft-cap,
+    /// dropout on the weights (0: the experiments measure the softmax itself), causal alignment
+    /// and computation path (`Auto`: the fastest correct one; the others are there to compare
+    /// them on a whole model).
+    #[config(default = "AttentionOptions::new()")]
+    pub attention: AttentionOptions,
     /// Initialization of the query/key projections.
     #[config(default = "QkInit::Default")]
     pub qk_init: QkInit,
-    /// Dropout on the attention weights (0: the experiments measure the softmax itself).
-    #[config(default = 0.0)]
-    pub dropout: f64,
-    /// The attention's computation path (`Auto`: the fastest correct one; the others are there
-    /// to compare them on a whole model).
-    #[config(default = "Implementation::Auto")]
-    pub implementation: Implementation,
-    /// Logit soft-cap of the attention (none by default; `logit-control` compares it with the
-    /// √d_k scaling).
-    #[config(default = "None")]
-    pub softcap: Option<f64>,
     /// QK-norm of the attention heads (none by default; compared by `logit-control`).
     #[config(default = "QkNorm::None")]
     pub qk_norm: QkNorm,
@@ -114,13 +106,6 @@ impl ModelConfig {
             return Err(ModelError::invalid("d_k", 0, "must be > 0"));
         }
         self.mha_config().validate()?;
-        if !(self.dropout.is_finite() && (0.0..1.0).contains(&self.dropout)) {
-            return Err(ModelError::invalid(
-                "dropout",
-                self.dropout,
-                "must be in [0, 1)",
-            ));
-        }
         Ok(())
     }
 
@@ -129,10 +114,7 @@ impl ModelConfig {
             .with_d_k(self.d_k)
             .with_d_v(self.d_v)
             .with_learned_temperature(self.learned_temperature)
-            .with_scale(self.scale)
-            .with_dropout(self.dropout)
-            .with_implementation(self.implementation)
-            .with_softcap(self.softcap)
+            .with_options(self.attention.clone())
             .with_qk_norm(self.qk_norm)
             .with_bias(false);
         if self.qk_init == QkInit::Unit {
@@ -443,7 +425,7 @@ mod tests {
             .with_n_heads(1)
             .with_d_k(Some(256))
             .with_qk_init(QkInit::Unit)
-            .with_scale(ScalePolicy::Unscaled);
+            .with_attention(AttentionOptions::new().with_scale(burn_sdpa::ScalePolicy::Unscaled));
         let model = cfg.init(&device);
         let tokens = Tensor::<2, Int>::from_data(
             [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0]],

@@ -1,65 +1,13 @@
-//! `Implementation::Auto`: the measured rule (a pure function of [`AutoRequest`], tested as a
-//! table) and what it knows about the device: which Burn backend runs the call, because
-//! the paths' speed and memory depend on it (Flex and CubeCL have fused inference kernels for
-//! `burn::tensor::module::attention`, NdArray and every autodiff device run Burn's plain
+//! `Implementation::Auto`: the measured rule, a pure function of [`AutoRequest`] (tested as a
+//! table). It reads which Burn backend runs the call ([`BackendFamily`], worked out once per call),
+//! because the paths' speed and memory depend on it (Flex and CubeCL have fused inference kernels
+//! for `burn::tensor::module::attention`, NdArray and every autodiff device run Burn's plain
 //! fallback).
 
-use burn::prelude::*;
-
-use crate::paths::kind::Path;
-
-/// The backend family of a device, as far as the choice of attention path is concerned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BackendFamily {
-    /// Burn's Flex CPU backend: a tiled (flash) inference kernel for `attention`.
-    Flex,
-    /// Burn's NdArray CPU backend: `attention` is the plain matmul/softmax/matmul fallback.
-    NdArray,
-    /// A CubeCL backend (wgpu, CUDA, ROCm, Metal, the CubeCL CPU runtime): an autotuned flash
-    /// kernel for `attention` when no explicit scale, bias or softcap is given.
-    CubeCl,
-    /// Anything else (LibTorch, remote, ...).
-    Other,
-}
-
-impl BackendFamily {
-    /// The family of `device` (its autodiff wrapper, if any, looked through).
-    ///
-    /// Burn 0.22 has no public accessor for the backend behind a [`Device`] that works without
-    /// naming the backend's cargo feature, so this reads the variant name of the device's
-    /// `Debug` form (`Device<Flex(..)>`, `Device<NdArray(..)>`, `Device<Cube(..)>`); the
-    /// integration tests check it on every backend the workspace builds, so a change in Burn
-    /// shows up there.
-    ///
-    /// ```
-    /// use burn::prelude::*;
-    /// use burn_sdpa::BackendFamily;
-    /// assert_eq!(BackendFamily::of(&Device::flex()), BackendFamily::Flex);
-    /// assert_eq!(BackendFamily::of(&Device::flex().autodiff()), BackendFamily::Flex);
-    /// ```
-    pub fn of(device: &Device) -> Self {
-        let name = format!("{:?}", device.clone().without_autodiff());
-        let variant = name.strip_prefix("Device<").unwrap_or(&name);
-        if variant.starts_with("Flex") {
-            BackendFamily::Flex
-        } else if variant.starts_with("NdArray") {
-            BackendFamily::NdArray
-        } else if variant.starts_with("Cube") {
-            BackendFamily::CubeCl
-        } else {
-            BackendFamily::Other
-        }
-    }
-
-    /// Whether Burn's `attention` runs a kernel that never materializes the `[b, h, n, m]`
-    /// scores for inference on this backend.
-    pub fn has_fused_inference_kernel(self) -> bool {
-        matches!(self, BackendFamily::Flex | BackendFamily::CubeCl)
-    }
-}
+use crate::vocabulary::{AttentionPath, BackendFamily, DEFAULT_BLOCK_SIZE};
 
 /// Key block of the chunked path when `Auto` picks it (the block size the benchmark measured).
-pub const AUTO_BLOCK_SIZE: usize = 256;
+pub const AUTO_BLOCK_SIZE: usize = DEFAULT_BLOCK_SIZE;
 
 /// Largest `[b, h, n, m]` score tensor (in bytes) that `Auto` lets an inference call
 /// materialize on a backend without a fused inference kernel; above it, `Auto` takes the chunked
@@ -69,8 +17,8 @@ pub const AUTO_BLOCK_SIZE: usize = 256;
 /// runs a 24 GiB machine out of memory.
 pub const AUTO_INFERENCE_SCORES_BUDGET_BYTES: u64 = 4 << 30;
 
-/// What `Auto` looks at (built by [`ScaledDotProductAttention::resolve`](crate::ScaledDotProductAttention::resolve)
-/// from the call and from what each path says it supports).
+/// What `Auto` looks at (built by `paths::resolve` from the call's device facts, worked out
+/// once per call, and from what each path says it supports).
 #[derive(Debug, Clone, Copy)]
 pub struct AutoRequest {
     /// The device's backend.
@@ -114,14 +62,14 @@ pub struct AutoRequest {
 ///   exceed [`AUTO_INFERENCE_SCORES_BUDGET_BYTES`], else `Fused`.
 /// - When `Fused` cannot serve an inference call either (top-left causal with n ≠ m and a
 ///   mask): `Naive`, or `Chunked` above the budget.
-pub fn auto_path(request: AutoRequest) -> Path {
-    let chunked = Path::Chunked(AUTO_BLOCK_SIZE);
+pub fn auto_path(request: AutoRequest) -> AttentionPath {
+    let chunked = AttentionPath::Chunked(AUTO_BLOCK_SIZE);
     let over_budget = request.scores_bytes > AUTO_INFERENCE_SCORES_BUDGET_BYTES;
     if request.cpu_kernel_ok && request.cpu_kernel_in_place {
-        Path::CpuKernel
+        AttentionPath::CpuKernel
     } else if request.autodiff {
         if request.family == BackendFamily::CubeCl || request.n_keys < AUTO_BLOCK_SIZE {
-            Path::Naive
+            AttentionPath::Naive
         } else {
             chunked
         }
@@ -129,15 +77,19 @@ pub fn auto_path(request: AutoRequest) -> Path {
         && (request.family == BackendFamily::NdArray
             || (request.family == BackendFamily::Flex && request.n_keys >= AUTO_BLOCK_SIZE))
     {
-        Path::CpuKernel
+        AttentionPath::CpuKernel
     } else if !request.fused_ok {
-        if over_budget { chunked } else { Path::Naive }
+        if over_budget {
+            chunked
+        } else {
+            AttentionPath::Naive
+        }
     } else if request.family.has_fused_inference_kernel() {
-        Path::Fused
+        AttentionPath::Fused
     } else if over_budget || (AUTO_BLOCK_SIZE..=2 * AUTO_BLOCK_SIZE).contains(&request.n_keys) {
         chunked
     } else {
-        Path::Fused
+        AttentionPath::Fused
     }
 }
 
@@ -170,7 +122,7 @@ mod tests {
                 for n_keys in [1, 64, 255, 256, 4096] {
                     assert_eq!(
                         auto_path(in_place(family, autodiff, n_keys)),
-                        Path::CpuKernel
+                        AttentionPath::CpuKernel
                     );
                 }
             }
@@ -180,55 +132,88 @@ mod tests {
             cpu_kernel_ok: false,
             ..in_place(Flex, true, 4096)
         };
-        assert_eq!(auto_path(blocked), Path::Chunked(256));
+        assert_eq!(auto_path(blocked), AttentionPath::Chunked(256));
     }
 
     #[test]
     fn the_rule_without_the_extension() {
         use BackendFamily::*;
         // Training on CPU backends: naive for one block of keys, chunked beyond.
-        assert_eq!(auto_path(request(Flex, true, 255, 0)), Path::Naive);
-        assert_eq!(auto_path(request(Flex, true, 256, 0)), Path::Chunked(256));
+        assert_eq!(auto_path(request(Flex, true, 255, 0)), AttentionPath::Naive);
+        assert_eq!(
+            auto_path(request(Flex, true, 256, 0)),
+            AttentionPath::Chunked(256)
+        );
         assert_eq!(
             auto_path(request(NdArray, true, 4096, 2)),
-            Path::Chunked(256)
+            AttentionPath::Chunked(256)
         );
-        assert_eq!(auto_path(request(CubeCl, true, 4096, 2)), Path::Naive);
+        assert_eq!(
+            auto_path(request(CubeCl, true, 4096, 2)),
+            AttentionPath::Naive
+        );
         // Inference on the host CPU: this crate's kernel whenever it can serve the call.
-        assert_eq!(auto_path(request(Flex, false, 32768, 32)), Path::CpuKernel);
-        assert_eq!(auto_path(request(Flex, false, 256, 0)), Path::CpuKernel);
-        assert_eq!(auto_path(request(NdArray, false, 128, 0)), Path::CpuKernel);
+        assert_eq!(
+            auto_path(request(Flex, false, 32768, 32)),
+            AttentionPath::CpuKernel
+        );
+        assert_eq!(
+            auto_path(request(Flex, false, 256, 0)),
+            AttentionPath::CpuKernel
+        );
+        assert_eq!(
+            auto_path(request(NdArray, false, 128, 0)),
+            AttentionPath::CpuKernel
+        );
         // Below one key block on Flex, Burn's kernel ties with it and needs no host copy.
-        assert_eq!(auto_path(request(Flex, false, 255, 0)), Path::Fused);
-        assert_eq!(auto_path(request(CubeCl, false, 128, 0)), Path::Fused);
+        assert_eq!(
+            auto_path(request(Flex, false, 255, 0)),
+            AttentionPath::Fused
+        );
+        assert_eq!(
+            auto_path(request(CubeCl, false, 128, 0)),
+            AttentionPath::Fused
+        );
         // Otherwise (a mask or bias): Burn's kernel where it has one, the fallback within the
         // budget.
         let request = |family, autodiff, n_keys, gib| AutoRequest {
             cpu_kernel_ok: false,
             ..request(family, autodiff, n_keys, gib)
         };
-        assert_eq!(auto_path(request(Flex, false, 32768, 32)), Path::Fused);
-        assert_eq!(auto_path(request(CubeCl, false, 32768, 32)), Path::Fused);
-        assert_eq!(auto_path(request(NdArray, false, 4096, 2)), Path::Fused);
-        assert_eq!(auto_path(request(NdArray, false, 128, 0)), Path::Fused);
+        assert_eq!(
+            auto_path(request(Flex, false, 32768, 32)),
+            AttentionPath::Fused
+        );
+        assert_eq!(
+            auto_path(request(CubeCl, false, 32768, 32)),
+            AttentionPath::Fused
+        );
+        assert_eq!(
+            auto_path(request(NdArray, false, 4096, 2)),
+            AttentionPath::Fused
+        );
+        assert_eq!(
+            auto_path(request(NdArray, false, 128, 0)),
+            AttentionPath::Fused
+        );
         assert_eq!(
             auto_path(request(NdArray, false, 512, 0)),
-            Path::Chunked(256)
+            AttentionPath::Chunked(256)
         );
         assert_eq!(
             auto_path(request(NdArray, false, 16384, 8)),
-            Path::Chunked(256)
+            AttentionPath::Chunked(256)
         );
         let top_left = AutoRequest {
             fused_ok: false,
             ..request(Flex, false, 100, 0)
         };
-        assert_eq!(auto_path(top_left), Path::Naive);
+        assert_eq!(auto_path(top_left), AttentionPath::Naive);
     }
 
     #[test]
     fn the_family_of_a_flex_device() {
-        let device = Device::flex();
+        let device = burn::prelude::Device::flex();
         assert_eq!(BackendFamily::of(&device), BackendFamily::Flex);
         assert_eq!(BackendFamily::of(&device.autodiff()), BackendFamily::Flex);
     }

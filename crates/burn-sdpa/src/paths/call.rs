@@ -9,8 +9,10 @@ use burn::prelude::*;
 use crate::input::AttentionInput;
 use crate::mask::mask_for_keys;
 use crate::types::{AttentionDims, CausalAlignment};
+use crate::vocabulary::BackendFamily;
 
-/// A call whose shapes have been checked, with the module's settings resolved for it.
+/// A call whose shapes have been checked, with the module's settings and the device's facts
+/// resolved for it (once per call: every path and the `Auto` rule read them from here).
 #[derive(Debug, Clone)]
 pub(crate) struct Call {
     /// The tensors, masks and options.
@@ -26,6 +28,12 @@ pub(crate) struct Call {
     /// Dropout on the weights, when it is active for this call (training flag on, p > 0,
     /// autodiff device).
     pub dropout: Option<Dropout>,
+    /// The backend the call runs on.
+    pub family: BackendFamily,
+    /// Whether the call runs on an autodiff device (training).
+    pub autodiff: bool,
+    /// Whether the CPU kernel runs in place on this backend (its backend extension).
+    pub kernel_in_place: bool,
 }
 
 impl Call {

@@ -3,14 +3,12 @@
 //! backend and under autodiff. For inference it never holds more than `n × block_size` scores
 //! per (batch, head).
 
-use burn::nn::Dropout;
 use burn::prelude::*;
 
 use crate::error::AttentionError;
-use crate::input::{AttentionInput, AttentionOutput};
+use crate::input::AttentionOutput;
 use crate::mask::most_negative;
 use crate::paths::call::Call;
-use crate::types::{AttentionDims, CausalAlignment};
 
 /// Why the chunked path cannot serve `call`, if it cannot.
 pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
@@ -18,38 +16,10 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
         .then_some("it cannot return the weights or scores")
 }
 
-/// Attention by blocks of `block_size` keys. Same semantics as the naive path: masks, bias,
-/// causal alignments, windows, soft-capping, grouped-query heads, dropout on the weights, and zero
-/// output for rows without a visible key. Key blocks that the causal mask or the window hide from
-/// every query are never computed.
-///
-/// `dims` come from [`validate_input`](crate::validate_input); `softcap`, when given, caps the
-/// scaled scores before the bias; `dropout`, when given, acts on the weights.
-///
-/// # Shapes
-/// - query: `[b, h, n, d_k]`, key: `[b, h_kv, m, d_k]`, value: `[b, h_kv, m, d_v]`
-/// - returns the context `[b, h, n, d_v]`
-pub fn chunked_attention(
-    input: AttentionInput,
-    dims: AttentionDims,
-    scale: f64,
-    alignment: CausalAlignment,
-    softcap: Option<f64>,
-    block_size: usize,
-    dropout: Option<&Dropout>,
-) -> Tensor<4> {
-    let call = Call {
-        input,
-        dims,
-        scale,
-        alignment,
-        softcap,
-        dropout: dropout.cloned(),
-    };
-    context(&call, block_size)
-}
-
-/// Runs the chunked path with blocks of `block_size` keys.
+/// Runs the chunked path with blocks of `block_size` keys: the same semantics as the naive path
+/// (masks, bias, causal alignments, windows, soft-capping, grouped-query heads, dropout on the
+/// weights, zero output for rows without a visible key); key blocks that the causal mask or the
+/// window hide from every query are never computed.
 pub(crate) fn run(call: Call, block_size: usize) -> Result<AttentionOutput, AttentionError> {
     Ok(AttentionOutput::from_context(context(&call, block_size)))
 }

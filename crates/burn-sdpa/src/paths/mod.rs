@@ -3,48 +3,51 @@
 //! Every path is one file with two functions: `blocker(&Call) -> Option<&'static str>` says why it
 //! cannot serve a call (or `None`), and `run(Call)` computes it. [`resolve`] honours an explicit
 //! [`Implementation`] or rejects it with the path's reason, and asks [`auto::auto_path`] for
-//! `Auto`; [`run`] dispatches. Adding a path means a file here, a variant in [`kind`] (with its
+//! `Auto`; [`run`] dispatches. Adding a path means a file here, a variant in [`crate::vocabulary`] (with its
 //! spelling), and one arm in each of the two matches below.
 
 pub mod auto;
 pub(crate) mod call;
-pub mod chunked;
+pub(crate) mod chunked;
 pub mod cpu;
 pub(crate) mod fused;
-pub mod kind;
 pub(crate) mod naive;
 pub(crate) mod nonfinite;
 
 use crate::error::AttentionError;
 use crate::input::AttentionOutput;
-use auto::{AutoRequest, BackendFamily, auto_path};
+use crate::vocabulary::{AttentionPath, Implementation};
+use auto::{AutoRequest, auto_path};
 use call::Call;
-use kind::{Implementation, Path};
 
 /// Why `path` cannot serve `call`, if it cannot.
-fn blocker(path: Path, call: &Call) -> Option<&'static str> {
+fn blocker(path: AttentionPath, call: &Call) -> Option<&'static str> {
     match path {
-        Path::Naive => naive::blocker(call),
-        Path::Chunked(_) => chunked::blocker(call),
-        Path::Fused => fused::blocker(call),
-        Path::CpuKernel => cpu::blocker(call),
+        AttentionPath::Naive => naive::blocker(call),
+        AttentionPath::Chunked(_) => chunked::blocker(call),
+        AttentionPath::Fused => fused::blocker(call),
+        AttentionPath::CpuKernel => cpu::blocker(call),
     }
 }
 
 /// Runs `call` on `path`, with the policy for non-finite inputs of [`nonfinite`] (the CPU
-/// kernel applies it on its host data itself, the tensor-op paths run between its two halves).
-pub(crate) fn run(path: Path, call: Call) -> Result<AttentionOutput, AttentionError> {
-    if path == Path::CpuKernel {
-        return cpu::run(call);
+/// kernel applies it on its host data itself; the tensor-op paths run between its two halves).
+pub(crate) fn run(path: AttentionPath, call: Call) -> Result<AttentionOutput, AttentionError> {
+    match path {
+        AttentionPath::CpuKernel => cpu::run(call),
+        AttentionPath::Naive => tensor_ops(call, naive::run),
+        AttentionPath::Chunked(block_size) => tensor_ops(call, |c| chunked::run(c, block_size)),
+        AttentionPath::Fused => tensor_ops(call, fused::run),
     }
+}
+
+/// A tensor-op path between the two halves of the non-finite policy.
+fn tensor_ops(
+    call: Call,
+    path: impl FnOnce(Call) -> Result<AttentionOutput, AttentionError>,
+) -> Result<AttentionOutput, AttentionError> {
     let (call, poisoned) = nonfinite::sanitize(call);
-    let out = match path {
-        Path::Naive => naive::run(call),
-        Path::Chunked(block_size) => chunked::run(call, block_size),
-        Path::Fused => fused::run(call),
-        Path::CpuKernel => cpu::run(call),
-    }?;
-    Ok(poisoned.apply(out))
+    Ok(poisoned.apply(path(call)?))
 }
 
 /// The path `implementation` takes for `call`.
@@ -52,9 +55,12 @@ pub(crate) fn run(path: Path, call: Call) -> Result<AttentionOutput, AttentionEr
 /// An explicit implementation is honoured, or rejected with [`AttentionError::Unsupported`] and
 /// the path's reason (e.g. weights asked of `Chunked` or `Fused`). `Auto` takes `Naive` when the
 /// weights or scores are asked for (only it has them); otherwise it follows the measured rule of
-/// [`auto_path`]: by backend ([`BackendFamily`]), autodiff state, number of keys, size of the
+/// [`auto_path`]: by backend ([`BackendFamily`](crate::BackendFamily)), autodiff state, number of keys, size of the
 /// scores and which paths can serve the call.
-pub(crate) fn resolve(implementation: Implementation, call: &Call) -> Result<Path, AttentionError> {
+pub(crate) fn resolve(
+    implementation: Implementation,
+    call: &Call,
+) -> Result<AttentionPath, AttentionError> {
     if let Some(path) = implementation.path() {
         return match blocker(path, call) {
             Some(reason) => Err(AttentionError::Unsupported {
@@ -65,17 +71,16 @@ pub(crate) fn resolve(implementation: Implementation, call: &Call) -> Result<Pat
         };
     }
     if call.input.need_weights || call.input.need_scores {
-        return Ok(Path::Naive);
+        return Ok(AttentionPath::Naive);
     }
-    let device = call.input.query.device();
     let [b, h, n, m] = call.dims.scores_shape();
     Ok(auto_path(AutoRequest {
-        family: BackendFamily::of(&device),
-        autodiff: device.is_autodiff(),
+        family: call.family,
+        autodiff: call.autodiff,
         n_keys: m,
         scores_bytes: (b * h * n * m * call.input.query.dtype().size()) as u64,
-        fused_ok: blocker(Path::Fused, call).is_none(),
-        cpu_kernel_ok: blocker(Path::CpuKernel, call).is_none(),
-        cpu_kernel_in_place: cpu::runs_in_place(&device),
+        fused_ok: blocker(AttentionPath::Fused, call).is_none(),
+        cpu_kernel_ok: blocker(AttentionPath::CpuKernel, call).is_none(),
+        cpu_kernel_in_place: call.kernel_in_place,
     }))
 }

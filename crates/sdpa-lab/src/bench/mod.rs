@@ -4,26 +4,25 @@
 //!
 //! | file | what it holds |
 //! |---|---|
-//! | `mod.rs` | the sizes, the paths, one timed cell, the timing grid and Auto's ratios |
+//! | `mod.rs` | the sizes, the modes, the timing grid and Auto's ratios |
+//! | `cell.rs` | one cell's inputs, the paths, one timed run |
 //! | `sweeps.rs` | the memory sweeps (b = 1, long sequences) |
 //! | `report.rs` | the Markdown tables, the JSON file and the plots |
 
+mod cell;
 mod report;
 mod sweeps;
 
 use std::time::Instant;
 
-use burn::prelude::*;
-use burn::tensor::activation::softmax;
-use burn_sdpa::{
-    AttentionInput, Implementation, ScaledDotProductAttention, ScaledDotProductAttentionConfig,
-};
 use sdpa_model::Progress;
 use serde::Serialize;
 
-use crate::context::{LabBackend, LabError, normal_tensor};
+use crate::context::{LabBackend, LabError};
 use crate::memory::measure_peak;
 use crate::stats::median;
+use cell::path_taken;
+pub use cell::{Cell, baseline, forward_path, module, paths, paths_for, run_once};
 pub use report::{markdown, write};
 pub use sweeps::MemoryRow;
 
@@ -47,7 +46,7 @@ pub struct BenchConfig {
     pub max_reps: usize,
     /// Key block of the chunked path.
     pub block_size: usize,
-    /// The modes timed, by [`Mode::name`] (all four by default).
+    /// The modes timed, by [`Mode::name`] (all six by default).
     pub modes: Vec<String>,
     /// Keys hidden at the end of every batch element in the padded modes, as a fraction of m
     /// (1/8: a batch of sequences padded to a common length).
@@ -62,7 +61,8 @@ pub struct BenchConfig {
 }
 
 impl BenchConfig {
-    /// The sizes; `quick` shrinks them for a smoke run.
+    /// The benchmark's sizes (b = 4, h = 8, d = 64, n = m from 128 to 4096); `quick` shrinks them
+    /// for a smoke run.
     pub fn new(quick: bool) -> Self {
         if quick {
             Self {
@@ -100,50 +100,84 @@ impl BenchConfig {
     }
 }
 
-/// A timed mode: forward or forward + backward, with or without the padding mask.
+/// Which keys a timed mode hides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Masking {
+    /// None.
+    Dense,
+    /// A padding mask hiding [`BenchConfig::padded_fraction`] of the keys of every batch element.
+    Padded,
+    /// Causal masking (n = m): the most common training case.
+    Causal,
+}
+
+/// A timed mode: forward or forward + backward, dense, padded or causal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Mode {
     /// Forward + backward on an autodiff device.
     pub backward: bool,
-    /// With a padding mask hiding [`BenchConfig::padded_fraction`] of the keys.
-    pub padded: bool,
+    /// Which keys are hidden.
+    pub masking: Masking,
 }
 
 impl Mode {
-    /// The four modes, in report order.
-    pub const ALL: [Mode; 4] = [
+    /// The six modes, in report order.
+    pub const ALL: [Mode; 6] = [
         Mode {
             backward: false,
-            padded: false,
+            masking: Masking::Dense,
         },
         Mode {
             backward: true,
-            padded: false,
+            masking: Masking::Dense,
         },
         Mode {
             backward: false,
-            padded: true,
+            masking: Masking::Padded,
         },
         Mode {
             backward: true,
-            padded: true,
+            masking: Masking::Padded,
+        },
+        Mode {
+            backward: false,
+            masking: Masking::Causal,
+        },
+        Mode {
+            backward: true,
+            masking: Masking::Causal,
         },
     ];
 
-    /// As written in the report: `forward`, `forward+backward`, `forward, padded`, ...
+    /// As written in the report: `forward`, `forward+backward`, `forward, padded`,
+    /// `forward+backward, causal`, ...
     pub fn name(self) -> &'static str {
-        match (self.backward, self.padded) {
-            (false, false) => "forward",
-            (true, false) => "forward+backward",
-            (false, true) => "forward, padded",
-            (true, true) => "forward+backward, padded",
+        match (self.backward, self.masking) {
+            (false, Masking::Dense) => "forward",
+            (true, Masking::Dense) => "forward+backward",
+            (false, Masking::Padded) => "forward, padded",
+            (true, Masking::Padded) => "forward+backward, padded",
+            (false, Masking::Causal) => "forward, causal",
+            (true, Masking::Causal) => "forward+backward, causal",
         }
     }
 
-    /// Flops per (b·h·n·m·d): 4 forward, 12 forward + backward (the dense count, also for the
-    /// padded modes, so that their GFLOP/s compare with the unmasked ones at equal work asked).
+    /// Whether a mask hides keys (the hand-written baseline takes none).
+    pub fn masked(self) -> bool {
+        self.masking != Masking::Dense
+    }
+
+    /// Flops per (b·h·n·m·d): 4 forward, 12 forward + backward — the dense count, also for the
+    /// padded modes, so that their GFLOP/s compare with the unmasked ones at equal work asked;
+    /// half of it for the causal modes, the work a causal kernel must do (PyTorch's and
+    /// FlashAttention's convention).
     fn flops_per_element(self) -> f64 {
-        if self.backward { 12.0 } else { 4.0 }
+        let dense = if self.backward { 12.0 } else { 4.0 };
+        if self.masking == Masking::Causal {
+            dense / 2.0
+        } else {
+            dense
+        }
     }
 }
 
@@ -187,138 +221,8 @@ pub struct BenchReport {
     /// auto_i / p_i, where round i ran every path once, one after the other. Pairing runs that
     /// are seconds apart cancels the slow spells of a shared machine.
     pub auto_ratio_paired: Vec<(String, usize, f64)>,
-}
-
-/// The hand-written baseline: softmax(QKᵀ/√d)·V with nothing else.
-pub fn baseline(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
-    let d = q.dims()[3];
-    softmax(q.matmul(k.transpose()) / (d as f64).sqrt(), 3).matmul(v)
-}
-
-/// The attention module with the given implementation and the default settings.
-pub fn module(implementation: Implementation) -> Result<ScaledDotProductAttention, LabError> {
-    Ok(ScaledDotProductAttentionConfig::new()
-        .with_implementation(implementation)
-        .try_init()?)
-}
-
-/// The paths, as (name, implementation or None for the baseline).
-pub fn paths(block_size: usize) -> Vec<(&'static str, Option<Implementation>)> {
-    vec![
-        ("auto", Some(Implementation::Auto)),
-        ("naive", Some(Implementation::Naive)),
-        ("chunked", Some(Implementation::Chunked { block_size })),
-        ("fused", Some(Implementation::Fused)),
-        ("cpu_kernel", Some(Implementation::CpuKernel)),
-        ("baseline", None),
-    ]
-}
-
-/// The paths that can run a mode: all of them, but the baseline takes no mask.
-pub fn paths_for(block_size: usize, padded: bool) -> Vec<(&'static str, Option<Implementation>)> {
-    paths(block_size)
-        .into_iter()
-        .filter(|(_, implementation)| !(padded && implementation.is_none()))
-        .collect()
-}
-
-/// The inputs of one cell: q, k, v `[b, h, n, d]` and, in the padded modes, the padding mask
-/// `[b, n]` hiding the last `fraction` of every batch element's keys.
-#[derive(Debug, Clone)]
-pub struct Cell {
-    q: Tensor<4>,
-    k: Tensor<4>,
-    v: Tensor<4>,
-    padding: Option<Tensor<2, Bool>>,
-}
-
-impl Cell {
-    /// Draws a cell on `device`.
-    pub fn new(
-        rng: &mut rand_chacha::ChaCha8Rng,
-        shape: [usize; 4],
-        padded: Option<f64>,
-        device: &Device,
-    ) -> Self {
-        let [b, _, n, _] = shape;
-        let padding = padded.map(|fraction| {
-            let visible = n - ((n as f64 * fraction).round() as usize).min(n - 1);
-            let lengths = Tensor::<1, Int>::full([b], visible as i64, device);
-            burn_sdpa::mask::padding_mask_from_lengths(lengths, n)
-        });
-        Self {
-            q: normal_tensor(rng, shape, device),
-            k: normal_tensor(rng, shape, device),
-            v: normal_tensor(rng, shape, device),
-            padding,
-        }
-    }
-
-    fn input(&self, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> AttentionInput {
-        let input = AttentionInput::new(q, k, v);
-        match &self.padding {
-            Some(padding) => input.padding_mask(padding.clone()),
-            None => input,
-        }
-    }
-}
-
-/// The path `attn` takes for a cell, as it prints: `naive`, `chunked(B)`, `fused`, `cpu_kernel`.
-fn path_taken(attn: &ScaledDotProductAttention, cell: &Cell) -> Result<String, LabError> {
-    let input = cell.input(cell.q.clone(), cell.k.clone(), cell.v.clone());
-    Ok(attn.path(&input)?.to_string())
-}
-
-/// The context of one path: the module's forward, or [`baseline`] when `attn` is `None`.
-pub fn forward_path(
-    attn: Option<&ScaledDotProductAttention>,
-    q: Tensor<4>,
-    k: Tensor<4>,
-    v: Tensor<4>,
-) -> Result<Tensor<4>, LabError> {
-    Ok(match attn {
-        Some(a) => a.try_forward(AttentionInput::new(q, k, v))?.context,
-        None => baseline(q, k, v),
-    })
-}
-
-/// Runs one path on a cell, forward or forward + backward, and waits for the device.
-pub fn run_once(
-    attn: Option<&ScaledDotProductAttention>,
-    cell: &Cell,
-    backward: bool,
-) -> Result<(), LabError> {
-    let leaf = |t: &Tensor<4>| {
-        if backward {
-            t.clone().require_grad()
-        } else {
-            t.clone()
-        }
-    };
-    let (q, k, v) = (leaf(&cell.q), leaf(&cell.k), leaf(&cell.v));
-    let out = match attn {
-        Some(a) => {
-            a.try_forward(cell.input(q.clone(), k.clone(), v.clone()))?
-                .context
-        }
-        None => baseline(q.clone(), k.clone(), v.clone()),
-    };
-    let device = out.device();
-    if backward {
-        let grads = out.sum().backward();
-        for t in [&q, &k, &v] {
-            let g = t
-                .grad(&grads)
-                .ok_or_else(|| LabError::Other("missing gradient".into()))?;
-            let _ = g.slice(s![0..1, 0..1, 0..1, 0..1]).into_data();
-        }
-    } else {
-        let _ = out.slice(s![0..1, 0..1, 0..1, 0..1]).into_data();
-    }
-    device
-        .sync()
-        .map_err(|e| LabError::Other(format!("device sync failed: {e:?}")))?;
-    Ok(())
+    /// Paths that could not serve a cell, with the reason.
+    pub skipped: Vec<String>,
 }
 
 /// Times every path of one (mode, n) cell: a warm-up each, then rounds in which every path runs
@@ -328,12 +232,23 @@ fn time_cell(
     mode: Mode,
     n: usize,
     cell: &Cell,
+    skipped: &mut Vec<String>,
     mut report: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>, LabError> {
-    let attns = paths_for(config.block_size, mode.padded)
-        .iter()
-        .map(|(name, implementation)| Ok((*name, implementation.map(module).transpose()?)))
-        .collect::<Result<Vec<_>, LabError>>()?;
+    let mut attns = Vec::new();
+    for (name, implementation) in paths_for(config.block_size, mode.masked()) {
+        let attn = implementation.map(module).transpose()?;
+        // A path that cannot serve the cell (the CPU kernel under autodiff on a GPU backend,
+        // Fused with a top-left causal mask, ...) is skipped with its reason, not the end of
+        // the bench.
+        if let Some(a) = &attn
+            && let Err(e) = a.path(&cell.input(cell.q.clone(), cell.k.clone(), cell.v.clone()))
+        {
+            skipped.push(format!("{name}, {}, n = {n}: {e}", mode.name()));
+            continue;
+        }
+        attns.push((name, attn));
+    }
     for (_, attn) in &attns {
         run_once(attn.as_ref(), cell, mode.backward)?; // warm-up
     }
@@ -404,13 +319,14 @@ pub fn run_bench(
         .collect();
     let cells: usize = modes
         .iter()
-        .map(|m| paths_for(config.block_size, m.padded).len())
+        .map(|m| paths_for(config.block_size, m.masked()).len())
         .sum();
     let total = (config.ns.len() * cells
         + (config.memory_ns.len() + config.training_memory_ns.len()) * 3) as u64;
     let progress = Progress::new(ctx.progress, &format!("bench {}", backend.name), 0, total);
     let mut done = 0;
     let mut rows = Vec::new();
+    let mut skipped = Vec::new();
     let mut rng = crate::context::rng(ctx.seed, 5);
     for &n in &config.ns {
         for &mode in &modes {
@@ -419,9 +335,12 @@ pub fn run_bench(
             } else {
                 backend.device.clone()
             };
-            let padded = mode.padded.then_some(config.padded_fraction);
-            let cell = Cell::new(&mut rng, [b, h, n, d], padded, &device);
-            rows.extend(time_cell(config, mode, n, &cell, |row| {
+            let padded = (mode.masking == Masking::Padded).then_some(config.padded_fraction);
+            let mut cell = Cell::new(&mut rng, [b, h, n, d], padded, &device);
+            if mode.masking == Masking::Causal {
+                cell = cell.causal();
+            }
+            rows.extend(time_cell(config, mode, n, &cell, &mut skipped, |row| {
                 done += 1;
                 let line = format!(
                     "{} {} n={n}: {:.1} ms, {:.1} GFLOP/s{}",
@@ -455,6 +374,7 @@ pub fn run_bench(
         training_memory,
         auto_ratio,
         auto_ratio_paired,
+        skipped,
     })
 }
 

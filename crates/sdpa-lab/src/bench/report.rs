@@ -7,12 +7,77 @@ use crate::context::LabError;
 use crate::markdown::{f, md_table};
 use crate::plot::{LinePlot, Series, line_plot};
 
+fn cell<'a>(r: &'a BenchReport, mode: &str, n: usize, p: &str) -> Option<&'a super::BenchRow> {
+    r.rows
+        .iter()
+        .find(|x| x.mode == mode && x.n == n && x.path == p)
+}
+
+/// One mode's table: median ms (GFLOP/s) per path and n, and Auto's ratios.
+fn mode_table(r: &BenchReport, mode: &str) -> String {
+    let mut headers = vec!["n".to_string()];
+    headers.extend(paths(r.config.block_size).iter().map(|p| p.0.to_string()));
+    headers.push("auto / best other (medians)".into());
+    headers.push("auto / best other (paired)".into());
+    let hs: Vec<&str> = headers.iter().map(|x| x.as_str()).collect();
+    let rows: Vec<Vec<String>> = r
+        .config
+        .ns
+        .iter()
+        .map(|&n| {
+            let mut row = vec![n.to_string()];
+            for (p, _) in paths(r.config.block_size) {
+                row.push(cell(r, mode, n, p).map_or("–".into(), |x| {
+                    let takes = match (&x.takes, p) {
+                        (Some(t), "auto") => format!(" → {t}"),
+                        _ => String::new(),
+                    };
+                    format!("{} ({}){takes}", f(x.median_ms, 1), f(x.gflops, 1))
+                }));
+            }
+            for ratios in [&r.auto_ratio, &r.auto_ratio_paired] {
+                row.push(
+                    ratios
+                        .iter()
+                        .find(|(m, nn, _)| m == mode && *nn == n)
+                        .map_or("–".into(), |x| f(x.2, 2)),
+                );
+            }
+            row
+        })
+        .collect();
+    md_table(&hs, &rows)
+}
+
+/// Peak memory added by one run, every mode, path and n.
+fn peak_table(r: &BenchReport, modes: &[&str]) -> String {
+    let mut headers = vec!["mode".to_string(), "n".to_string()];
+    headers.extend(paths(r.config.block_size).iter().map(|p| p.0.to_string()));
+    let hs: Vec<&str> = headers.iter().map(|x| x.as_str()).collect();
+    let mut rows = Vec::new();
+    for &mode in modes {
+        for &n in &r.config.ns {
+            let mut row = vec![mode.to_string(), n.to_string()];
+            for (p, _) in paths(r.config.block_size) {
+                row.push(
+                    cell(r, mode, n, p)
+                        .and_then(|x| x.peak_mib)
+                        .map_or("n/a".into(), |m| f(m, 0)),
+                );
+            }
+            rows.push(row);
+        }
+    }
+    md_table(&hs, &rows)
+}
+
 /// The Markdown tables of a report.
 pub fn markdown(r: &BenchReport) -> String {
     let mut s = format!(
         "## Benchmark on {} (b = {}, h = {}, d = {}; median of {} to {} runs after a warm-up, \
          the paths taking turns in an order that rotates each round, more runs until each path has run {} ms; \
-         the padded modes hide the last {:.1}% of every batch element's keys, and their GFLOP/s count the dense work)\n\n",
+         the padded modes hide the last {:.1}% of every batch element's keys and count the dense work, the \
+         causal modes count half of it)\n\n",
         r.backend,
         r.config.b,
         r.config.h,
@@ -22,66 +87,32 @@ pub fn markdown(r: &BenchReport) -> String {
         r.config.min_total_ms,
         100.0 * r.config.padded_fraction
     );
-    let cell = |mode: &str, n: usize, p: &str| {
-        r.rows
-            .iter()
-            .find(|x| x.mode == mode && x.n == n && x.path == p)
-    };
-    for mode in Mode::ALL.map(Mode::name) {
+    if r.backend == "wgpu" {
+        s.push_str(
+            "On a machine without a GPU the wgpu backend runs on Mesa's lavapipe, a Vulkan driver on the \
+             CPU: its timings compare paths on that driver, not on a GPU, and Auto's rule is not held to \
+             them.\n\n",
+        );
+    }
+    let modes: Vec<&str> = Mode::ALL
+        .map(Mode::name)
+        .into_iter()
+        .filter(|m| r.config.modes.iter().any(|x| x == m))
+        .collect();
+    for &mode in &modes {
         s.push_str(&format!("### {mode}: median ms (GFLOP/s)\n\n"));
-        let mut headers = vec!["n".to_string()];
-        headers.extend(paths(r.config.block_size).iter().map(|p| p.0.to_string()));
-        headers.push("auto / best other (medians)".into());
-        headers.push("auto / best other (paired)".into());
-        let hs: Vec<&str> = headers.iter().map(|x| x.as_str()).collect();
-        let rows: Vec<Vec<String>> = r
-            .config
-            .ns
-            .iter()
-            .map(|&n| {
-                let mut row = vec![n.to_string()];
-                for (p, _) in paths(r.config.block_size) {
-                    row.push(cell(mode, n, p).map_or("–".into(), |x| {
-                        let takes = match (&x.takes, p) {
-                            (Some(t), "auto") => format!(" → {t}"),
-                            _ => String::new(),
-                        };
-                        format!("{} ({}){takes}", f(x.median_ms, 1), f(x.gflops, 1))
-                    }));
-                }
-                for ratios in [&r.auto_ratio, &r.auto_ratio_paired] {
-                    row.push(
-                        ratios
-                            .iter()
-                            .find(|(m, nn, _)| m == mode && *nn == n)
-                            .map_or("–".into(), |x| f(x.2, 2)),
-                    );
-                }
-                row
-            })
-            .collect();
-        s.push_str(&md_table(&hs, &rows));
+        s.push_str(&mode_table(r, mode));
+        s.push('\n');
+    }
+    if !r.skipped.is_empty() {
+        s.push_str("Paths skipped (they cannot serve the cell):\n\n");
+        for k in &r.skipped {
+            s.push_str(&format!("- {k}\n"));
+        }
         s.push('\n');
     }
     s.push_str("### Peak memory added by one run (MiB)\n\n");
-    let mut headers = vec!["mode".to_string(), "n".to_string()];
-    headers.extend(paths(r.config.block_size).iter().map(|p| p.0.to_string()));
-    let hs: Vec<&str> = headers.iter().map(|x| x.as_str()).collect();
-    let mut rows = Vec::new();
-    for mode in Mode::ALL.map(Mode::name) {
-        for &n in &r.config.ns {
-            let mut row = vec![mode.to_string(), n.to_string()];
-            for (p, _) in paths(r.config.block_size) {
-                row.push(
-                    cell(mode, n, p)
-                        .and_then(|x| x.peak_mib)
-                        .map_or("n/a".into(), |m| f(m, 0)),
-                );
-            }
-            rows.push(row);
-        }
-    }
-    s.push_str(&md_table(&hs, &rows));
+    s.push_str(&peak_table(r, &modes));
     for (title, sweep) in [
         ("Inference memory sweep (b = 1)", &r.memory),
         (
@@ -132,7 +163,11 @@ pub fn write(r: &BenchReport, ctx: &BenchContext) -> Result<Vec<String>, LabErro
     let md = ctx.out_dir.join(format!("BENCH_{}.md", r.backend));
     std::fs::write(&md, markdown(r)).map_err(|e| LabError::io(&md, e))?;
     let mut files = vec![json.display().to_string(), md.display().to_string()];
-    for mode in Mode::ALL.map(Mode::name) {
+    let timed = Mode::ALL
+        .map(Mode::name)
+        .into_iter()
+        .filter(|m| r.rows.iter().any(|x| &x.mode == m));
+    for mode in timed {
         let slug: String = mode
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })

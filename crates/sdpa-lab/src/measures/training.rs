@@ -119,8 +119,8 @@ pub fn model_config(task: &TaskConfig, spec: &TrainingSpec) -> ModelConfig {
     m.d_v = Some(64);
     m.layer_norm = true;
     m.qk_init = spec.init;
-    m.scale = spec.arm.scale(spec.d_k);
-    m.softcap = match spec.arm {
+    m.attention.scale = spec.arm.scale(spec.d_k);
+    m.attention.softcap = match spec.arm {
         Arm::SoftCap(c) => Some(c),
         _ => None,
     };

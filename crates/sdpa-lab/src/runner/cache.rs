@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::files::write_atomic;
 use crate::context::LabError;
 use crate::experiment::{Experiment, PlannedCell, StoredCell};
+use crate::files::write_atomic;
 
 /// What determines a cell's result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

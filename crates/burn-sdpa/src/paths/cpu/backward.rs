@@ -16,8 +16,10 @@ use core::ops::Range;
 
 use rayon::prelude::*;
 
-use super::kernel::{Inputs, KernelShape, Masking, TileKind, Tiles};
+use super::kernel::{Inputs, TileKind};
+use super::masking::Masking;
 use super::shape::check_len;
+use super::shape::{KernelShape, Tiles};
 use super::simd;
 use super::tile::{View, product};
 use crate::error::AttentionError;

@@ -16,9 +16,10 @@ use burn::prelude::*;
 
 use super::backward::{BACKWARD_TILES, BackwardInputs, BackwardOutputs};
 use super::host::HostFloat;
-use super::kernel::{Broadcast, KernelShape, Masking, Tiles};
+use super::masking::{Broadcast, Masking};
 use super::nonfinite;
-use crate::types::{AttentionDims, Window};
+use super::shape::{KernelShape, Tiles};
+use crate::types::AttentionDims;
 
 /// A boolean mask on the host, `[b|1, h|1, n|1, m]` row-major (true = masked out).
 #[derive(Debug, Clone, PartialEq)]
@@ -27,17 +28,12 @@ pub(crate) struct HostMask {
     pub shape: [usize; 4],
 }
 
-/// What the op needs besides its tensors.
+/// What the op needs besides its tensors: the kernel's shape (derived from the module's call)
+/// and the padding and user masks, or-ed, on the host.
 #[derive(Debug, Clone)]
-pub(crate) struct KernelOptions {
-    /// Factor applied to QKᵀ.
-    pub scale: f32,
-    /// Key `j` is visible to query `i` only when `j <= i + offset`.
-    pub causal_offset: Option<i64>,
-    /// The logit soft-cap.
-    pub softcap: Option<f32>,
-    /// The local window and its diagonal offset.
-    pub window: Option<(Window, i64)>,
+pub(crate) struct KernelCall {
+    /// Sizes, scale, causal and window diagonals, soft-cap.
+    pub shape: KernelShape,
     /// The padding and user masks, or-ed.
     pub mask: Option<Arc<HostMask>>,
 }
@@ -61,7 +57,7 @@ pub(crate) trait CpuKernelBackend: Backend {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         #[extension_type] bias: MaybeBias<Self>,
-        options: KernelOptions,
+        call: KernelCall,
     ) -> FloatTensor<Self>;
 }
 
@@ -71,7 +67,7 @@ pub(crate) fn attention(
     k: Tensor<4>,
     v: Tensor<4>,
     bias: Option<Tensor<4>>,
-    options: KernelOptions,
+    call: KernelCall,
 ) -> Tensor<4> {
     let bias = match bias {
         Some(bias) => MaybeBias::Present(bias.into_dispatch()),
@@ -82,24 +78,8 @@ pub(crate) fn attention(
         k.into_dispatch(),
         v.into_dispatch(),
         bias,
-        options,
+        call,
     ))
-}
-
-/// The sizes of a call, read from the tensors' shapes.
-fn dims<B: Backend>(q: &FloatTensor<B>, k: &FloatTensor<B>, v: &FloatTensor<B>) -> AttentionDims {
-    let [batch, n_heads, n, d_k] = q.shape().dims::<4>();
-    let [_, n_kv_heads, m, _] = k.shape().dims::<4>();
-    let d_v = v.shape().dims::<4>()[3];
-    AttentionDims {
-        batch,
-        n_heads,
-        n_kv_heads,
-        n,
-        m,
-        d_k,
-        d_v,
-    }
 }
 
 /// The forward pass on the host: (output `[b, h, n, d_v]`, log-sum-exp `[b, h, n]`).
@@ -112,23 +92,17 @@ fn forward<B: HostFloat>(
     k: &FloatTensor<B>,
     v: &FloatTensor<B>,
     bias: Option<&FloatTensor<B>>,
-    options: &KernelOptions,
+    call: &KernelCall,
 ) -> (FloatTensor<B>, Vec<f32>) {
-    let dims = dims::<B>(q, k, v);
-    let shape = KernelShape {
-        dims,
-        scale: options.scale,
-        causal_offset: options.causal_offset,
-        softcap: options.softcap,
-        window: options.window,
-    };
+    let shape = call.shape;
+    let dims = shape.dims;
     let mut out = vec![0.0f32; dims.batch * dims.n_heads * dims.n * dims.d_v];
     let mut lse = vec![0.0f32; dims.batch * dims.n_heads * dims.n];
     let result = (|| {
         let (qs, ks, vs) = (B::host(q)?, B::host(k)?, B::host(v)?);
         let bias_values = bias.map(|b| B::host(b)).transpose()?;
         let masking = Masking {
-            mask: options
+            mask: call
                 .mask
                 .as_ref()
                 .map(|m| Broadcast::new(&m.values, m.shape)),
@@ -157,39 +131,30 @@ fn forward<B: HostFloat>(
     )
 }
 
-#[cfg(feature = "flex")]
-impl CpuKernelBackend for burn::backend::Flex {
-    fn cpu_kernel_attention(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        bias: MaybeBias<Self>,
-        options: KernelOptions,
-    ) -> FloatTensor<Self> {
-        let bias = match &bias {
-            MaybeBias::Present(b) => Some(b),
-            MaybeBias::Absent => None,
-        };
-        forward::<Self>(&q, &k, &v, bias, &options).0
-    }
+/// The op on a backend whose buffers the kernel reads in place (the same for Flex and NdArray).
+macro_rules! in_place_backend {
+    ($backend:ty, $feature:literal) => {
+        #[cfg(feature = $feature)]
+        impl CpuKernelBackend for $backend {
+            fn cpu_kernel_attention(
+                q: FloatTensor<Self>,
+                k: FloatTensor<Self>,
+                v: FloatTensor<Self>,
+                bias: MaybeBias<Self>,
+                call: KernelCall,
+            ) -> FloatTensor<Self> {
+                let bias = match &bias {
+                    MaybeBias::Present(b) => Some(b),
+                    MaybeBias::Absent => None,
+                };
+                forward::<Self>(&q, &k, &v, bias, &call).0
+            }
+        }
+    };
 }
 
-#[cfg(feature = "ndarray")]
-impl CpuKernelBackend for burn::backend::NdArray {
-    fn cpu_kernel_attention(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        bias: MaybeBias<Self>,
-        options: KernelOptions,
-    ) -> FloatTensor<Self> {
-        let bias = match &bias {
-            MaybeBias::Present(b) => Some(b),
-            MaybeBias::Absent => None,
-        };
-        forward::<Self>(&q, &k, &v, bias, &options).0
-    }
-}
+in_place_backend!(burn::backend::Flex, "flex");
+in_place_backend!(burn::backend::NdArray, "ndarray");
 
 /// What the backward pass keeps from the forward.
 #[derive(Debug, Clone)]
@@ -200,7 +165,7 @@ struct SavedForward<B: Backend> {
     bias: Option<FloatTensor<B>>,
     out: FloatTensor<B>,
     lse: Arc<Vec<f32>>,
-    options: KernelOptions,
+    call: KernelCall,
 }
 
 /// The backward step, with N = 3 parents (q, k, v) or 4 (and the bias).
@@ -213,15 +178,9 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
     fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
         let grad_out = grads.consume::<B>(&ops.node);
         let saved = ops.state;
-        let dims = dims::<B>(&saved.q, &saved.k, &saved.v);
         let bias_parent = if N == 4 { ops.parents[3].clone() } else { None };
-        let shape = KernelShape {
-            dims,
-            scale: saved.options.scale,
-            causal_offset: saved.options.causal_offset,
-            softcap: saved.options.softcap,
-            window: saved.options.window,
-        };
+        let shape = saved.call.shape;
+        let dims = shape.dims;
         let AttentionDims {
             batch,
             n_heads,
@@ -243,7 +202,7 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
             let bias_values = saved.bias.as_ref().map(|b| B::host(b)).transpose()?;
             let masking = Masking {
                 mask: saved
-                    .options
+                    .call
                     .mask
                     .as_ref()
                     .map(|m| Broadcast::new(&m.values, m.shape)),
@@ -314,7 +273,7 @@ impl<B: HostFloat + CpuKernelBackend, C: CheckpointStrategy> CpuKernelBackend fo
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         bias: MaybeBias<Self>,
-        options: KernelOptions,
+        call: KernelCall,
     ) -> FloatTensor<Self> {
         let saved = |bias: Option<FloatTensor<B>>| {
             let (qp, kp, vp) = (
@@ -322,7 +281,7 @@ impl<B: HostFloat + CpuKernelBackend, C: CheckpointStrategy> CpuKernelBackend fo
                 k.primitive().clone(),
                 v.primitive().clone(),
             );
-            let (out, lse) = forward::<B>(&qp, &kp, &vp, bias.as_ref(), &options);
+            let (out, lse) = forward::<B>(&qp, &kp, &vp, bias.as_ref(), &call);
             let state = SavedForward {
                 q: qp,
                 k: kp,
@@ -330,7 +289,7 @@ impl<B: HostFloat + CpuKernelBackend, C: CheckpointStrategy> CpuKernelBackend fo
                 bias,
                 out: out.clone(),
                 lse: Arc::new(lse),
-                options: options.clone(),
+                call: call.clone(),
             };
             (state, out)
         };
@@ -344,7 +303,7 @@ impl<B: HostFloat + CpuKernelBackend, C: CheckpointStrategy> CpuKernelBackend fo
                 k.primitive().clone(),
                 v.primitive().clone(),
                 bias,
-                options.clone(),
+                call.clone(),
             )
         };
         match bias {

@@ -7,7 +7,7 @@ use burn::backend::{Backend, TensorMetadata, tensor::FloatTensor};
 use burn::tensor::{DType, TensorData};
 
 use crate::error::AttentionError;
-use crate::paths::kind::Implementation;
+use crate::vocabulary::Implementation;
 
 /// A CPU backend whose float tensors the kernel can read on the host.
 pub(crate) trait HostFloat: Backend {

@@ -25,9 +25,9 @@
 
 use rayon::prelude::*;
 
-pub use super::masking::{Broadcast, Masking};
+use super::masking::Masking;
 use super::shape::check_len;
-pub use super::shape::{KEY_BLOCK, KernelShape, LONG_KEY_BLOCK, LONG_KEYS, QUERY_BLOCK, Tiles};
+use super::shape::{KernelShape, Tiles};
 use super::simd;
 use super::tile::{View, product};
 use crate::error::AttentionError;

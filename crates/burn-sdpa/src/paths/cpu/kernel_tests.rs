@@ -2,6 +2,7 @@
 //! soft-caps, tile sizes and typed errors.
 
 use super::*;
+use crate::paths::cpu::masking::Broadcast;
 use crate::paths::cpu::reference::{self, assert_close, data, shape};
 use crate::types::AttentionDims;
 

@@ -15,11 +15,11 @@ mod extension;
 #[allow(deprecated)]
 mod host;
 pub mod kernel;
-mod masking;
+pub(crate) mod masking;
 mod nonfinite;
 #[cfg(test)]
 mod reference;
-mod shape;
+pub(crate) mod shape;
 mod simd;
 mod tile;
 
@@ -31,18 +31,37 @@ use burn::tensor::DType;
 use crate::error::AttentionError;
 use crate::input::{AttentionOutput, read_back};
 use crate::mask::user_mask;
-use crate::paths::auto::BackendFamily;
 use crate::paths::call::Call;
-use crate::paths::kind::Implementation;
-use kernel::{Broadcast, KernelShape, Masking, Tiles};
+use crate::vocabulary::{BackendFamily, Implementation};
+use masking::{Broadcast, Masking};
+use shape::{KernelShape, Tiles};
 
-/// Whether the kernel runs in place on `device`'s backend in this build: through its backend
-/// extension (in-place reads, its own backward pass), which serves Flex and NdArray when the
-/// crate's `flex` / `ndarray` features are on.
-pub fn runs_in_place(device: &Device) -> bool {
-    let family = BackendFamily::of(device);
+/// Whether the kernel runs in place on `family` in this build: through its backend extension
+/// (in-place reads, its own backward pass), which serves Flex and NdArray when the crate's
+/// `flex` / `ndarray` features are on.
+pub(crate) fn in_place_on(family: BackendFamily) -> bool {
     (family == BackendFamily::Flex && cfg!(feature = "flex"))
         || (family == BackendFamily::NdArray && cfg!(feature = "ndarray"))
+}
+
+/// Whether the kernel runs in place on `device`'s backend in this build (see
+/// [`Implementation::CpuKernel`]).
+pub fn runs_in_place(device: &Device) -> bool {
+    in_place_on(BackendFamily::of(device))
+}
+
+/// The kernel's sizes and options for `call`: its scale, the causal and window diagonals (both on
+/// the alignment's offset) and its soft-cap.
+fn shape_of(call: &Call) -> KernelShape {
+    let [_, _, n, m] = call.dims.scores_shape();
+    let offset = call.alignment.offset(n, m);
+    KernelShape {
+        dims: call.dims,
+        scale: call.scale as f32,
+        causal_offset: call.input.causal.then_some(offset),
+        softcap: call.softcap.map(|cap| cap as f32),
+        window: call.input.window.map(|window| (window, offset)),
+    }
 }
 
 /// Why the CPU kernel cannot serve `call`, if it cannot.
@@ -52,14 +71,13 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
         .iter()
         .all(|t| t.dtype() == DType::F32)
         && input.bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
-    let device = input.query.device();
     if input.need_weights || input.need_scores {
         Some("it cannot return the weights or scores")
     } else if call.dropout.is_some() {
         Some("it has no dropout")
     } else if !f32_data {
         Some("it computes on f32 data only")
-    } else if device.is_autodiff() && !runs_in_place(&device) {
+    } else if call.autodiff && !call.kernel_in_place {
         Some("its backward pass runs on Flex and NdArray only (use Chunked or Auto under autodiff)")
     } else {
         None
@@ -69,40 +87,25 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
 /// Runs the kernel: through the backend extension where it serves the backend, else on host
 /// copies (inference).
 pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
-    let [_, _, n, m] = call.dims.scores_shape();
-    // The causal mask and the window share the alignment's diagonal.
-    let offset = call.alignment.offset(n, m);
-    let causal_offset = call.input.causal.then_some(offset);
-    let window = call.input.window.map(|window| (window, offset));
-    let softcap = call.softcap.map(|cap| cap as f32);
+    let shape = shape_of(&call);
     let mask = user_mask(&call.input)
         .map(|mask| -> Result<_, AttentionError> {
-            let shape = mask.dims();
-            Ok((read_back::<bool, 4, Bool>("the mask", mask)?, shape))
+            let dims = mask.dims();
+            Ok((read_back::<bool, 4, Bool>("the mask", mask)?, dims))
         })
         .transpose()?;
     #[cfg(any(feature = "flex", feature = "ndarray"))]
-    if runs_in_place(&call.input.query.device()) {
-        let options = extension::KernelOptions {
-            scale: call.scale as f32,
-            causal_offset,
-            softcap,
-            window,
+    if call.kernel_in_place {
+        let kernel_call = extension::KernelCall {
+            shape,
             mask: mask
                 .map(|(values, shape)| std::sync::Arc::new(extension::HostMask { values, shape })),
         };
         let input = call.input;
         let context =
-            extension::attention(input.query, input.key, input.value, input.bias, options);
+            extension::attention(input.query, input.key, input.value, input.bias, kernel_call);
         return Ok(AttentionOutput::from_context(context));
     }
-    let shape = KernelShape {
-        dims: call.dims,
-        scale: call.scale as f32,
-        causal_offset,
-        softcap,
-        window,
-    };
     host_copies(call, shape, mask)
 }
 

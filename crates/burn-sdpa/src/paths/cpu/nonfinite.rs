@@ -5,7 +5,8 @@
 
 use rayon::prelude::*;
 
-use super::kernel::{KernelShape, Masking};
+use super::masking::Masking;
+use super::shape::KernelShape;
 use super::simd;
 use crate::types::AttentionDims;
 
@@ -149,7 +150,7 @@ impl Sanitized {
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn forward(
     shape: &KernelShape,
-    tiles: super::kernel::Tiles,
+    tiles: super::shape::Tiles,
     masking: &Masking<'_>,
     q: &[f32],
     k: &[f32],
@@ -175,7 +176,7 @@ pub(crate) fn forward(
 /// poisoned rows held constant (no gradient flows through them).
 pub(crate) fn backward(
     shape: &KernelShape,
-    tiles: super::kernel::Tiles,
+    tiles: super::shape::Tiles,
     masking: &Masking<'_>,
     inputs: super::backward::BackwardInputs<'_>,
     outputs: super::backward::BackwardOutputs<'_>,

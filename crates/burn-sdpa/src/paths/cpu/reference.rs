@@ -1,7 +1,8 @@
 //! The textbook computation in f64, forward and backward, against which the kernels are tested
 //! (unit tests only).
 
-use super::kernel::{Broadcast, KernelShape, Masking};
+use super::masking::{Broadcast, Masking};
+use super::shape::KernelShape;
 use crate::types::AttentionDims;
 
 /// The gradients of q, k, v and of the scaled scores.

@@ -32,8 +32,8 @@ impl PathKind {
     /// As written in the report.
     pub fn label(self) -> &'static str {
         match self {
-            PathKind::Materialized => "materialized weights (module, need_weights)",
-            PathKind::Fastest => "fastest path (module, Auto)",
+            PathKind::Materialized => "materialized (need_weights)",
+            PathKind::Fastest => "fastest path (Auto)",
         }
     }
 }

@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 use super::{DrawValues, GradientsConfig, GradientsResult};
-use crate::experiment::{Analysis, BackendValues, Measured, Plan};
+use crate::experiment::{BackendValues, Measured, Plan};
 use crate::stats::{Estimate, exponent_ci, mean_ci};
 
 /// "Almost zero" (Q1: 梯度几乎为 0): the unscaled Jacobian at most a tenth of the scaled one —
@@ -159,7 +159,8 @@ fn crossover(ratios: &[RatioRow]) -> Option<f64> {
     })
 }
 
-fn cross_backend(cells: &Cells) -> Vec<BackendValues> {
+/// The first draw's values of every cell on every backend (the same inputs).
+pub(super) fn cross_backend(cells: &Cells) -> Vec<BackendValues> {
     let mut out: Vec<BackendValues> = Vec::new();
     for c in cells.iter().filter(|c| c.config.jacobian_rows.is_some()) {
         for (scaled, draws) in [(true, &c.result.scaled), (false, &c.result.unscaled)] {
@@ -188,8 +189,8 @@ fn cross_backend(cells: &Cells) -> Vec<BackendValues> {
     out
 }
 
-/// Rows, ratios and claims.
-pub fn analyze(plan: &Plan, cells: &Cells) -> Analysis<GradientsData> {
+/// Rows and paired ratios (the claims are decided from them in `claims.rs`).
+pub fn data(plan: &Plan, cells: &Cells) -> GradientsData {
     let primary = plan.primary().to_string();
     let mut rows = Vec::new();
     for c in cells {
@@ -211,7 +212,7 @@ pub fn analyze(plan: &Plan, cells: &Cells) -> Analysis<GradientsData> {
         ),
     ];
     let first = cells.first().map(|c| &c.config);
-    let data = GradientsData {
+    GradientsData {
         n: first.map_or(0, |c| c.n),
         draws: first.map_or(0, |c| c.draws),
         jacobian_rows: first.and_then(|c| c.jacobian_rows).unwrap_or(0),
@@ -220,13 +221,5 @@ pub fn analyze(plan: &Plan, cells: &Cells) -> Analysis<GradientsData> {
         rows,
         ratios,
         exponents,
-    };
-    let per_backend = cross_backend(cells);
-    let claims = super::claims::claims(plan, cells, &data, &per_backend);
-    Analysis {
-        claims,
-        data,
-        per_backend,
-        skipped: Vec::new(),
     }
 }

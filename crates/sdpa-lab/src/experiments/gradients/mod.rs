@@ -16,7 +16,7 @@ mod render;
 
 use serde::{Deserialize, Serialize};
 
-pub use analyze::{GradientsData, analyze};
+pub use analyze::GradientsData;
 pub use measure::DrawValues;
 
 use crate::context::{Env, LabError};
@@ -53,6 +53,22 @@ pub struct GradientsResult {
     pub unscaled: Vec<DrawValues>,
     /// Largest |autodiff − analytic| per-row ‖J‖_F on the first draw: (scaled, unscaled).
     pub jacobian_check: Option<(f64, f64)>,
+}
+
+/// Rows, ratios, the cross-backend table and claims.
+pub fn analyze(
+    plan: &Plan,
+    cells: &[Measured<GradientsConfig, GradientsResult>],
+) -> Analysis<GradientsData> {
+    let data = analyze::data(plan, cells);
+    let per_backend = analyze::cross_backend(cells);
+    let claims = claims::claims(plan, cells, &data, &per_backend);
+    Analysis {
+        claims,
+        data,
+        per_backend,
+        skipped: Vec::new(),
+    }
 }
 
 /// The experiment.

@@ -7,7 +7,7 @@ use serde::Serialize;
 
 use super::design::{Comparison, Condition, FAILED_ACCURACY, Part, Sizes};
 use super::{Role, Run, tuned_lr};
-use crate::experiment::{Analysis, Measured, Plan};
+use crate::experiment::{Measured, Plan};
 use crate::measures::training::{Arm, TrainingOutcome};
 use crate::stats::hypothesis::{holm, mcnemar_exact, median_ci, sign_test};
 use crate::stats::survival::{KmMedian, Observation, km_median};
@@ -329,8 +329,8 @@ fn mechanism(cells: &[Run]) -> Vec<Mechanism> {
     out
 }
 
-/// Tables and claims.
-pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<TrainingData> {
+/// The tables (the claims are decided from them in `claims.rs`).
+pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
     let sizes = Sizes::new(plan.quick);
     let all: Vec<&Run> = cells.iter().collect();
     let tuned = sizes
@@ -404,7 +404,7 @@ pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<TrainingData> {
         comparisons,
         runs,
     };
-    Analysis::new(super::claims::claims(&data), data)
+    data
 }
 
 /// The comparisons of one part.

@@ -18,7 +18,7 @@ mod render;
 
 use serde::{Deserialize, Serialize};
 
-pub use analyze::{TrainingData, analyze};
+pub use analyze::TrainingData;
 use design::{Condition, Sizes, TUNING_SEED_OFFSET};
 
 use crate::context::{Env, LabError};
@@ -114,6 +114,12 @@ pub fn tuned_lr(runs: &[&Run], condition: Condition, arm: Arm, grid: &[f64]) -> 
         })
         .min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)).then(a.2.total_cmp(&b.2)))
         .map(|(_, _, lr)| lr)
+}
+
+/// Tables and claims.
+pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<TrainingData> {
+    let data = analyze::data(plan, cells);
+    Analysis::new(claims::claims(&data), data)
 }
 
 /// The experiment.

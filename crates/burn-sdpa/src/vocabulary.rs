@@ -1,0 +1,217 @@
+//! The vocabulary of the attention paths: what a user can ask for ([`Implementation`]), what
+//! actually runs ([`AttentionPath`]), and the backend facts the choice depends on
+//! ([`BackendFamily`]).
+//!
+//! `Implementation` and `AttentionPath` print themselves and `Implementation` parses back from
+//! what it prints, so the CLI, the bench and error messages share one spelling: `auto`, `naive`,
+//! `chunked:256` (`chunked` alone is the default block), `fused`, `cpu_kernel` (paths print a
+//! chunked block size as `chunked(256)`).
+
+use core::fmt;
+use core::str::FromStr;
+
+use burn::prelude::*;
+use serde::{Deserialize, Serialize};
+
+/// Which computation path the module takes. All paths have the same semantics (masks, bias,
+/// causal alignment, grouped-query heads, zero output for fully masked rows); they differ in speed
+/// and memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Implementation {
+    /// Pick the fastest correct path for the request, the backend and the autodiff state (the
+    /// rule is [`auto_path`](crate::auto_path); the measurements behind it are in the README).
+    #[default]
+    Auto,
+    /// Materialize the scores and weights `[b, h, n, m]`; the only path that can return the
+    /// weights.
+    Naive,
+    /// Online softmax over blocks of `block_size` keys, in Burn tensor ops: O(n · block_size)
+    /// memory for inference, works on every backend and under autodiff.
+    Chunked {
+        /// Keys per block.
+        block_size: usize,
+    },
+    /// Delegate to `burn::tensor::module::attention` (Flex's tiled CPU kernel, CubeCL's flash
+    /// kernel, the fallback under autodiff). Cannot return weights or apply dropout, and only
+    /// knows bottom-right causal alignment.
+    Fused,
+    /// This crate's query-blocked flash kernel ([`crate::cpu_kernel`]): `f32`, every mask, bias,
+    /// window and soft-cap, no weights, no dropout. On Flex and NdArray (the crate's `flex` /
+    /// `ndarray` features) it reads their buffers in place and has its own backward pass, so it
+    /// trains there; on other backends it serves inference on host copies.
+    CpuKernel,
+}
+
+/// The path an attention call actually takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum AttentionPath {
+    /// See [`Implementation::Naive`].
+    Naive,
+    /// See [`Implementation::Chunked`].
+    Chunked(usize),
+    /// See [`Implementation::Fused`].
+    Fused,
+    /// See [`Implementation::CpuKernel`].
+    CpuKernel,
+}
+
+/// Keys per block of the chunked path when no block size is given (`chunked`), and when `Auto`
+/// picks it: the block size the benchmark measured.
+pub const DEFAULT_BLOCK_SIZE: usize = 256;
+
+/// The backend family of a device, as far as the choice of attention path is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BackendFamily {
+    /// Burn's Flex CPU backend: a tiled (flash) inference kernel for `attention`.
+    Flex,
+    /// Burn's NdArray CPU backend: `attention` is the plain matmul/softmax/matmul fallback.
+    NdArray,
+    /// A CubeCL backend (wgpu, CUDA, ROCm, Metal, the CubeCL CPU runtime): an autotuned flash
+    /// kernel for `attention` when no explicit scale, bias or softcap is given.
+    CubeCl,
+    /// Anything else (LibTorch, remote, ...).
+    Other,
+}
+
+impl BackendFamily {
+    /// The family of `device` (its autodiff wrapper, if any, looked through).
+    ///
+    /// Burn 0.22 has no public accessor for the backend behind a [`Device`] that works without
+    /// naming the backend's cargo feature, so this reads the variant name of the device's
+    /// `Debug` form (`Device<Flex(..)>`, `Device<NdArray(..)>`, `Device<Cube(..)>`); the
+    /// integration tests check it on every backend the workspace builds, so a change in Burn
+    /// shows up there.
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_sdpa::BackendFamily;
+    /// assert_eq!(BackendFamily::of(&Device::flex()), BackendFamily::Flex);
+    /// assert_eq!(BackendFamily::of(&Device::flex().autodiff()), BackendFamily::Flex);
+    /// ```
+    pub fn of(device: &Device) -> Self {
+        let name = format!("{:?}", device.clone().without_autodiff());
+        let variant = name.strip_prefix("Device<").unwrap_or(&name);
+        if variant.starts_with("Flex") {
+            BackendFamily::Flex
+        } else if variant.starts_with("NdArray") {
+            BackendFamily::NdArray
+        } else if variant.starts_with("Cube") {
+            BackendFamily::CubeCl
+        } else {
+            BackendFamily::Other
+        }
+    }
+
+    /// Whether Burn's `attention` runs a kernel that never materializes the `[b, h, n, m]`
+    /// scores for inference on this backend.
+    pub fn has_fused_inference_kernel(self) -> bool {
+        matches!(self, BackendFamily::Flex | BackendFamily::CubeCl)
+    }
+}
+
+impl Implementation {
+    /// The path an explicit implementation asks for; `None` for `Auto`, which chooses.
+    pub fn path(self) -> Option<AttentionPath> {
+        match self {
+            Implementation::Auto => None,
+            Implementation::Naive => Some(AttentionPath::Naive),
+            Implementation::Chunked { block_size } => Some(AttentionPath::Chunked(block_size)),
+            Implementation::Fused => Some(AttentionPath::Fused),
+            Implementation::CpuKernel => Some(AttentionPath::CpuKernel),
+        }
+    }
+}
+
+impl AttentionPath {
+    /// The implementation that asks for exactly this path.
+    pub fn implementation(self) -> Implementation {
+        match self {
+            AttentionPath::Naive => Implementation::Naive,
+            AttentionPath::Chunked(block_size) => Implementation::Chunked { block_size },
+            AttentionPath::Fused => Implementation::Fused,
+            AttentionPath::CpuKernel => Implementation::CpuKernel,
+        }
+    }
+}
+
+impl fmt::Display for Implementation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Implementation::Auto => f.write_str("auto"),
+            Implementation::Naive => f.write_str("naive"),
+            Implementation::Chunked { block_size } => write!(f, "chunked:{block_size}"),
+            Implementation::Fused => f.write_str("fused"),
+            Implementation::CpuKernel => f.write_str("cpu_kernel"),
+        }
+    }
+}
+
+impl fmt::Display for AttentionPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AttentionPath::Chunked(block_size) => write!(f, "chunked({block_size})"),
+            other => other.implementation().fmt(f),
+        }
+    }
+}
+
+impl FromStr for Implementation {
+    type Err = String;
+
+    /// Parses `auto`, `naive`, `fused`, `cpu_kernel`, `chunked` (the default block,
+    /// [`DEFAULT_BLOCK_SIZE`]), `chunked:BLOCK` or `chunked(BLOCK)` (BLOCK > 0).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let block = s
+            .strip_prefix("chunked:")
+            .or_else(|| s.strip_prefix("chunked(")?.strip_suffix(')'));
+        match (s, block.map(str::parse::<usize>)) {
+            ("auto", _) => Ok(Implementation::Auto),
+            ("naive", _) => Ok(Implementation::Naive),
+            ("fused", _) => Ok(Implementation::Fused),
+            ("cpu_kernel", _) => Ok(Implementation::CpuKernel),
+            ("chunked", _) => Ok(Implementation::Chunked {
+                block_size: DEFAULT_BLOCK_SIZE,
+            }),
+            (_, Some(Ok(block_size))) if block_size > 0 => {
+                Ok(Implementation::Chunked { block_size })
+            }
+            _ => Err(format!(
+                "expected auto, naive, fused, cpu_kernel, chunked or chunked:BLOCK (BLOCK > 0), got `{s}`"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn implementations_print_and_parse_back() {
+        for implementation in [
+            Implementation::Auto,
+            Implementation::Naive,
+            Implementation::Chunked { block_size: 256 },
+            Implementation::Fused,
+            Implementation::CpuKernel,
+        ] {
+            let printed = implementation.to_string();
+            assert_eq!(printed.parse::<Implementation>(), Ok(implementation));
+        }
+        assert_eq!(AttentionPath::Chunked(8).to_string(), "chunked(8)");
+        assert_eq!(
+            "chunked(8)".parse::<Implementation>(),
+            Ok(Implementation::Chunked { block_size: 8 })
+        );
+        assert_eq!(AttentionPath::CpuKernel.to_string(), "cpu_kernel");
+        assert_eq!(
+            "chunked".parse::<Implementation>(),
+            Ok(Implementation::Chunked {
+                block_size: DEFAULT_BLOCK_SIZE
+            })
+        );
+        for bad in ["chunked:0", "chunked:", "flash", "chunked(3"] {
+            assert!(bad.parse::<Implementation>().is_err(), "{bad}");
+        }
+    }
+}

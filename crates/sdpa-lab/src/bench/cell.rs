@@ -1,0 +1,155 @@
+//! One bench cell: its inputs, the paths that time it, and one timed run.
+
+use burn::prelude::*;
+use burn::tensor::activation::softmax;
+use burn_sdpa::{
+    AttentionInput, Implementation, ScaledDotProductAttention, ScaledDotProductAttentionConfig,
+};
+
+use crate::context::{LabError, normal_tensor};
+
+/// The hand-written baseline: softmax(QKᵀ/√d)·V with nothing else.
+pub fn baseline(q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> Tensor<4> {
+    let d = q.dims()[3];
+    softmax(q.matmul(k.transpose()) / (d as f64).sqrt(), 3).matmul(v)
+}
+
+/// The attention module with the given implementation and the default settings.
+pub fn module(implementation: Implementation) -> Result<ScaledDotProductAttention, LabError> {
+    Ok(ScaledDotProductAttentionConfig::new()
+        .with_implementation(implementation)
+        .try_init()?)
+}
+
+/// The paths, as (name, implementation or None for the baseline).
+pub fn paths(block_size: usize) -> Vec<(&'static str, Option<Implementation>)> {
+    vec![
+        ("auto", Some(Implementation::Auto)),
+        ("naive", Some(Implementation::Naive)),
+        ("chunked", Some(Implementation::Chunked { block_size })),
+        ("fused", Some(Implementation::Fused)),
+        ("cpu_kernel", Some(Implementation::CpuKernel)),
+        ("baseline", None),
+    ]
+}
+
+/// The paths that can run a mode: all of them, but the baseline takes no mask.
+pub fn paths_for(block_size: usize, masked: bool) -> Vec<(&'static str, Option<Implementation>)> {
+    paths(block_size)
+        .into_iter()
+        .filter(|(_, implementation)| !(masked && implementation.is_none()))
+        .collect()
+}
+
+/// The inputs of one cell: q, k, v `[b, h, n, d]`, in the padded modes the padding mask `[b, n]`
+/// hiding the last `fraction` of every batch element's keys, in the causal modes the causal flag.
+#[derive(Debug, Clone)]
+pub struct Cell {
+    pub(super) q: Tensor<4>,
+    pub(super) k: Tensor<4>,
+    pub(super) v: Tensor<4>,
+    padding: Option<Tensor<2, Bool>>,
+    causal: bool,
+}
+
+impl Cell {
+    /// Draws a cell on `device`.
+    pub fn new(
+        rng: &mut rand_chacha::ChaCha8Rng,
+        shape: [usize; 4],
+        padded: Option<f64>,
+        device: &Device,
+    ) -> Self {
+        let [b, _, n, _] = shape;
+        let padding = padded.map(|fraction| {
+            let visible = n - ((n as f64 * fraction).round() as usize).min(n - 1);
+            let lengths = Tensor::<1, Int>::full([b], visible as i64, device);
+            burn_sdpa::mask::padding_mask_from_lengths(lengths, n)
+        });
+        Self {
+            q: normal_tensor(rng, shape, device),
+            k: normal_tensor(rng, shape, device),
+            v: normal_tensor(rng, shape, device),
+            padding,
+            causal: false,
+        }
+    }
+
+    /// The same cell with causal masking.
+    pub fn causal(mut self) -> Self {
+        self.causal = true;
+        self
+    }
+
+    pub(super) fn input(&self, q: Tensor<4>, k: Tensor<4>, v: Tensor<4>) -> AttentionInput {
+        let mut input = AttentionInput::new(q, k, v);
+        if let Some(padding) = &self.padding {
+            input = input.padding_mask(padding.clone());
+        }
+        if self.causal {
+            input = input.causal();
+        }
+        input
+    }
+}
+
+/// The path `attn` takes for a cell, as it prints: `naive`, `chunked(B)`, `fused`, `cpu_kernel`.
+pub(super) fn path_taken(
+    attn: &ScaledDotProductAttention,
+    cell: &Cell,
+) -> Result<String, LabError> {
+    let input = cell.input(cell.q.clone(), cell.k.clone(), cell.v.clone());
+    Ok(attn.path(&input)?.to_string())
+}
+
+/// The context of one path: the module's forward, or [`baseline`] when `attn` is `None`.
+pub fn forward_path(
+    attn: Option<&ScaledDotProductAttention>,
+    q: Tensor<4>,
+    k: Tensor<4>,
+    v: Tensor<4>,
+) -> Result<Tensor<4>, LabError> {
+    Ok(match attn {
+        Some(a) => a.try_forward(AttentionInput::new(q, k, v))?.context,
+        None => baseline(q, k, v),
+    })
+}
+
+/// Runs one path on a cell, forward or forward + backward, and waits for the device.
+pub fn run_once(
+    attn: Option<&ScaledDotProductAttention>,
+    cell: &Cell,
+    backward: bool,
+) -> Result<(), LabError> {
+    let leaf = |t: &Tensor<4>| {
+        if backward {
+            t.clone().require_grad()
+        } else {
+            t.clone()
+        }
+    };
+    let (q, k, v) = (leaf(&cell.q), leaf(&cell.k), leaf(&cell.v));
+    let out = match attn {
+        Some(a) => {
+            a.try_forward(cell.input(q.clone(), k.clone(), v.clone()))?
+                .context
+        }
+        None => baseline(q.clone(), k.clone(), v.clone()),
+    };
+    let device = out.device();
+    if backward {
+        let grads = out.sum().backward();
+        for t in [&q, &k, &v] {
+            let g = t
+                .grad(&grads)
+                .ok_or_else(|| LabError::Other("missing gradient".into()))?;
+            let _ = g.slice(s![0..1, 0..1, 0..1, 0..1]).into_data();
+        }
+    } else {
+        let _ = out.slice(s![0..1, 0..1, 0..1, 0..1]).into_data();
+    }
+    device
+        .sync()
+        .map_err(|e| LabError::Other(format!("device sync failed: {e:?}")))?;
+    Ok(())
+}
