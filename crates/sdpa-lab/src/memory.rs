@@ -3,6 +3,9 @@
 //! the process's resident high-water mark (Linux `/proc/self`: what the OS sees, blind to buffers
 //! the allocator reuses).
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
 /// Reads a `kB` field of `/proc/self/status` in bytes.
 fn status_field(name: &str) -> Option<u64> {
     let text = std::fs::read_to_string("/proc/self/status").ok()?;
@@ -40,31 +43,6 @@ pub fn measure_peak<T>(f: impl FnOnce() -> T) -> (T, Option<u64>) {
     };
     (out, added)
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_large_allocation_shows_in_the_peak() {
-        if current_rss().is_none() {
-            return; // not Linux: nothing to measure
-        }
-        let (_, added) = measure_peak(|| {
-            let v = vec![1u8; 64 << 20];
-            std::hint::black_box(&v);
-            v.iter().map(|&x| x as u64).sum::<u64>()
-        });
-        let added = added.expect("peak measurable on Linux");
-        assert!(
-            added >= 60 << 20,
-            "64 MiB allocation, measured {added} bytes"
-        );
-    }
-}
-
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 static CURRENT: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
@@ -137,4 +115,26 @@ pub fn measure_allocated<T>(f: impl FnOnce() -> T) -> (T, Option<u64>) {
     let peak = PEAK.load(Ordering::Relaxed);
     let installed = INSTALLED.load(Ordering::Relaxed);
     (out, installed.then(|| peak.saturating_sub(before) as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_large_allocation_shows_in_the_peak() {
+        if current_rss().is_none() {
+            return; // not Linux: nothing to measure
+        }
+        let (_, added) = measure_peak(|| {
+            let v = vec![1u8; 64 << 20];
+            std::hint::black_box(&v);
+            v.iter().map(|&x| x as u64).sum::<u64>()
+        });
+        let added = added.expect("peak measurable on Linux");
+        assert!(
+            added >= 60 << 20,
+            "64 MiB allocation, measured {added} bytes"
+        );
+    }
 }

@@ -396,15 +396,14 @@ pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
             }
         })
         .collect();
-    let data = TrainingData {
+    TrainingData {
         premise: premise(cells, &sizes),
         mechanism: mechanism(cells),
         sizes,
         tuned,
         comparisons,
         runs,
-    };
-    data
+    }
 }
 
 /// The comparisons of one part.
