@@ -40,7 +40,7 @@ fn plan(quick: bool) -> Plan {
 
 #[test]
 fn dot_std_fails_when_the_std_does_not_grow_like_sqrt_d() {
-    let cells = |grow: bool| -> Vec<_> {
+    let cells_spread = |grow: bool, spread: f64| -> Vec<_> {
         dot_std::DIMS
             .iter()
             .map(|&d| {
@@ -55,15 +55,24 @@ fn dot_std_fails_when_the_std_does_not_grow_like_sqrt_d() {
                         backend: "flex".into(),
                     },
                     dot_std::DotStdResult {
-                        draws_scaled: (0..5).map(|i| scaled * (1.0 + 0.001 * i as f64)).collect(),
+                        draws_scaled: (0..5)
+                            .map(|i| scaled * (1.0 + spread * (i as f64 - 2.0)))
+                            .collect(),
                         pooled_std: scaled * (d as f64).sqrt(),
                     },
                 )
             })
             .collect()
     };
+    let cells = |grow: bool| cells_spread(grow, 0.001);
     let good = dot_std::analyze(&cells(true)).claims;
     assert_eq!(outcome(&good, "std-grows-as-sqrt-d"), Outcome::Holds);
+    // The article's 1.040 at d = 1024 is ~25 sd from draws of sd 0.0016: not one draw...
+    assert_eq!(outcome(&good, "article-table-is-one-draw"), Outcome::Fails);
+    // ...and well inside the prediction interval of draws of sd 0.016 (t₄ with Bonferroni 4:
+    // 4.31 · 0.016 · √1.2 ≈ 0.075).
+    let wide = dot_std::analyze(&cells_spread(true, 0.01)).claims;
+    assert_eq!(outcome(&wide, "article-table-is-one-draw"), Outcome::Holds);
     let bad = dot_std::analyze(&cells(false)).claims;
     assert_eq!(outcome(&bad, "std-grows-as-sqrt-d"), Outcome::Fails);
     assert_eq!(outcome(&bad, "scaled-std-near-one"), Outcome::Fails);
@@ -501,39 +510,42 @@ fn complexity_fails_when_the_time_is_linear() {
 fn attention_map_decides_the_twins_both_ways() {
     use attention_map::{AttentionMapConfig, AttentionMapResult, RandomMaps, TrainedMap};
     let cells = |hits: usize, trained_hits: usize| {
-        vec![
+        vec![measured(
+            "random",
+            AttentionMapConfig::Random {
+                draws: 100,
+                seed: 1,
+                backend: "flex".into(),
+            },
+            AttentionMapResult::Random(RandomMaps {
+                first: vec![vec![0.125; 8]; 8],
+                draws: 100,
+                twin_hits: hits,
+                rows: 400,
+                twin_weights: (0..100).map(|i| 0.12 + 0.0001 * i as f64).collect(),
+            }),
+        )]
+        .into_iter()
+        .chain((0..3u64).map(|seed| {
             measured(
-                "random",
-                AttentionMapConfig::Random {
-                    draws: 100,
-                    seed: 1,
-                    backend: "flex".into(),
-                },
-                AttentionMapResult::Random(RandomMaps {
-                    first: vec![vec![0.125; 8]; 8],
-                    draws: 100,
-                    twin_hits: hits,
-                    rows: 400,
-                    twin_weights: (0..100).map(|i| 0.12 + 0.0001 * i as f64).collect(),
-                }),
-            ),
-            measured(
-                "trained",
+                &format!("trained/s{seed}"),
                 AttentionMapConfig::Trained {
-                    seed: 1,
+                    seed,
                     backend: "flex".into(),
                 },
                 AttentionMapResult::Trained(TrainedMap {
                     weights: vec![vec![0.0; 16]; 16],
                     tokens: vec![0; 16],
                     head: 0,
-                    twin_hits: vec![trained_hits, 0],
+                    // Three models a few rows apart.
+                    twin_hits: vec![trained_hits - 2 * seed as usize, 0],
                     rows: 2048,
                     accuracy: 1.0,
                     steps: 100,
                 }),
-            ),
-        ]
+            )
+        }))
+        .collect::<Vec<_>>()
     };
     let holds = attention_map::analyze(&cells(380, 2040)).claims;
     assert_eq!(outcome(&holds, "copies-attend-to-twins"), Outcome::Holds);

@@ -104,18 +104,19 @@ pub fn median_ci(values: &[f64], level: f64) -> Estimate {
 }
 
 /// The decision of an equivalence claim ("A is as good as B within ±margin") by two one-sided
-/// tests at 5% each: equivalent (`Some(true)`) when the 90% interval of the difference lies
-/// inside (−margin, margin); not equivalent (`Some(false)`) when the 95% interval excludes 0
-/// and the 90% interval is not inside the margin (a significant difference that equivalence
-/// cannot absorb); undecided (`None`) otherwise.
-pub fn tost(ci90: Estimate, ci95: Estimate, margin: f64) -> Option<bool> {
-    let finite = |e: &Estimate| !e.lo.is_nan() && !e.hi.is_nan();
-    if !finite(&ci90) {
+/// tests, read from the difference's interval at level 1 − 2α (90% for α = 5% per side):
+/// equivalent (`Some(true)`) when it lies inside (−margin, margin); not equivalent
+/// (`Some(false)`) when it lies entirely beyond one end (the difference exceeds the margin at
+/// level α); undecided (`None`) otherwise, including an interval that only partly leaves the
+/// margin.
+pub fn tost(interval: (f64, f64), margin: f64) -> Option<bool> {
+    let (lo, hi) = interval;
+    if lo.is_nan() || hi.is_nan() {
         return None;
     }
-    if ci90.lo > -margin && ci90.hi < margin {
+    if lo > -margin && hi < margin {
         Some(true)
-    } else if finite(&ci95) && (ci95.lo > 0.0 || ci95.hi < 0.0) {
+    } else if lo >= margin || hi <= -margin {
         Some(false)
     } else {
         None
@@ -176,17 +177,13 @@ mod tests {
 
     #[test]
     fn tost_decides_equivalence() {
-        let e = |lo: f64, hi: f64| Estimate {
-            value: (lo + hi) / 2.0,
-            lo,
-            hi,
-            n: 20,
-            ci90: None,
-        };
-        assert_eq!(tost(e(-10.0, 20.0), e(-15.0, 25.0), 50.0), Some(true));
-        // Significantly slower, and not within the margin: not equivalent.
-        assert_eq!(tost(e(40.0, 260.0), e(25.5, 282.5), 50.0), Some(false));
-        // Not significant, not within the margin: undecided.
-        assert_eq!(tost(e(-30.0, 90.0), e(-40.0, 100.0), 50.0), None);
+        assert_eq!(tost((-10.0, 20.0), 50.0), Some(true));
+        // Entirely beyond the margin: the difference exceeds it.
+        assert_eq!(tost((60.0, 260.0), 50.0), Some(false));
+        assert_eq!(tost((-f64::INFINITY, -50.0), 50.0), Some(false));
+        // Significantly different from 0 but partly inside the margin: undecided.
+        assert_eq!(tost((20.0, f64::INFINITY), 30.0), None);
+        assert_eq!(tost((-30.0, 90.0), 50.0), None);
+        assert_eq!(tost((f64::NAN, 1.0), 50.0), None);
     }
 }

@@ -74,6 +74,99 @@ pub fn t_critical_90(df: usize) -> f64 {
     }
 }
 
+/// P(|T| < t) for Student's t with `df` degrees of freedom, t ≥ 0: the finite sums for integer
+/// df of Abramowitz & Stegun 26.7.3–4 in θ = atan(t/√df) (exact up to rounding).
+fn t_two_sided_mass(t: f64, df: usize) -> f64 {
+    let theta = (t / (df as f64).sqrt()).atan();
+    let (sin, cos2) = (theta.sin(), theta.cos().powi(2));
+    // Σ of the series' terms: each the previous times cos²θ · (k)/(k + 1) for the odd case
+    // (2/3, 4/5, …) and (k − 1)/k for the even one (1/2, 3/4, …).
+    let mut term = 1.0;
+    let mut sum = 1.0;
+    if df % 2 == 1 {
+        if df == 1 {
+            return 2.0 * theta / std::f64::consts::PI;
+        }
+        let mut k = 2.0;
+        for _ in 0..(df - 3) / 2 {
+            term *= cos2 * k / (k + 1.0);
+            sum += term;
+            k += 2.0;
+        }
+        2.0 / std::f64::consts::PI * (theta + sin * theta.cos() * sum)
+    } else {
+        let mut k = 1.0;
+        for _ in 0..(df - 2) / 2 {
+            term *= cos2 * k / (k + 1.0);
+            sum += term;
+            k += 2.0;
+        }
+        sin * sum
+    }
+}
+
+/// The quantile of Student's t with `df` degrees of freedom at probability `p` (0 < p < 1):
+/// the exact distribution function for integer df (Abramowitz & Stegun 26.7.3–4), inverted by
+/// bisection to machine precision.
+pub fn t_quantile(p: f64, df: usize) -> f64 {
+    if df == 0 || !(p > 0.0 && p < 1.0) {
+        return f64::NAN;
+    }
+    if p < 0.5 {
+        return -t_quantile(1.0 - p, df);
+    }
+    let mass = 2.0 * p - 1.0;
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    while t_two_sided_mass(hi, df) < mass {
+        hi *= 2.0;
+        if hi > 1e12 {
+            return f64::INFINITY;
+        }
+    }
+    for _ in 0..200 {
+        let mid = 0.5 * (lo + hi);
+        if t_two_sided_mass(mid, df) < mass {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+        if hi - lo <= 1e-15 * hi {
+            break;
+        }
+    }
+    0.5 * (lo + hi)
+}
+
+/// The level of each of `k` simultaneous two-sided intervals that together cover at
+/// `family_level` (Bonferroni): 1 − (1 − family_level) / k.
+pub fn bonferroni_level(family_level: f64, k: usize) -> f64 {
+    1.0 - (1.0 - family_level) / k.max(1) as f64
+}
+
+/// The mean's two-sided t-interval at `level` (NaN ends below two values).
+pub fn mean_interval(x: &[f64], level: f64) -> (f64, f64) {
+    let n = x.len();
+    if n < 2 {
+        return (f64::NAN, f64::NAN);
+    }
+    let m = mean(x);
+    let half = t_quantile(1.0 - (1.0 - level) / 2.0, n - 1) * std(x) / (n as f64).sqrt();
+    (m - half, m + half)
+}
+
+/// A share's two-sided Wilson score interval at `level` ((0, 1) when `n` is 0).
+pub fn wilson_interval(successes: usize, n: usize, level: f64) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let z = normal_quantile(1.0 - (1.0 - level) / 2.0);
+    let (nf, p) = (n as f64, successes as f64 / n as f64);
+    let denom = 1.0 + z * z / nf;
+    let centre = (p + z * z / (2.0 * nf)) / denom;
+    let half = z * (p * (1.0 - p) / nf + z * z / (4.0 * nf * nf)).sqrt() / denom;
+    ((centre - half).max(0.0), (centre + half).min(1.0))
+}
+
 /// The standard normal quantile Φ⁻¹(p) for 0 < p < 1 (Acklam's rational approximation,
 /// relative error < 1.2e-9).
 pub fn normal_quantile(p: f64) -> f64 {
@@ -230,29 +323,17 @@ pub fn diff_ci(a: &[f64], b: &[f64]) -> Estimate {
 
 /// A success rate with its 95% Wilson score interval.
 pub fn wilson(successes: usize, n: usize) -> Estimate {
-    if n == 0 {
-        return Estimate {
-            value: f64::NAN,
-            lo: 0.0,
-            hi: 1.0,
-            n,
-            ci90: Some((0.0, 1.0)),
-        };
-    }
-    let (nf, p) = (n as f64, successes as f64 / n as f64);
-    let interval = |z: f64| {
-        let denom = 1.0 + z * z / nf;
-        let centre = (p + z * z / (2.0 * nf)) / denom;
-        let half = z * (p * (1.0 - p) / nf + z * z / (4.0 * nf * nf)).sqrt() / denom;
-        ((centre - half).max(0.0), (centre + half).min(1.0))
-    };
-    let (lo, hi) = interval(1.959_964);
+    let (lo, hi) = wilson_interval(successes, n, 0.95);
     Estimate {
-        value: p,
+        value: if n == 0 {
+            f64::NAN
+        } else {
+            successes as f64 / n as f64
+        },
         lo,
         hi,
         n,
-        ci90: Some(interval(1.644_854)),
+        ci90: Some(wilson_interval(successes, n, 0.90)),
     }
 }
 
@@ -312,12 +393,7 @@ pub fn ranks(x: &[f64]) -> Vec<f64> {
 /// standard error 1.06/√(n − 3) (Fieller, Hartley & Pearson); +∞ values rank last.
 pub fn spearman(x: &[f64], y: &[f64]) -> Estimate {
     let n = x.len().min(y.len());
-    let (rx, ry) = (ranks(&x[..n]), ranks(&y[..n]));
-    let (mx, my) = (mean(&rx), mean(&ry));
-    let sxy: f64 = rx.iter().zip(&ry).map(|(a, b)| (a - mx) * (b - my)).sum();
-    let sxx: f64 = rx.iter().map(|a| (a - mx).powi(2)).sum();
-    let syy: f64 = ry.iter().map(|b| (b - my).powi(2)).sum();
-    let rho = sxy / (sxx * syy).sqrt();
+    let rho = spearman_rho(x, y);
     if n <= 3 || !rho.is_finite() {
         return Estimate::point(rho, n);
     }
@@ -331,6 +407,51 @@ pub fn spearman(x: &[f64], y: &[f64]) -> Estimate {
         n,
         ci90: Some((end(-1.644_854), end(1.644_854))),
     }
+}
+
+/// A percentile bootstrap interval at `level` for a statistic of clustered data: each of
+/// `resamples` draws `clusters.len()` clusters with replacement (a ChaCha8 stream seeded with
+/// `seed`) and evaluates `statistic` on the union of their members' indices. Clusters keep what
+/// is dependent together (the runs of one seed share its batches). Draws where the statistic is
+/// not finite are dropped; NaN ends when fewer than half remain.
+pub fn cluster_bootstrap(
+    clusters: &[Vec<usize>],
+    statistic: &dyn Fn(&[usize]) -> f64,
+    resamples: usize,
+    seed: u64,
+    level: f64,
+) -> (f64, f64) {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut values: Vec<f64> = Vec::with_capacity(resamples);
+    for _ in 0..resamples {
+        let mut idx = Vec::new();
+        for _ in 0..clusters.len() {
+            idx.extend_from_slice(&clusters[rng.random_range(0..clusters.len())]);
+        }
+        let v = statistic(&idx);
+        if v.is_finite() {
+            values.push(v);
+        }
+    }
+    if clusters.is_empty() || values.len() * 2 < resamples {
+        return (f64::NAN, f64::NAN);
+    }
+    values.sort_by(f64::total_cmp);
+    let tail = (1.0 - level) / 2.0;
+    let at = |q: f64| values[((q * values.len() as f64).floor() as usize).min(values.len() - 1)];
+    (at(tail), at(1.0 - tail))
+}
+
+/// Spearman's rank correlation alone (+∞ ranks last; NaN when either side has no spread).
+pub fn spearman_rho(x: &[f64], y: &[f64]) -> f64 {
+    let n = x.len().min(y.len());
+    let (rx, ry) = (ranks(&x[..n]), ranks(&y[..n]));
+    let (mx, my) = (mean(&rx), mean(&ry));
+    let sxy: f64 = rx.iter().zip(&ry).map(|(a, b)| (a - mx) * (b - my)).sum();
+    let sxx: f64 = rx.iter().map(|a| (a - mx).powi(2)).sum();
+    let syy: f64 = ry.iter().map(|b| (b - my).powi(2)).sum();
+    sxy / (sxx * syy).sqrt()
 }
 
 /// Median.
@@ -350,6 +471,65 @@ pub fn median(x: &[f64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn t_quantile_wilson_and_bonferroni_against_scipy() {
+        // scipy.stats.t.ppf(p, df)
+        for (p, df, want) in [
+            (0.975, 19, 2.093_024_054_408_308_7),
+            (0.998_75, 19, 3.481_150_847_255_481),
+            (0.996_875, 19, 3.073_752_003_838_371),
+            (0.995, 29, 2.756_385_903_670_605),
+            (0.9999, 10, 5.693_820_101_457_592),
+            (0.975, 1, 12.706_204_736_174_694),
+            (0.975, 2, 4.302_652_729_749_462),
+            (0.993_75, 4, 4.314_656_048_886_743),
+            (0.95, 200, 1.652_508_100_910_876_9),
+        ] {
+            assert!(
+                (t_quantile(p, df) - want).abs() < 1e-9 * want,
+                "t({p}, {df})"
+            );
+        }
+        assert!((t_quantile(0.025, 19) + 2.093_024_054_408_308_7).abs() < 1e-9);
+        assert!(t_quantile(0.975, 0).is_nan());
+        assert!((bonferroni_level(0.95, 8) - 0.99375).abs() < 1e-15);
+        // statsmodels.stats.proportion.proportion_confint(3, 20, 0.01, "wilson")
+        let (lo, hi) = wilson_interval(3, 20, 0.99);
+        assert!((lo - 0.038_787_060_508_071_68).abs() < 1e-8, "{lo}");
+        assert!((hi - 0.435_586_720_261_055_7).abs() < 1e-8, "{hi}");
+        let w = wilson(3, 20);
+        assert_eq!(wilson_interval(3, 20, 0.95), (w.lo, w.hi));
+        let (a, b) = mean_interval(&[1.0, 2.0, 3.0, 4.0, 5.0], 0.95);
+        assert!(
+            (b - 3.0 - 2.776 * (2.5f64 / 5.0).sqrt()).abs() < 2e-3,
+            "{a} {b}"
+        );
+    }
+
+    #[test]
+    fn cluster_bootstrap_is_seeded_and_covers_the_statistic() {
+        // y = x: every resample has ρ = 1.
+        let x: Vec<f64> = (0..40).map(|i| i as f64).collect();
+        let clusters: Vec<Vec<usize>> = (0..20).map(|c| vec![2 * c, 2 * c + 1]).collect();
+        let rho = |idx: &[usize]| {
+            let v: Vec<f64> = idx.iter().map(|&i| x[i]).collect();
+            spearman_rho(&v, &v)
+        };
+        assert_eq!(cluster_bootstrap(&clusters, &rho, 200, 1, 0.95), (1.0, 1.0));
+        // Noise: the interval holds the full-sample value, and the same seed gives the same ends.
+        let noisy: Vec<f64> = (0..40).map(|i| ((i * 7919) % 13) as f64).collect();
+        let stat = |idx: &[usize]| {
+            let a: Vec<f64> = idx.iter().map(|&i| x[i]).collect();
+            let b: Vec<f64> = idx.iter().map(|&i| noisy[i]).collect();
+            spearman_rho(&a, &b)
+        };
+        let full = spearman_rho(&x, &noisy);
+        let (lo, hi) = cluster_bootstrap(&clusters, &stat, 500, 3, 0.95);
+        assert!(lo < full && full < hi, "{lo} {full} {hi}");
+        assert_eq!(cluster_bootstrap(&clusters, &stat, 500, 3, 0.95), (lo, hi));
+        assert!(cluster_bootstrap(&[], &stat, 10, 3, 0.95).0.is_nan());
+    }
+
     #[test]
     fn welch_difference_interval() {
         // Equal spreads and sizes: the Welch interval is the pooled one (df = 2n − 2 = 8).

@@ -54,10 +54,14 @@ pub fn render(data: &AttentionMapData, canvas: &mut Canvas) -> Result<String, La
             "query",
         )?;
         out.push_str(&format!(
-            "**A trained model.** The default model (2 heads) trained on *match* ({} steps, held-out accuracy {}); \
-             the share of second-half rows whose largest weight is on their twin, per head (Wilson 95% over a \
-             held-out batch): {}. Head {} on one held-out sequence (tokens {:?}; rows 8–15 are the second half, \
-             their twins are in columns 0–7):\n\n{plot}\n",
+            "**Trained models.** The default model (2 heads) trained on *match*, {} seeds; the best head's share \
+             of second-half rows whose largest weight is on their twin, per model: {} (mean {}, t-interval over \
+             models). The first model ({} steps, held-out accuracy {}), per head (Wilson 95% over a held-out \
+             batch): {}. Its head {} on one held-out sequence (tokens {:?}; rows 8–15 are the second half, their \
+             twins are in columns 0–7):\n\n{plot}\n",
+            data.trained_best.len(),
+            data.trained_best.iter().map(|x| f(*x, 3)).collect::<Vec<_>>().join(", "),
+            show(data.trained_best_mean),
             t.steps,
             f(t.accuracy, 4),
             data.trained_shares.iter().map(|s| show(*s)).collect::<Vec<_>>().join(", "),

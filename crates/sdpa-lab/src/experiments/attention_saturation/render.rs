@@ -22,7 +22,7 @@ fn article_table(data: &AttentionSaturationData) -> String {
             "max p scaled (article)",
             "replicated: first draw / range",
             "\"entropy\" (article)",
-            "−b ln b of replicated b",
+            "−b ln b, b = replicated scaled max p: first draw / range",
             "\"uniform entropy\" ln d",
         ],
         &ARTICLE
@@ -44,7 +44,17 @@ fn article_table(data: &AttentionSaturationData) -> String {
                     f(a.2, 4),
                     format!("{} / {}–{}", f(first(&r.scaled), 4), f(s_lo, 4), f(s_hi, 4)),
                     f(a.3, 3),
-                    f(r.article_entropy_formula, 3),
+                    {
+                        let h = |b: f64| -(b * (b + 1e-10).ln());
+                        let hs: Vec<f64> = r.scaled.iter().map(|&b| h(b)).collect();
+                        let (lo, hi) = range(&hs);
+                        format!(
+                            "{} / {}–{}",
+                            f(r.article_entropy_formula, 3),
+                            f(lo, 3),
+                            f(hi, 3)
+                        )
+                    },
                     f(a.4, 3),
                 ]
             })
@@ -62,7 +72,7 @@ fn corrected_table(data: &AttentionSaturationData) -> String {
             "mean max p [95% CI]",
             "entropy",
             "ln m",
-            "keys with p > 1e-3",
+            "keys with p > 1e-3 [95% CI]",
             "rows with max p > 0.99",
         ],
         &data
@@ -77,7 +87,7 @@ fn corrected_table(data: &AttentionSaturationData) -> String {
                     r.max_p.show(4),
                     r.entropy.show(3),
                     f(r.ln_m, 3),
-                    f(r.keys_above_1e3.value, 1),
+                    r.keys_above_1e3.show(1),
                     r.saturated_fraction.show(2),
                 ]
             })

@@ -74,7 +74,7 @@ pub fn render(data: &ComplexityData, canvas: &mut Canvas) -> Result<String, LabE
         &[
             "path",
             "n = m",
-            "time (ms)",
+            "time (ms): median [fastest, slowest]",
             "heap held at once (MiB)",
             "resident rise (MiB)",
             "its weights tensor (MiB)",
@@ -86,7 +86,15 @@ pub fn render(data: &ComplexityData, canvas: &mut Canvas) -> Result<String, LabE
                 vec![
                     r.path.label().into(),
                     r.n.to_string(),
-                    f(r.time_ms, 2),
+                    format!(
+                        "{} [{}, {}]",
+                        f(r.time_ms, 2),
+                        f(r.times_ms.iter().copied().fold(f64::INFINITY, f64::min), 2),
+                        f(
+                            r.times_ms.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+                            2
+                        )
+                    ),
                     r.allocated_mib.map_or("n/a".into(), |m| f(m, 1)),
                     r.resident_mib.map_or("n/a".into(), |m| f(m, 1)),
                     r.weights_mib.map_or("– (none)".into(), |m| f(m, 1)),
@@ -108,8 +116,9 @@ pub fn render(data: &ComplexityData, canvas: &mut Canvas) -> Result<String, LabE
         "b = {b}, h = {h}, d = {d}, n = m; median of {} forward passes after a warm-up. Memory: the most heap \
          bytes one forward holds at once, counted by the `sdpa` binary's counting allocator (every allocation), \
          beside the rise of the process's resident high-water mark (blind to reused buffers). Growth exponents \
-         are fitted over n ∈ {:?} (the three largest sizes, fixed in advance); the local time exponents of the \
-         materialized path between consecutive sizes show where cache effects bend it: {local}.\n\n{table}\n{plot}\n\n\
+         are fitted over n ∈ {:?} (the three largest sizes, fixed before this run but after an earlier run's fit \
+         over n ≥ 512 straddled the band, so that window's fit is a claim of its own below); the local time \
+         exponents of the materialized path between consecutive sizes show where cache effects bend it: {local}.\n\n{table}\n{plot}\n\n\
          **LLaMA-7B arithmetic** (batch {}, {} heads, {} tokens, {} bytes per element, {} layers): one layer's \
          attention matrices take {} bytes = {} GB ({} GiB); all {} layers {} GB ({} GiB).\n",
         data.reps,

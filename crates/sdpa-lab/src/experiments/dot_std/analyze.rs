@@ -6,7 +6,7 @@ use super::{ARTICLE_SCALED, ARTICLE_STD, DotStdConfig, DotStdResult};
 use crate::article;
 use crate::claims::{Claim, Source, short};
 use crate::experiment::{Analysis, Measured};
-use crate::stats::{Estimate, bonferroni_z, exponent_ci, mean_ci, std};
+use crate::stats::{Estimate, exponent_ci, mean, mean_ci, std, t_quantile};
 
 /// One dimension.
 #[derive(Debug, Clone, Serialize)]
@@ -17,6 +17,8 @@ pub struct DotStdRow {
     pub sqrt_d: f64,
     /// std of every dot product of every draw.
     pub pooled_std: f64,
+    /// A draw's std of q·k: mean over draws with its 95% interval.
+    pub std_mean: Estimate,
     /// std / √d, mean over draws with its interval.
     pub scaled: Estimate,
     /// std / √d of the first draw alone (one draw of the article's size).
@@ -53,6 +55,17 @@ pub fn analyze(cells: &[Measured<DotStdConfig, DotStdResult>]) -> Analysis<DotSt
                 d: c.config.d,
                 sqrt_d: (c.config.d as f64).sqrt(),
                 pooled_std: c.result.pooled_std,
+                std_mean: {
+                    let sqrt_d = (c.config.d as f64).sqrt();
+                    let e = mean_ci(s);
+                    Estimate {
+                        value: e.value * sqrt_d,
+                        lo: e.lo * sqrt_d,
+                        hi: e.hi * sqrt_d,
+                        n: e.n,
+                        ci90: e.ci90.map(|(a, b)| (a * sqrt_d, b * sqrt_d)),
+                    }
+                },
                 scaled: mean_ci(s),
                 first_draw_scaled: s.first().copied().unwrap_or(f64::NAN),
                 single_draw_range: (
@@ -114,26 +127,48 @@ fn claims(cells: &[Measured<DotStdConfig, DotStdResult>], rows: &[DotStdRow]) ->
             1.05,
         ));
     }
-    // Is the article's table one draw of `pairs`? Its distance from 1 against the spread of our
-    // single draws, at a family-wise 95% level over the d values (Bonferroni).
-    let compared: Vec<&DotStdRow> = rows.iter().filter(|r| r.article_scaled.is_some()).collect();
-    let article_z = compared
+    // Is the article's table consistent with one draw of `pairs`? Each article value against
+    // the prediction interval of one new draw from our draws (mean ± t · sd · √(1 + 1/n), the sd
+    // estimated from n draws), at a family-wise 95% level over the d values (Bonferroni).
+    let compared: Vec<(f64, &Measured<DotStdConfig, DotStdResult>)> = cells
         .iter()
-        .map(|r| (r.article_scaled.unwrap_or(f64::NAN) - 1.0).abs() / r.scaled_spread)
+        .filter_map(|c| {
+            let i = super::DIMS.iter().position(|&d| d == c.config.d)?;
+            Some((ARTICLE_SCALED[i], c))
+        })
+        .collect();
+    let draws = cells.first().map_or(0, |c| c.result.draws_scaled.len());
+    let critical = if draws >= 2 {
+        t_quantile(1.0 - 0.025 / compared.len().max(1) as f64, draws - 1)
+    } else {
+        f64::NAN
+    };
+    let article_t = compared
+        .iter()
+        .map(|(article, c)| {
+            let s = &c.result.draws_scaled;
+            let n = s.len() as f64;
+            (article - mean(s)).abs() / (std(s) * (1.0 + 1.0 / n).sqrt())
+        })
         .fold(0.0, f64::max);
-    let critical = bonferroni_z(compared.len());
     let pairs = cells.first().map_or(0, |c| c.config.pairs);
     claims.push(Claim::decided(
         "article-table-is-one-draw",
         Source::Lab,
-        format!("the article's std/√d values are what one draw of {pairs} pairs gives"),
         format!(
-            "largest |article − 1| within {} sd of our single draws (family-wise 95% over {} d, Bonferroni)",
+            "the article's std/√d values are consistent with one draw of {pairs} pairs (not rejecting this \
+             does not show that they are one draw)"
+        ),
+        format!(
+            "every article value inside the prediction interval of one new draw, mean ± {} · sd · √(1 + 1/{draws}) \
+             (t with {} degrees of freedom, family-wise 95% over {} d, Bonferroni)",
             short(critical),
+            draws.saturating_sub(1),
             compared.len()
         ),
-        format!("largest |article − 1| = {} single-draw sd", short(article_z)),
-        (article_z.is_finite() && !compared.is_empty()).then_some(article_z <= critical),
+        format!("largest |article − mean| = {} prediction sd", short(article_t)),
+        (article_t.is_finite() && critical.is_finite() && !compared.is_empty())
+            .then_some(article_t <= critical),
     ));
     claims
 }

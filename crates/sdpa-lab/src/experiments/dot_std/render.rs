@@ -38,7 +38,7 @@ pub fn render(data: &DotStdData, canvas: &mut Canvas) -> Result<String, LabError
         &[
             "d",
             "√d",
-            "std(q·k) ours (pooled)",
+            "std(q·k) ours: a draw's, mean [95% CI] over draws",
             "article",
             "std/√d ours: mean [95% CI] over draws",
             "article",
@@ -51,7 +51,7 @@ pub fn render(data: &DotStdData, canvas: &mut Canvas) -> Result<String, LabError
                 vec![
                     r.d.to_string(),
                     f(r.sqrt_d, 3),
-                    f(r.pooled_std, 3),
+                    r.std_mean.show(3),
                     opt(r.article_std, 3),
                     r.scaled.show(3),
                     opt(r.article_scaled, 3),

@@ -71,8 +71,10 @@ pub struct GradientsData {
     pub ratios: Vec<RatioRow>,
     /// Growth exponents on d of the unscaled RMS ∂L/∂Q and ∂L/∂s: (d_v fixed, d_v = d).
     pub exponents: Vec<(String, Estimate, Estimate)>,
-    /// Where the unscaled ‖J‖ crosses the scaled one (log-interpolated d), if it does.
-    pub crossover_d: Option<f64>,
+    /// Where the unscaled ‖J‖ crosses the scaled one (log-interpolated d), if it does, with a
+    /// 95% percentile bootstrap interval (draws resampled within each d; NaN ends when fewer
+    /// than half the resamples cross).
+    pub crossover_d: Option<Estimate>,
 }
 
 fn row(c: &GradientsConfig, scaled: bool, draws: &[DrawValues], check: Option<f64>) -> GradientRow {
@@ -146,16 +148,75 @@ fn ratios(cells: &Cells, primary: &str) -> Vec<RatioRow> {
     out
 }
 
-/// The d where the mean ‖J‖ ratio crosses 1, interpolated on log d (the first crossing).
-fn crossover(ratios: &[RatioRow]) -> Option<f64> {
-    let fixed: Vec<&RatioRow> = ratios.iter().filter(|r| r.d_v_fixed).collect();
-    fixed.windows(2).find_map(|w| {
-        let (a, b) = (w[0], w[1]);
-        let (ya, yb) = (a.jacobian.value.ln(), b.jacobian.value.ln());
+/// The d where a curve of mean ‖J‖ ratios over d crosses 1, interpolated on log d (the first
+/// crossing from above).
+fn crossing(points: &[(usize, f64)]) -> Option<f64> {
+    points.windows(2).find_map(|w| {
+        let ((da, ra), (db, rb)) = (w[0], w[1]);
+        let (ya, yb) = (ra.ln(), rb.ln());
         (ya >= 0.0 && yb < 0.0).then(|| {
-            let (xa, xb) = ((a.d as f64).ln(), (b.d as f64).ln());
+            let (xa, xb) = ((da as f64).ln(), (db as f64).ln());
             (xa + (xb - xa) * ya / (ya - yb)).exp()
         })
+    })
+}
+
+/// Bootstrap resamples of the crossover's interval, and the stream's seed.
+const CROSSOVER_BOOTSTRAP: (usize, u64) = (2000, 11);
+
+/// The crossover of the primary design's paired ‖J‖ ratios (per d, one per draw), with its
+/// bootstrap interval.
+fn crossover(cells: &Cells, primary: &str) -> Option<Estimate> {
+    use rand::{Rng, SeedableRng};
+    let per_d: Vec<(usize, Vec<f64>)> = primary_design(cells, primary, true)
+        .map(|c| {
+            let r = &c.result;
+            (
+                c.config.d,
+                r.unscaled
+                    .iter()
+                    .zip(&r.scaled)
+                    .map(|(u, s)| u.jacobian_norm / s.jacobian_norm)
+                    .collect(),
+            )
+        })
+        .collect();
+    let value = crossing(
+        &per_d
+            .iter()
+            .map(|(d, v)| (*d, crate::stats::mean(v)))
+            .collect::<Vec<_>>(),
+    )?;
+    let (resamples, seed) = CROSSOVER_BOOTSTRAP;
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let mut found: Vec<f64> = (0..resamples)
+        .filter_map(|_| {
+            let curve: Vec<(usize, f64)> = per_d
+                .iter()
+                .map(|(d, v)| {
+                    let m = (0..v.len())
+                        .map(|_| v[rng.random_range(0..v.len())])
+                        .sum::<f64>()
+                        / v.len() as f64;
+                    (*d, m)
+                })
+                .collect();
+            crossing(&curve)
+        })
+        .collect();
+    found.sort_by(f64::total_cmp);
+    let (lo, hi) = if found.len() * 2 < resamples {
+        (f64::NAN, f64::NAN)
+    } else {
+        let at = |q: f64| found[((q * found.len() as f64) as usize).min(found.len() - 1)];
+        (at(0.025), at(0.975))
+    };
+    Some(Estimate {
+        value,
+        lo,
+        hi,
+        n: per_d.first().map_or(0, |(_, v)| v.len()),
+        ci90: None,
     })
 }
 
@@ -217,7 +278,7 @@ pub fn data(plan: &Plan, cells: &Cells) -> GradientsData {
         draws: first.map_or(0, |c| c.draws),
         jacobian_rows: first.and_then(|c| c.jacobian_rows).unwrap_or(0),
         primary: primary.clone(),
-        crossover_d: crossover(&ratios),
+        crossover_d: crossover(cells, &primary),
         rows,
         ratios,
         exponents,

@@ -65,7 +65,7 @@ fn jacobian_claims(cells: &Cells, data: &GradientsData) -> Vec<Claim> {
             format!(
                 "the unscaled Jacobian is larger than the scaled one at small d and smaller at large d; they \
                  cross at d ≈ {}",
-                data.crossover_d.map_or("–".into(), |d| format!("{d:.0}"))
+                data.crossover_d.map_or("–".into(), |d| d.show(0))
             ),
             "‖J‖ ratio unscaled / scaled: 95% interval above 1 at the smallest d, below 1 at the largest",
             format!("d = {}: {}; d = {}: {}", a.d, show(a.jacobian), b.d, show(b.jacobian)),

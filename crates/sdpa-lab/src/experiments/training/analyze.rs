@@ -1,6 +1,7 @@
 //! `training`'s analysis: the chosen learning rates, the paired statistics of every comparison
 //! (stuck at the budget with McNemar's exact test, failed runs, Kaplan–Meier medians, the sign
-//! test and the median paired difference with censored runs ranked last, Holm across d_k), the
+//! test and the median paired difference with censored runs ranked last, Holm within each claim's
+//! family of conditions, Bonferroni for the intervals a claim decides on), the
 //! q/k std of the premise, and the initial-logit mechanism.
 
 use serde::Serialize;
@@ -11,7 +12,10 @@ use crate::experiment::{Measured, Plan};
 use crate::measures::training::{Arm, TrainingOutcome};
 use crate::stats::hypothesis::{holm, mcnemar_exact, median_ci, sign_test};
 use crate::stats::survival::{KmMedian, Observation, km_median};
-use crate::stats::{Estimate, mean_ci, spearman, wilson};
+use crate::stats::{
+    Estimate, bonferroni_level, cluster_bootstrap, mean, mean_ci, mean_interval, spearman_rho,
+    wilson, wilson_interval,
+};
 
 /// The learning rate an arm got.
 #[derive(Debug, Clone, Serialize)]
@@ -33,8 +37,15 @@ pub struct PairStats {
     pub comparison: Comparison,
     /// The reference arm's learning rate.
     pub lr_reference: f64,
-    /// The other arm's.
+    /// The other arm's learning rate.
     pub lr_other: f64,
+    /// Whether the reference arm's rate is an end of its grid (the best rate may lie beyond).
+    pub reference_lr_at_edge: bool,
+    /// The other arm's.
+    pub other_lr_at_edge: bool,
+    /// Conditions in this comparison's family (the same arms and optimizer over every
+    /// initialization and d_k): what Holm and the Bonferroni intervals correct for.
+    pub family: usize,
     /// Seeds with both arms.
     pub pairs: usize,
     /// The budget.
@@ -49,10 +60,10 @@ pub struct PairStats {
     pub only_other_stuck: usize,
     /// McNemar's exact two-sided p.
     pub mcnemar_p: f64,
-    /// Holm-adjusted across d_k.
+    /// Holm-adjusted across the family.
     pub mcnemar_p_holm: f64,
     /// Share of the other arm's runs that failed completely (held-out accuracy at the budget
-    /// below [`FAILED_ACCURACY`], or diverged), Wilson.
+    /// below [`FAILED_ACCURACY`], or diverged), Wilson, family-wise 95% (Bonferroni).
     pub other_failed: Estimate,
     /// Kaplan–Meier median steps to the target, reference arm.
     pub reference_km: KmMedian,
@@ -66,16 +77,18 @@ pub struct PairStats {
     pub ties: usize,
     /// The sign test's exact two-sided p.
     pub sign_p: f64,
-    /// Holm-adjusted across d_k.
+    /// Holm-adjusted across the family.
     pub sign_p_holm: f64,
     /// Median paired difference other − reference in steps (±∞ where one arm never got
-    /// there), 95% order-statistics interval.
+    /// there; pairs where neither did are left out: their difference is unknown), 95%
+    /// order-statistics interval.
     pub difference: Estimate,
-    /// The same at 90% (for equivalence).
-    pub difference90: Estimate,
+    /// The same median's interval at the family-wise 90% level (Bonferroni): what the
+    /// equivalence test reads.
+    pub difference_tost: (f64, f64),
     /// Median paired ratio of the steps to the target, other / reference (+∞ where only the
     /// other never got there, 0 where only the reference never did; pairs where neither did
-    /// are left out), 95% order-statistics interval.
+    /// are left out), family-wise 95% order-statistics interval (Bonferroni).
     pub ratio: Estimate,
 }
 
@@ -111,15 +124,22 @@ pub struct PremiseRow {
     pub query_final: Estimate,
     /// Key std at the end.
     pub key_final: Estimate,
+    /// Query std at the end over at initialization, per run (mean, 95%): what training did.
+    pub query_change: Estimate,
+    /// The same for the key.
+    pub key_change: Estimate,
 }
 
 /// The rank correlation of the initial logit std with the steps to the target (a run that
-/// never got there ranked last), over both arms of the main part, per initialization.
+/// never got there ranked last) within one arm of the main part, over its d_k and seeds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Mechanism {
     /// The initialization.
     pub init: String,
-    /// Spearman's ρ with its 95% interval.
+    /// The arm.
+    pub arm: Arm,
+    /// Spearman's ρ with its family-wise 95% interval (Bonferroni over the mechanism's
+    /// conditions), a percentile bootstrap over seeds (a seed's runs resampled together).
     pub rho: Estimate,
 }
 
@@ -168,8 +188,9 @@ fn eval_runs(cells: &[Run], condition: Condition, arm: Arm) -> Vec<&Run> {
     rs
 }
 
-/// The paired statistics of one comparison (Holm left at the raw p).
-pub fn pair_stats(cells: &[Run], comparison: Comparison) -> Option<PairStats> {
+/// The paired statistics of one comparison in a family of `family` conditions (Holm left at
+/// the raw p; the grid edges unset: both are filled in by [`data`]).
+pub fn pair_stats(cells: &[Run], comparison: Comparison, family: usize) -> Option<PairStats> {
     let reference = eval_runs(cells, comparison.condition, comparison.reference);
     let other = eval_runs(cells, comparison.condition, comparison.other);
     let pairs: Vec<(&TrainingOutcome, &TrainingOutcome)> = reference
@@ -195,6 +216,7 @@ pub fn pair_stats(cells: &[Run], comparison: Comparison) -> Option<PairStats> {
     let other_faster = count(&|(a, b)| time(b) < time(a));
     let differences: Vec<f64> = pairs
         .iter()
+        .filter(|(a, b)| !(stuck(a) && stuck(b)))
         .map(|(a, b)| {
             if time(a) == time(b) {
                 0.0
@@ -209,34 +231,50 @@ pub fn pair_stats(cells: &[Run], comparison: Comparison) -> Option<PairStats> {
         .map(|(a, b)| time(b) / time(a))
         .map(|r| if r.is_nan() { 0.0 } else { r })
         .collect();
+    let budget = reference[0].config.spec.budget;
+    // A run that never got there is censored at the budget, a diverged one included (it
+    // stopped early, but it would never have reached the target).
     let km = |arm: &[(&TrainingOutcome, &TrainingOutcome)], first: bool| {
         let obs: Vec<Observation> = arm
             .iter()
             .map(|(a, b)| {
                 let o = if first { a } else { b };
                 Observation {
-                    time: o.steps_to_target.unwrap_or(o.steps_run) as f64,
+                    time: o.steps_to_target.unwrap_or(budget) as f64,
                     reached: o.steps_to_target.is_some(),
                 }
             })
             .collect();
         km_median(&obs)
     };
+    let level95 = bonferroni_level(0.95, family);
+    let n_failed = count(&|(_, b)| failed(b));
+    let (fail_lo, fail_hi) = wilson_interval(n_failed, n, level95);
+    let ratio = median_ci(&ratios, level95);
     let sign_p = sign_test(other_slower, other_faster);
     let mcnemar_p = mcnemar_exact(only_reference_stuck, only_other_stuck);
     Some(PairStats {
         comparison,
         lr_reference: reference[0].config.spec.lr,
         lr_other: other[0].config.spec.lr,
+        reference_lr_at_edge: false,
+        other_lr_at_edge: false,
+        family,
         pairs: n,
-        budget: reference[0].config.spec.budget,
+        budget,
         reference_stuck: wilson(count(&|(a, _)| stuck(a)), n),
         other_stuck: wilson(count(&|(_, b)| stuck(b)), n),
         only_reference_stuck,
         only_other_stuck,
         mcnemar_p,
         mcnemar_p_holm: mcnemar_p,
-        other_failed: wilson(count(&|(_, b)| failed(b)), n),
+        other_failed: Estimate {
+            value: n_failed as f64 / n as f64,
+            lo: fail_lo,
+            hi: fail_hi,
+            n,
+            ci90: Some(wilson_interval(n_failed, n, bonferroni_level(0.90, family))),
+        },
         reference_km: km(&pairs, true),
         other_km: km(&pairs, false),
         other_slower,
@@ -245,29 +283,40 @@ pub fn pair_stats(cells: &[Run], comparison: Comparison) -> Option<PairStats> {
         sign_p,
         sign_p_holm: sign_p,
         difference: median_ci(&differences, 0.95),
-        difference90: median_ci(&differences, 0.90),
-        ratio: median_ci(&ratios, 0.95),
+        difference_tost: {
+            let e = median_ci(&differences, bonferroni_level(0.90, family));
+            (e.lo, e.hi)
+        },
+        ratio,
     })
 }
 
-/// Holm's correction across d_k, within each family (part, arms, optimizer, initialization).
+/// A comparison's family: the same part, arms and optimizer, over every initialization and
+/// d_k (one claim's conditions).
+fn family_key(c: &Comparison) -> String {
+    format!(
+        "{:?}{:?}{:?}{:?}",
+        c.part, c.reference, c.other, c.condition.optimizer
+    )
+}
+
+/// The size of a comparison's family in the design.
+fn family_size(all: &[Comparison], c: &Comparison) -> usize {
+    let key = family_key(c);
+    all.iter().filter(|o| family_key(o) == key).count()
+}
+
+/// Holm's correction within each family.
 fn adjust(stats: &mut [PairStats]) {
-    let family = |s: &PairStats| {
-        let c = &s.comparison;
-        format!(
-            "{:?}{:?}{:?}{:?}{:?}",
-            c.part, c.reference, c.other, c.condition.optimizer, c.condition.init
-        )
-    };
     let families: Vec<String> = {
-        let mut f: Vec<String> = stats.iter().map(family).collect();
+        let mut f: Vec<String> = stats.iter().map(|s| family_key(&s.comparison)).collect();
         f.sort();
         f.dedup();
         f
     };
     for f in families {
         let idx: Vec<usize> = (0..stats.len())
-            .filter(|&i| family(&stats[i]) == f)
+            .filter(|&i| family_key(&stats[i].comparison) == f)
             .collect();
         let sign = holm(&idx.iter().map(|&i| stats[i].sign_p).collect::<Vec<_>>());
         let mcnemar = holm(&idx.iter().map(|&i| stats[i].mcnemar_p).collect::<Vec<_>>());
@@ -278,8 +327,26 @@ fn adjust(stats: &mut [PairStats]) {
     }
 }
 
+/// A mean with family-wise intervals: 95% and 90% (what TOST reads), Bonferroni over `k`.
+fn family_mean(x: &[f64], k: usize) -> Estimate {
+    let (lo, hi) = mean_interval(x, bonferroni_level(0.95, k));
+    Estimate {
+        value: mean(x),
+        lo,
+        hi,
+        n: x.len(),
+        ci90: Some(mean_interval(x, bonferroni_level(0.90, k))),
+    }
+}
+
 fn premise(cells: &[Run], sizes: &Sizes) -> Vec<PremiseRow> {
     let mut out = Vec::new();
+    // The premise is decided on the 1/√d_k arm of every Adam condition, for q and for k.
+    let decided = 2 * sizes
+        .arms()
+        .iter()
+        .filter(|(c, a)| *a == Arm::Scaled && c.optimizer == sdpa_model::OptimizerKind::Adam)
+        .count();
     for (condition, arm) in sizes.arms() {
         let rs = eval_runs(cells, condition, arm);
         // Adam only: the premise is about trained models, and SGD's diverging runs say nothing
@@ -290,41 +357,78 @@ fn premise(cells: &[Run], sizes: &Sizes) -> Vec<PremiseRow> {
         {
             continue;
         }
-        let ci = |f: fn(&TrainingOutcome) -> f64| {
-            mean_ci(&rs.iter().map(|r| f(&r.result)).collect::<Vec<_>>())
-        };
+        let values =
+            |f: fn(&TrainingOutcome) -> f64| rs.iter().map(|r| f(&r.result)).collect::<Vec<_>>();
+        let ci = |f: fn(&TrainingOutcome) -> f64| mean_ci(&values(f));
         out.push(PremiseRow {
             condition,
             arm,
             query_initial: ci(|o| o.initial.query_std),
             key_initial: ci(|o| o.initial.key_std),
-            query_final: ci(|o| o.last.query_std),
-            key_final: ci(|o| o.last.key_std),
+            query_final: family_mean(&values(|o| o.last.query_std), decided),
+            key_final: family_mean(&values(|o| o.last.key_std), decided),
+            query_change: ci(|o| o.last.query_std / o.initial.query_std),
+            key_change: ci(|o| o.last.key_std / o.initial.key_std),
         });
     }
     out
 }
 
+/// Bootstrap resamples of the mechanism's interval, and the stream's seed.
+const BOOTSTRAP: (usize, u64) = (2000, 7);
+
 fn mechanism(cells: &[Run]) -> Vec<Mechanism> {
+    let groups: Vec<(sdpa_model::QkInit, Arm)> =
+        [sdpa_model::QkInit::Default, sdpa_model::QkInit::Unit]
+            .into_iter()
+            .flat_map(|init| [(init, Arm::Scaled), (init, Arm::Unscaled)])
+            .collect();
+    let level = bonferroni_level(0.95, groups.len());
     let mut out = Vec::new();
-    for init in [sdpa_model::QkInit::Default, sdpa_model::QkInit::Unit] {
-        let (x, y): (Vec<f64>, Vec<f64>) = cells
+    for (init, arm) in groups.iter().copied() {
+        let rs: Vec<&Run> = cells
             .iter()
             .filter(|r| {
                 let s = &r.config.spec;
                 r.config.role == Role::Evaluation
                     && s.init == init
                     && s.optimizer == sdpa_model::OptimizerKind::Adam
-                    && matches!(s.arm, Arm::Scaled | Arm::Unscaled)
+                    && s.arm == arm
             })
-            .map(|r| (r.result.initial.logit_std, time(&r.result)))
-            .unzip();
-        if x.len() > 3 {
-            out.push(Mechanism {
-                init: crate::measures::training::init_name(init).into(),
-                rho: spearman(&x, &y),
-            });
+            .collect();
+        if rs.len() <= 3 {
+            continue;
         }
+        let x: Vec<f64> = rs.iter().map(|r| r.result.initial.logit_std).collect();
+        let y: Vec<f64> = rs.iter().map(|r| time(&r.result)).collect();
+        let mut seeds: Vec<u64> = rs.iter().map(|r| r.config.spec.seed).collect();
+        seeds.sort_unstable();
+        seeds.dedup();
+        // The runs of one seed share its batches: they are resampled together.
+        let clusters: Vec<Vec<usize>> = seeds
+            .iter()
+            .map(|&seed| {
+                (0..rs.len())
+                    .filter(|&i| rs[i].config.spec.seed == seed)
+                    .collect()
+            })
+            .collect();
+        let statistic = |idx: &[usize]| {
+            let pick = |v: &[f64]| idx.iter().map(|&i| v[i]).collect::<Vec<_>>();
+            spearman_rho(&pick(&x), &pick(&y))
+        };
+        let (lo, hi) = cluster_bootstrap(&clusters, &statistic, BOOTSTRAP.0, BOOTSTRAP.1, level);
+        out.push(Mechanism {
+            init: crate::measures::training::init_name(init).into(),
+            arm,
+            rho: Estimate {
+                value: spearman_rho(&x, &y),
+                lo,
+                hi,
+                n: rs.len(),
+                ci90: None,
+            },
+        });
     }
     out
 }
@@ -333,7 +437,7 @@ fn mechanism(cells: &[Run]) -> Vec<Mechanism> {
 pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
     let sizes = Sizes::new(plan.quick);
     let all: Vec<&Run> = cells.iter().collect();
-    let tuned = sizes
+    let tuned: Vec<Tuned> = sizes
         .arms()
         .into_iter()
         .map(|(condition, arm)| {
@@ -371,12 +475,25 @@ pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
             }
         })
         .collect();
-    let mut comparisons: Vec<PairStats> = sizes
-        .comparisons()
-        .into_iter()
-        .filter_map(|c| pair_stats(cells, c))
+    let design = sizes.comparisons();
+    let mut comparisons: Vec<PairStats> = design
+        .iter()
+        .filter_map(|c| pair_stats(cells, *c, family_size(&design, c)))
         .collect();
     adjust(&mut comparisons);
+    let at_edge = |condition: Condition, arm: Arm| {
+        let grid = sizes.lrs(condition.optimizer);
+        tuned
+            .iter()
+            .find(|t: &&Tuned| t.condition == condition && t.arm == arm)
+            .and_then(|t| t.chosen)
+            .is_some_and(|lr| grid.len() > 1 && (lr == grid[0] || lr == grid[grid.len() - 1]))
+    };
+    for s in &mut comparisons {
+        let c = s.comparison;
+        s.reference_lr_at_edge = at_edge(c.condition, c.reference);
+        s.other_lr_at_edge = at_edge(c.condition, c.other);
+    }
     let runs = cells
         .iter()
         .filter(|r| r.config.role == Role::Evaluation)

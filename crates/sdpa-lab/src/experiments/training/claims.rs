@@ -18,8 +18,8 @@ fn label(s: &PairStats) -> String {
     format!("{opt}{} init, d_k = {}", init_name(c.init), c.d_k)
 }
 
-/// Is the other arm slower (`slower`) or faster than the reference, by the Holm-adjusted sign
-/// test: holds when significant in the claimed direction, fails when significant in the other,
+/// Is the other arm slower (`slower`) or faster than the reference, by the sign test
+/// Holm-adjusted across the claim's conditions: holds when significant in the claimed direction, fails when significant in the other,
 /// undecided otherwise.
 fn direction(s: &PairStats, slower: bool) -> Outcome {
     if s.sign_p_holm >= ALPHA {
@@ -29,17 +29,41 @@ fn direction(s: &PairStats, slower: bool) -> Outcome {
     Outcome::of(Some(is_slower == slower))
 }
 
+/// "; learning rate at the grid's edge (…)" when a tuned rate is an end of its grid: the arm's
+/// best rate may lie beyond it, so the comparison may not be between tuned arms.
+fn edge_note(s: &PairStats) -> String {
+    let c = &s.comparison;
+    let arms: Vec<String> = [
+        (s.reference_lr_at_edge, c.reference, s.lr_reference),
+        (s.other_lr_at_edge, c.other, s.lr_other),
+    ]
+    .iter()
+    .filter(|(edge, ..)| *edge)
+    .map(|(_, arm, lr)| format!("{} {lr}", arm.label()))
+    .collect();
+    if arms.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; learning rate at the grid's edge ({}): the arm may be under-tuned",
+            arms.join(", ")
+        )
+    }
+}
+
 fn sign_measured(s: &PairStats) -> String {
     format!(
-        "{} later / {} sooner / {} tied of {} pairs, sign test p = {} (Holm {}); KM median {} vs {}",
+        "{} later / {} sooner / {} tied of {} pairs, sign test p = {} (Holm over {}: {}); KM median {} vs {}{}",
         s.other_slower,
         s.other_faster,
         s.ties,
         s.pairs,
         show_p(s.sign_p),
+        s.family,
         show_p(s.sign_p_holm),
         s.other_km.show(s.budget as f64),
-        s.reference_km.show(s.budget as f64)
+        s.reference_km.show(s.budget as f64),
+        edge_note(s)
     )
 }
 
@@ -77,9 +101,10 @@ fn fails(s: &PairStats) -> (Outcome, String) {
     (
         Outcome::of(side(s.other_failed, 0.5, false)),
         format!(
-            "{} of runs failed (accuracy < {FAILED_ACCURACY} at step {})",
+            "{} of runs failed (accuracy < {FAILED_ACCURACY} at step {}){}",
             show(s.other_failed),
-            s.budget
+            s.budget,
+            edge_note(s)
         ),
     )
 }
@@ -98,13 +123,34 @@ fn slow(s: &PairStats) -> (Outcome, String) {
             None
         }),
         format!(
-            "median paired ratio none / 1/√d_k {} over {} pairs (KM medians {} vs {})",
+            "median paired ratio none / 1/√d_k {} over {} pairs (KM medians {} vs {}){}{}",
             show(r),
             r.n,
             s.other_km.show(s.budget as f64),
-            s.reference_km.show(s.budget as f64)
+            s.reference_km.show(s.budget as f64),
+            budget_note(s),
+            edge_note(s)
         ),
     )
+}
+
+/// "; …" when 1/√d_k's median steps times [`SLOW_FACTOR`] exceed the budget: there a ratio of
+/// at least that can only come from runs that never got there, so the budget, not the data,
+/// may leave "extremely slow" undecided.
+fn budget_note(s: &PairStats) -> String {
+    let needed = s
+        .reference_km
+        .value
+        .map_or(f64::INFINITY, |m| m * SLOW_FACTOR);
+    if needed.is_finite() && needed <= s.budget as f64 {
+        String::new()
+    } else {
+        format!(
+            "; {SLOW_FACTOR}× 1/√d_k's median exceeds the {}-step budget: only runs that never got there \
+             can show the ratio",
+            s.budget
+        )
+    }
 }
 
 /// The article's two halves of Q1, per initialization and d_k (Adam).
@@ -135,7 +181,8 @@ fn article_claims(main: &[&PairStats]) -> Vec<Claim> {
                 "without √d_k, training fails completely: most runs never learn (held-out accuracy below \
                  {FAILED_ACCURACY} at the budget; chance is 1/8)"
             ),
-            "Wilson 95% interval of the share of unscaled runs that failed, against ½, per condition (Adam)",
+            "Wilson interval of the share of unscaled runs that failed, against ½, per condition (Adam), \
+             family-wise 95% over the conditions (Bonferroni)",
             main,
             &fails,
         ),
@@ -147,8 +194,8 @@ fn article_claims(main: &[&PairStats]) -> Vec<Claim> {
                  that the same seed takes with √d_k"
             ),
             "median over seeds of the paired ratio of steps to 99% (a run that never got there counts ∞; pairs \
-             where neither did are left out), 95% order-statistics interval: holds when its lower end ≥ 4, \
-             fails when its upper end < 4 (Adam)",
+             where neither did are left out), order-statistics interval, family-wise 95% over the conditions \
+             (Bonferroni): holds when its lower end ≥ 4, fails when its upper end < 4 (Adam)",
             main,
             &slow,
         ),
@@ -182,11 +229,14 @@ fn premise_claims(data: &TrainingData) -> Vec<Claim> {
                     p.condition.d_k
                 ),
                 measured: format!(
-                    "after training: query std {}, key std {} (at initialization {}, {})",
+                    "after training: query std {}, key std {} (at initialization {}, {}; training \
+                     changed them ×{}, ×{})",
                     show(p.query_final),
                     show(p.key_final),
                     show(p.query_initial),
-                    show(p.key_initial)
+                    show(p.key_initial),
+                    show(p.query_change),
+                    show(p.key_change)
                 ),
                 outcome: Outcome::across(&outcomes.map(Outcome::of)),
             }
@@ -199,16 +249,21 @@ fn premise_claims(data: &TrainingData) -> Vec<Claim> {
             "after LayerNorm and training, the q and k components entering attention have std close to 1 \
              (within a factor {PREMISE_FACTOR}), in the trained model (1/√d_k arm, Adam)"
         ),
-        "90% interval of the mean final q std and k std over seeds inside [0.5, 2] (TOST), per condition",
+        "interval of the mean final q std and k std over seeds inside [0.5, 2] (TOST), per condition, \
+         family-wise 90% over every condition's q and k (Bonferroni); the band holds at initialization \
+         too, so the change training made is shown beside it",
         conditions,
     )];
     let d_in = 64.0f64;
-    if let Some(p) = data
+    let claims_premise_projected = data
         .premise
         .iter()
-        .find(|p| p.arm == Arm::Scaled && p.condition.init == sdpa_model::QkInit::Default)
-    {
+        .find(|p| p.arm == Arm::Scaled && p.condition.init == sdpa_model::QkInit::Default);
+    if let Some(p) = claims_premise_projected {
         let target = 1.0 / d_in.sqrt();
+        // How far off the order of magnitude is: the factor between the measured std and
+        // 1/√d_in, reported beside the fixed factor-2 band.
+        let factor = (p.query_initial.value / target).max(target / p.query_initial.value);
         claims.push(Claim::in_range(
             "projected-std-of-order-inv-sqrt-d-in",
             Source::Article(&article::PROJECTED_STD_SMALL),
@@ -216,7 +271,10 @@ fn premise_claims(data: &TrainingData) -> Vec<Claim> {
                 "right after the W_Q projection (Burn's default initialization, d_in = {d_in}), q's components \
                  have std of the order of 1/√d_in = {target:.3} (within a factor 2)"
             ),
-            "query std at initialization",
+            &format!(
+                "query std at initialization ({factor:.1}× 1/√d_in; \"of the order\" read as within a \
+                 factor 2)"
+            ),
             p.query_initial,
             target / 2.0,
             target * 2.0,
@@ -230,7 +288,8 @@ fn slower_claim(id: &str, statement: String, stats: &[&PairStats], slower: bool)
         id,
         Source::Lab,
         statement,
-        "exact sign test on the paired steps to 99% (a run that never got there ranked last), Holm across d_k, α = 0.05",
+        "exact sign test on the paired steps to 99% (a run that never got there ranked last), Holm across the \
+         claim's conditions, α = 0.05",
         stats,
         &|s| (direction(s, slower), sign_measured(s)),
     )
@@ -242,19 +301,21 @@ fn equivalence_claim(id: &str, statement: String, stats: &[&PairStats]) -> Claim
         Source::Lab,
         statement,
         &format!(
-            "median paired difference of the steps to 99% (censored runs ±∞): equivalent when its 90% \
-             order-statistics interval lies inside ±{EQUIVALENCE_STEPS} steps (TOST), not when its 95% interval \
-             excludes 0 and the 90% one leaves the margin"
+            "median paired difference of the steps to 99% (a run that never got there at ±∞, pairs where \
+             neither did left out): equivalent when its order-statistics interval at family-wise 90% \
+             (Bonferroni over the claim's conditions) lies inside ±{EQUIVALENCE_STEPS} steps (TOST), not \
+             equivalent when it lies entirely beyond one end"
         ),
         stats,
         &|s| {
             (
-                Outcome::of(tost(s.difference90, s.difference, EQUIVALENCE_STEPS)),
+                Outcome::of(tost(s.difference_tost, EQUIVALENCE_STEPS)),
                 format!(
-                    "difference {} (90%: [{}, {}])",
+                    "difference {} (TOST interval [{}, {}]){}",
                     show(s.difference),
-                    crate::claims::short(s.difference90.lo),
-                    crate::claims::short(s.difference90.hi)
+                    crate::claims::short(s.difference_tost.0),
+                    crate::claims::short(s.difference_tost.1),
+                    edge_note(s)
                 ),
             )
         },
@@ -334,7 +395,8 @@ pub fn claims(data: &TrainingData) -> Vec<Claim> {
         "unscaled-stuck-more-often",
         Source::Lab,
         "primary endpoint: without √d_k more runs are still short of 99% at the budget".into(),
-        "exact McNemar test on the paired stuck / not stuck outcomes, Holm across d_k, α = 0.05",
+        "exact McNemar test on the paired stuck / not stuck outcomes, Holm across the claim's conditions, \
+         α = 0.05",
         &main,
         &|s| {
             let outcome = if s.mcnemar_p_holm >= ALPHA {
@@ -345,13 +407,15 @@ pub fn claims(data: &TrainingData) -> Vec<Claim> {
             (
                 outcome,
                 format!(
-                    "stuck: none {} vs 1/√d_k {}; discordant {} / {}, p = {} (Holm {})",
+                    "stuck: none {} vs 1/√d_k {}; discordant {} / {}, p = {} (Holm over {}: {}){}",
                     show(s.other_stuck),
                     show(s.reference_stuck),
                     s.only_other_stuck,
                     s.only_reference_stuck,
                     show_p(s.mcnemar_p),
-                    show_p(s.mcnemar_p_holm)
+                    s.family,
+                    show_p(s.mcnemar_p_holm),
+                    edge_note(s)
                 ),
             )
         },
@@ -369,14 +433,17 @@ pub fn claims(data: &TrainingData) -> Vec<Claim> {
     ));
     claims.extend(beyond_the_scale(data));
     claims.push(Claim::per_condition(
-        "initial-logits-predict-the-delay",
+        "initial-logits-go-with-the-delay",
         Source::Lab,
-        "the mechanism: the larger the initial logit std of a run, the longer it takes to 99%",
-        "Spearman's ρ of initial logit std and steps to 99% (censored last) over both arms and every d_k, 95% interval above 0",
+        "within an arm, runs that start with a larger logit std take longer to 99% (an association over \
+         d_k and seeds, not a causal estimate)",
+        "Spearman's ρ of initial logit std and steps to 99% (a run that never got there ranked last) within \
+         one arm over its d_k and seeds; percentile bootstrap over seeds (a seed's runs together), \
+         family-wise 95% over the conditions (Bonferroni): holds above 0, fails below",
         data.mechanism
             .iter()
             .map(|m| Condition {
-                label: format!("{} init", m.init),
+                label: format!("{} init, {}", m.init, m.arm.label()),
                 measured: format!("ρ = {}", show(m.rho)),
                 outcome: Outcome::of(side(m.rho, 0.0, false)),
             })

@@ -55,11 +55,11 @@ fn comparison_table(data: &TrainingData, part: Part) -> String {
             "pairs",
             "stuck at budget: other / reference (Wilson 95%)",
             "McNemar p (Holm)",
-            "failed completely (other)",
+            "failed completely (other; family-wise 95%)",
             "KM median steps: other / reference",
             "other later / sooner / tied; sign p (Holm)",
             "median paired difference (95%)",
-            "median paired ratio (95%)",
+            "median paired ratio (family-wise 95%)",
         ],
         &super::analyze::of_part(data, part)
             .map(|s| {
@@ -67,11 +67,13 @@ fn comparison_table(data: &TrainingData, part: Part) -> String {
                 vec![
                     condition(&c.condition),
                     format!(
-                        "{} ({}) vs {} ({})",
+                        "{} ({}{}) vs {} ({}{})",
                         c.other.label(),
                         s.lr_other,
+                        if s.other_lr_at_edge { "†" } else { "" },
                         c.reference.label(),
-                        s.lr_reference
+                        s.lr_reference,
+                        if s.reference_lr_at_edge { "†" } else { "" }
                     ),
                     s.pairs.to_string(),
                     format!("{} / {}", show(s.other_stuck), show(s.reference_stuck)),
@@ -105,8 +107,10 @@ fn premise_table(data: &TrainingData) -> String {
             "arm",
             "q std at init",
             "k std at init",
-            "q std at the end",
-            "k std at the end",
+            "q std at the end (family-wise 95%)",
+            "k std at the end (family-wise 95%)",
+            "q std end / init, per run",
+            "k std end / init, per run",
         ],
         &data
             .premise
@@ -119,6 +123,8 @@ fn premise_table(data: &TrainingData) -> String {
                     show(p.key_initial),
                     show(p.query_final),
                     show(p.key_final),
+                    show(p.query_change),
+                    show(p.key_change),
                 ]
             })
             .collect::<Vec<_>>(),
@@ -172,11 +178,12 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
     let mechanism = data
         .mechanism
         .iter()
-        .map(|m| format!("{} init: ρ = {}", m.init, show(m.rho)))
+        .map(|m| format!("{} init, {}: ρ = {}", m.init, m.arm.label(), show(m.rho)))
         .collect::<Vec<_>>()
         .join("; ");
     Ok(format!(
-        "**Design** (fixed in `experiments/training/design.rs` before any run). The model: *match* (k = 8, \
+        "**Design** (fixed in `experiments/training/design.rs` before this run; its comments say which \
+         values an earlier run informed). The model: *match* (k = 8, \
          vocabulary 64), d_model 64, one head of size d_k, d_v = 64, pre-LayerNorm, batches of 64, a held-out \
          evaluation every 10 steps on 2 batches; a run stops at {:.0}% held-out accuracy or at the budget of \
          {} steps. **Paired seeds**: {} evaluation seeds per arm, the same for every arm, so that two arms \
@@ -186,9 +193,12 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
          the target, then the fewest steps. **Censoring**: a run that never reaches the target is censored at \
          the budget, never averaged as a number: Kaplan–Meier medians (Brookmeyer–Crowley 95% intervals), \
          sign tests with it ranked last, McNemar's exact test on stuck / not stuck (the primary endpoint), \
-         Holm's correction across d_k, α = {ALPHA}. **Thresholds**: extremely slow = the median paired ratio \
-         of steps at least {SLOW_FACTOR}; failed completely = held-out accuracy below {FAILED_ACCURACY} at the \
-         budget; equivalent = the median paired difference's 90% interval inside ±{EQUIVALENCE_STEPS} steps.\n\n\
+         Holm's correction across each claim's conditions, α = {ALPHA}; the intervals a claim decides on are \
+         family-wise over its conditions (Bonferroni). **Thresholds**: extremely slow = the median paired \
+         ratio of steps at least {SLOW_FACTOR}; failed completely = held-out accuracy below {FAILED_ACCURACY} \
+         at the budget; equivalent = the median paired difference's family-wise 90% interval inside \
+         ±{EQUIVALENCE_STEPS} steps. A learning rate marked † is an end of its grid: that arm's best rate \
+         may lie beyond it.\n\n\
          **Learning rates chosen**\n\n{}\n\
          **The article's question: 1/√d_k vs none (Adam)**\n\n{}\n\
          **Temperature: 1/d_k and a learned temperature (starting at 1, unscaled)**\n\n{}\n\
@@ -196,8 +206,8 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
          **SGD (secondary)**\n\n{}\n\
          **The premise: q and k components entering attention** (std over every component, at step 0 and at \
          the end of each run; Burn's default init gives q = LN(x)·W with W ~ U(±1/√64): std 1/√3 ≈ 0.577)\n\n{}\n\
-         **Mechanism**: Spearman's ρ of the initial logit std and the steps to 99% (both arms, every d_k): \
-         {mechanism}.\n\n{}\n",
+         **Mechanism**: Spearman's ρ of the initial logit std and the steps to 99% within each arm (every \
+         d_k and seed; family-wise 95% bootstrap intervals over seeds): {mechanism}.\n\n{}\n",
         100.0 * TARGET,
         sizes.budget,
         sizes.eval_seeds,
