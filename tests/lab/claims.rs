@@ -522,6 +522,10 @@ fn attention_map_decides_the_twins_both_ways() {
                 draws: 100,
                 twin_hits: hits,
                 rows: 400,
+                // `hits` spread over the 100 draws as evenly as it goes.
+                hits_per_draw: (0..100)
+                    .map(|i| hits / 100 + usize::from(i < hits % 100))
+                    .collect(),
                 twin_weights: (0..100).map(|i| 0.12 + 0.0001 * i as f64).collect(),
             }),
         )]

@@ -13,7 +13,8 @@ use crate::stats::{Estimate, mean_ci, wilson};
 pub struct AttentionMapData {
     /// The random maps.
     pub random: Option<RandomMaps>,
-    /// Share of rows 4–7 with the twin as argmax (Wilson).
+    /// Share of rows 4–7 with the twin as argmax: mean over draws of a draw's share, with its
+    /// t-interval over draws (the rows of one draw share its projections).
     pub random_share: Estimate,
     /// Mean weight on the twin (t-interval over draws).
     pub random_twin_weight: Estimate,
@@ -34,7 +35,7 @@ pub fn analyze(
 ) -> Analysis<AttentionMapData> {
     let mut data = AttentionMapData {
         random: None,
-        random_share: wilson(0, 0),
+        random_share: Estimate::point(f64::NAN, 0),
         random_twin_weight: Estimate::point(f64::NAN, 0),
         trained: None,
         trained_shares: Vec::new(),
@@ -44,7 +45,12 @@ pub fn analyze(
     for c in cells {
         match &c.result {
             AttentionMapResult::Random(r) => {
-                data.random_share = wilson(r.twin_hits, r.rows);
+                data.random_share = mean_ci(
+                    &r.hits_per_draw
+                        .iter()
+                        .map(|&h| h as f64 / 4.0)
+                        .collect::<Vec<_>>(),
+                );
                 data.random_twin_weight = mean_ci(&r.twin_weights);
                 data.random = Some(r.clone());
             }
@@ -69,7 +75,7 @@ pub fn claims(data: &AttentionMapData) -> Vec<Claim> {
             "copies-attend-to-twins",
             Source::Article(&article::COPIES_POINT_AT_TWINS),
             "with random projections, a copied token puts its largest weight on its twin (most rows 4–7)",
-            "share of rows 4–7 with the twin as argmax (Wilson interval), against ½",
+            "share of rows 4–7 with the twin as argmax, mean over draws (t-interval over draws), against ½",
             data.random_share,
             0.5,
         ),

@@ -22,6 +22,9 @@ pub struct RandomMaps {
     pub twin_hits: usize,
     /// Rows 4–7 over every draw.
     pub rows: usize,
+    /// The hits of each draw (0–4): the rows of one draw share its projections, so the share's
+    /// interval is taken over draws.
+    pub hits_per_draw: Vec<usize>,
     /// Mean weight of a row 4–7 on its twin, per draw.
     pub twin_weights: Vec<f64>,
 }
@@ -101,20 +104,24 @@ pub fn random_maps(draws: usize, seed: u64, device: &Device) -> Result<RandomMap
         draws,
         twin_hits: 0,
         rows: 0,
+        hits_per_draw: Vec::new(),
         twin_weights: Vec::new(),
     };
     for i in 0..draws {
         let w = random_map(&mut rng, device)?;
         let mut twin_w = 0.0;
+        let mut hits = 0;
         for (r, row) in w.iter().enumerate().skip(4) {
             let a = argmax(row);
             if a == r - 4 || a == r {
-                out.twin_hits += 1;
+                hits += 1;
             }
             twin_w += row[r - 4];
             out.rows += 1;
         }
         out.twin_weights.push(twin_w / 4.0);
+        out.twin_hits += hits;
+        out.hits_per_draw.push(hits);
         if i == 0 {
             out.first = w;
         }

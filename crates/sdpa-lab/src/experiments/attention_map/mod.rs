@@ -63,6 +63,11 @@ impl Stages for AttentionMap {
         "attention-map"
     }
 
+    fn version(&self) -> u32 {
+        // 2: the random maps record their hits per draw.
+        2
+    }
+
     fn title(&self) -> &'static str {
         "Attention maps: random projections (the article's experiment 3) vs a trained model"
     }

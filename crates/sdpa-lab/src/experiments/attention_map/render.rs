@@ -34,7 +34,7 @@ pub fn render(data: &AttentionMapData, canvas: &mut Canvas) -> Result<String, La
             "**The article's setup.** 8 tokens of width 32 (x ~ N(0, 0.5²)), tokens 4–7 copies of 0–3, Q, K \
              from two independent random `nn.Linear(32, 32)` (PyTorch's default init), softmax of QKᵀ/√32. One \
              draw:\n\n{}\n{plot}\n\nOver {} draws: the share of rows 4–7 whose largest weight is on their twin \
-             (or on themselves, whose key is identical) is {} (Wilson 95%; chance would give 25%), and the mean \
+             (or on themselves, whose key is identical) is {} (mean over draws with its t-interval; chance would give 25%), and the mean \
              weight of a row on its twin is {} (t-interval over draws; uniform is 0.125). q_i·k_j = x_iᵀW_QᵀW_K x_j \
              with *independent* random W_Q, W_K is not largest at x_j = x_i unless W_QᵀW_K is positive definite, \
              which training can learn; a copy is never *preferred* to itself: columns i and i − 4 always get the \

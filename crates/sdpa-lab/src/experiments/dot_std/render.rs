@@ -89,8 +89,8 @@ pub fn render(data: &DotStdData, canvas: &mut Canvas) -> Result<String, LabError
         },
     )?;
     Ok(format!(
-        "{} independent draws of {} pairs of standard normal vectors per d (the pooled column uses all \
-         of them; the last column shows single draws of the article's size). Var[q·k] = Σ Var[q_i]Var[k_i] \
+        "{} independent draws of {} pairs of standard normal vectors per d (a draw's std, averaged over \
+         the draws with its t-interval; the last column shows single draws of the article's size). Var[q·k] = Σ Var[q_i]Var[k_i] \
          = d, so std = √d.\n\n{table}\n{plot}\n",
         data.repeats, data.pairs,
     ))
