@@ -303,6 +303,27 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
     if !args.modes.is_empty() {
         config.modes = args.modes.clone();
     }
+    // Before anything is allocated or written: sizes that cannot fit are bad usage.
+    let sizes = format!(
+        "the benchmark (b {}, h {}, d {}, n up to {})",
+        config.b,
+        config.h,
+        config.d,
+        config
+            .ns
+            .iter()
+            .chain(&config.memory_ns)
+            .chain(&config.training_memory_ns)
+            .max()
+            .copied()
+            .unwrap_or(0)
+    );
+    let needed = config.memory_estimate().ok_or_else(|| {
+        UsageError(format!(
+            "{sizes}: the sizes overflow: far beyond any machine's memory"
+        ))
+    })?;
+    sdpa_model::check_fits(&sizes, needed).map_err(|e| UsageError(e.to_string()))?;
     let mut ok = true;
     for backend in &env.backends {
         let report = sdpa_lab::bench::run_bench(backend, &config, &ctx)?;

@@ -268,6 +268,13 @@ impl TrainArgs {
 pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
     let base = match &args.resume {
         Some(dir) => {
+            if !dir.is_dir() {
+                return Err(UsageError(format!(
+                    "cannot resume: {} is not a folder holding a run",
+                    dir.display()
+                ))
+                .into());
+            }
             let path = dir.join("config.json");
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| anyhow::anyhow!("cannot resume: {}: {e}", path.display()))?;
@@ -278,7 +285,21 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
         }
         None => None,
     };
+    if let Some(out) = &args.out
+        && out.exists()
+        && !out.is_dir()
+    {
+        return Err(UsageError(format!(
+            "--out {} is a file, not a folder: choose a folder for the run",
+            out.display()
+        ))
+        .into());
+    }
     let config = args.config(base)?;
+    // The memory check before the device is opened or anything is written.
+    config
+        .check_memory()
+        .map_err(|e| UsageError(e.to_string()))?;
     let device = super::open_device(args.backend)?;
     let out_dir = args.out_dir(&config);
     let options = RunOptions {
@@ -294,9 +315,11 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
     };
     let result = sdpa_model::train(&config, &device, &options).map_err(|e| match e {
         // A wrong --out is bad usage (exit 2); everything else is a failed run (exit 1).
-        ModelError::RunExists { .. } | ModelError::ForeignFile(_) => {
-            anyhow::Error::new(UsageError(e.to_string()))
-        }
+        ModelError::RunExists { .. }
+        | ModelError::ForeignFile(_)
+        | ModelError::Locked { .. }
+        | ModelError::Link(_)
+        | ModelError::TooLarge { .. } => anyhow::Error::new(UsageError(e.to_string())),
         other => anyhow::Error::new(other),
     })?;
     let s = &result.summary;

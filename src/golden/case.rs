@@ -136,7 +136,8 @@ impl fmt::Display for CaseReport {
             f,
             "{} {:<28}",
             if self.passed() { "ok  " } else { "FAIL" },
-            self.name
+            // Escaped: a case's name is data, and must never print a line of its own.
+            self.name.escape_debug().to_string()
         )?;
         for c in &self.checks {
             write!(

@@ -222,19 +222,44 @@ fn compare(
     })
 }
 
-/// Every `.json` file directly in `dir`, sorted by name.
+/// Every entry of `dir` whose name ends in `.json`, sorted by name, whatever it is: a regular
+/// file (or a link to one) is a case; anything else (a dangling or looping link, a FIFO, a
+/// folder) is reported by [`run_file`] as that entry's failure, never skipped in silence.
 pub fn case_files(dir: &Path) -> Result<Vec<PathBuf>, GoldenError> {
-    let entries = std::fs::read_dir(dir).map_err(|e| GoldenError {
-        path: dir.display().to_string(),
+    let unreadable = |e: std::io::Error| GoldenError {
+        path: escaped(dir),
         reason: format!("cannot read the directory: {e}"),
         unsupported: false,
-    })?;
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
-        .collect();
+    };
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(unreadable)? {
+        let path = entry.map_err(unreadable)?.path();
+        if path.extension().is_some_and(|x| x == "json") {
+            files.push(path);
+        }
+    }
     files.sort();
     Ok(files)
+}
+
+/// A path as one printable line: control characters (a newline in a name, say) escaped, so that
+/// a name can never print a forged line of its own.
+pub fn escaped(path: &Path) -> String {
+    path.display().to_string().escape_debug().to_string()
+}
+
+/// Why `path` is not a case file that can be read (a regular file, or a link to one), if so.
+fn not_a_case_file(path: &Path) -> Option<String> {
+    let link = std::fs::symlink_metadata(path).ok()?;
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => None,
+        Ok(meta) if meta.is_dir() => Some("a folder, not a case file".into()),
+        Ok(_) => Some("not a regular file (a FIFO, socket or device): not read".into()),
+        Err(e) if link.file_type().is_symlink() => {
+            Some(format!("a link that leads nowhere readable: {e}"))
+        }
+        Err(e) => Some(format!("cannot read: {e}")),
+    }
 }
 
 /// Loads and runs one case file.
@@ -243,8 +268,18 @@ pub fn run_file(
     device: &Device,
     implementation: Implementation,
 ) -> Result<CaseReport, GoldenError> {
-    let case = load_case(path)?;
-    let name = path.display().to_string();
+    let name = escaped(path);
+    if let Some(reason) = not_a_case_file(path) {
+        return Err(GoldenError {
+            path: name,
+            reason,
+            unsupported: false,
+        });
+    }
+    let case = load_case(path).map_err(|e| GoldenError {
+        path: name.clone(),
+        ..e
+    })?;
     // A panic inside one case (a backend's own assertion, say) is that case's failure, not the
     // end of the run.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -2,6 +2,7 @@
 //! always ends with `N passed, M failed`, and exits 1 when any failed.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use serde_json::{Value, json};
 
@@ -60,4 +61,72 @@ fn a_folder_without_cases_is_bad_usage() {
     assert_eq!(code(&out), Some(2), "{}", text(&out));
     let out = sdpa(&["golden", &arg(&dir.path().join("missing"))]);
     assert_eq!(code(&out), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn every_entry_gets_a_line_and_names_are_escaped() {
+    let dir = tempfile::tempdir().expect("tmp");
+    write(dir.path(), "a_plain.json", &plain_case());
+    std::os::unix::fs::symlink(
+        dir.path().join("nowhere"),
+        dir.path().join("b_dangling.json"),
+    )
+    .expect("symlink");
+    std::os::unix::fs::symlink(
+        dir.path().join("c_loop.json"),
+        dir.path().join("c_loop.json"),
+    )
+    .expect("symlink");
+    std::fs::create_dir(dir.path().join("d_folder.json")).expect("mkdir");
+    let fifo = dir.path().join("e_fifo.json");
+    let made = Command::new("mkfifo").arg(&fifo).status();
+    let with_fifo = made.is_ok_and(|s| s.success());
+    // A name that would print a forged success line of its own.
+    write(
+        dir.path(),
+        "f_forged\nok   forged.json\n9 passed, 0 failed\n.json",
+        &json!({"not": "a case"}),
+    );
+    // A case whose own name holds a newline.
+    let mut named = plain_case();
+    named["name"] = json!("g_named\nok   forged\n9 passed, 0 failed");
+    write(dir.path(), "g_named.json", &named);
+    let out = sdpa(&["golden", &arg(dir.path()), "--backend", "flex"]);
+    let printed = text(&out);
+    assert_eq!(code(&out), Some(1), "{printed}");
+    let failed = if with_fifo { 5 } else { 4 };
+    assert!(
+        printed.contains(&format!("2 passed, {failed} failed")),
+        "{printed}"
+    );
+    assert_eq!(printed.matches("FAIL").count(), failed, "{printed}");
+    for needle in [
+        "b_dangling",
+        "c_loop",
+        "d_folder",
+        "f_forged\\n",
+        "g_named\\n",
+    ] {
+        assert!(
+            printed.contains(needle),
+            "no line names {needle}: {printed}"
+        );
+    }
+    if with_fifo {
+        assert!(printed.contains("e_fifo"), "{printed}");
+    }
+    let lines: Vec<&str> = printed.lines().collect();
+    assert_eq!(
+        lines.iter().filter(|l| l.starts_with("ok")).count(),
+        2,
+        "{printed}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .filter(|l| l.starts_with(|c: char| c.is_ascii_digit()) && l.contains("passed,"))
+            .count(),
+        1,
+        "{printed}"
+    );
 }

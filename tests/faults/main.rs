@@ -6,6 +6,8 @@
 mod cli;
 mod golden;
 mod module;
+mod runs;
+mod sizes;
 mod training;
 
 use std::path::Path;

@@ -254,3 +254,120 @@ fn the_policy_on_a_worked_example() {
     let got = run(q, nan_at(k, 2 * 4, f32::INFINITY), v);
     assert!(got.iter().all(|x| x.is_nan()));
 }
+
+/// Context and the gradients of Q, K and V of one call (an autodiff device), or the error.
+fn forward_backward(
+    implementation: Implementation,
+    alignment: CausalAlignment,
+    causal: bool,
+    window: Option<(Option<usize>, Option<usize>)>,
+    device: &Device,
+) -> Result<Vec<Vec<f32>>, AttentionError> {
+    let attn = ScaledDotProductAttentionConfig::new()
+        .with_implementation(implementation)
+        .with_causal_alignment(alignment)
+        .init();
+    let q = tensor([1, 2, 3, 4], 1, device).require_grad();
+    let k = tensor([1, 2, 5, 4], 2, device).require_grad();
+    let v = tensor([1, 2, 5, 4], 3, device).require_grad();
+    let mut input = AttentionInput::new(q.clone(), k.clone(), v.clone());
+    if causal {
+        input = input.causal();
+    }
+    if let Some((left, right)) = window {
+        input = input.window(left, right);
+    }
+    let context = attn.try_forward(input)?.context;
+    let grads = context
+        .clone()
+        .mul(tensor([1, 2, 3, 4], 9, device))
+        .sum()
+        .backward();
+    let read = |t: Tensor<4>| {
+        t.into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .expect("f32")
+    };
+    Ok(vec![
+        read(context.without_autodiff()),
+        read(q.grad(&grads).expect("dq")),
+        read(k.grad(&grads).expect("dk")),
+        read(v.grad(&grads).expect("dv")),
+    ])
+}
+
+#[test]
+fn a_window_past_every_key_is_exactly_an_unbounded_one() {
+    let mut devices = vec![("flex", Device::flex())];
+    #[cfg(feature = "ndarray")]
+    #[allow(deprecated)]
+    devices.push(("ndarray", Device::ndarray()));
+    #[cfg(feature = "wgpu")]
+    if let Ok(device) = sdpa::BackendKind::Wgpu.device() {
+        devices.push(("wgpu", device));
+    }
+    let huge = [
+        5usize,
+        8,
+        (1 << 31) - 1,
+        1 << 31,
+        (1 << 63) - 1,
+        1 << 63,
+        usize::MAX,
+    ];
+    let paths = [
+        Implementation::Auto,
+        Implementation::Naive,
+        Implementation::Chunked { block_size: 2 },
+        Implementation::Fused,
+        Implementation::CpuKernel,
+    ];
+    let mut compared = 0;
+    for (name, device) in &devices {
+        let device = device.clone().autodiff();
+        for path in paths {
+            for alignment in [CausalAlignment::BottomRight, CausalAlignment::TopLeft] {
+                for causal in [false, true] {
+                    // The reference: the same call with the huge side left out.
+                    let Ok(want) = forward_backward(path, alignment, causal, None, &device) else {
+                        continue;
+                    };
+                    for &w in &huge {
+                        for (window, reference) in [
+                            ((Some(w), None), want.clone()),
+                            ((None, Some(w)), want.clone()),
+                            ((Some(w), Some(w)), want.clone()),
+                        ] {
+                            let got =
+                                forward_backward(path, alignment, causal, Some(window), &device)
+                                    .unwrap_or_else(|e| {
+                                        panic!("{name} {path} {alignment:?} window {window:?}: {e}")
+                                    });
+                            for (part, (g, r)) in ["context", "dq", "dk", "dv"]
+                                .iter()
+                                .zip(got.iter().zip(&reference))
+                            {
+                                let err = g
+                                    .iter()
+                                    .zip(r)
+                                    .map(|(a, b)| (a - b).abs())
+                                    .fold(0.0f32, f32::max);
+                                assert!(
+                                    err <= 1e-5,
+                                    "{name} {path} {alignment:?} causal {causal} window \
+                                     {window:?}: {part} differs by {err}"
+                                );
+                            }
+                            compared += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        compared >= 7 * 3 * 2 * 2 * 3,
+        "only {compared} calls compared"
+    );
+}

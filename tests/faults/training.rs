@@ -9,7 +9,7 @@ use crate::{arg, code, sdpa, text};
 
 /// A small, fast run of `steps` steps into `out`, recording every step and checkpointing every
 /// 10.
-fn train_args(out: &Path, steps: usize) -> Vec<String> {
+pub(crate) fn train_args(out: &Path, steps: usize) -> Vec<String> {
     [
         "train",
         "--task",
@@ -38,7 +38,7 @@ fn train_args(out: &Path, steps: usize) -> Vec<String> {
     .collect()
 }
 
-fn resume_args(dir: &Path, steps: usize) -> Vec<String> {
+pub(crate) fn resume_args(dir: &Path, steps: usize) -> Vec<String> {
     [
         "train".to_string(),
         "--resume".into(),
@@ -50,12 +50,12 @@ fn resume_args(dir: &Path, steps: usize) -> Vec<String> {
     .to_vec()
 }
 
-fn run(args: &[String]) -> std::process::Output {
+pub(crate) fn run(args: &[String]) -> std::process::Output {
     sdpa(&args.iter().map(String::as_str).collect::<Vec<_>>())
 }
 
 /// `metrics.csv` as (step, every column but the wall time), one entry per row.
-fn metrics(dir: &Path) -> Vec<(u64, String)> {
+pub(crate) fn metrics(dir: &Path) -> Vec<(u64, String)> {
     let text = std::fs::read_to_string(dir.join("metrics.csv")).expect("metrics.csv");
     text.lines()
         .skip(1)
@@ -68,7 +68,7 @@ fn metrics(dir: &Path) -> Vec<(u64, String)> {
 }
 
 /// The step of the saved checkpoint, if there is a complete one.
-fn checkpoint_step(dir: &Path) -> Option<u64> {
+pub(crate) fn checkpoint_step(dir: &Path) -> Option<u64> {
     let text = std::fs::read_to_string(dir.join("checkpoint/state.json")).ok()?;
     let state: serde_json::Value = serde_json::from_str(&text).ok()?;
     state["step"].as_u64()
@@ -264,6 +264,18 @@ fn scales_and_learning_rates_beyond_f32_are_bad_usage() {
             !dir.exists(),
             "{extra:?}: nothing is written before the check"
         );
+    }
+}
+
+/// Copies a run folder (its files and its checkpoint directories).
+pub(crate) fn copy_dir_all(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir").flatten() {
+        if entry.path().is_dir() {
+            copy_dir_all(&entry.path(), &to.join(entry.file_name()));
+        } else {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy");
+        }
     }
 }
 

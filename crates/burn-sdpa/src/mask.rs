@@ -102,6 +102,9 @@ pub fn window_mask_for_keys(
 ) -> Tensor<2, Bool> {
     let len = keys.len();
     let offset = alignment.offset(n, m);
+    // A side reaching past every key hides nothing; dropping it keeps the positions below
+    // n + m, far from the Int tensors' limits.
+    let window = window.within(n, m).unwrap_or_default();
     // [n] -> [n, 1] and [len] -> [1, len], expanded to [n, len]
     let centre = Tensor::<1, Int>::arange(0..n as i64, device)
         .reshape([n, 1])

@@ -141,8 +141,13 @@ impl ScaledDotProductAttention {
 
     /// Validates `input` and resolves the module's settings and the device's facts for it,
     /// once per call.
-    fn call(&self, input: AttentionInput) -> Result<Call, AttentionError> {
+    fn call(&self, mut input: AttentionInput) -> Result<Call, AttentionError> {
         let dims = validate_input(&input)?;
+        // A side of the window that reaches past every key is no bound at all: clamping it here
+        // keeps every path's position arithmetic (Int tensors included) far from overflow.
+        input.window = input
+            .window
+            .and_then(|window| window.within(dims.n, dims.m));
         let options = self.options();
         options.validate()?;
         let scale = options.scale_factor(dims.d_k)?;

@@ -110,24 +110,50 @@ impl Window {
         Self { left, right }
     }
 
+    /// The same band for `n` queries and `m` keys with every side that reaches past all the
+    /// keys left unbounded (no query's diagonal is more than `n + m` from any key, so such a
+    /// side hides nothing); `None` when neither side bounds anything.
+    ///
+    /// ```
+    /// use burn_sdpa::Window;
+    /// assert_eq!(Window::new(Some(usize::MAX), Some(0)).within(4, 4), Some(Window::new(None, Some(0))));
+    /// assert_eq!(Window::new(Some(8), None).within(4, 4), None);
+    /// ```
+    pub fn within(self, n: usize, m: usize) -> Option<Self> {
+        let reach = n.saturating_add(m);
+        let bound = |side: Option<usize>| side.filter(|&w| w < reach);
+        let window = Self::new(bound(self.left), bound(self.right));
+        (window != Self::default()).then_some(window)
+    }
+
     /// The keys query `query_idx` sees among `0..m`, for the diagonal offset `offset`
     /// (empty when the band lies outside the keys).
     pub fn keys(&self, query_idx: usize, offset: i64, m: usize) -> Range<usize> {
-        let centre = query_idx as i64 + offset;
-        let clamp = |x: i64| x.clamp(0, m as i64) as usize;
-        let start = self.left.map_or(0, |left| clamp(centre - left as i64));
-        let end = self
-            .right
-            .map_or(m, |right| clamp(centre + right as i64 + 1));
+        let centre = to_i64(query_idx).saturating_add(offset);
+        let clamp = |x: i64| x.clamp(0, to_i64(m)) as usize;
+        let start = self
+            .left
+            .map_or(0, |left| clamp(centre.saturating_sub(to_i64(left))));
+        let end = self.right.map_or(m, |right| {
+            clamp(centre.saturating_add(to_i64(right)).saturating_add(1))
+        });
         start..end.max(start)
     }
 
     /// Whether key `key_idx` lies outside the band of query `query_idx`.
     pub fn hides(&self, query_idx: usize, key_idx: usize, offset: i64) -> bool {
-        let (centre, j) = (query_idx as i64 + offset, key_idx as i64);
-        self.left.is_some_and(|left| j < centre - left as i64)
-            || self.right.is_some_and(|right| j > centre + right as i64)
+        let (centre, j) = (to_i64(query_idx).saturating_add(offset), to_i64(key_idx));
+        self.left
+            .is_some_and(|left| j < centre.saturating_sub(to_i64(left)))
+            || self
+                .right
+                .is_some_and(|right| j > centre.saturating_add(to_i64(right)))
     }
+}
+
+/// A size as `i64`, saturating (sizes beyond `i64::MAX` only arise as "unbounded" windows).
+fn to_i64(x: usize) -> i64 {
+    i64::try_from(x).unwrap_or(i64::MAX)
 }
 
 /// The validated sizes of an attention call.

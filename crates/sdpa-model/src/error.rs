@@ -22,12 +22,12 @@ pub enum ModelError {
     #[error(transparent)]
     Attention(#[from] AttentionError),
     /// Reading or writing a file failed.
-    #[error("{path}: {source}")]
+    #[error("{path}: {cause}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// The cause.
-        source: std::io::Error,
+        /// The cause (in the message, not a separate source, so that it is printed once).
+        cause: std::io::Error,
     },
     /// A checkpoint is missing, truncated or unreadable.
     #[error("checkpoint {path}: {reason}")]
@@ -66,6 +66,49 @@ pub enum ModelError {
         "{0} was not written by a training run: refusing to remove it (move it away or choose another --out)"
     )]
     ForeignFile(PathBuf),
+    /// Another process holds the run directory.
+    #[error(
+        "{dir} is in use by another training run ({holder}): one process at a time may write a run directory (its lock is {lock})"
+    )]
+    Locked {
+        /// The run directory.
+        dir: PathBuf,
+        /// Who holds it: pid and host, as the lock file says.
+        holder: String,
+        /// The lock file.
+        lock: PathBuf,
+    },
+    /// A symbolic link where a run keeps its own file or folder.
+    #[error(
+        "{0} is a symbolic link where a training run keeps its own file or folder: refusing to follow it (remove the link or choose another --out)"
+    )]
+    Link(PathBuf),
+    /// `metrics.csv` does not hold the rows the checkpoint's step needs.
+    #[error(
+        "{path} line {line}: {reason}; the checkpoint is at step {checkpoint_step} and every recorded step before it must be there once, in order (restore the file, or start afresh with --overwrite)"
+    )]
+    DamagedMetrics {
+        /// The file.
+        path: PathBuf,
+        /// The line (1 is the header).
+        line: usize,
+        /// What is wrong there.
+        reason: String,
+        /// The checkpoint's step.
+        checkpoint_step: usize,
+    },
+    /// A configuration needs more memory than the machine has.
+    #[error(
+        "{what} needs about {needed_gib:.2} GiB, more than this machine has available ({available_gib:.2} GiB): choose smaller sizes"
+    )]
+    TooLarge {
+        /// What was estimated (the sizes that drive it).
+        what: String,
+        /// The estimate, in GiB.
+        needed_gib: f64,
+        /// The memory available, in GiB.
+        available_gib: f64,
+    },
     /// The loss or a gradient stopped being finite.
     #[error(
         "training diverged at step {step}: loss {loss}, gradient norm {grad_norm}; the run stopped there, {checkpoint}"
@@ -96,7 +139,7 @@ impl ModelError {
     pub fn io(path: &Path, source: std::io::Error) -> Self {
         ModelError::Io {
             path: path.to_path_buf(),
-            source,
+            cause: source,
         }
     }
 

@@ -93,6 +93,17 @@ impl TaskConfig {
         if self.k < 2 {
             return Err(ModelError::invalid("k", self.k, "must be at least 2"));
         }
+        // Sequences are 2k (+ 1) long: k must leave room for that.
+        if self.k > (usize::MAX - 1) / 2 {
+            return Err(ModelError::invalid(
+                "k",
+                self.k,
+                &format!(
+                    "the sequence length 2k + 1 overflows; k must be at most {}",
+                    (usize::MAX - 1) / 2
+                ),
+            ));
+        }
         let min_vocab = match self.kind {
             TaskKind::Match => self.k,
             TaskKind::Recall => 2 * self.k,
@@ -112,9 +123,10 @@ impl TaskConfig {
 
     /// Length of a sequence.
     pub fn seq_len(&self) -> usize {
+        // Saturating: an oversized k is refused by `validate`, never wrapped to a short length.
         match self.kind {
-            TaskKind::Match => 2 * self.k,
-            TaskKind::Recall => 2 * self.k + 1,
+            TaskKind::Match => self.k.saturating_mul(2),
+            TaskKind::Recall => self.k.saturating_mul(2).saturating_add(1),
         }
     }
 

@@ -100,6 +100,43 @@ impl BenchConfig {
     }
 }
 
+impl BenchConfig {
+    /// The most bytes one cell of this benchmark holds at once, about: in the timed sweep the
+    /// naive path's `[b, h, n, n]` scores, weights, their gradients and the mask (6 copies) plus
+    /// Q, K, V, the context and their gradients; in the memory sweeps the flash paths' O(n·d)
+    /// tensors and the n×n ones up to [`naive_limit_bytes`](Self::naive_limit_bytes). `None`
+    /// when the sizes overflow the arithmetic.
+    pub fn memory_estimate(&self) -> Option<u64> {
+        let (b, h, d) = (self.b as u128, self.h as u128, self.d as u128);
+        let cell = |batch: u128, n: usize, square_cap: Option<u128>| -> Option<u128> {
+            let n = n as u128;
+            let square = batch
+                .checked_mul(h)?
+                .checked_mul(n)?
+                .checked_mul(n)?
+                .checked_mul(6 * 4)?;
+            let square = square_cap.map_or(square, |cap| square.min(cap));
+            let linear = batch
+                .checked_mul(h)?
+                .checked_mul(n)?
+                .checked_mul(d)?
+                .checked_mul(10 * 4)?;
+            square.checked_add(linear)
+        };
+        let cap = Some(u128::from(self.naive_limit_bytes));
+        let timed = self.ns.iter().map(|&n| cell(b, n, None));
+        let swept = self
+            .memory_ns
+            .iter()
+            .chain(&self.training_memory_ns)
+            .map(|&n| cell(1, n, cap));
+        timed
+            .chain(swept)
+            .try_fold(0u128, |most, c| Some(most.max(c?)))
+            .map(|bytes| u64::try_from(bytes).unwrap_or(u64::MAX))
+    }
+}
+
 /// Which keys a timed mode hides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Masking {

@@ -13,9 +13,9 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::config::TrainConfig;
-use super::files::{recover_checkpoint, swap_checkpoint, write_atomic};
+use super::files::{checksum, recover_checkpoint, swap_checkpoint, write_atomic};
 use crate::error::ModelError;
-use crate::metrics::{LayerMetrics, StepMetrics};
+use crate::metrics::{LayerMetrics, StepMetrics, csv_header};
 use crate::model::AttentionModel;
 
 /// What a checkpoint holds beside the model and optimizer files.
@@ -30,6 +30,13 @@ pub(crate) struct CheckpointState {
     pub elapsed_s: f64,
     pub initial_attention: Vec<LayerMetrics>,
     pub config: TrainConfig,
+    /// Checksum of `model.bpk` (see `files::checksum`); absent in checkpoints of earlier
+    /// versions, which are loaded unverified.
+    #[serde(default)]
+    pub model_checksum: Option<String>,
+    /// Checksum of `optim.bpk`.
+    #[serde(default)]
+    pub optim_checksum: Option<String>,
 }
 
 /// Pretty JSON of a value (non-finite floats are spelled out by the fields that may hold them,
@@ -109,14 +116,20 @@ pub(crate) struct Resumed {
     pub notes: Vec<String>,
 }
 
-/// Loads the checkpoint of the run in `dir` and checks it against `config`.
+/// Loads the checkpoint of the run in `dir` and checks it against `config`; `None` when the run
+/// stopped before its first checkpoint (it continues from step 0, with the recovery notes).
 pub(crate) fn load_checkpoint(
     config: &TrainConfig,
     dir: &Path,
     device: &Device,
-) -> Result<Resumed, ModelError> {
+) -> Result<Result<Resumed, Vec<String>>, ModelError> {
     let notes = recover_checkpoint(dir, is_complete)?;
     let ckpt = dir.join("checkpoint");
+    if fs::symlink_metadata(&ckpt).is_err()
+        && fs::symlink_metadata(dir.join("summary.json")).is_err()
+    {
+        return Ok(Err(notes));
+    }
     let state_path = ckpt.join("state.json");
     let state = read_state(&state_path)?;
     if let Some((field, saved, requested)) = config_mismatch(&state.config, config) {
@@ -139,6 +152,7 @@ pub(crate) fn load_checkpoint(
     if !model_path.is_file() {
         return Err(ModelError::checkpoint(&model_path, "missing"));
     }
+    verify(&model_path, state.model_checksum.as_deref())?;
     let model = config
         .model
         .try_init(device)?
@@ -150,35 +164,114 @@ pub(crate) fn load_checkpoint(
     if !optim_path.is_file() {
         return Err(ModelError::checkpoint(&optim_path, "missing"));
     }
+    verify(&optim_path, state.optim_checksum.as_deref())?;
     let optim = config.optimizer().load(&optim_path).map_err(|e| {
         ModelError::checkpoint(&optim_path, format!("truncated or unreadable: {e:?}"))
     })?;
-    let metrics_path = dir.join("metrics.csv");
-    let n_layers = config.model.n_layers;
-    let metrics = match fs::read_to_string(&metrics_path) {
-        Ok(text) => text
-            .lines()
-            .skip(1)
-            .filter_map(|l| StepMetrics::from_csv_row(l, n_layers))
-            // Rows of the checkpoint's step and after are recomputed by the resumed run (the
-            // row of step s is written before the optimizer step that the checkpoint of step
-            // s + 1 follows).
-            .filter(|m| m.step < state.step)
-            .collect(),
-        Err(e) => {
-            return Err(ModelError::checkpoint(
-                &metrics_path,
-                format!("cannot read: {e}"),
-            ));
-        }
-    };
-    Ok(Resumed {
+    let metrics = read_metrics(
+        &dir.join("metrics.csv"),
+        config.model.n_layers,
+        config.log_every,
+        state.step,
+    )?;
+    Ok(Ok(Resumed {
         model,
         optim,
         state,
         metrics,
         notes,
-    })
+    }))
+}
+
+/// Checks a checkpoint file against the checksum its state recorded.
+fn verify(path: &Path, want: Option<&str>) -> Result<(), ModelError> {
+    let Some(want) = want else {
+        return Ok(());
+    };
+    let got = checksum(path)?;
+    if got != want {
+        return Err(ModelError::checkpoint(
+            path,
+            format!(
+                "damaged: its checksum is {got}, the checkpoint recorded {want} (the file changed after it was written)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The rows of `metrics.csv` before the checkpoint's step, checked: the header is the run's,
+/// every row parses, steps increase, and no step the run records (every `log_every`-th) is
+/// missing. Rows at and after the checkpoint's step are left out (the resumed run recomputes
+/// them), and so is a last line without its newline (an append a kill interrupted).
+pub(crate) fn read_metrics(
+    path: &Path,
+    n_layers: usize,
+    log_every: usize,
+    checkpoint_step: usize,
+) -> Result<Vec<StepMetrics>, ModelError> {
+    let text = fs::read_to_string(path)
+        .map_err(|e| ModelError::checkpoint(path, format!("cannot read: {e}")))?;
+    let damaged = |line: usize, reason: String| ModelError::DamagedMetrics {
+        path: path.to_path_buf(),
+        line,
+        reason,
+        checkpoint_step,
+    };
+    let mut lines: Vec<&str> = text.split('\n').collect();
+    // After the last newline: empty, or an interrupted append.
+    lines.pop();
+    if lines.first().map(|h| h.trim_end_matches('\r')) != Some(csv_header(n_layers).as_str()) {
+        return Err(damaged(
+            1,
+            "the header is not that of this run's metrics".into(),
+        ));
+    }
+    let mut rows: Vec<StepMetrics> = Vec::new();
+    // The next step the run must have recorded.
+    let mut due = 0;
+    for (idx, line) in lines.iter().enumerate().skip(1) {
+        let line_no = idx + 1;
+        let step = line
+            .split(',')
+            .next()
+            .and_then(|s| s.trim().parse::<usize>().ok());
+        if step.is_some_and(|s| s >= checkpoint_step) {
+            break;
+        }
+        let row = StepMetrics::from_csv_row(line, n_layers).ok_or_else(|| {
+            damaged(
+                line_no,
+                format!("`{}` is not a metrics row", line.escape_debug()),
+            )
+        })?;
+        if let Some(last) = rows.last()
+            && row.step <= last.step
+        {
+            return Err(damaged(
+                line_no,
+                format!(
+                    "step {} comes after step {} (repeated or out of order)",
+                    row.step, last.step
+                ),
+            ));
+        }
+        if row.step > due {
+            return Err(damaged(
+                line_no,
+                format!("step {due} is missing before step {}", row.step),
+            ));
+        }
+        due = (row.step / log_every + 1) * log_every;
+        rows.push(row);
+    }
+    if due < checkpoint_step {
+        return Err(damaged(
+            rows.len() + 2,
+            format!("the rows stop before step {due}"),
+        ));
+    }
+    Ok(rows)
 }
 
 /// Writes a checkpoint of the run in `dir`, replacing the previous one atomically (see
@@ -189,6 +282,7 @@ pub(crate) fn save_checkpoint(
     optim: &ModuleOptimizer,
     state: &CheckpointState,
 ) -> Result<(), ModelError> {
+    let mut state = state.clone();
     swap_checkpoint(dir, |tmp| {
         let model_path = tmp.join("model.bpk");
         model
@@ -199,8 +293,10 @@ pub(crate) fn save_checkpoint(
         optim
             .save(&optim_path)
             .map_err(|e| ModelError::checkpoint(&optim_path, format!("cannot write: {e:?}")))?;
+        state.model_checksum = Some(checksum(&model_path)?);
+        state.optim_checksum = Some(checksum(&optim_path)?);
         let state_path = tmp.join("state.json");
-        write_atomic(&state_path, &json(state, &state_path)?)
+        write_atomic(&state_path, &json(&state, &state_path)?)
     })
 }
 

@@ -20,6 +20,9 @@ pub(crate) const CHECKPOINT_FILES: [&str; 3] = ["model.bpk", "optim.bpk", "state
 /// The checkpoint directory, the one being written, and the one being replaced.
 pub(crate) const CHECKPOINT_DIRS: [&str; 3] = ["checkpoint", "checkpoint.tmp", "checkpoint.old"];
 
+/// The lock file a run holds while it writes its directory (see `lock`).
+pub(crate) const LOCK_FILE: &str = "run.lock";
+
 /// The temporary name a file is written under before its rename.
 fn temp_name(name: &str) -> String {
     format!("{name}.tmp")
@@ -28,6 +31,49 @@ fn temp_name(name: &str) -> String {
 /// Whether `name` is a file a run writes in a directory holding `files`.
 fn is_own_file(name: &str, files: &[&str]) -> bool {
     files.iter().any(|f| name == *f || name == temp_name(f))
+}
+
+/// Whether `name` is a file a run writes in a checkpoint directory: a checkpoint file, its
+/// temporary name, or the temporary name Burn writes a record under before its own rename
+/// (`model.bpk.<pid>-<n>.tmp`), which a kill can leave behind.
+fn is_own_checkpoint_file(name: &str) -> bool {
+    is_own_file(name, &CHECKPOINT_FILES)
+        || CHECKPOINT_FILES.iter().any(|f| {
+            name.strip_prefix(f)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .is_some_and(|rest| rest.ends_with(".tmp"))
+        })
+}
+
+/// The kind of the entry at `path` without following a link; `None` when nothing is there.
+fn entry_kind(path: &Path) -> Result<Option<fs::FileType>, ModelError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) => Ok(Some(meta.file_type())),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(ModelError::io(path, e)),
+    }
+}
+
+/// The entries of `dir` (an empty list when it does not exist; an error when it exists but
+/// cannot be listed: a folder that cannot be read is never taken for an empty one).
+fn list(dir: &Path) -> Result<Vec<fs::DirEntry>, ModelError> {
+    match fs::read_dir(dir) {
+        Ok(entries) => entries
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| ModelError::io(dir, e)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(e) => Err(ModelError::io(dir, e)),
+    }
+}
+
+/// Checksum of a file's bytes (64-bit FNV-1a, hex): a checkpoint records those of its model and
+/// optimizer files, and resume verifies them, so that a flipped byte is never loaded silently.
+pub(crate) fn checksum(path: &Path) -> Result<String, ModelError> {
+    let bytes = fs::read(path).map_err(|e| ModelError::io(path, e))?;
+    let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    Ok(format!("{hash:016x}"))
 }
 
 /// Syncs a file or directory to disk.
@@ -61,57 +107,112 @@ pub(crate) fn sync_parent(path: &Path) -> Result<(), ModelError> {
     }
 }
 
-/// The first entry of `dir` that a run did not write, if any (`dir/checkpoint*` directories are
-/// looked into).
-pub(crate) fn foreign_entry(dir: &Path) -> Result<Option<PathBuf>, ModelError> {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return Ok(None);
-    };
-    for entry in entries {
-        let entry = entry.map_err(|e| ModelError::io(dir, e))?;
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let path = entry.path();
-        if CHECKPOINT_DIRS.contains(&name.as_str()) && path.is_dir() {
-            for inner in fs::read_dir(&path).map_err(|e| ModelError::io(&path, e))? {
-                let inner = inner.map_err(|e| ModelError::io(&path, e))?;
-                let inner_name = inner.file_name().to_string_lossy().into_owned();
-                if !is_own_file(&inner_name, &CHECKPOINT_FILES) || inner.path().is_dir() {
-                    return Ok(Some(inner.path()));
-                }
-            }
-        } else if !is_own_file(&name, &RUN_FILES) || path.is_dir() {
-            return Ok(Some(path));
+/// Refuses a run directory where one of the names a run writes is a symbolic link: a run never
+/// follows a link to write, replace or delete (the directory itself may be a link the user made).
+pub(crate) fn refuse_links(dir: &Path) -> Result<(), ModelError> {
+    let top = RUN_FILES
+        .iter()
+        .flat_map(|f| [f.to_string(), temp_name(f)])
+        .chain(CHECKPOINT_DIRS.iter().map(|d| d.to_string()))
+        .chain([LOCK_FILE.to_string()]);
+    for name in top {
+        let path = dir.join(&name);
+        if entry_kind(&path)?.is_some_and(|kind| kind.is_symlink()) {
+            return Err(ModelError::Link(path));
         }
     }
-    Ok(None)
-}
-
-/// Removes the files a run writes in `dir` (its checkpoint directories included), and only those:
-/// `dir` must hold nothing else (see [`foreign_entry`]).
-pub(crate) fn remove_run_files(dir: &Path) -> Result<(), ModelError> {
     for name in CHECKPOINT_DIRS {
-        remove_checkpoint_dir(&dir.join(name))?;
-    }
-    for name in RUN_FILES {
-        for file in [dir.join(name), dir.join(temp_name(name))] {
-            if file.is_file() {
-                fs::remove_file(&file).map_err(|e| ModelError::io(&file, e))?;
+        let ckpt = dir.join(name);
+        if entry_kind(&ckpt)?.is_some_and(|kind| kind.is_dir()) {
+            for entry in list(&ckpt)? {
+                if entry_kind(&entry.path())?.is_some_and(|kind| kind.is_symlink()) {
+                    return Err(ModelError::Link(entry.path()));
+                }
             }
         }
     }
     Ok(())
 }
 
-/// Removes a checkpoint directory and the checkpoint files in it; a file it does not know stops
-/// the removal with an error naming it.
-fn remove_checkpoint_dir(path: &Path) -> Result<(), ModelError> {
-    if !path.is_dir() {
-        return Ok(());
-    }
-    for entry in fs::read_dir(path).map_err(|e| ModelError::io(path, e))? {
-        let entry = entry.map_err(|e| ModelError::io(path, e))?;
+/// The first entry of `dir` that a run did not write, if any (`dir/checkpoint*` directories are
+/// looked into; links are never followed, and a folder that cannot be listed is an error).
+pub(crate) fn foreign_entry(dir: &Path) -> Result<Option<PathBuf>, ModelError> {
+    refuse_links(dir)?;
+    for entry in list(dir)? {
         let name = entry.file_name().to_string_lossy().into_owned();
-        if !is_own_file(&name, &CHECKPOINT_FILES) || entry.path().is_dir() {
+        let path = entry.path();
+        let kind = entry.file_type().map_err(|e| ModelError::io(&path, e))?;
+        if CHECKPOINT_DIRS.contains(&name.as_str()) && kind.is_dir() {
+            for inner in list(&path)? {
+                let inner_name = inner.file_name().to_string_lossy().into_owned();
+                let inner_kind = inner.file_type().map_err(|e| ModelError::io(&path, e))?;
+                if !is_own_checkpoint_file(&inner_name) || !inner_kind.is_file() {
+                    return Ok(Some(inner.path()));
+                }
+            }
+        } else if !(is_own_file(&name, &RUN_FILES) || name == LOCK_FILE) || !kind.is_file() {
+            return Ok(Some(path));
+        }
+    }
+    Ok(None)
+}
+
+/// The first entry of `dir` other than the run's lock file, if any.
+pub(crate) fn first_entry(dir: &Path) -> Result<Option<PathBuf>, ModelError> {
+    Ok(list(dir)?
+        .into_iter()
+        .find(|entry| entry.file_name() != LOCK_FILE)
+        .map(|entry| entry.path()))
+}
+
+/// Whether the run in `dir` got as far as a checkpoint or a summary (anything worth keeping).
+pub(crate) fn has_progress(dir: &Path) -> Result<bool, ModelError> {
+    for name in CHECKPOINT_DIRS.iter().chain(["summary.json"].iter()) {
+        if entry_kind(&dir.join(name))?.is_some() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Removes the files a run writes in `dir` (its checkpoint directories included), and only those:
+/// `dir` must hold nothing else (see [`foreign_entry`]). The lock file stays: the caller holds it.
+pub(crate) fn remove_run_files(dir: &Path) -> Result<(), ModelError> {
+    refuse_links(dir)?;
+    for name in CHECKPOINT_DIRS {
+        remove_checkpoint_dir(&dir.join(name))?;
+    }
+    for name in RUN_FILES {
+        for file in [dir.join(name), dir.join(temp_name(name))] {
+            match entry_kind(&file)? {
+                Some(kind) if kind.is_symlink() => return Err(ModelError::Link(file)),
+                Some(kind) if kind.is_file() => {
+                    fs::remove_file(&file).map_err(|e| ModelError::io(&file, e))?;
+                }
+                Some(_) => return Err(ModelError::ForeignFile(file)),
+                None => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Removes a checkpoint directory and the checkpoint files in it; a file it does not know, or a
+/// link, stops the removal with an error naming it (links are never followed).
+fn remove_checkpoint_dir(path: &Path) -> Result<(), ModelError> {
+    match entry_kind(path)? {
+        None => return Ok(()),
+        Some(kind) if kind.is_symlink() => return Err(ModelError::Link(path.to_path_buf())),
+        Some(kind) if !kind.is_dir() => return Err(ModelError::ForeignFile(path.to_path_buf())),
+        Some(_) => {}
+    }
+    for entry in list(path)? {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let kind = entry.file_type().map_err(|e| ModelError::io(path, e))?;
+        if kind.is_symlink() {
+            return Err(ModelError::Link(entry.path()));
+        }
+        if !is_own_checkpoint_file(&name) || !kind.is_file() {
             return Err(ModelError::ForeignFile(entry.path()));
         }
         fs::remove_file(entry.path()).map_err(|e| ModelError::io(&entry.path(), e))?;
@@ -133,7 +234,7 @@ pub(crate) fn swap_checkpoint(
         sync(&tmp.join(name))?;
     }
     sync(&tmp)?;
-    if current.is_dir() {
+    if entry_kind(&current)?.is_some_and(|kind| kind.is_dir()) {
         remove_checkpoint_dir(&old)?;
         fs::rename(&current, &old).map_err(|e| ModelError::io(&current, e))?;
     }
@@ -156,7 +257,7 @@ pub(crate) fn recover_checkpoint(
         // The newest complete one wins: a finished checkpoint.tmp, else the checkpoint.old that
         // was being replaced.
         for candidate in [&tmp, &old] {
-            if candidate.is_dir() && complete(candidate) {
+            if entry_kind(candidate)?.is_some_and(|kind| kind.is_dir()) && complete(candidate) {
                 remove_checkpoint_dir(&current)?;
                 fs::rename(candidate, &current).map_err(|e| ModelError::io(candidate, e))?;
                 sync(dir)?;
@@ -170,7 +271,7 @@ pub(crate) fn recover_checkpoint(
         }
     }
     for leftover in [&tmp, &old] {
-        if leftover.is_dir() {
+        if entry_kind(leftover)?.is_some() {
             remove_checkpoint_dir(leftover)?;
             notes.push(format!(
                 "removed {}, left by an interrupted checkpoint write",
@@ -179,4 +280,32 @@ pub(crate) fn recover_checkpoint(
         }
     }
     Ok(notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_folder_that_cannot_be_listed_is_an_error_not_an_empty_folder() {
+        let root = std::env::temp_dir().join(format!("sdpa-files-{}", std::process::id()));
+        fs::create_dir_all(&root).unwrap();
+        let file = root.join("a-file");
+        fs::write(&file, "x").unwrap();
+        // Listing a file fails (ENOTDIR) as listing a mode-733 folder does (EACCES) for a user
+        // who is not root: neither may read as "empty".
+        assert!(first_entry(&file).is_err());
+        assert!(foreign_entry(&file).is_err());
+        assert!(first_entry(&root.join("missing")).unwrap().is_none());
+        fs::remove_dir_all(&root).unwrap();
+    }
+
+    #[test]
+    fn burns_temporary_record_names_are_a_checkpoints_own() {
+        assert!(is_own_checkpoint_file("model.bpk.4242-7.tmp"));
+        assert!(is_own_checkpoint_file("optim.bpk.1-0.tmp"));
+        assert!(is_own_checkpoint_file("state.json.tmp"));
+        assert!(!is_own_checkpoint_file("model.bpk.keep"));
+        assert!(!is_own_checkpoint_file("notes.tmp"));
+    }
 }

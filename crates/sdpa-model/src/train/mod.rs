@@ -10,12 +10,16 @@
 //! | `config.rs` | [`TrainConfig`], [`OptimizerKind`] and their validation |
 //! | `checkpoint.rs` | what a checkpoint holds, saving and loading it |
 //! | `files.rs` | the files a run writes, crash-safe writes, the checkpoint swap and its recovery |
+//! | `lock.rs` | one writer per run directory (`run.lock`), and taking a directory for a run |
+//! | `memory.rs` | the memory a configuration needs, checked against the machine's |
 //! | `run.rs` | a run in progress and its steps (open, step, record, checkpoint, finish) |
 //! | `mod.rs` | [`train`], the run's options and results, [`init_model`], [`evaluate`] |
 
 mod checkpoint;
 mod config;
 mod files;
+mod lock;
+mod memory;
 mod run;
 
 use std::path::PathBuf;
@@ -27,6 +31,7 @@ use burn_sdpa::read_back;
 use serde::{Deserialize, Serialize};
 
 pub use config::{OptimizerKind, TrainConfig};
+pub use memory::{available_memory, check_fits};
 
 use crate::error::ModelError;
 use crate::metrics::{LayerMetrics, StepMetrics};
@@ -195,6 +200,7 @@ pub fn train(
     options: &RunOptions,
 ) -> Result<TrainResult, ModelError> {
     config.validate()?;
+    config.check_memory()?;
     let mut run = Run::open(config, device, options, true)?;
     while !run.done() {
         run = run.train_step()?;
@@ -221,6 +227,7 @@ pub fn train_in_memory(
     backend: &str,
 ) -> Result<TrainResult, ModelError> {
     config.validate()?;
+    config.check_memory()?;
     let options = RunOptions {
         out_dir: PathBuf::new(),
         resume: false,

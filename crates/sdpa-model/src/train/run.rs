@@ -3,7 +3,7 @@
 
 use std::fs::{self, File};
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::module::{Module, ModuleVisitor, Param};
@@ -16,7 +16,8 @@ use rand_chacha::ChaCha8Rng;
 
 use super::checkpoint::{CheckpointState, json, load_checkpoint, save_checkpoint};
 use super::config::TrainConfig;
-use super::files::{foreign_entry, remove_run_files, write_atomic};
+use super::files::write_atomic;
+use super::lock::{RunLock, take_dir};
 use super::{RunOptions, TrainResult, TrainSummary, Versions, evaluate, init_model};
 use crate::error::ModelError;
 use crate::metrics::{LayerMetrics, StepMetrics, csv_header};
@@ -56,6 +57,8 @@ pub(crate) struct Run<'a> {
     diverged: Option<(usize, f64, f64)>,
     progress: Progress,
     clock: Instant,
+    /// The run directory's lock, held until the run is dropped; `None` for a run kept in memory.
+    _lock: Option<RunLock>,
 }
 
 impl<'a> Run<'a> {
@@ -72,27 +75,44 @@ impl<'a> Run<'a> {
         let device = device.clone().autodiff();
         let inner = device.clone().without_autodiff();
         let metrics_path = dir.join("metrics.csv");
-        let mut notes = Vec::new();
-        let (model, optim, start, rng, history, steps_to_target, elapsed_before, initial) =
-            if options.resume && persist {
-                let r = load_checkpoint(config, dir, &device)?;
-                notes = r.notes;
-                let rng = r.state.rng(&dir.join("checkpoint/state.json"))?;
-                (
-                    r.model,
-                    r.optim,
-                    r.state.step,
-                    rng,
-                    r.metrics,
-                    r.state.steps_to_target,
-                    r.state.elapsed_s,
-                    r.state.initial_attention,
-                )
-            } else {
-                if persist {
-                    prepare_fresh(dir, options.overwrite)?;
+        let (lock, mut notes) = if persist {
+            let (lock, notes) = take_dir(dir, options)?;
+            (Some(lock), notes)
+        } else {
+            (None, Vec::new())
+        };
+        let resumed = if options.resume && persist {
+            match load_checkpoint(config, dir, &device)? {
+                Ok(r) => Some(r),
+                Err(recovery) => {
+                    notes.extend(recovery);
+                    notes.push(format!(
+                        "{} holds no checkpoint (the run stopped before its first checkpoint): starting at step 0",
+                        dir.display()
+                    ));
+                    None
                 }
-                (
+            }
+        } else {
+            None
+        };
+        let (model, optim, start, rng, history, steps_to_target, elapsed_before, initial) =
+            match resumed {
+                Some(r) => {
+                    notes.extend(r.notes);
+                    let rng = r.state.rng(&dir.join("checkpoint/state.json"))?;
+                    (
+                        r.model,
+                        r.optim,
+                        r.state.step,
+                        rng,
+                        r.metrics,
+                        r.state.steps_to_target,
+                        r.state.elapsed_s,
+                        r.state.initial_attention,
+                    )
+                }
+                None => (
                     init_model(&config.model, config.seed, &device)?,
                     config.optimizer(),
                     0,
@@ -101,7 +121,7 @@ impl<'a> Run<'a> {
                     None,
                     0.0,
                     Vec::new(),
-                )
+                ),
             };
 
         let csv = if persist {
@@ -161,6 +181,7 @@ impl<'a> Run<'a> {
             diverged: None,
             progress,
             clock: Instant::now(),
+            _lock: lock,
         })
     }
 
@@ -327,6 +348,8 @@ impl<'a> Run<'a> {
             elapsed_s: self.elapsed(),
             initial_attention: self.initial.clone(),
             config: self.config.clone(),
+            model_checksum: None,
+            optim_checksum: None,
         }
     }
 
@@ -448,30 +471,6 @@ fn grad_squares(model: &AttentionModel, grads: &Gradients) -> Tensor<1> {
     };
     model.visit(&mut squares);
     Tensor::cat(squares.sums, 0).sum()
-}
-
-/// Refuses a fresh run into a directory that holds anything: with `overwrite`, the files an
-/// earlier run wrote are removed first, and anything else there still refuses the run.
-fn prepare_fresh(dir: &Path, overwrite: bool) -> Result<(), ModelError> {
-    let Some(found) = fs::read_dir(dir)
-        .ok()
-        .and_then(|mut entries| entries.next())
-        .transpose()
-        .map_err(|e| ModelError::io(dir, e))?
-        .map(|entry| entry.path())
-    else {
-        return Ok(());
-    };
-    if !overwrite {
-        return Err(ModelError::RunExists {
-            dir: dir.to_path_buf(),
-            found,
-        });
-    }
-    if let Some(foreign) = foreign_entry(dir)? {
-        return Err(ModelError::ForeignFile(foreign));
-    }
-    remove_run_files(dir)
 }
 
 /// Sums the squared gradients of all parameters.
