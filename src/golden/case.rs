@@ -80,12 +80,28 @@ pub struct GoldenCase {
     /// `i + (m − n)`.
     #[serde(default)]
     pub window: Option<[Option<usize>; 2]>,
+    /// Extension: packed sequences' segment ids, `query [b][n]` and `key [b][m]`.
+    #[serde(default)]
+    pub segments: Option<JsonSegments>,
+    /// Extension: ALiBi slopes, one per query head.
+    #[serde(default)]
+    pub alibi_slopes: Option<Vec<f64>>,
     /// The upstream gradient of the context.
     pub grad_out: JsonTensor,
     /// The reference results.
     pub expected: Expected,
     /// The tolerance.
     pub tolerance: Tolerance,
+}
+
+/// The segment ids of a case (extension).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JsonSegments {
+    /// `[b][n]`.
+    pub query: Vec<Vec<i64>>,
+    /// `[b][m]`.
+    pub key: Vec<Vec<i64>>,
 }
 
 /// Why a case file could not be run.
@@ -298,6 +314,22 @@ impl GoldenCase {
         {
             return Err(err(format!(
                 "softcap must be finite and > 0, got {softcap}"
+            )));
+        }
+        if let Some(seg) = &self.segments {
+            let rows =
+                |ids: &[Vec<i64>], len: usize| ids.len() == b && ids.iter().all(|r| r.len() == len);
+            if !rows(&seg.query, n) || !rows(&seg.key, m) {
+                return Err(err(format!(
+                    "segments must be [b][n] = [{b}][{n}] (query) and [b][m] = [{b}][{m}] (key)"
+                )));
+            }
+        }
+        if let Some(slopes) = &self.alibi_slopes
+            && (slopes.len() != h || slopes.iter().any(|s| !s.is_finite()))
+        {
+            return Err(err(format!(
+                "alibi_slopes must be {h} finite numbers (one per query head), got {slopes:?}"
             )));
         }
         Ok(())

@@ -102,6 +102,20 @@ pub fn run_case(
     if let Some([left, right]) = case.window {
         input = input.window(left, right);
     }
+    if let Some(seg) = &case.segments {
+        let ids = |rows: &[Vec<i64>]| {
+            let len = rows.first().map_or(0, Vec::len);
+            Tensor::<2, Int>::from_data(TensorData::new(rows.concat(), [rows.len(), len]), &device)
+        };
+        input = input.segments(ids(&seg.query), ids(&seg.key));
+    }
+    if let Some(slopes) = &case.alibi_slopes {
+        let values: Vec<f32> = slopes.iter().map(|&x| x as f32).collect();
+        input = input.alibi(Tensor::from_data(
+            TensorData::new(values, [slopes.len()]),
+            &device,
+        ));
+    }
     if let Some(mask) = &case.mask {
         check_len(path, "mask", &mask.shape, mask.data.len())?;
         let shape = rank4(path, "mask", &mask.shape)?;

@@ -1,5 +1,6 @@
 //! Every golden case (PyTorch, float64) passes forward and backward on every compiled backend:
-//! the base cases (`sdpa/`) and the soft-cap and window cases (`extensions/`).
+//! the base cases (`sdpa/`), the soft-cap and window cases (`extensions/`) and the packed-sequence
+//! and ALiBi cases (`extensions2/`).
 
 use std::path::PathBuf;
 
@@ -26,6 +27,7 @@ fn golden_files() -> Vec<PathBuf> {
     for (shared, vendored, at_least) in [
         ("sdpa", "golden", 12),
         ("extensions", "golden-extensions", 5),
+        ("extensions2", "golden-extensions2", 4),
     ] {
         let dir = golden_dir(shared, vendored);
         let found = golden::case_files(&dir).expect("golden folder");
@@ -147,9 +149,9 @@ fn every_golden_case_passes_on_every_backend_cpu_kernel() {
         "failing golden cases (CpuKernel):\n{}",
         failures.join("\n")
     );
-    // flex and ndarray are on by default: at least their 2 × (12 + 5) cases ran backward.
+    // flex and ndarray are on by default: at least their 2 × (12 + 5 + 4) cases ran backward.
     assert!(
-        with_gradients >= 34,
+        with_gradients >= 42,
         "only {with_gradients} cases ran backward"
     );
 }
@@ -172,6 +174,15 @@ fn vendored_copy_matches_the_cases_it_was_copied_from() {
         windowed += usize::from(case.window.is_some());
     }
     assert_eq!((capped, windowed), (2, 3));
+    let files = golden::case_files(&root.join("tests/data/golden-extensions2")).expect("vendored");
+    assert_eq!(files.len(), 4);
+    let (mut packed, mut alibi) = (0, 0);
+    for f in files {
+        let case = golden::load_case(&f).unwrap_or_else(|e| panic!("{e}"));
+        packed += usize::from(case.segments.is_some());
+        alibi += usize::from(case.alibi_slopes.is_some());
+    }
+    assert_eq!((packed, alibi), (2, 2));
 }
 
 #[test]

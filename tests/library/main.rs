@@ -8,6 +8,7 @@ mod extensions;
 mod golden;
 mod gradients;
 mod layers;
+mod packed;
 mod parity;
 mod properties;
 mod reference;

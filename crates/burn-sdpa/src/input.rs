@@ -43,10 +43,28 @@ pub struct AttentionInput<const D: usize = 4> {
     /// A local window (query i sees keys `c − left ..= c + right`, `c` on the module's causal
     /// diagonal); paths that can skip keys outside it never build an n×m mask for it.
     pub window: Option<Window>,
+    /// Packed sequences: query i of batch row r sees key j only inside its own segment
+    /// (`query_ids [b, n]`, `key_ids [b, m]`, Int); see [`segments`](Self::segments).
+    pub segments: Option<Segments>,
+    /// ALiBi: one slope per query head, `[h]`; the bias `−slope_h · |c − j|` on the causal
+    /// diagonal is added to the scaled scores (constants, no gradient).
+    pub alibi_slopes: Option<Tensor<1>>,
     /// Return the attention weights.
     pub need_weights: bool,
     /// Return the scaled scores (plus bias, before masking), e.g. for logit statistics.
     pub need_scores: bool,
+    /// Return the log-sum-exp of each query row's visible scores, `[b, h, n]`.
+    pub need_lse: bool,
+}
+
+/// The segment ids of packed sequences (FlashAttention's `cu_seqlens`, xformers'
+/// `BlockDiagonalMask`, FlexAttention's document masking), one id per position.
+#[derive(Debug, Clone)]
+pub struct Segments {
+    /// `[b, n]`: the segment of each query.
+    pub query: Tensor<2, Int>,
+    /// `[b, m]`: the segment of each key.
+    pub key: Tensor<2, Int>,
 }
 
 impl<const D: usize> AttentionInput<D> {
@@ -61,9 +79,52 @@ impl<const D: usize> AttentionInput<D> {
             bias: None,
             causal: false,
             window: None,
+            segments: None,
+            alibi_slopes: None,
             need_weights: false,
             need_scores: false,
+            need_lse: false,
         }
+    }
+
+    /// Packs several sequences into each batch row: query i of row r sees key j only when
+    /// `query_ids[r, i] == key_ids[r, j]` (`[b, n]` and `[b, m]` Int tensors; the helper
+    /// [`segment_ids_from_lengths`](crate::mask::segment_ids_from_lengths) builds them from the
+    /// documents' lengths). Combines with causal masking, windows, masks and padding (positions
+    /// are the packed row's); the CPU kernel skips the tiles between documents, the other paths
+    /// build the mask once per call.
+    ///
+    /// ```
+    /// # use burn::prelude::*;
+    /// # use burn_sdpa::{AttentionInput, mask::segment_ids_from_lengths};
+    /// # let device = Device::flex();
+    /// let x = Tensor::<4>::zeros([1, 2, 6, 4], &device);
+    /// // Two documents of 4 and 2 tokens in one row of 6.
+    /// let ids = segment_ids_from_lengths(&[vec![4, 2]], 6, &device).unwrap();
+    /// let input = AttentionInput::new(x.clone(), x.clone(), x).causal().segments(ids.clone(), ids);
+    /// ```
+    pub fn segments(mut self, query_ids: Tensor<2, Int>, key_ids: Tensor<2, Int>) -> Self {
+        self.segments = Some(Segments {
+            query: query_ids,
+            key: key_ids,
+        });
+        self
+    }
+
+    /// ALiBi with one slope per query head (`[h]`; [`alibi_slopes`](crate::mask::alibi_slopes)
+    /// gives the standard geometric ones): `−slope_h · |c − j|`, `c` on the causal diagonal (as
+    /// FlashAttention's `alibi_slopes`), added to the scaled, soft-capped scores with the bias.
+    pub fn alibi(mut self, slopes: Tensor<1>) -> Self {
+        self.alibi_slopes = Some(slopes);
+        self
+    }
+
+    /// Return the log-sum-exp of each query row, `[b, h, n]` (−∞ for a row with no visible key):
+    /// with it, partial attentions over disjoint sets of keys merge exactly (see
+    /// [`merge_partial`](crate::merge_partial)), the building block of ring attention.
+    pub fn need_lse(mut self) -> Self {
+        self.need_lse = true;
+        self
     }
 
     /// Hide padded keys: `[b, m]`, true = padding (replaces an earlier padding mask; the
@@ -151,8 +212,11 @@ impl<const D: usize> AttentionInput<D> {
             bias: self.bias,
             causal: self.causal,
             window: self.window,
+            segments: self.segments,
+            alibi_slopes: self.alibi_slopes,
             need_weights: self.need_weights,
             need_scores: self.need_scores,
+            need_lse: self.need_lse,
         }
     }
 }
@@ -173,6 +237,9 @@ pub struct AttentionOutput<const D: usize = 4> {
     /// bias entries), true = masked out; `None` when nothing was masked or the path did not
     /// build it.
     pub mask: Option<Tensor<4, Bool>>,
+    /// `[b, h, n]`: the log-sum-exp of each row's visible scores, if asked for (−∞ for a row
+    /// with no visible key).
+    pub lse: Option<Tensor<3>>,
 }
 
 impl<const D: usize> AttentionOutput<D> {
@@ -183,6 +250,7 @@ impl<const D: usize> AttentionOutput<D> {
             weights: None,
             scores: None,
             mask: None,
+            lse: None,
         }
     }
 }
@@ -308,6 +376,33 @@ pub fn validate_input(input: &AttentionInput) -> Result<AttentionDims, Attention
     }
     if let Some(bias) = &input.bias {
         check_broadcast("bias", bias.dims(), dims.scores_shape())?;
+    }
+    if let Some(segments) = &input.segments {
+        for (what, ids, len) in [
+            ("query segment ids", &segments.query, dims.n),
+            ("key segment ids", &segments.key, dims.m),
+        ] {
+            if ids.dims() != [dims.batch, len] {
+                return Err(AttentionError::Shape {
+                    what,
+                    expected: format!(
+                        "[b, {}] = [{}, {len}]",
+                        if len == dims.n { "n" } else { "m" },
+                        dims.batch
+                    ),
+                    got: ids.dims().to_vec(),
+                });
+            }
+        }
+    }
+    if let Some(slopes) = &input.alibi_slopes
+        && slopes.dims() != [dims.n_heads]
+    {
+        return Err(AttentionError::Shape {
+            what: "ALiBi slopes",
+            expected: format!("[h] = [{}]", dims.n_heads),
+            got: slopes.dims().to_vec(),
+        });
     }
     check_dtypes_and_devices(input)?;
     Ok(dims)

@@ -54,6 +54,7 @@ mod cache;
 mod diagnostics;
 mod error;
 mod input;
+mod lse;
 pub mod mask;
 mod mha;
 mod module;
@@ -68,7 +69,10 @@ pub use diagnostics::{
     AttentionDiagnostics, HeadDiagnostics, SATURATION_THRESHOLD, attention_diagnostics,
 };
 pub use error::AttentionError;
-pub use input::{AttentionInput, AttentionOutput, check_broadcast, read_back, validate_input};
+pub use input::{
+    AttentionInput, AttentionOutput, Segments, check_broadcast, read_back, validate_input,
+};
+pub use lse::merge_partial;
 pub use mask::most_negative;
 pub use mha::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig};
 pub use module::{ScaledDotProductAttention, ScaledDotProductAttentionConfig};
@@ -89,7 +93,7 @@ pub mod cpu_kernel {
     pub use crate::paths::cpu::kernel::{
         attention_f32, attention_f32_tiled, try_attention_f32_tiled, try_forward,
     };
-    pub use crate::paths::cpu::masking::{Broadcast, Masking};
+    pub use crate::paths::cpu::masking::{Alibi, Broadcast, Masking, Segments};
     pub use crate::paths::cpu::runs_in_place;
     pub use crate::paths::cpu::shape::{
         KEY_BLOCK, KernelShape, LONG_KEY_BLOCK, LONG_KEYS, QUERY_BLOCK, Tiles,

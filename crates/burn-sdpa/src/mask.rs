@@ -4,7 +4,7 @@
 use core::ops::Range;
 
 use burn::prelude::*;
-use burn::tensor::DType;
+use burn::tensor::{DType, TensorData};
 
 use crate::error::AttentionError;
 use crate::input::AttentionInput;
@@ -200,6 +200,126 @@ pub fn broadcast_or(a: Tensor<4, Bool>, b: Tensor<4, Bool>) -> Tensor<4, Bool> {
     a.expand(target).bool_or(b.expand(target))
 }
 
+/// Segment ids for packed sequences, `[b, len]`: row r holds its documents of `lengths[r]`
+/// tokens one after another (ids 0, 1, 2, …), and the positions after them (padding) the id −1.
+/// An error names a row whose lengths exceed `len`.
+///
+/// ```
+/// # use burn::prelude::*;
+/// use burn_sdpa::mask::segment_ids_from_lengths;
+/// let device = Device::flex();
+/// let ids = segment_ids_from_lengths(&[vec![3, 2], vec![4]], 6, &device).unwrap();
+/// let values: Vec<i64> = burn_sdpa::read_back("ids", ids).unwrap();
+/// assert_eq!(values, [0, 0, 0, 1, 1, -1, 0, 0, 0, 0, -1, -1]);
+/// ```
+pub fn segment_ids_from_lengths(
+    lengths: &[Vec<usize>],
+    len: usize,
+    device: &Device,
+) -> Result<Tensor<2, Int>, AttentionError> {
+    let mut ids = Vec::with_capacity(lengths.len() * len);
+    for (row_idx, row) in lengths.iter().enumerate() {
+        let total = row.iter().try_fold(0usize, |acc, &l| acc.checked_add(l));
+        if total.is_none_or(|total| total > len) {
+            return Err(AttentionError::InvalidConfig {
+                field: "segment lengths",
+                value: format!("row {row_idx}: {row:?}"),
+                reason: format!("they add up to more than the row's {len} positions"),
+            });
+        }
+        for (segment_idx, &l) in row.iter().enumerate() {
+            ids.extend(std::iter::repeat_n(segment_idx as i64, l));
+        }
+        ids.resize((row_idx + 1) * len, -1);
+    }
+    Ok(Tensor::from_data(
+        TensorData::new(ids, [lengths.len(), len]),
+        device,
+    ))
+}
+
+/// The standard ALiBi slopes for `n_heads` heads (Press et al., 2022): the geometric sequence
+/// 2^(−8/h), 2^(−16/h), …; for a head count that is not a power of two, those of the power of
+/// two below, then every other one of the power above (as the reference implementation).
+///
+/// ```
+/// use burn_sdpa::mask::alibi_slopes;
+/// assert_eq!(alibi_slopes(4), [0.25, 0.0625, 0.015625, 0.00390625]);
+/// ```
+pub fn alibi_slopes(n_heads: usize) -> Vec<f64> {
+    fn power_of_two(h: usize) -> Vec<f64> {
+        let start = 2f64.powf(-8.0 / h as f64);
+        (1..=h).map(|i| start.powi(i as i32)).collect()
+    }
+    if n_heads == 0 {
+        return Vec::new();
+    }
+    let below = 1usize << (usize::BITS - 1 - n_heads.leading_zeros());
+    if below == n_heads {
+        return power_of_two(n_heads);
+    }
+    let mut slopes = power_of_two(below);
+    slopes.extend(
+        power_of_two(2 * below)
+            .into_iter()
+            .step_by(2)
+            .take(n_heads - below),
+    );
+    slopes
+}
+
+/// The segment part of the mask of the keys `keys`, `[b, 1, n, len]` (true where a query and a
+/// key belong to different segments), or `None` without segments.
+pub(crate) fn segment_mask_for_keys(
+    input: &AttentionInput,
+    dims: &AttentionDims,
+    keys: Range<usize>,
+) -> Option<Tensor<4, Bool>> {
+    let segments = input.segments.as_ref()?;
+    let (b, n, len) = (dims.batch, dims.n, keys.len());
+    let key = if len == dims.m {
+        segments.key.clone()
+    } else {
+        segments.key.clone().slice(s![.., keys])
+    };
+    // [b, n] -> [b, 1, n, 1] and [b, len] -> [b, 1, 1, len], both expanded to [b, 1, n, len]
+    let query_ids = segments
+        .query
+        .clone()
+        .reshape([b, 1, n, 1])
+        .expand([b, 1, n, len]);
+    let key_ids = key.reshape([b, 1, 1, len]).expand([b, 1, n, len]);
+    Some(query_ids.not_equal(key_ids))
+}
+
+/// ALiBi's bias for the keys `keys`, `[1, h, n, len]`: `−slope_h · |i + offset − j|` (detached:
+/// the slopes are constants).
+pub(crate) fn alibi_bias_for_keys(
+    slopes: &Tensor<1>,
+    n: usize,
+    m: usize,
+    keys: Range<usize>,
+    alignment: CausalAlignment,
+    dtype: DType,
+) -> Tensor<4> {
+    let device = slopes.device();
+    let len = keys.len();
+    let h = slopes.dims()[0];
+    let offset = alignment.offset(n, m);
+    // [n] -> [n, 1] and [len] -> [1, len]: |c − j| as [n, len]
+    let centre = Tensor::<1, Int>::arange(0..n as i64, &device)
+        .reshape([n, 1])
+        .add_scalar(offset)
+        .expand([n, len]);
+    let cols = Tensor::<1, Int>::arange(keys.start as i64..keys.end as i64, &device)
+        .reshape([1, len])
+        .expand([n, len]);
+    let distance = (centre - cols).abs().float().cast(dtype);
+    // [h] -> [1, h, 1, 1] times [n, len] -> [1, 1, n, len]
+    let slopes = slopes.clone().detach().cast(dtype).reshape([1, h, 1, 1]);
+    distance.unsqueeze::<4>().mul(slopes).neg()
+}
+
 /// The most negative finite value of a float dtype: what masked scores are filled with before
 /// the softmax (they are zeroed again after it, so the value never reaches the output).
 pub fn most_negative(dtype: DType) -> f64 {
@@ -254,6 +374,9 @@ pub(crate) fn mask_for_keys(
             window_mask_for_keys(dims.n, dims.m, keys.clone(), window, alignment, &device)
                 .unsqueeze(),
         );
+    }
+    if let Some(segments) = segment_mask_for_keys(input, dims, keys.clone()) {
+        parts.push(segments);
     }
     if let Some(bias) = bias {
         // A −∞ bias entry is a mask entry: treat it as one so that a row whose bias is −∞

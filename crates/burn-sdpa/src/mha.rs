@@ -311,6 +311,7 @@ impl MultiHeadAttention {
             weights: out.weights,
             scores: out.scores,
             mask: out.mask,
+            lse: out.lse,
         })
     }
 

@@ -7,7 +7,7 @@ use burn::nn::Dropout;
 use burn::prelude::*;
 
 use crate::input::AttentionInput;
-use crate::mask::mask_for_keys;
+use crate::mask::{alibi_bias_for_keys, mask_for_keys};
 use crate::types::{AttentionDims, CausalAlignment};
 use crate::vocabulary::BackendFamily;
 
@@ -83,6 +83,11 @@ impl Call {
         if let Some(cap) = self.softcap {
             // c · tanh(s / c): before the bias, as Burn's `module::attention` does.
             scores = scores.div_scalar(cap).tanh().mul_scalar(cap);
+        }
+        if let Some(slopes) = &self.input.alibi_slopes {
+            // [1, h, n, len], added with the bias.
+            scores = scores.clone()
+                + alibi_bias_for_keys(slopes, n, m, keys.clone(), self.alignment, scores.dtype());
         }
         let bias = self.input.bias.as_ref().map(|bias| {
             if all_keys {

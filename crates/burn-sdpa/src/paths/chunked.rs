@@ -21,11 +21,16 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
 /// weights, zero output for rows without a visible key); key blocks that the causal mask or the
 /// window hide from every query are never computed.
 pub(crate) fn run(call: Call, block_size: usize) -> Result<AttentionOutput, AttentionError> {
-    Ok(AttentionOutput::from_context(context(&call, block_size)))
+    let (context, lse) = context(&call, block_size);
+    let mut output = AttentionOutput::from_context(context);
+    output.lse = lse;
+    Ok(output)
 }
 
-/// The context `[b, h, n, d_v]` of `call`, one block of keys at a time.
-fn context(call: &Call, block_size: usize) -> Tensor<4> {
+/// The context `[b, h, n, d_v]` of `call`, one block of keys at a time, and the log-sum-exp
+/// `[b, h, n]` of each row when the call asks for it (detached; −∞ for a row with no visible
+/// key).
+pub(crate) fn context(call: &Call, block_size: usize) -> (Tensor<4>, Option<Tensor<3>>) {
     let [b, h, n, _] = call.dims.scores_shape();
     let (h_kv, d_v) = (call.dims.n_kv_heads, call.dims.d_v);
     let group = call.dims.group();
@@ -90,9 +95,19 @@ fn context(call: &Call, block_size: usize) -> Tensor<4> {
     // Rows without a visible key have sum 0 and acc 0: divide them by 1 (not by a tiny number,
     // whose square would underflow to 0 in the backward pass and make 0/0 = NaN).
     let empty = sum.clone().lower_equal_elem(0.0);
-    (acc / sum.mask_fill(empty, 1.0))
+    let lse = call.input.need_lse.then(|| {
+        let max = run_max
+            .clone()
+            .unwrap_or_else(|| Tensor::zeros([b, h_kv, group * n, 1], (&device, dtype)));
+        // [b, h_kv, g·n, 1] -> [b, h, n]
+        (max.detach() + sum.clone().detach().log())
+            .mask_fill(empty.clone(), f64::NEG_INFINITY)
+            .reshape([b, h, n])
+    });
+    let context = (acc / sum.mask_fill(empty, 1.0))
         // [b, h_kv, g·n, d_v] -> [b, h, n, d_v]
-        .reshape([b, h, n, d_v])
+        .reshape([b, h, n, d_v]);
+    (context, lse)
 }
 
 #[cfg(test)]

@@ -10,7 +10,12 @@ use burn::tensor::ops::AttentionModuleOptions;
 
 use crate::error::AttentionError;
 use crate::input::AttentionOutput;
-use crate::mask::{broadcast_or, user_mask, window_mask};
+use crate::mask::{
+    alibi_bias_for_keys, broadcast_or, segment_mask_for_keys, user_mask, window_mask,
+};
+
+/// Keys per block of the pass that computes the log-sum-exp when it is asked for.
+const LSE_BLOCK: usize = 256;
 use crate::paths::call::Call;
 use crate::types::CausalAlignment;
 
@@ -51,11 +56,31 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         // [n, m] -> [1, 1, n, m]
         window_mask(n, m, window, call.alignment, &device).unsqueeze::<4>()
     });
-    let mask = match (user_mask(&call.input), window) {
-        (Some(mask), Some(window)) => Some(broadcast_or(mask, window)),
-        (mask, window) => mask.or(window),
-    }
+    let mask = [
+        user_mask(&call.input),
+        window,
+        segment_mask_for_keys(&call.input, &call.dims, 0..m),
+    ]
+    .into_iter()
+    .flatten()
+    .reduce(broadcast_or)
     .map(|mask| mask.expand([b, h, n, m]));
+    // ALiBi reaches Burn's op as a dense bias, added to the user's.
+    let alibi = call.input.alibi_slopes.as_ref().map(|slopes| {
+        alibi_bias_for_keys(slopes, n, m, 0..m, call.alignment, call.input.query.dtype())
+            .expand([b, h, n, m])
+    });
+    let bias = match (call.input.bias.clone(), alibi) {
+        (Some(bias), Some(alibi)) => Some(bias.expand([b, h, n, m]) + alibi),
+        (bias, alibi) => bias.map(|bias| bias.expand([b, h, n, m])).or(alibi),
+    };
+    // Burn's op returns no log-sum-exp: when asked for, it comes from the chunked path's
+    // statistics (a second pass over the keys, O(n · block) memory).
+    let lse = call
+        .input
+        .need_lse
+        .then(|| super::chunked::context(&call, LSE_BLOCK).1)
+        .flatten();
     let input = call.input;
     let options = AttentionModuleOptions {
         // An explicit scale disables CubeCL's flash kernel: pass None for 1/√d_k, which is
@@ -69,8 +94,10 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         expand_heads(input.key, d_k),
         expand_heads(input.value, d_v),
         mask,
-        input.bias.map(|bias| bias.expand([b, h, n, m])),
+        bias,
         options,
     );
-    Ok(AttentionOutput::from_context(context))
+    let mut output = AttentionOutput::from_context(context);
+    output.lse = lse;
+    Ok(output)
 }

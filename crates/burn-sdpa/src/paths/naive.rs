@@ -1,6 +1,7 @@
 //! The naive path: the scores and weights `[b, h, n, m]` are materialized, so it is the path that
 //! can return them, and the reference every other path is tested against.
 
+use burn::prelude::*;
 use burn::tensor::activation::softmax;
 
 use crate::error::AttentionError;
@@ -25,6 +26,10 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
     let query = call.grouped_query();
     let (scores, mask) = call.scores(&query, 0..m);
     let scores_out = call.input.need_scores.then(|| scores.clone());
+    let lse = call
+        .input
+        .need_lse
+        .then(|| row_lse(scores.clone(), mask.as_ref()));
 
     let weights = match &mask {
         Some(mask) => {
@@ -52,5 +57,30 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         weights: call.input.need_weights.then_some(weights),
         scores: scores_out,
         mask,
+        lse,
     })
+}
+
+/// The log-sum-exp of each row's visible scores, `[b, h, n, m] -> [b, h, n]`, −∞ for a row with
+/// none (detached: the log-sum-exp is returned as a statistic, without a gradient).
+pub(crate) fn row_lse(scores: Tensor<4>, mask: Option<&Tensor<4, Bool>>) -> Tensor<3> {
+    let [b, h, n, _] = scores.dims();
+    let scores = scores.detach();
+    let fill = most_negative(scores.dtype());
+    let filled = match mask {
+        Some(mask) => scores.mask_fill(mask.clone(), fill),
+        None => scores,
+    };
+    // [b, h, n, m] -> [b, h, n, 1]
+    let max = filled.clone().max_dim(3);
+    let mut p = (filled - max.clone()).exp();
+    if let Some(mask) = mask {
+        p = p.mask_fill(mask.clone(), 0.0);
+    }
+    let sum = p.sum_dim(3);
+    let empty = sum.clone().lower_equal_elem(0.0);
+    // log(0) = −∞ already; the fill keeps it so on every backend.
+    (max + sum.log())
+        .mask_fill(empty, f64::NEG_INFINITY)
+        .reshape([b, h, n])
 }

@@ -4,7 +4,7 @@
 //! **A query row's output is NaN exactly when it sees a key and something it reads is not
 //! finite**: its own query, the key or value of a key it sees, or its bias at a key it sees
 //! when that bias is NaN or +∞. A key it sees is one not hidden by the padding mask, the mask,
-//! the causal mask or a −∞ bias. Keys a row does not see never affect it, and a row that sees no
+//! the causal mask, the window, another segment or a −∞ bias. Keys a row does not see never affect it, and a row that sees no
 //! key keeps its zero output. The NaN rows are constants: gradients do not flow through them,
 //! and the other rows' gradients are those of the same call with the non-finite values replaced
 //! by zeros.
@@ -17,7 +17,7 @@ use burn::prelude::*;
 use burn::tensor::TensorData;
 
 use crate::input::AttentionOutput;
-use crate::mask::{broadcast_or, user_mask};
+use crate::mask::{broadcast_or, segment_mask_for_keys, user_mask};
 use crate::paths::call::Call;
 
 /// The rows a call must output as NaN, `[b, h, n, 1]`.
@@ -53,11 +53,16 @@ pub(crate) fn sanitize(mut call: Call) -> (Call, Poisoned) {
         ),
         None => (None, None),
     };
-    // [b|1, h|1, n|1, m]: keys hidden from a row by something other than causality.
-    let hidden = match (user_mask(&call.input), hidden_by_bias) {
-        (Some(a), Some(b)) => Some(broadcast_or(a, b)),
-        (a, b) => a.or(b),
-    };
+    // [b|1, h|1, n|1, m]: keys hidden from a row by something other than causality and the
+    // window (the mask, a −∞ bias, another segment).
+    let hidden = [
+        user_mask(&call.input),
+        hidden_by_bias,
+        segment_mask_for_keys(&call.input, &call.dims, 0..m),
+    ]
+    .into_iter()
+    .flatten()
+    .reduce(broadcast_or);
     let bad = match bad_bias {
         Some(bad_bias) => broadcast_or(bad_key, bad_bias),
         None => bad_key,

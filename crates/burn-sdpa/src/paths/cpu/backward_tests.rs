@@ -165,3 +165,34 @@ fn one_kv_head_splits_its_keys_across_tasks() {
         false,
     );
 }
+
+#[test]
+fn segment_and_alibi_gradients_match_the_reference() {
+    use crate::paths::cpu::masking::{Alibi, Segments};
+    let slopes = [0.5f32, 0.25, 0.125, 0.0625];
+    for offset in [None, Some(0)] {
+        let s = shape(70, 70, offset);
+        let ids = reference::segment_ids(70);
+        let masking = Masking {
+            segments: Some(Segments {
+                query: &ids,
+                key: &ids,
+            }),
+            alibi: Some(Alibi {
+                slopes: &slopes,
+                offset: 0,
+            }),
+            ..Masking::default()
+        };
+        run(s, &masking, BACKWARD_TILES, true);
+        run(
+            s,
+            &masking,
+            Tiles {
+                query_block: 7,
+                key_block: 9,
+            },
+            false,
+        );
+    }
+}

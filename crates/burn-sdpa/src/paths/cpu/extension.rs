@@ -14,9 +14,10 @@ use burn::backend::{
 };
 use burn::prelude::*;
 
+use super::HostExtras;
 use super::backward::{BACKWARD_TILES, BackwardInputs, BackwardOutputs};
 use super::host::HostFloat;
-use super::masking::{Broadcast, Masking};
+use super::masking::{Alibi, Broadcast, Masking, Segments};
 use super::nonfinite;
 use super::shape::{KernelShape, Tiles};
 use crate::types::AttentionDims;
@@ -36,6 +37,33 @@ pub(crate) struct KernelCall {
     pub shape: KernelShape,
     /// The padding and user masks, or-ed.
     pub mask: Option<Arc<HostMask>>,
+    /// Segment ids and ALiBi slopes.
+    pub extras: Arc<HostExtras>,
+    /// Where the forward leaves its log-sum-exp when the caller asked for it (it carries no
+    /// gradient).
+    pub lse_out: Option<Arc<std::sync::Mutex<Vec<f32>>>>,
+}
+
+impl KernelCall {
+    /// The kernel's masking for this call with `bias` (the bias's host values and shape).
+    fn masking<'a>(&'a self, bias: Option<(&'a [f32], [usize; 4])>) -> Masking<'a> {
+        Masking {
+            mask: self
+                .mask
+                .as_ref()
+                .map(|m| Broadcast::new(&m.values, m.shape)),
+            bias: bias.map(|(values, shape)| Broadcast::new(values, shape)),
+            segments: self
+                .extras
+                .segments
+                .as_ref()
+                .map(|(query, key)| Segments { query, key }),
+            alibi: self.extras.alibi.as_ref().map(|(slopes, offset)| Alibi {
+                slopes,
+                offset: *offset,
+            }),
+        }
+    }
 }
 
 /// An optional additive bias `[b|1, h|1, n|1, m]`, which may carry a gradient.
@@ -101,16 +129,12 @@ fn forward<B: HostFloat>(
     let result = (|| {
         let (qs, ks, vs) = (B::host(q)?, B::host(k)?, B::host(v)?);
         let bias_values = bias.map(|b| B::host(b)).transpose()?;
-        let masking = Masking {
-            mask: call
-                .mask
-                .as_ref()
-                .map(|m| Broadcast::new(&m.values, m.shape)),
-            bias: bias_values
+        let masking = call.masking(
+            bias_values
                 .as_deref()
                 .zip(bias)
-                .map(|(values, b)| Broadcast::new(values, b.shape().dims::<4>())),
-        };
+                .map(|(values, b)| (values, b.shape().dims::<4>())),
+        );
         nonfinite::forward(
             &shape,
             Tiles::for_keys(dims.m),
@@ -122,6 +146,9 @@ fn forward<B: HostFloat>(
             &mut lse,
         )
     })();
+    if let Some(slot) = &call.lse_out {
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = lse.clone();
+    }
     if let Err(e) = result {
         panic!("{e}");
     }
@@ -200,17 +227,12 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
             let (q, k, v) = (B::host(&saved.q)?, B::host(&saved.k)?, B::host(&saved.v)?);
             let (out, grad) = (B::host(&saved.out)?, B::host(&grad_out)?);
             let bias_values = saved.bias.as_ref().map(|b| B::host(b)).transpose()?;
-            let masking = Masking {
-                mask: saved
-                    .call
-                    .mask
-                    .as_ref()
-                    .map(|m| Broadcast::new(&m.values, m.shape)),
-                bias: bias_values
+            let masking = saved.call.masking(
+                bias_values
                     .as_deref()
                     .zip(saved.bias.as_ref())
-                    .map(|(values, b)| Broadcast::new(values, b.shape().dims::<4>())),
-            };
+                    .map(|(values, b)| (values, b.shape().dims::<4>())),
+            );
             nonfinite::backward(
                 &shape,
                 BACKWARD_TILES,

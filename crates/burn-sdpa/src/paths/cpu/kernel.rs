@@ -203,13 +203,13 @@ impl Inputs<'_> {
             shape.visible_keys(q_start),
             shape.visible_keys(q_start + rows - 1),
         );
-        let (all_masked, any_masked) = self
-            .masking
-            .mask_coverage(batch_idx, head_idx, queries, keys);
+        let (all_masked, any_masked) =
+            self.masking
+                .mask_coverage(&shape.dims, batch_idx, head_idx, queries, keys);
         if key_start >= last.end || key_start + cols <= first.start || all_masked {
             TileKind::Hidden
         } else if any_masked
-            || self.masking.bias.is_some()
+            || self.masking.shifts_scores()
             || key_start + cols > first.end
             || key_start < last.start
         {
@@ -267,8 +267,14 @@ impl Inputs<'_> {
         }
         for (row, row_scores) in scores.chunks_mut(cols).take(rows).enumerate() {
             let query_idx = q_start + row;
-            self.masking
-                .apply(row_scores, batch_idx, head_idx, query_idx, key_start);
+            self.masking.apply(
+                &self.shape.dims,
+                row_scores,
+                batch_idx,
+                head_idx,
+                query_idx,
+                key_start,
+            );
             let visible = self.shape.visible_keys(query_idx);
             let start = visible.start.saturating_sub(key_start).min(cols);
             let end = visible.end.saturating_sub(key_start).clamp(start, cols);

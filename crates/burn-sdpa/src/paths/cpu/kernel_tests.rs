@@ -179,7 +179,7 @@ fn bad_slices_tiles_and_masks_are_typed_errors() {
     let mask = vec![false; 5];
     let bad = Masking {
         mask: Some(Broadcast::new(&mask, [1, 1, 1, 5])),
-        bias: None,
+        ..Masking::default()
     };
     let e = try_forward(&s, Tiles::default(), &bad, &q, &k, &v, &mut out, None).unwrap_err();
     assert!(
@@ -195,4 +195,36 @@ fn large_scores_do_not_overflow() {
     // Scores reach ~10³, where one f32 ulp is 6e-5: the f32 scores themselves carry ~1e-4
     // relative error into the weights, so the bound is 1e-3 (outputs are O(1)).
     check(s, &Masking::default(), Tiles::default(), 1e-3);
+}
+
+#[test]
+fn segments_and_alibi_match_the_reference() {
+    use crate::paths::cpu::masking::{Alibi, Segments};
+    let slopes = [0.5f32, 0.25, 0.125, 0.0625];
+    for offset in [None, Some(0)] {
+        let s = shape(70, 70, offset);
+        let ids = reference::segment_ids(70);
+        for (with_segments, with_alibi) in [(true, false), (false, true), (true, true)] {
+            let masking = Masking {
+                segments: with_segments.then_some(Segments {
+                    query: &ids,
+                    key: &ids,
+                }),
+                alibi: with_alibi.then_some(Alibi {
+                    slopes: &slopes,
+                    offset: 0,
+                }),
+                ..Masking::default()
+            };
+            for tiles in [
+                Tiles::default(),
+                Tiles {
+                    query_block: 7,
+                    key_block: 9,
+                },
+            ] {
+                check(s, &masking, tiles, 1e-5);
+            }
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! What hides keys or shifts scores beyond causal masking, on the host: a boolean mask and an
-//! additive bias, each read as if broadcast to `[b, h, n, m]`.
+//! additive bias, each read as if broadcast to `[b, h, n, m]`, the segment ids of packed
+//! sequences and ALiBi's slopes (both computed on the fly, never as an n×m tensor).
 
 use core::ops::Range;
 
@@ -56,14 +57,55 @@ impl<'a, T> Broadcast<'a, T> {
     }
 }
 
+/// The segment ids of packed sequences on the host: query i of batch row r sees key j only when
+/// `query[r·n + i] == key[r·m + j]`.
+#[derive(Debug, Clone, Copy)]
+pub struct Segments<'a> {
+    /// `[b, n]` row-major.
+    pub query: &'a [i64],
+    /// `[b, m]` row-major.
+    pub key: &'a [i64],
+}
+
+impl Segments<'_> {
+    /// The ids of the queries `queries` and of the keys `keys` of batch row `batch_idx`.
+    fn ids(
+        &self,
+        dims: &AttentionDims,
+        batch_idx: usize,
+        queries: Range<usize>,
+        keys: Range<usize>,
+    ) -> (&[i64], &[i64]) {
+        (
+            &self.query[batch_idx * dims.n..][queries],
+            &self.key[batch_idx * dims.m..][keys],
+        )
+    }
+}
+
+/// ALiBi on the host: the bias `−slope_h · |c − j|`, `c = i + offset` on the causal diagonal,
+/// one slope per query head (constants: no gradient).
+#[derive(Debug, Clone, Copy)]
+pub struct Alibi<'a> {
+    /// `[h]`.
+    pub slopes: &'a [f32],
+    /// The diagonal's offset (`m − n` for bottom-right alignment).
+    pub offset: i64,
+}
+
 /// What hides keys or shifts scores beyond causal masking: a boolean mask (true = masked out)
-/// and an additive bias, both broadcast over `[b, h, n, m]`.
+/// and an additive bias, both broadcast over `[b, h, n, m]`, packed sequences' segment ids and
+/// ALiBi.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Masking<'a> {
     /// True = masked out.
     pub mask: Option<Broadcast<'a, bool>>,
     /// Added to the scaled scores; −∞ hides a key.
     pub bias: Option<Broadcast<'a, f32>>,
+    /// Segment ids: a query sees only the keys of its own segment.
+    pub segments: Option<Segments<'a>>,
+    /// ALiBi slopes, added to the scores with the bias.
+    pub alibi: Option<Alibi<'a>>,
 }
 
 impl<'a> Masking<'a> {
@@ -75,16 +117,55 @@ impl<'a> Masking<'a> {
         Masking {
             mask: self.mask,
             bias: self.bias.map(|bias| Broadcast::new(values, bias.shape)),
+            segments: self.segments,
+            alibi: self.alibi,
         }
     }
 
-    /// Checks that the mask and bias broadcast to the call's `[b, h, n, m]`.
+    /// Whether anything beyond the mask shifts the scores (bias or ALiBi): such tiles always go
+    /// through [`apply`](Self::apply).
+    pub(crate) fn shifts_scores(&self) -> bool {
+        self.bias.is_some() || self.alibi.is_some()
+    }
+
+    /// Whether the mask, the segments or a −∞ bias hide key `key_idx` from query `query_idx`.
+    pub(crate) fn hides(
+        &self,
+        dims: &AttentionDims,
+        batch_idx: usize,
+        head_idx: usize,
+        query_idx: usize,
+        key_idx: usize,
+    ) -> bool {
+        self.mask
+            .is_some_and(|mask| mask.row(batch_idx, head_idx, query_idx)[key_idx])
+            || self.bias.is_some_and(|bias| {
+                bias.row(batch_idx, head_idx, query_idx)[key_idx] == f32::NEG_INFINITY
+            })
+            || self.segments.is_some_and(|seg| {
+                seg.query[batch_idx * dims.n + query_idx] != seg.key[batch_idx * dims.m + key_idx]
+            })
+    }
+
+    /// Checks that the mask and bias broadcast to the call's `[b, h, n, m]`, and the segment ids'
+    /// and slopes' lengths.
     pub fn validate(&self, dims: &AttentionDims) -> Result<(), AttentionError> {
         if let Some(mask) = &self.mask {
             mask.validate("mask", dims)?;
         }
         if let Some(bias) = &self.bias {
             bias.validate("bias", dims)?;
+        }
+        if let Some(seg) = &self.segments {
+            check_len(
+                "query segment ids",
+                seg.query.len(),
+                [dims.batch, 1, 1, dims.n],
+            )?;
+            check_len("key segment ids", seg.key.len(), [dims.batch, 1, 1, dims.m])?;
+        }
+        if let Some(alibi) = &self.alibi {
+            check_len("ALiBi slopes", alibi.slopes.len(), [1, 1, 1, dims.n_heads])?;
         }
         Ok(())
     }
@@ -93,13 +174,34 @@ impl<'a> Masking<'a> {
     /// (all of it, some of it).
     pub(crate) fn mask_coverage(
         &self,
+        dims: &AttentionDims,
         batch_idx: usize,
         head_idx: usize,
         queries: Range<usize>,
         keys: Range<usize>,
     ) -> (bool, bool) {
+        let (seg_all, seg_any) = match &self.segments {
+            Some(seg) => {
+                // Packed documents have non-decreasing ids, so a tile whose query and key id
+                // ranges do not overlap shares no segment and is skipped whole; one whose ids
+                // are all the same single segment hides nothing.
+                let (q, k) = seg.ids(dims, batch_idx, queries.clone(), keys.clone());
+                let range = |ids: &[i64]| {
+                    ids.iter()
+                        .fold((i64::MAX, i64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)))
+                };
+                let ((q_lo, q_hi), (k_lo, k_hi)) = (range(q), range(k));
+                let disjoint = q_hi < k_lo || k_hi < q_lo;
+                let single = q_lo == q_hi && k_lo == k_hi && q_lo == k_lo;
+                (disjoint, !single)
+            }
+            None => (false, false),
+        };
+        if seg_all {
+            return (true, true);
+        }
         let Some(mask) = &self.mask else {
-            return (false, false);
+            return (false, seg_any);
         };
         let rows = if mask.same_for_every_query() {
             queries.start..queries.start + 1
@@ -113,13 +215,14 @@ impl<'a> Masking<'a> {
                 any |= masked;
             }
         }
-        (all, any)
+        (all, any || seg_any)
     }
 
-    /// Adds the bias and applies the mask to the scores of one row (query `query_idx`, keys
-    /// from `key_start`).
+    /// Adds the bias and ALiBi and applies the mask and the segments to the scores of one row
+    /// (query `query_idx`, keys from `key_start`).
     pub(crate) fn apply(
         &self,
+        dims: &AttentionDims,
         row_scores: &mut [f32],
         batch_idx: usize,
         head_idx: usize,
@@ -127,6 +230,21 @@ impl<'a> Masking<'a> {
         key_start: usize,
     ) {
         let keys = key_start..key_start + row_scores.len();
+        if let Some(alibi) = &self.alibi {
+            let slope = alibi.slopes[head_idx];
+            let centre = query_idx as i64 + alibi.offset;
+            for (key_idx, score) in keys.clone().zip(row_scores.iter_mut()) {
+                *score -= slope * (centre - key_idx as i64).unsigned_abs() as f32;
+            }
+        }
+        if let Some(seg) = &self.segments {
+            let (q, k) = seg.ids(dims, batch_idx, query_idx..query_idx + 1, keys.clone());
+            for (score, &key_id) in row_scores.iter_mut().zip(k) {
+                if key_id != q[0] {
+                    *score = f32::NEG_INFINITY;
+                }
+            }
+        }
         if let Some(bias) = &self.bias {
             simd::add(
                 row_scores,

@@ -11,6 +11,14 @@ pub mod backward;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 #[allow(deprecated)]
 mod extension;
+/// Segment ids and ALiBi slopes on the host, as the kernel reads them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct HostExtras {
+    /// `([b, n], [b, m])` query and key segment ids.
+    pub segments: Option<(Vec<i64>, Vec<i64>)>,
+    /// `[h]` slopes and the diagonal's offset.
+    pub alibi: Option<(Vec<f32>, i64)>,
+}
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 #[allow(deprecated)]
 mod host;
@@ -33,7 +41,7 @@ use crate::input::{AttentionOutput, read_back};
 use crate::mask::user_mask;
 use crate::paths::call::Call;
 use crate::vocabulary::{BackendFamily, Implementation};
-use masking::{Broadcast, Masking};
+use masking::{Alibi, Broadcast, Masking, Segments};
 use shape::{KernelShape, Tiles};
 
 /// Whether the kernel runs in place on `family` in this build: through its backend extension
@@ -84,6 +92,53 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
     }
 }
 
+/// Segment ids and ALiBi slopes of `call` on the host (small: `[b, n + m]` and `[h]`).
+fn host_extras(call: &Call) -> Result<HostExtras, AttentionError> {
+    let segments = call
+        .input
+        .segments
+        .as_ref()
+        .map(|seg| -> Result<_, AttentionError> {
+            Ok((
+                read_back::<i64, 2, Int>("the query segment ids", seg.query.clone())?,
+                read_back::<i64, 2, Int>("the key segment ids", seg.key.clone())?,
+            ))
+        })
+        .transpose()?;
+    let alibi = call
+        .input
+        .alibi_slopes
+        .as_ref()
+        .map(|slopes| -> Result<_, AttentionError> {
+            let offset = call.alignment.offset(call.dims.n, call.dims.m);
+            Ok((
+                read_back::<f32, 1, Float>("the ALiBi slopes", slopes.clone())?,
+                offset,
+            ))
+        })
+        .transpose()?;
+    Ok(HostExtras { segments, alibi })
+}
+
+/// The kernel's log-sum-exp `[b, h, n]` as the module returns it: −∞ (not the kernel's +∞) for
+/// a row with no visible key.
+fn lse_tensor(lse: Vec<f32>, dims: &crate::types::AttentionDims, device: &Device) -> Tensor<3> {
+    let lse = lse
+        .into_iter()
+        .map(|x| {
+            if x == f32::INFINITY {
+                f32::NEG_INFINITY
+            } else {
+                x
+            }
+        })
+        .collect::<Vec<_>>();
+    Tensor::from_data(
+        TensorData::new(lse, [dims.batch, dims.n_heads, dims.n]),
+        device,
+    )
+}
+
 /// Runs the kernel: through the backend extension where it serves the backend, else on host
 /// copies (inference).
 pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
@@ -94,19 +149,32 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
             Ok((read_back::<bool, 4, Bool>("the mask", mask)?, dims))
         })
         .transpose()?;
+    let extras = host_extras(&call)?;
     #[cfg(any(feature = "flex", feature = "ndarray"))]
     if call.kernel_in_place {
+        let lse_out = call
+            .input
+            .need_lse
+            .then(|| std::sync::Arc::new(std::sync::Mutex::new(Vec::new())));
         let kernel_call = extension::KernelCall {
             shape,
             mask: mask
                 .map(|(values, shape)| std::sync::Arc::new(extension::HostMask { values, shape })),
+            extras: std::sync::Arc::new(extras),
+            lse_out: lse_out.clone(),
         };
         let input = call.input;
+        let device = input.query.device();
         let context =
             extension::attention(input.query, input.key, input.value, input.bias, kernel_call);
-        return Ok(AttentionOutput::from_context(context));
+        let mut output = AttentionOutput::from_context(context);
+        if let Some(slot) = lse_out {
+            let lse = std::mem::take(&mut *slot.lock().unwrap_or_else(|p| p.into_inner()));
+            output.lse = Some(lse_tensor(lse, &call.dims, &device));
+        }
+        return Ok(output);
     }
-    host_copies(call, shape, mask)
+    host_copies(call, shape, mask, extras)
 }
 
 /// The kernel on host copies of the tensors (any backend, inference).
@@ -114,7 +182,9 @@ fn host_copies(
     call: Call,
     shape: KernelShape,
     mask: Option<(Vec<bool>, [usize; 4])>,
+    extras: HostExtras,
 ) -> Result<AttentionOutput, AttentionError> {
+    let need_lse = call.input.need_lse;
     let dims = call.dims;
     let [b, h, n, _] = dims.scores_shape();
     let device = call.input.query.device();
@@ -138,6 +208,14 @@ fn host_copies(
         bias: bias
             .as_ref()
             .map(|(values, shape)| Broadcast::new(values, *shape)),
+        segments: extras
+            .segments
+            .as_ref()
+            .map(|(query, key)| Segments { query, key }),
+        alibi: extras.alibi.as_ref().map(|(slopes, offset)| Alibi {
+            slopes,
+            offset: *offset,
+        }),
     };
     let mut out = vec![0.0f32; b * h * n * dims.d_v];
     let mut lse = vec![0.0f32; b * h * n];
@@ -152,7 +230,11 @@ fn host_copies(
         &mut lse,
     )?;
     let context = Tensor::from_data(TensorData::new(out, [b, h, n, dims.d_v]), &device);
-    Ok(AttentionOutput::from_context(context))
+    let mut output = AttentionOutput::from_context(context);
+    if need_lse {
+        output.lse = Some(lse_tensor(lse, &dims, &device));
+    }
+    Ok(output)
 }
 
 /// The values of host data as f32, read in place; copied only when the bytes are not aligned

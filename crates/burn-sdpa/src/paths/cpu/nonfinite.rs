@@ -74,12 +74,11 @@ pub(crate) fn check(
             let (b, h) = (bh / n_heads, bh % n_heads);
             let kv = b * n_kv_heads + h / group;
             for (i, poisoned) in rows.iter_mut().enumerate() {
-                let mask_row = masking.mask.map(|mask| mask.row(b, h, i));
                 let bias_row = masking.bias.map(|bias| bias.row(b, h, i));
                 let (mut sees_key, mut sees_bad) = (false, false);
                 for j in shape.visible_keys(i) {
                     let bias = bias_row.map_or(0.0, |row| row[j]);
-                    if mask_row.is_some_and(|row| row[j]) || bias == f32::NEG_INFINITY {
+                    if masking.hides(&shape.dims, b, h, i, j) {
                         continue;
                     }
                     sees_key = true;

@@ -43,8 +43,16 @@ pub(crate) fn forward(
                 let scores: Vec<f64> = (0..m)
                     .map(|j| {
                         let hidden = !visible.contains(&j)
-                            || masking.mask.is_some_and(|mask| mask.row(b, h, i)[j]);
-                        let bias = masking.bias.map_or(0.0, |bias| bias.row(b, h, i)[j] as f64);
+                            || masking.mask.is_some_and(|mask| mask.row(b, h, i)[j])
+                            || masking
+                                .segments
+                                .is_some_and(|seg| seg.query[b * n + i] != seg.key[b * m + j]);
+                        let alibi = masking.alibi.map_or(0.0, |alibi| {
+                            -(alibi.slopes[h] as f64)
+                                * (i as i64 + alibi.offset - j as i64).abs() as f64
+                        });
+                        let bias =
+                            masking.bias.map_or(0.0, |bias| bias.row(b, h, i)[j] as f64) + alibi;
                         let s = raw_score(shape, q, k, row, kv * m + j);
                         let s = cap(shape, s).0 + bias;
                         if hidden { f64::NEG_INFINITY } else { s }
@@ -211,6 +219,7 @@ impl TestMasking {
         Masking {
             mask: (!self.mask.is_empty()).then(|| Broadcast::new(&self.mask, self.mask_shape)),
             bias: (!self.bias.is_empty()).then(|| Broadcast::new(&self.bias, self.bias_shape)),
+            ..Masking::default()
         }
     }
 }
@@ -253,4 +262,22 @@ pub(crate) fn maskings(dims: &AttentionDims) -> Vec<TestMasking> {
             bias_shape: [1, n_heads, n, m],
         },
     ]
+}
+
+/// Segment ids for `b = 2` rows of `len` positions: row 0 packs documents of about 1/7, 2/7 and
+/// 4/7 of the row (sorted ids: tiles between documents are skipped), row 1 cycles through three
+/// ids (unsorted: every tile is partly masked).
+pub(crate) fn segment_ids(len: usize) -> Vec<i64> {
+    let (a, b) = (len / 7, len / 7 + 2 * len / 7);
+    let packed = (0..len).map(|i| {
+        if i < a {
+            0
+        } else if i < b {
+            1
+        } else {
+            2
+        }
+    });
+    let cycling = (0..len).map(|i| (i % 3) as i64);
+    packed.chain(cycling).collect()
 }
