@@ -50,12 +50,14 @@ pub fn run(args: &GoldenArgs) -> anyhow::Result<bool> {
                     failed += 1;
                 }
             }
+            // A case's own text (its reason) is data: control characters are escaped, so that
+            // it can never print a line of its own.
             Err(e) if e.unsupported => {
-                println!("SKIP {e}");
+                println!("SKIP {}", golden::one_line(&e.to_string()));
                 not_served += 1;
             }
             Err(e) => {
-                println!("FAIL {e}");
+                println!("FAIL {}", golden::one_line(&e.to_string()));
                 failed += 1;
             }
         }

@@ -264,6 +264,19 @@ impl TrainArgs {
     }
 }
 
+/// A wrong --out or --resume folder, or sizes that cannot fit, are bad usage (exit 2); every
+/// other error is a failed run (exit 1).
+fn usage_or_failure(e: ModelError) -> anyhow::Error {
+    match e {
+        ModelError::RunExists { .. }
+        | ModelError::ForeignFile(_)
+        | ModelError::Locked { .. }
+        | ModelError::Link(_)
+        | ModelError::TooLarge { .. } => anyhow::Error::new(UsageError(e.to_string())),
+        other => anyhow::Error::new(other),
+    }
+}
+
 /// Trains, printing where the results are.
 pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
     let base = match &args.resume {
@@ -275,7 +288,16 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
                 ))
                 .into());
             }
+            // Links, odd entries and a live holder are refused before anything is read.
+            sdpa_model::check_run_dir(dir).map_err(usage_or_failure)?;
             let path = dir.join("config.json");
+            if !path.is_file() {
+                return Err(UsageError(format!(
+                    "cannot resume: {} holds no run to resume (no config.json): start it afresh with --out",
+                    dir.display()
+                ))
+                .into());
+            }
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| anyhow::anyhow!("cannot resume: {}: {e}", path.display()))?;
             Some(
@@ -286,8 +308,8 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
         None => None,
     };
     if let Some(out) = &args.out
-        && out.exists()
-        && !out.is_dir()
+        && ((out.exists() && !out.is_dir())
+            || std::fs::metadata(out).is_err_and(|e| e.kind() == std::io::ErrorKind::NotADirectory))
     {
         return Err(UsageError(format!(
             "--out {} is a file, not a folder: choose a folder for the run",

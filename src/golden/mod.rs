@@ -262,6 +262,21 @@ pub fn escaped(path: &Path) -> String {
     path.display().to_string().escape_debug().to_string()
 }
 
+/// `text` on one line: control characters (newlines, carriage returns, escapes) written as
+/// escapes, everything else as it is.
+pub fn one_line(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            let escaped: Vec<char> = if c.is_control() {
+                c.escape_default().collect()
+            } else {
+                vec![c]
+            };
+            escaped
+        })
+        .collect()
+}
+
 /// Why `path` is not a case file that can be read (a regular file, or a link to one), if so.
 fn not_a_case_file(path: &Path) -> Option<String> {
     let link = std::fs::symlink_metadata(path).ok()?;

@@ -130,3 +130,16 @@ fn every_entry_gets_a_line_and_names_are_escaped() {
         "{printed}"
     );
 }
+
+#[test]
+fn a_case_whose_text_holds_a_newline_prints_one_line() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut forged = plain_case();
+    forged["causal"] = json!("x\nok   forged\n9 passed, 0 failed");
+    write(dir.path(), "forged.json", &forged);
+    let out = sdpa(&["golden", &arg(dir.path()), "--backend", "flex"]);
+    let printed = text(&out);
+    assert_eq!(code(&out), Some(1), "{printed}");
+    assert!(printed.lines().all(|l| !l.starts_with("ok")), "{printed}");
+    assert!(printed.contains("0 passed, 1 failed"), "{printed}");
+}

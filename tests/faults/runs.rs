@@ -291,3 +291,183 @@ fn wrong_folders_are_usage_errors_said_once() {
         arg(&file)
     );
 }
+
+#[test]
+fn an_early_stopped_run_resumes_with_every_row() {
+    let root = tempfile::tempdir().expect("tmp");
+    let dir = root.path().join("early");
+    let args: Vec<String> = train_args(&dir, 200)
+        .into_iter()
+        .filter(|a| a != "--no-early-stop")
+        .collect();
+    assert_eq!(code(&run(&args)), Some(0));
+    let want = metrics(&dir);
+    assert!(want.len() < 200, "the run stopped at its target");
+    // Resumed as it is, and with its summary gone (a kill between the last checkpoint and the
+    // summary): the last row stays.
+    for drop_summary in [false, true] {
+        let copy = root.path().join(format!("copy-{drop_summary}"));
+        crate::training::copy_dir_all(&dir, &copy);
+        if drop_summary {
+            std::fs::remove_file(copy.join("summary.json")).expect("rm");
+        }
+        let out = run(&resume_args(&copy, 200));
+        assert_eq!(code(&out), Some(0), "{}", text(&out));
+        assert_eq!(metrics(&copy), want, "summary dropped: {drop_summary}");
+    }
+}
+
+#[test]
+fn a_held_lock_and_an_empty_run_folder_refuse_resume_with_exit_2() {
+    let root = tempfile::tempdir().expect("tmp");
+    let dir = root.path().join("run");
+    assert_eq!(code(&run(&train_args(&dir, 12))), Some(0));
+    // Another process holds the lock (as a run starting up does before config.json exists).
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(dir.join("run.lock"))
+        .expect("lock file");
+    lock.try_lock().expect("lock");
+    let out = run(&resume_args(&dir, 20));
+    assert_eq!(code(&out), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("in use"), "{}", text(&out));
+    lock.unlock().expect("unlock");
+    // A folder holding nothing but a lock file has no run to resume.
+    let bare = root.path().join("bare");
+    std::fs::create_dir_all(&bare).expect("mkdir");
+    std::fs::write(bare.join("run.lock"), "").expect("write");
+    let out = run(&resume_args(&bare, 20));
+    assert_eq!(code(&out), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn fifos_and_hard_links_where_a_run_keeps_its_files_are_refused() {
+    let root = tempfile::tempdir().expect("tmp");
+    let source = root.path().join("source");
+    assert_eq!(code(&run(&train_args(&source, 12))), Some(0));
+    for (name, resume) in [
+        ("run.lock", false),
+        ("run.lock", true),
+        ("config.json", true),
+        ("metrics.csv", true),
+        ("checkpoint/state.json", true),
+    ] {
+        let dir = root
+            .path()
+            .join(format!("fifo-{}-{resume}", name.replace('/', "-")));
+        if resume {
+            crate::training::copy_dir_all(&source, &dir);
+            std::fs::remove_file(dir.join(name)).expect("rm");
+        } else {
+            std::fs::create_dir_all(&dir).expect("mkdir");
+        }
+        let made = std::process::Command::new("mkfifo")
+            .arg(dir.join(name))
+            .status();
+        if !made.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: no mkfifo");
+            return;
+        }
+        let args = if resume {
+            resume_args(&dir, 20)
+        } else {
+            train_args(&dir, 3)
+        };
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sdpa"))
+            .args(&args)
+            .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let start = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                break status;
+            }
+            if start.elapsed() > Duration::from_secs(60) {
+                kill(child);
+                panic!("{name} (resume {resume}): hangs on a FIFO");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(status.code(), Some(2), "{name} (resume {resume})");
+    }
+    // A lock file hard-linked to a user's file is never emptied.
+    let dir = root.path().join("hard");
+    std::fs::create_dir_all(&dir).expect("mkdir");
+    let user = root.path().join("user-file");
+    std::fs::write(&user, "the user's").expect("write");
+    std::fs::hard_link(&user, dir.join("run.lock")).expect("hard link");
+    let out = run(&train_args(&dir, 3));
+    assert_eq!(code(&out), Some(2), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&user).expect("kept"), "the user's");
+}
+
+#[test]
+fn damaged_rows_that_still_parse_and_edited_checkpoints_are_refused() {
+    let root = tempfile::tempdir().expect("tmp");
+    let source = root.path().join("source");
+    assert_eq!(code(&run(&train_args(&source, 60))), Some(0));
+    let good = std::fs::read_to_string(source.join("metrics.csv")).expect("csv");
+    let lines: Vec<String> = good.lines().map(String::from).collect();
+    let edit_row = |row: usize, edit: &dyn Fn(&mut Vec<String>)| {
+        let mut out = lines.clone();
+        let mut cells: Vec<String> = out[row].split(',').map(String::from).collect();
+        edit(&mut cells);
+        out[row] = cells.join(",");
+        out.join("\n") + "\n"
+    };
+    // Row 6 is step 5, an evaluation step (every 5): its held-out columns are 7 and 8.
+    let blank_eval = edit_row(6, &|c| {
+        c[7].clear();
+        c[8].clear();
+    });
+    let nan_loss = edit_row(6, &|c| c[1] = "NaN".into());
+    let mut not_utf8 = good.clone().into_bytes();
+    let at = good.find(&lines[9]).expect("row");
+    not_utf8[at + 2] = 0xff;
+    for (name, bytes, needle) in [
+        ("blank-eval", blank_eval.into_bytes(), "line 7"),
+        ("nan-loss", nan_loss.into_bytes(), "line 7"),
+        ("not-utf8", not_utf8, "line 10"),
+    ] {
+        let dir = root.path().join(name);
+        crate::training::copy_dir_all(&source, &dir);
+        std::fs::write(dir.join("metrics.csv"), &bytes).expect("damage");
+        let out = run(&resume_args(&dir, 80));
+        assert_eq!(code(&out), Some(1), "{name}: {}", text(&out));
+        assert!(text(&out).contains(needle), "{name}: {}", text(&out));
+    }
+    // state.json edited (its step), or its checksums removed.
+    for (name, from, to) in [
+        ("edited-step", "\"step\": 60", "\"step\": 50"),
+        (
+            "no-checksum",
+            "\"model_checksum\": \"",
+            "\"model_checksum_gone\": \"",
+        ),
+    ] {
+        let dir = root.path().join(name);
+        crate::training::copy_dir_all(&source, &dir);
+        let path = dir.join("checkpoint/state.json");
+        let state = std::fs::read_to_string(&path).expect("state");
+        assert!(state.contains(from), "{name}: {state}");
+        std::fs::write(&path, state.replace(from, to)).expect("edit");
+        let out = run(&resume_args(&dir, 80));
+        assert_eq!(code(&out), Some(1), "{name}: {}", text(&out));
+        assert!(text(&out).contains("state.json"), "{name}: {}", text(&out));
+    }
+}
+
+#[test]
+fn an_out_path_below_a_file_is_bad_usage() {
+    let root = tempfile::tempdir().expect("tmp");
+    let file = root.path().join("a-file");
+    std::fs::write(&file, "x").expect("write");
+    let out = run(&train_args(&file.join(""), 3));
+    assert_eq!(code(&out), Some(2), "{}", text(&out));
+    let out = run(&train_args(&file.join("below"), 3));
+    assert_eq!(code(&out), Some(2), "{}", text(&out));
+}

@@ -89,7 +89,7 @@ impl<const D: usize> AttentionInput<D> {
 
     /// Packs several sequences into each batch row: query i of row r sees key j only when
     /// `query_ids[r, i] == key_ids[r, j]` (`[b, n]` and `[b, m]` Int tensors; the helper
-    /// [`segment_ids_from_lengths`](crate::mask::segment_ids_from_lengths) builds them from the
+    /// `mask::segment_ids_from_lengths` builds them from the
     /// documents' lengths). Combines with causal masking, windows, masks and padding (positions
     /// are the packed row's); the CPU kernel skips the tiles between documents, the other paths
     /// build the mask once per call.
@@ -111,7 +111,7 @@ impl<const D: usize> AttentionInput<D> {
         self
     }
 
-    /// ALiBi with one slope per query head (`[h]`; [`alibi_slopes`](crate::mask::alibi_slopes)
+    /// ALiBi with one slope per query head (`[h]`; `mask::alibi_slopes`
     /// gives the standard geometric ones): `−slope_h · |c − j|`, `c` on the causal diagonal (as
     /// FlashAttention's `alibi_slopes`), added to the scaled, soft-capped scores with the bias.
     pub fn alibi(mut self, slopes: Tensor<1>) -> Self {

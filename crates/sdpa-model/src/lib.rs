@@ -32,5 +32,5 @@ pub use progress::{Progress, ProgressMode};
 pub use task::{TaskBatch, TaskConfig, TaskKind};
 pub use train::{
     OptimizerKind, RunOptions, TrainConfig, TrainResult, TrainSummary, available_memory,
-    check_fits, evaluate, init_model, train, train_in_memory,
+    check_fits, check_run_dir, evaluate, init_model, train, train_in_memory,
 };

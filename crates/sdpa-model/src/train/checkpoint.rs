@@ -13,7 +13,7 @@ use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
 use super::config::TrainConfig;
-use super::files::{checksum, recover_checkpoint, swap_checkpoint, write_atomic};
+use super::files::{checksum, checksum_bytes, recover_checkpoint, swap_checkpoint, write_atomic};
 use crate::error::ModelError;
 use crate::metrics::{LayerMetrics, StepMetrics, csv_header};
 use crate::model::AttentionModel;
@@ -30,13 +30,44 @@ pub(crate) struct CheckpointState {
     pub elapsed_s: f64,
     pub initial_attention: Vec<LayerMetrics>,
     pub config: TrainConfig,
-    /// Checksum of `model.bpk` (see `files::checksum`); absent in checkpoints of earlier
-    /// versions, which are loaded unverified.
-    #[serde(default)]
+    /// The first step whose `metrics.csv` row is not covered by this checkpoint: its step, or
+    /// one more when the run stopped at its target there (that step's row is already written).
+    pub rows_through: usize,
+    /// Checksum of `model.bpk` (see `files::checksum`).
     pub model_checksum: Option<String>,
     /// Checksum of `optim.bpk`.
-    #[serde(default)]
     pub optim_checksum: Option<String>,
+    /// Checksum of this state's JSON written with this field `None`: an edited `state.json` is
+    /// refused as a damaged one.
+    pub state_checksum: Option<String>,
+}
+
+/// How `state.json` holds its own checksum before the checksum is known.
+const NO_STATE_CHECKSUM: &str = "\"state_checksum\": null";
+
+/// The text of `state.json` with its own checksum written in: the checksum is that of the text
+/// with `"state_checksum": null`, so that it is computed on the bytes on disk (JSON numbers do
+/// not always survive a parse and a write unchanged).
+fn with_own_checksum(text: &str) -> String {
+    let sum = checksum_bytes(text.as_bytes());
+    text.replacen(
+        NO_STATE_CHECKSUM,
+        &format!("\"state_checksum\": \"{sum}\""),
+        1,
+    )
+}
+
+/// Whether the text of `state.json` holds the checksum of itself.
+fn own_checksum_holds(text: &str, recorded: Option<&str>) -> bool {
+    let Some(recorded) = recorded else {
+        return false;
+    };
+    let bare = text.replacen(
+        &format!("\"state_checksum\": \"{recorded}\""),
+        NO_STATE_CHECKSUM,
+        1,
+    );
+    bare != text && checksum_bytes(bare.as_bytes()) == recorded
 }
 
 /// Pretty JSON of a value (non-finite floats are spelled out by the fields that may hold them,
@@ -132,6 +163,14 @@ pub(crate) fn load_checkpoint(
     }
     let state_path = ckpt.join("state.json");
     let state = read_state(&state_path)?;
+    let text = fs::read_to_string(&state_path)
+        .map_err(|e| ModelError::checkpoint(&state_path, format!("cannot read: {e}")))?;
+    if !own_checksum_holds(&text, state.state_checksum.as_deref()) {
+        return Err(ModelError::checkpoint(
+            &state_path,
+            "damaged or edited: its checksum does not match its content (or it has none: written by an earlier version)",
+        ));
+    }
     if let Some((field, saved, requested)) = config_mismatch(&state.config, config) {
         return Err(ModelError::Mismatch {
             path: state_path,
@@ -168,12 +207,7 @@ pub(crate) fn load_checkpoint(
     let optim = config.optimizer().load(&optim_path).map_err(|e| {
         ModelError::checkpoint(&optim_path, format!("truncated or unreadable: {e:?}"))
     })?;
-    let metrics = read_metrics(
-        &dir.join("metrics.csv"),
-        config.model.n_layers,
-        config.log_every,
-        state.step,
-    )?;
+    let metrics = read_metrics(&dir.join("metrics.csv"), config, state.rows_through)?;
     Ok(Ok(Resumed {
         model,
         optim,
@@ -183,10 +217,13 @@ pub(crate) fn load_checkpoint(
     }))
 }
 
-/// Checks a checkpoint file against the checksum its state recorded.
+/// Checks a checkpoint file against the checksum its state recorded (which must be there).
 fn verify(path: &Path, want: Option<&str>) -> Result<(), ModelError> {
     let Some(want) = want else {
-        return Ok(());
+        return Err(ModelError::checkpoint(
+            path,
+            "its checkpoint records no checksum for it (written by an earlier version): start afresh",
+        ));
     };
     let got = checksum(path)?;
     if got != want {
@@ -200,27 +237,38 @@ fn verify(path: &Path, want: Option<&str>) -> Result<(), ModelError> {
     Ok(())
 }
 
-/// The rows of `metrics.csv` before the checkpoint's step, checked: the header is the run's,
-/// every row parses, steps increase, and no step the run records (every `log_every`-th) is
-/// missing. Rows at and after the checkpoint's step are left out (the resumed run recomputes
-/// them), and so is a last line without its newline (an append a kill interrupted).
+/// The rows of `metrics.csv` before `rows_through` (the checkpoint's step, see
+/// [`CheckpointState::rows_through`]), checked: the header is the run's, every row parses as
+/// UTF-8 and as a row, its loss and accuracy are finite (a non-finite one would have stopped the
+/// run), it holds a held-out evaluation exactly on the evaluation steps, steps increase, and no
+/// step the run records (every `log_every`-th) is missing. Later rows are left out (the resumed
+/// run recomputes them), and so is a last line without its newline (an append a kill
+/// interrupted).
 pub(crate) fn read_metrics(
     path: &Path,
-    n_layers: usize,
-    log_every: usize,
-    checkpoint_step: usize,
+    config: &TrainConfig,
+    rows_through: usize,
 ) -> Result<Vec<StepMetrics>, ModelError> {
-    let text = fs::read_to_string(path)
-        .map_err(|e| ModelError::checkpoint(path, format!("cannot read: {e}")))?;
+    let (n_layers, log_every) = (config.model.n_layers, config.log_every);
+    let checkpoint_step = rows_through;
+    let bytes =
+        fs::read(path).map_err(|e| ModelError::checkpoint(path, format!("cannot read: {e}")))?;
     let damaged = |line: usize, reason: String| ModelError::DamagedMetrics {
         path: path.to_path_buf(),
         line,
         reason,
         checkpoint_step,
     };
-    let mut lines: Vec<&str> = text.split('\n').collect();
+    let mut lines = Vec::new();
+    let mut pieces: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
     // After the last newline: empty, or an interrupted append.
-    lines.pop();
+    pieces.pop();
+    for (idx, piece) in pieces.into_iter().enumerate() {
+        lines.push(
+            std::str::from_utf8(piece)
+                .map_err(|_| damaged(idx + 1, "the line is not UTF-8 text".into()))?,
+        );
+    }
     if lines.first().map(|h| h.trim_end_matches('\r')) != Some(csv_header(n_layers).as_str()) {
         return Err(damaged(
             1,
@@ -245,6 +293,24 @@ pub(crate) fn read_metrics(
                 format!("`{}` is not a metrics row", line.escape_debug()),
             )
         })?;
+        if !(row.loss.is_finite() && row.accuracy.is_finite()) {
+            return Err(damaged(
+                line_no,
+                format!("step {}: its loss or accuracy is not finite", row.step),
+            ));
+        }
+        let evaluated = row.eval_loss.is_some() && row.eval_accuracy.is_some();
+        if evaluated != row.step.is_multiple_of(config.eval_every) {
+            let what = if evaluated {
+                "recorded, but none is due"
+            } else {
+                "due, but missing"
+            };
+            return Err(damaged(
+                line_no,
+                format!("step {}: a held-out evaluation is {what} there", row.step),
+            ));
+        }
         if let Some(last) = rows.last()
             && row.step <= last.step
         {
@@ -296,7 +362,8 @@ pub(crate) fn save_checkpoint(
         state.model_checksum = Some(checksum(&model_path)?);
         state.optim_checksum = Some(checksum(&optim_path)?);
         let state_path = tmp.join("state.json");
-        write_atomic(&state_path, &json(&state, &state_path)?)
+        state.state_checksum = None;
+        write_atomic(&state_path, &with_own_checksum(&json(&state, &state_path)?))
     })
 }
 

@@ -70,10 +70,15 @@ fn list(dir: &Path) -> Result<Vec<fs::DirEntry>, ModelError> {
 /// optimizer files, and resume verifies them, so that a flipped byte is never loaded silently.
 pub(crate) fn checksum(path: &Path) -> Result<String, ModelError> {
     let bytes = fs::read(path).map_err(|e| ModelError::io(path, e))?;
+    Ok(checksum_bytes(&bytes))
+}
+
+/// [`checksum`] of bytes in memory.
+pub(crate) fn checksum_bytes(bytes: &[u8]) -> String {
     let hash = bytes.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &b| {
         (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
     });
-    Ok(format!("{hash:016x}"))
+    format!("{hash:016x}")
 }
 
 /// Syncs a file or directory to disk.
@@ -91,7 +96,17 @@ pub(crate) fn write_atomic(path: &Path, text: &str) -> Result<(), ModelError> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
     let tmp = path.with_file_name(temp_name(&name));
-    let mut file = File::create(&tmp).map_err(|e| ModelError::io(&tmp, e))?;
+    // Never through a link or into a file someone placed there: the temporary name is removed
+    // (a link itself, not what it points to) and created anew, exclusively.
+    match fs::remove_file(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(ModelError::io(&tmp, e)),
+        _ => {}
+    }
+    let mut file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&tmp)
+        .map_err(|e| ModelError::io(&tmp, e))?;
     file.write_all(text.as_bytes())
         .and_then(|()| file.sync_all())
         .map_err(|e| ModelError::io(&tmp, e))?;
@@ -107,28 +122,48 @@ pub(crate) fn sync_parent(path: &Path) -> Result<(), ModelError> {
     }
 }
 
-/// Refuses a run directory where one of the names a run writes is a symbolic link: a run never
-/// follows a link to write, replace or delete (the directory itself may be a link the user made).
+/// Refuses a run directory where one of the names a run writes is a symbolic link, or not what a
+/// run writes there (a FIFO, a device, a folder where a file belongs, a lock file with other hard
+/// links): a run never follows a link, never blocks on a FIFO, and never writes through another
+/// name (the directory itself may be a link the user made).
 pub(crate) fn refuse_links(dir: &Path) -> Result<(), ModelError> {
-    let top = RUN_FILES
+    let files = RUN_FILES
         .iter()
         .flat_map(|f| [f.to_string(), temp_name(f)])
-        .chain(CHECKPOINT_DIRS.iter().map(|d| d.to_string()))
-        .chain([LOCK_FILE.to_string()]);
-    for name in top {
-        let path = dir.join(&name);
-        if entry_kind(&path)?.is_some_and(|kind| kind.is_symlink()) {
-            return Err(ModelError::Link(path));
+        .chain([LOCK_FILE.to_string()])
+        .map(|name| (dir.join(name), false));
+    let dirs = CHECKPOINT_DIRS.iter().map(|d| (dir.join(d), true));
+    for (path, is_dir) in files.chain(dirs) {
+        check_entry(&path, is_dir)?;
+        if is_dir && entry_kind(&path)?.is_some() {
+            for entry in list(&path)? {
+                check_entry(&entry.path(), false)?;
+            }
         }
     }
-    for name in CHECKPOINT_DIRS {
-        let ckpt = dir.join(name);
-        if entry_kind(&ckpt)?.is_some_and(|kind| kind.is_dir()) {
-            for entry in list(&ckpt)? {
-                if entry_kind(&entry.path())?.is_some_and(|kind| kind.is_symlink()) {
-                    return Err(ModelError::Link(entry.path()));
-                }
-            }
+    Ok(())
+}
+
+/// An entry a run owns must be absent, or a regular file (`is_dir`: a folder) that is not a link;
+/// the lock file, which is written in place, must have no other hard link.
+fn check_entry(path: &Path, is_dir: bool) -> Result<(), ModelError> {
+    let Some(kind) = entry_kind(path)? else {
+        return Ok(());
+    };
+    if kind.is_symlink() {
+        return Err(ModelError::Link(path.to_path_buf()));
+    }
+    if (is_dir && !kind.is_dir()) || (!is_dir && !kind.is_file()) {
+        return Err(ModelError::ForeignFile(path.to_path_buf()));
+    }
+    #[cfg(unix)]
+    if path.file_name().is_some_and(|n| n == LOCK_FILE) {
+        use std::os::unix::fs::MetadataExt as _;
+        let links = fs::symlink_metadata(path)
+            .map_err(|e| ModelError::io(path, e))?
+            .nlink();
+        if links > 1 {
+            return Err(ModelError::ForeignFile(path.to_path_buf()));
         }
     }
     Ok(())
@@ -307,5 +342,23 @@ mod tests {
         assert!(is_own_checkpoint_file("state.json.tmp"));
         assert!(!is_own_checkpoint_file("model.bpk.keep"));
         assert!(!is_own_checkpoint_file("notes.tmp"));
+    }
+}
+
+#[cfg(all(test, unix))]
+mod link_tests {
+    use super::*;
+
+    #[test]
+    fn an_atomic_write_never_goes_through_a_link_at_its_temporary_name() {
+        let root = std::env::temp_dir().join(format!("sdpa-atomic-{}", std::process::id()));
+        fs::create_dir_all(&root).unwrap();
+        let victim = root.join("victim");
+        fs::write(&victim, "the user's").unwrap();
+        std::os::unix::fs::symlink(&victim, root.join("summary.json.tmp")).unwrap();
+        write_atomic(&root.join("summary.json"), "{}").unwrap();
+        assert_eq!(fs::read_to_string(&victim).unwrap(), "the user's");
+        assert_eq!(fs::read_to_string(root.join("summary.json")).unwrap(), "{}");
+        fs::remove_dir_all(&root).unwrap();
     }
 }

@@ -123,6 +123,38 @@ impl RunLock {
     }
 }
 
+/// Checks, without writing anything, that the run directory `dir` can be read by a new process:
+/// no link or odd entry where the run keeps its files, and no live run holding its lock (the
+/// error names it). `sdpa train --resume` calls it before it reads the run's configuration.
+pub fn check_run_dir(dir: &Path) -> Result<(), ModelError> {
+    refuse_links(dir)?;
+    let path = dir.join(LOCK_FILE);
+    let file = match File::open(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(ModelError::io(&path, e)),
+    };
+    match file.try_lock() {
+        Ok(()) => {
+            let _ = file.unlock();
+            Ok(())
+        }
+        Err(TryLockError::WouldBlock) => {
+            let text = fs::read_to_string(&path).unwrap_or_default();
+            let holder = holder(&text).map_or_else(
+                || "a process that has not yet written its name".to_string(),
+                |(pid, host)| format!("pid {pid} on host {}", host.as_deref().unwrap_or("unknown")),
+            );
+            Err(ModelError::Locked {
+                dir: dir.to_path_buf(),
+                holder,
+                lock: path,
+            })
+        }
+        Err(TryLockError::Error(e)) => Err(ModelError::io(&path, e)),
+    }
+}
+
 impl Drop for RunLock {
     fn drop(&mut self) {
         // A run that ends (or fails) normally leaves an empty lock file: nothing to take over.

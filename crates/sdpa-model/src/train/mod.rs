@@ -31,6 +31,7 @@ use burn_sdpa::read_back;
 use serde::{Deserialize, Serialize};
 
 pub use config::{OptimizerKind, TrainConfig};
+pub use lock::check_run_dir;
 pub use memory::{available_memory, check_fits};
 
 use crate::error::ModelError;

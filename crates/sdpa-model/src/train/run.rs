@@ -348,8 +348,11 @@ impl<'a> Run<'a> {
             elapsed_s: self.elapsed(),
             initial_attention: self.initial.clone(),
             config: self.config.clone(),
+            // A run that stopped at its target has already recorded the row of this step.
+            rows_through: self.history.last().map_or(0, |m| m.step + 1).max(self.step),
             model_checksum: None,
             optim_checksum: None,
+            state_checksum: None,
         }
     }
 
