@@ -349,16 +349,22 @@ fn bench_smoke_run_times_every_path_and_writes_its_files() {
     };
     let config = sdpa::lab::bench::BenchConfig::new(true);
     let report = sdpa::lab::bench::run_bench(&env.backends[0], &config, &ctx).expect("bench");
-    // (6 paths dense forward and forward+backward, 5 in the padded and causal modes, where the
-    // baseline takes no mask) × 2 sizes.
-    assert_eq!(report.rows.len(), 64);
+    // (6 paths dense forward and forward+backward, 5 in the padded, causal and the two packed
+    // modes, where the baseline takes no mask) × 2 sizes.
+    assert_eq!(report.rows.len(), 104);
     assert_eq!(
         report
             .rows
             .iter()
             .filter(|r| r.path == "cpu_kernel")
             .count(),
-        12
+        20
+    );
+    assert!(
+        report
+            .rows
+            .iter()
+            .any(|r| r.mode == "forward+backward, packed")
     );
     assert!(
         report

@@ -50,6 +50,10 @@ pub struct Cell {
     pub(super) v: Tensor<4>,
     padding: Option<Tensor<2, Bool>>,
     causal: bool,
+    /// Segment ids `[b, n]` of the packed modes.
+    segments: Option<Tensor<2, Int>>,
+    /// The block-diagonal mask `[b, 1, n, n]` of the packed-as-a-mask modes.
+    mask: Option<Tensor<4, Bool>>,
 }
 
 impl Cell {
@@ -72,7 +76,35 @@ impl Cell {
             v: normal_tensor(rng, shape, device),
             padding,
             causal: false,
+            segments: None,
+            mask: None,
         }
+    }
+
+    /// The same cell with `documents` documents of equal length packed into each row: as segment
+    /// ids, or (`as_mask`) as the dense block-diagonal mask they stand for.
+    pub fn packed(mut self, documents: usize, as_mask: bool) -> Result<Self, LabError> {
+        let [b, _, n, _] = self.q.dims();
+        let device = self.q.device();
+        let doc = n.div_ceil(documents.max(1));
+        let lengths: Vec<Vec<usize>> = (0..b)
+            .map(|_| {
+                (0..n)
+                    .step_by(doc)
+                    .map(|start| doc.min(n - start))
+                    .collect()
+            })
+            .collect();
+        let ids = burn_sdpa::mask::segment_ids_from_lengths(&lengths, n, &device)?;
+        if as_mask {
+            // [b, n] -> [b, 1, n, 1] != [b, 1, 1, n]: [b, 1, n, n]
+            let rows = ids.clone().reshape([b, 1, n, 1]).expand([b, 1, n, n]);
+            let cols = ids.reshape([b, 1, 1, n]).expand([b, 1, n, n]);
+            self.mask = Some(rows.not_equal(cols));
+        } else {
+            self.segments = Some(ids);
+        }
+        Ok(self)
     }
 
     /// The same cell with causal masking.
@@ -88,6 +120,12 @@ impl Cell {
         }
         if self.causal {
             input = input.causal();
+        }
+        if let Some(ids) = &self.segments {
+            input = input.segments(ids.clone(), ids.clone());
+        }
+        if let Some(mask) = &self.mask {
+            input = input.mask(mask.clone());
         }
         input
     }

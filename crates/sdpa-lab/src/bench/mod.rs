@@ -146,7 +146,16 @@ pub enum Masking {
     Padded,
     /// Causal masking (n = m): the most common training case.
     Causal,
+    /// [`PACKED_DOCUMENTS`] causal documents packed into each row, given as segment ids (the CPU
+    /// kernel skips the tiles between documents).
+    Packed,
+    /// The same documents given as a dense block-diagonal `[b, 1, n, n]` bool mask (what was
+    /// possible before segments): the baseline the packed mode is measured against.
+    PackedAsMask,
 }
+
+/// Documents per row in the packed modes (8 documents of 128 tokens at n = 1024).
+pub const PACKED_DOCUMENTS: usize = 8;
 
 /// A timed mode: forward or forward + backward, dense, padded or causal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,8 +167,8 @@ pub struct Mode {
 }
 
 impl Mode {
-    /// The six modes, in report order.
-    pub const ALL: [Mode; 6] = [
+    /// The ten modes, in report order.
+    pub const ALL: [Mode; 10] = [
         Mode {
             backward: false,
             masking: Masking::Dense,
@@ -183,6 +192,22 @@ impl Mode {
         Mode {
             backward: true,
             masking: Masking::Causal,
+        },
+        Mode {
+            backward: false,
+            masking: Masking::Packed,
+        },
+        Mode {
+            backward: true,
+            masking: Masking::Packed,
+        },
+        Mode {
+            backward: false,
+            masking: Masking::PackedAsMask,
+        },
+        Mode {
+            backward: true,
+            masking: Masking::PackedAsMask,
         },
     ];
 
@@ -196,6 +221,10 @@ impl Mode {
             (true, Masking::Padded) => "forward+backward, padded",
             (false, Masking::Causal) => "forward, causal",
             (true, Masking::Causal) => "forward+backward, causal",
+            (false, Masking::Packed) => "forward, packed",
+            (true, Masking::Packed) => "forward+backward, packed",
+            (false, Masking::PackedAsMask) => "forward, packed as a mask",
+            (true, Masking::PackedAsMask) => "forward+backward, packed as a mask",
         }
     }
 
@@ -212,6 +241,9 @@ impl Mode {
         let dense = if self.backward { 12.0 } else { 4.0 };
         if self.masking == Masking::Causal {
             dense / 2.0
+        } else if matches!(self.masking, Masking::Packed | Masking::PackedAsMask) {
+            // Each query sees about half of its own document: 1 / (2 · documents) of the row.
+            dense / (2.0 * PACKED_DOCUMENTS as f64)
         } else {
             dense
         }
@@ -374,8 +406,11 @@ pub fn run_bench(
             };
             let padded = (mode.masking == Masking::Padded).then_some(config.padded_fraction);
             let mut cell = Cell::new(&mut rng, [b, h, n, d], padded, &device);
-            if mode.masking == Masking::Causal {
-                cell = cell.causal();
+            match mode.masking {
+                Masking::Causal => cell = cell.causal(),
+                Masking::Packed => cell = cell.causal().packed(PACKED_DOCUMENTS, false)?,
+                Masking::PackedAsMask => cell = cell.causal().packed(PACKED_DOCUMENTS, true)?,
+                Masking::Dense | Masking::Padded => {}
             }
             rows.extend(time_cell(config, mode, n, &cell, &mut skipped, |row| {
                 done += 1;

@@ -137,7 +137,7 @@ fn forward<B: HostFloat>(
         );
         nonfinite::forward(
             &shape,
-            Tiles::for_keys(dims.m),
+            Tiles::for_keys(dims.m).fitted_to(masking.segments.map(|seg| seg.shortest_run(dims.m))),
             &masking,
             &qs,
             &ks,
@@ -235,7 +235,7 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
             );
             nonfinite::backward(
                 &shape,
-                BACKWARD_TILES,
+                BACKWARD_TILES.fitted_to(masking.segments.map(|seg| seg.shortest_run(dims.m))),
                 &masking,
                 BackwardInputs {
                     q: &q,

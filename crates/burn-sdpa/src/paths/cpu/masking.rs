@@ -68,6 +68,16 @@ pub struct Segments<'a> {
 }
 
 impl Segments<'_> {
+    /// The shortest run of one id among the keys of a row (the shortest packed document), for
+    /// [`Tiles::fitted_to`](super::shape::Tiles::fitted_to).
+    pub fn shortest_run(&self, m: usize) -> usize {
+        self.key
+            .chunks(m.max(1))
+            .flat_map(|row| row.chunk_by(|a, b| a == b).map(<[i64]>::len))
+            .min()
+            .unwrap_or(m)
+    }
+
     /// The ids of the queries `queries` and of the keys `keys` of batch row `batch_idx`.
     fn ids(
         &self,

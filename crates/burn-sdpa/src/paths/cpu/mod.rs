@@ -221,7 +221,7 @@ fn host_copies(
     let mut lse = vec![0.0f32; b * h * n];
     nonfinite::forward(
         &shape,
-        Tiles::for_keys(dims.m),
+        Tiles::for_keys(dims.m).fitted_to(masking.segments.map(|seg| seg.shortest_run(dims.m))),
         &masking,
         &host(&q)?,
         &host(&k)?,

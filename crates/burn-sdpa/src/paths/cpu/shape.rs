@@ -132,6 +132,24 @@ impl Default for Tiles {
 }
 
 impl Tiles {
+    /// These tiles, shrunk for packed documents of at least `shortest` tokens: a tile is at most
+    /// the documents' length (a power of two, 32 at least), so that the tiles between documents
+    /// are skipped whole instead of computed and masked.
+    pub fn fitted_to(self, shortest: Option<usize>) -> Self {
+        let Some(shortest) = shortest else {
+            return self;
+        };
+        let fit = |block: usize| {
+            let cap = shortest.max(32).next_power_of_two();
+            let cap = if cap > shortest.max(32) { cap / 2 } else { cap };
+            block.min(cap.max(32))
+        };
+        Self {
+            query_block: fit(self.query_block),
+            key_block: fit(self.key_block),
+        }
+    }
+
     /// The forward pass's tiles for `m` keys: [`QUERY_BLOCK`] × [`KEY_BLOCK`], or
     /// [`LONG_KEY_BLOCK`] keys from [`LONG_KEYS`] on.
     pub fn for_keys(m: usize) -> Self {
@@ -143,5 +161,24 @@ impl Tiles {
                 KEY_BLOCK
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_shrink_to_the_shortest_document() {
+        let tiles = Tiles::for_keys(1024);
+        assert_eq!(tiles.fitted_to(None), tiles);
+        let fitted = tiles.fitted_to(Some(128));
+        assert_eq!((fitted.query_block, fitted.key_block), (128, 128));
+        let fitted = tiles.fitted_to(Some(200));
+        assert_eq!((fitted.query_block, fitted.key_block), (128, 128));
+        let fitted = tiles.fitted_to(Some(3));
+        assert_eq!((fitted.query_block, fitted.key_block), (32, 32));
+        let fitted = tiles.fitted_to(Some(100_000));
+        assert_eq!(fitted, tiles);
     }
 }
