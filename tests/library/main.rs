@@ -12,3 +12,4 @@ mod packed;
 mod parity;
 mod properties;
 mod reference;
+mod rope;

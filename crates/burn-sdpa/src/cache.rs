@@ -166,7 +166,8 @@ impl MultiHeadAttention {
                 reason: "a sliding-window cache sets the window itself".into(),
             });
         }
-        let (query, key, value) = self.project_heads(&input)?;
+        // The new tokens follow every token seen so far (rotary positions, if configured).
+        let (query, key, value) = self.project_heads_at(&input, cache.len())?;
         let t = key.dims()[2];
         let (key, value) = cache.extended(key, value)?;
         let mut input = input;

@@ -61,6 +61,7 @@ mod module;
 mod options;
 mod paths;
 mod qk_norm;
+mod rope;
 mod types;
 mod vocabulary;
 
@@ -81,6 +82,7 @@ pub use paths::auto::{
     AUTO_BLOCK_SIZE, AUTO_INFERENCE_SCORES_BUDGET_BYTES, AutoRequest, auto_path,
 };
 pub use qk_norm::{HeadNorm, QkNorm};
+pub use rope::RopeConfig;
 pub use types::{AttentionDims, CausalAlignment, ScalePolicy, Window, validate_softcap};
 pub use vocabulary::{AttentionPath, BackendFamily, DEFAULT_BLOCK_SIZE, Implementation};
 

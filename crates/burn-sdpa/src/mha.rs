@@ -2,7 +2,7 @@
 //! ([`QkNorm`]); cached decoding is in `cache.rs`.
 
 use burn::module::{Module, Param};
-use burn::nn::{Initializer, Linear, LinearConfig};
+use burn::nn::{Initializer, Linear, LinearConfig, RotaryEncoding};
 use burn::prelude::*;
 
 use crate::error::AttentionError;
@@ -10,6 +10,7 @@ use crate::input::{AttentionInput, AttentionOutput};
 use crate::module::{ScaledDotProductAttention, ScaledDotProductAttentionConfig};
 use crate::options::{AttentionOptions, option_setters};
 use crate::qk_norm::{HeadNorm, QkNorm};
+use crate::rope::{RopeConfig, rotate};
 
 /// Configuration of [`MultiHeadAttention`].
 ///
@@ -61,6 +62,9 @@ pub struct MultiHeadAttentionConfig {
     /// `None` by default: the scale is fixed.
     #[config(default = "None")]
     pub learned_temperature: Option<f64>,
+    /// Rotary positions of queries and keys (after QK-norm); none by default.
+    #[config(default = "None")]
+    pub rope: Option<RopeConfig>,
 }
 
 option_setters!(MultiHeadAttentionConfig);
@@ -126,6 +130,9 @@ impl MultiHeadAttentionConfig {
             None => self.d_model / self.n_heads,
         };
         self.options.validate()?;
+        if let Some(rope) = &self.rope {
+            rope.validate(d_k)?;
+        }
         Ok(d_k)
     }
 
@@ -157,6 +164,7 @@ impl MultiHeadAttentionConfig {
             log_temperature: self
                 .learned_temperature
                 .map(|t| Initializer::Constant { value: t.ln() }.init([1], device)),
+            rope: self.rope.as_ref().map(|rope| rope.init(d_k, device)),
             attention,
             d_model: self.d_model,
             n_heads: self.n_heads,
@@ -193,6 +201,8 @@ pub struct MultiHeadAttention {
     pub key_norm: Option<HeadNorm>,
     /// The learned temperature θ (scores times `exp(θ)`), if configured.
     pub log_temperature: Option<Param<Tensor<1>>>,
+    /// Rotary positions of queries and keys, if configured.
+    pub rope: Option<RotaryEncoding>,
     /// The attention core.
     pub attention: ScaledDotProductAttention,
     /// Model width.
@@ -247,6 +257,19 @@ impl MultiHeadAttention {
         &self,
         input: &MhaInput,
     ) -> Result<(Tensor<4>, Tensor<4>, Tensor<4>), AttentionError> {
+        self.project_heads_at(input, 0)
+    }
+
+    /// [`project_heads`](Self::project_heads) for tokens at positions `start ..` (what rotary
+    /// positions, if configured, encode; cached decoding passes the tokens seen before).
+    ///
+    /// # Shapes
+    /// - as [`project_heads`](Self::project_heads)
+    pub fn project_heads_at(
+        &self,
+        input: &MhaInput,
+        start: usize,
+    ) -> Result<(Tensor<4>, Tensor<4>, Tensor<4>), AttentionError> {
         let [b, _, d_q] = input.query.dims();
         let [b_k, m, d_key] = input.key.dims();
         let [b_v, m_v, d_v] = input.value.dims();
@@ -279,6 +302,10 @@ impl MultiHeadAttention {
         }
         if let Some(norm) = &self.key_norm {
             key = norm.forward(key);
+        }
+        if let Some(rope) = &self.rope {
+            query = rotate(rope, query, start)?;
+            key = rotate(rope, key, start)?;
         }
         Ok((query, key, value))
     }

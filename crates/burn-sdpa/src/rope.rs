@@ -1,0 +1,76 @@
+//! Rotary positions (RoFormer, Su et al. 2021) for the multi-head layer: queries and keys are
+//! rotated by their positions after QK-norm, so that a score depends on the positions only
+//! through their difference. Burn's `RotaryEncoding` does the rotation; cached decoding passes
+//! the position of the first new token.
+
+use burn::nn::{RotaryEncoding, RotaryEncodingConfig};
+use burn::prelude::*;
+
+use crate::error::AttentionError;
+
+/// Rotary positions of [`MultiHeadAttention`](crate::MultiHeadAttention)
+/// (`MultiHeadAttentionConfig::with_rope(Some(RopeConfig::new(max_positions)))`).
+#[derive(Config, Debug)]
+pub struct RopeConfig {
+    /// Positions the layer can encode: the longest sequence, prompt and generated tokens
+    /// together (the rotations are precomputed for them).
+    pub max_positions: usize,
+    /// Base of the rotation frequencies (10 000 in RoFormer and LLaMA).
+    #[config(default = 10000.0)]
+    pub theta: f64,
+}
+
+impl RopeConfig {
+    /// Checks the configuration for heads of size `d_k` (which must be even: the rotation
+    /// pairs features).
+    pub(crate) fn validate(&self, d_k: usize) -> Result<(), AttentionError> {
+        if !d_k.is_multiple_of(2) {
+            return Err(AttentionError::InvalidConfig {
+                field: "rope",
+                value: format!("d_k = {d_k}"),
+                reason: "rotary positions pair the features of a head: d_k must be even".into(),
+            });
+        }
+        if self.max_positions == 0 {
+            return Err(AttentionError::InvalidConfig {
+                field: "rope.max_positions",
+                value: "0".into(),
+                reason: "must be > 0".into(),
+            });
+        }
+        if !(self.theta.is_finite() && self.theta > 1.0 && (self.theta as f32).is_finite()) {
+            return Err(AttentionError::InvalidConfig {
+                field: "rope.theta",
+                value: self.theta.to_string(),
+                reason: "must be a finite number > 1".into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The rotations for heads of size `d_k`.
+    pub(crate) fn init(&self, d_k: usize, device: &Device) -> RotaryEncoding {
+        RotaryEncodingConfig::new(self.max_positions, d_k)
+            .with_theta(self.theta as f32)
+            .init(device)
+    }
+}
+
+/// `x` `[b, h, len, d_k]` rotated for the positions `start .. start + len`, or an error naming
+/// positions beyond what the layer encodes.
+pub(crate) fn rotate(
+    rope: &RotaryEncoding,
+    x: Tensor<4>,
+    start: usize,
+) -> Result<Tensor<4>, AttentionError> {
+    let len = x.dims()[2];
+    let max = rope.freq_complex.dims()[0];
+    match start.checked_add(len) {
+        Some(end) if end <= max => Ok(rope.apply(x, start)),
+        _ => Err(AttentionError::InvalidConfig {
+            field: "rope positions",
+            value: format!("{start}..{}", start.saturating_add(len)),
+            reason: format!("the layer encodes positions below {max} (RopeConfig::max_positions)"),
+        }),
+    }
+}
