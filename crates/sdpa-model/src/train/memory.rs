@@ -7,8 +7,9 @@
 //! calibrated on the default model at d_k = 1000 and 4000: 150–170 kB per unit of d_k measured,
 //! 147 kB estimated), the residual stream, the MLP, and the `[b, h, n, n]` scores, weights and
 //! their gradients of the recorded steps. On the configurations measured it came within about
-//! 20% of the peak (above it: d_k = 4000 and k = 2000 peaked at 0.68 and 2.7 GB against 0.75 and
-//! 3.2 GB estimated), so a configuration it refuses is one that would not, or only just, fit.
+//! 20% of the peak resident memory (d_k = 4000: 0.63 GB estimated, 0.70 GB peak; k = 2000 with
+//! batches of 4: 3.4 GB estimated, 2.7 GB peak), so a configuration it refuses is one that would
+//! not, or only just, fit.
 
 use crate::error::ModelError;
 
