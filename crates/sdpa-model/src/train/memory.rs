@@ -8,7 +8,7 @@
 //! 147 kB estimated), the residual stream, the MLP, and the `[b, h, n, n]` scores, weights and
 //! their gradients of the recorded steps. On the configurations measured it came within about
 //! 20% of the peak resident memory (d_k = 4000: 0.63 GB estimated, 0.70 GB peak; k = 2000 with
-//! batches of 4: 3.4 GB estimated, 2.7 GB peak), so a configuration it refuses is one that would
+//! batches of 4: 3.2 GiB estimated, 2.7 GiB peak), so a configuration it refuses is one that would
 //! not, or only just, fit.
 
 use crate::error::ModelError;
