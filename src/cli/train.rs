@@ -335,15 +335,7 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
         },
         overwrite: args.overwrite,
     };
-    let result = sdpa_model::train(&config, &device, &options).map_err(|e| match e {
-        // A wrong --out is bad usage (exit 2); everything else is a failed run (exit 1).
-        ModelError::RunExists { .. }
-        | ModelError::ForeignFile(_)
-        | ModelError::Locked { .. }
-        | ModelError::Link(_)
-        | ModelError::TooLarge { .. } => anyhow::Error::new(UsageError(e.to_string())),
-        other => anyhow::Error::new(other),
-    })?;
+    let result = sdpa_model::train(&config, &device, &options).map_err(usage_or_failure)?;
     let s = &result.summary;
     println!(
         "held-out accuracy {:.4} after {} steps ({}), {:.1} steps/s on {}",

@@ -54,14 +54,28 @@ pub fn causal_mask_for_keys(
     alignment: CausalAlignment,
     device: &Device,
 ) -> Tensor<2, Bool> {
+    let (centre, cols) = diagonal_grid(n, keys, alignment.offset(n, m), device);
+    cols.greater(centre)
+}
+
+/// The positions every causal, window and ALiBi mask compares, `[n, keys.len()]` each: a query's
+/// place on the diagonal, `i + offset`, and a key's index `j`.
+fn diagonal_grid(
+    n: usize,
+    keys: Range<usize>,
+    offset: i64,
+    device: &Device,
+) -> (Tensor<2, Int>, Tensor<2, Int>) {
     let len = keys.len();
-    let offset = alignment.offset(n, m);
-    // [n] -> [n, 1] and [len] -> [1, len]
-    let rows = Tensor::<1, Int>::arange(0..n as i64, device).reshape([n, 1]);
-    let cols =
-        Tensor::<1, Int>::arange(keys.start as i64..keys.end as i64, device).reshape([1, len]);
-    cols.expand([n, len])
-        .greater(rows.expand([n, len]).add_scalar(offset))
+    // [n] -> [n, 1] and [len] -> [1, len], both expanded to [n, len]
+    let centre = Tensor::<1, Int>::arange(0..n as i64, device)
+        .reshape([n, 1])
+        .add_scalar(offset)
+        .expand([n, len]);
+    let cols = Tensor::<1, Int>::arange(keys.start as i64..keys.end as i64, device)
+        .reshape([1, len])
+        .expand([n, len]);
+    (centre, cols)
 }
 
 /// The mask of a local [`Window`] for n queries and m keys, `[n, m]`, true where key j lies
@@ -105,14 +119,7 @@ pub fn window_mask_for_keys(
     // A side reaching past every key hides nothing; dropping it keeps the positions below
     // n + m, far from the Int tensors' limits.
     let window = window.within(n, m).unwrap_or_default();
-    // [n] -> [n, 1] and [len] -> [1, len], expanded to [n, len]
-    let centre = Tensor::<1, Int>::arange(0..n as i64, device)
-        .reshape([n, 1])
-        .add_scalar(offset)
-        .expand([n, len]);
-    let cols = Tensor::<1, Int>::arange(keys.start as i64..keys.end as i64, device)
-        .reshape([1, len])
-        .expand([n, len]);
+    let (centre, cols) = diagonal_grid(n, keys, offset, device);
     let before = window
         .left
         .map(|left| cols.clone().lower(centre.clone().sub_scalar(left as i64)));
@@ -303,17 +310,10 @@ pub(crate) fn alibi_bias_for_keys(
     dtype: DType,
 ) -> Tensor<4> {
     let device = slopes.device();
-    let len = keys.len();
     let h = slopes.dims()[0];
     let offset = alignment.offset(n, m);
-    // [n] -> [n, 1] and [len] -> [1, len]: |c − j| as [n, len]
-    let centre = Tensor::<1, Int>::arange(0..n as i64, &device)
-        .reshape([n, 1])
-        .add_scalar(offset)
-        .expand([n, len]);
-    let cols = Tensor::<1, Int>::arange(keys.start as i64..keys.end as i64, &device)
-        .reshape([1, len])
-        .expand([n, len]);
+    // |c − j| as [n, keys.len()]
+    let (centre, cols) = diagonal_grid(n, keys, offset, &device);
     let distance = (centre - cols).abs().float().cast(dtype);
     // [h] -> [1, h, 1, 1] times [n, len] -> [1, 1, n, len]
     let slopes = slopes.clone().detach().cast(dtype).reshape([1, h, 1, 1]);

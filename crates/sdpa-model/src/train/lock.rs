@@ -53,6 +53,14 @@ fn holder(text: &str) -> Option<(String, Option<String>)> {
     pid.map(|pid| (pid, host.filter(|_| complete)))
 }
 
+/// The holder a lock file names, in words, for the message a second writer gets.
+fn holder_words(text: &str) -> String {
+    holder(text).map_or_else(
+        || "a process that has not yet written its name".to_string(),
+        |(pid, host)| format!("pid {pid} on host {}", host.as_deref().unwrap_or("unknown")),
+    )
+}
+
 impl RunLock {
     /// Takes the lock of `dir` (which must exist), or says who holds it. Returns a note for the
     /// user when the lock of a killed run was taken over.
@@ -70,15 +78,9 @@ impl RunLock {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => {
                 let _ = file.read_to_string(&mut text);
-                let holder = holder(&text).map_or_else(
-                    || "a process that has not yet written its name".to_string(),
-                    |(pid, host)| {
-                        format!("pid {pid} on host {}", host.as_deref().unwrap_or("unknown"))
-                    },
-                );
                 return Err(ModelError::Locked {
                     dir: dir.to_path_buf(),
-                    holder,
+                    holder: holder_words(&text),
                     lock: path,
                 });
             }
@@ -141,13 +143,9 @@ pub fn check_run_dir(dir: &Path) -> Result<(), ModelError> {
         }
         Err(TryLockError::WouldBlock) => {
             let text = fs::read_to_string(&path).unwrap_or_default();
-            let holder = holder(&text).map_or_else(
-                || "a process that has not yet written its name".to_string(),
-                |(pid, host)| format!("pid {pid} on host {}", host.as_deref().unwrap_or("unknown")),
-            );
             Err(ModelError::Locked {
                 dir: dir.to_path_buf(),
-                holder,
+                holder: holder_words(&text),
                 lock: path,
             })
         }

@@ -17,7 +17,7 @@ use burn::prelude::*;
 use super::HostExtras;
 use super::backward::{BACKWARD_TILES, BackwardInputs, BackwardOutputs};
 use super::host::HostFloat;
-use super::masking::{Alibi, Broadcast, Masking, Segments};
+use super::masking::Masking;
 use super::nonfinite;
 use super::shape::{KernelShape, Tiles};
 use crate::types::AttentionDims;
@@ -47,22 +47,8 @@ pub(crate) struct KernelCall {
 impl KernelCall {
     /// The kernel's masking for this call with `bias` (the bias's host values and shape).
     fn masking<'a>(&'a self, bias: Option<(&'a [f32], [usize; 4])>) -> Masking<'a> {
-        Masking {
-            mask: self
-                .mask
-                .as_ref()
-                .map(|m| Broadcast::new(&m.values, m.shape)),
-            bias: bias.map(|(values, shape)| Broadcast::new(values, shape)),
-            segments: self
-                .extras
-                .segments
-                .as_ref()
-                .map(|(query, key)| Segments { query, key }),
-            alibi: self.extras.alibi.as_ref().map(|(slopes, offset)| Alibi {
-                slopes,
-                offset: *offset,
-            }),
-        }
+        let mask = self.mask.as_ref().map(|m| (&m.values[..], m.shape));
+        self.extras.masking(mask, bias)
     }
 }
 
@@ -235,7 +221,7 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
             );
             nonfinite::backward(
                 &shape,
-                BACKWARD_TILES.fitted_to(masking.segments.map(|seg| seg.shortest_run(dims.m))),
+                masking.fit(BACKWARD_TILES, dims.m),
                 &masking,
                 BackwardInputs {
                     q: &q,

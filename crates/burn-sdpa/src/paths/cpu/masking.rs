@@ -132,6 +132,12 @@ impl<'a> Masking<'a> {
         }
     }
 
+    /// `tiles` fitted to the shortest packed document, when there are segments (see
+    /// [`Tiles::fitted_to`](super::shape::Tiles::fitted_to)); `m` keys per row.
+    pub(crate) fn fit(&self, tiles: super::shape::Tiles, m: usize) -> super::shape::Tiles {
+        tiles.fitted_to(self.segments.map(|seg| seg.shortest_run(m)))
+    }
+
     /// Whether anything beyond the mask shifts the scores (bias or ALiBi): such tiles always go
     /// through [`apply`](Self::apply).
     pub(crate) fn shifts_scores(&self) -> bool {

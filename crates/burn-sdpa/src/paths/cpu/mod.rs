@@ -19,6 +19,29 @@ pub(crate) struct HostExtras {
     /// `[h]` slopes and the diagonal's offset.
     pub alibi: Option<(Vec<f32>, i64)>,
 }
+
+impl HostExtras {
+    /// The kernel's masking with these extras, the host `mask` and the host `bias` (values and
+    /// shape of each).
+    pub(crate) fn masking<'a>(
+        &'a self,
+        mask: Option<(&'a [bool], [usize; 4])>,
+        bias: Option<(&'a [f32], [usize; 4])>,
+    ) -> Masking<'a> {
+        Masking {
+            mask: mask.map(|(values, shape)| Broadcast::new(values, shape)),
+            bias: bias.map(|(values, shape)| Broadcast::new(values, shape)),
+            segments: self
+                .segments
+                .as_ref()
+                .map(|(query, key)| Segments { query, key }),
+            alibi: self.alibi.as_ref().map(|(slopes, offset)| Alibi {
+                slopes,
+                offset: *offset,
+            }),
+        }
+    }
+}
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 #[allow(deprecated)]
 mod host;
@@ -201,27 +224,15 @@ fn host_copies(
         input.key.into_data(),
         input.value.into_data(),
     );
-    let masking = Masking {
-        mask: mask
-            .as_ref()
-            .map(|(values, shape)| Broadcast::new(values, *shape)),
-        bias: bias
-            .as_ref()
-            .map(|(values, shape)| Broadcast::new(values, *shape)),
-        segments: extras
-            .segments
-            .as_ref()
-            .map(|(query, key)| Segments { query, key }),
-        alibi: extras.alibi.as_ref().map(|(slopes, offset)| Alibi {
-            slopes,
-            offset: *offset,
-        }),
-    };
+    let masking = extras.masking(
+        mask.as_ref().map(|(values, shape)| (&values[..], *shape)),
+        bias.as_ref().map(|(values, shape)| (&values[..], *shape)),
+    );
     let mut out = vec![0.0f32; b * h * n * dims.d_v];
     let mut lse = vec![0.0f32; b * h * n];
     nonfinite::forward(
         &shape,
-        Tiles::for_keys(dims.m).fitted_to(masking.segments.map(|seg| seg.shortest_run(dims.m))),
+        masking.fit(Tiles::for_keys(dims.m), dims.m),
         &masking,
         &host(&q)?,
         &host(&k)?,
