@@ -7,6 +7,7 @@ mod errors;
 mod extensions;
 mod golden;
 mod gradients;
+mod kv_cache;
 mod layers;
 mod packed;
 mod parity;

@@ -124,6 +124,17 @@ pub enum AttentionError {
         /// Why not.
         reason: String,
     },
+    /// A cache of fixed capacity cannot hold the tokens of a call (see
+    /// [`MhaCache::growable`](crate::MhaCache::growable)).
+    #[error(
+        "the KV cache holds {capacity} tokens per sequence, this call needs {needed}; create it with more capacity or make it growable"
+    )]
+    CacheFull {
+        /// Tokens per sequence the cache holds.
+        capacity: usize,
+        /// Tokens the longest sequence would hold after the call.
+        needed: usize,
+    },
     /// A tensor could not be read back from its device to the host.
     #[error("could not read {what} back from the device: {reason}")]
     ReadBack {

@@ -46,7 +46,7 @@
 //! | `module.rs` | [`ScaledDotProductAttentionConfig`] and [`ScaledDotProductAttention`]: validate, resolve, run |
 //! | `qk_norm.rs` | [`QkNorm`] and [`HeadNorm`], the per-head normalization of queries and keys |
 //! | `mha.rs` | [`MultiHeadAttention`] |
-//! | `cache.rs` | [`MhaCache`] and the multi-head layer's cached decoding |
+//! | `cache/` | [`MhaCache`] (preallocated slots, ring buffer, per-sequence lengths) and the multi-head layer's cached decoding |
 //! | `diagnostics.rs` | [`attention_diagnostics`] |
 #![warn(missing_docs)]
 
@@ -65,7 +65,7 @@ mod rope;
 mod types;
 mod vocabulary;
 
-pub use cache::MhaCache;
+pub use cache::{INITIAL_CAPACITY, MhaCache};
 pub use diagnostics::{
     AttentionDiagnostics, HeadDiagnostics, SATURATION_THRESHOLD, attention_diagnostics,
 };

@@ -10,7 +10,7 @@ use crate::input::{AttentionInput, AttentionOutput};
 use crate::module::{ScaledDotProductAttention, ScaledDotProductAttentionConfig};
 use crate::options::{AttentionOptions, option_setters};
 use crate::qk_norm::{HeadNorm, QkNorm};
-use crate::rope::{RopeConfig, rotate};
+use crate::rope::{RopeConfig, rotate_rows};
 
 /// Configuration of [`MultiHeadAttention`].
 ///
@@ -270,6 +270,16 @@ impl MultiHeadAttention {
         input: &MhaInput,
         start: usize,
     ) -> Result<(Tensor<4>, Tensor<4>, Tensor<4>), AttentionError> {
+        self.project_heads_rows(input, &[start])
+    }
+
+    /// [`project_heads_at`](Self::project_heads_at) with one start per batch row (or one for
+    /// all): cached decoding of sequences of different lengths.
+    pub(crate) fn project_heads_rows(
+        &self,
+        input: &MhaInput,
+        starts: &[usize],
+    ) -> Result<(Tensor<4>, Tensor<4>, Tensor<4>), AttentionError> {
         let [b, _, d_q] = input.query.dims();
         let [b_k, m, d_key] = input.key.dims();
         let [b_v, m_v, d_v] = input.value.dims();
@@ -304,8 +314,8 @@ impl MultiHeadAttention {
             key = norm.forward(key);
         }
         if let Some(rope) = &self.rope {
-            query = rotate(rope, query, start)?;
-            key = rotate(rope, key, start)?;
+            query = rotate_rows(rope, query, starts)?;
+            key = rotate_rows(rope, key, starts)?;
         }
         Ok((query, key, value))
     }

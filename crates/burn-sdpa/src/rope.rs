@@ -58,11 +58,7 @@ impl RopeConfig {
 
 /// `x` `[b, h, len, d_k]` rotated for the positions `start .. start + len`, or an error naming
 /// positions beyond what the layer encodes.
-pub(crate) fn rotate(
-    rope: &RotaryEncoding,
-    x: Tensor<4>,
-    start: usize,
-) -> Result<Tensor<4>, AttentionError> {
+fn rotate(rope: &RotaryEncoding, x: Tensor<4>, start: usize) -> Result<Tensor<4>, AttentionError> {
     let len = x.dims()[2];
     let max = rope.freq_complex.dims()[0];
     match start.checked_add(len) {
@@ -72,5 +68,29 @@ pub(crate) fn rotate(
             value: format!("{start}..{}", start.saturating_add(len)),
             reason: format!("the layer encodes positions below {max} (RopeConfig::max_positions)"),
         }),
+    }
+}
+
+/// `x` `[b, h, len, d_k]` with batch row r rotated for the positions
+/// `starts[r] .. starts[r] + len` (one start for every row when `starts` holds one; cached
+/// decoding of sequences of different lengths passes one per row).
+pub(crate) fn rotate_rows(
+    rope: &RotaryEncoding,
+    x: Tensor<4>,
+    starts: &[usize],
+) -> Result<Tensor<4>, AttentionError> {
+    match starts {
+        [] => Ok(x),
+        [start] => rotate(rope, x, *start),
+        _ if starts.iter().all(|&s| s == starts[0]) => rotate(rope, x, starts[0]),
+        _ => {
+            let rows = starts
+                .iter()
+                .enumerate()
+                // [b, h, len, d_k] -> [1, h, len, d_k] rotated for row r's positions
+                .map(|(r, &start)| rotate(rope, x.clone().slice(s![r..r + 1, .., .., ..]), start))
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Tensor::cat(rows, 0))
+        }
     }
 }
