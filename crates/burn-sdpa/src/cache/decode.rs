@@ -205,6 +205,20 @@ fn positioned(
     Ok(input)
 }
 
+/// Whether a call of one token per sequence may attend to every slot of the cache with the empty
+/// ones hidden as padding: nothing of it names keys by index (masks, biases, padding, segments,
+/// windows and ALiBi do; weights and scores would come back over every slot).
+fn whole_storage_serves(input: &MhaInput) -> bool {
+    input.mask.is_none()
+        && input.bias.is_none()
+        && input.padding_mask.is_none()
+        && input.segments.is_none()
+        && input.window.is_none()
+        && input.alibi_slopes.is_none()
+        && !input.need_weights
+        && !input.need_scores
+}
+
 impl MultiHeadAttention {
     /// Cached decoding: attends the new tokens `x` `[b, t, d_model]` (the input's query; its key
     /// and value must be the same tokens) to every token in `cache` and to themselves, then
@@ -329,7 +343,42 @@ impl MultiHeadAttention {
         // the input's causal mask, window and ALiBi apply as they are.
         let on_diagonal =
             step.uniform() && self.attention.causal_alignment == CausalAlignment::BottomRight;
+        let whole = t == 1
+            && crate::paths::cpu::runs_in_place(&query.device())
+            && whole_storage_serves(&input);
         let out = match cache.kind {
+            Kind::Slots { .. } | Kind::Ring { .. } if whole => {
+                // One new token per sequence on a backend whose kernel reads the cache in
+                // place: attend to every slot, the empty ones hidden as padding (the kernel
+                // skips their tiles), so that nothing is copied.
+                let window = cache.window();
+                let m = window.map_or(longest, |w| longest.min(w));
+                cache.reserve(m, &key, &value)?;
+                cache.write(&key, &value, &step);
+                let (keys, values) = match (&cache.key, &cache.value) {
+                    (Some(k), Some(v)) => (k.clone(), v.clone()),
+                    _ => (key, value),
+                };
+                let slots = keys.dims()[2];
+                let padding: Vec<bool> = step
+                    .counts
+                    .iter()
+                    .zip(&ends)
+                    .flat_map(|(&count, &end)| {
+                        let filled = window.map_or(end, |w| end.min(w));
+                        // A sequence with no new token has no query: it sees nothing.
+                        (0..slots).map(move |j| count == 0 || j >= filled)
+                    })
+                    .collect();
+                let padding = Tensor::<2, Bool>::from_data(
+                    burn::tensor::TensorData::new(padding, [b, slots]),
+                    &keys.device(),
+                );
+                let mut input = input.padding_mask(padding);
+                // A single query per sequence at its newest position sees every filled slot.
+                input.causal = false;
+                self.attend(input, query, keys, values)?
+            }
             Kind::Concatenating => {
                 let (key, value) = match cache.view(cache.len()) {
                     // [b, h_kv, cached, d] ++ [b, h_kv, t, d] -> [b, h_kv, cached + t, d]
