@@ -371,33 +371,31 @@ fn timed(
 ) -> anyhow::Result<()> {
     let batch = 4;
     let prompt = tokens(sequences(rng, batch, context), batch, device);
-    let mut speeds = [Vec::new(), Vec::new(), Vec::new()];
+    let mut speeds = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..REPEATS {
         let capacity = MhaCache::with_capacity(context + TIMED_STEPS + 1);
         let preallocated = generate_cached(model, prompt.clone(), TIMED_STEPS, capacity)?;
-        let concatenated = generate_cached(
-            model,
-            prompt.clone(),
-            TIMED_STEPS,
-            MhaCache::concatenating(),
-        )?;
+        let growable = generate_cached(model, prompt.clone(), TIMED_STEPS, MhaCache::new())?;
+        let concatenated =
+            generate_cached(model, prompt.clone(), TIMED_STEPS, MhaCache::concatenating())?;
         let recomputed = generate_recomputed(model, prompt.clone(), TIMED_STEPS)?;
         ensure!(
-            preallocated.tokens == concatenated.tokens,
-            "the two caches gave different tokens after {context} tokens"
+            preallocated.tokens == concatenated.tokens && growable.tokens == concatenated.tokens,
+            "the caches gave different tokens after {context} tokens"
         );
         for (speed, way) in speeds
             .iter_mut()
-            .zip([preallocated, concatenated, recomputed])
+            .zip([preallocated, growable, concatenated, recomputed])
         {
             speed.push(way.tokens_per_second());
         }
     }
-    let [p, c, r] = speeds.map(median_range);
+    let [p, g, c, r] = speeds.map(median_range);
     let cell = |(median, low, high): (f64, f64, f64)| format!("{median:.0} [{low:.0}, {high:.0}]");
     println!(
-        "| {context} | {} | {} | {} | {:.2}× | {:.1}× |",
+        "| {context} | {} | {} | {} | {} | {:.2}× | {:.1}× |",
         cell(p),
+        cell(g),
         cell(c),
         cell(r),
         p.0 / c.0,
@@ -425,10 +423,11 @@ fn main() -> anyhow::Result<()> {
          {TIMED_STEPS} steps after the context, {backend}:"
     );
     println!(
-        "| cached tokens | preallocated cache | concatenating cache | recomputing the prefix | \
-         preallocated / concatenating | preallocated / recomputing |"
+        "| cached tokens | preallocated (capacity = what is needed) | growable (`MhaCache::new()`) | \
+         concatenating cache | recomputing the prefix | preallocated / concatenating | \
+         preallocated / recomputing |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for context in if quick { QUICK_CONTEXTS } else { CONTEXTS } {
         timed(&model, &device, &mut rng, context)?;
     }

@@ -25,100 +25,107 @@ fn layer(device: &Device) -> MultiHeadAttention {
         .init(device)
 }
 
-/// Prompt lengths of the ragged batch, and tokens generated after them (a row with 0 new tokens
-/// in a step has finished).
-const PROMPTS: [usize; 3] = [5, 2, 7];
-const STEPS: [[usize; 3]; 4] = [[1, 1, 1], [1, 1, 0], [1, 1, 1], [0, 1, 1]];
+/// The tokens each of 3 sequences adds per call: the first call is the prompts (right-padded to
+/// the longest), then single tokens (a row with 0 has finished, for now or for good).
+const SCHEDULE: &[[usize; 3]] = &[[5, 2, 7], [1, 1, 1], [1, 1, 0], [1, 1, 1], [0, 1, 1]];
+/// With chunks of several tokens after the prompts: t > 1 on sequences of different lengths.
+const CHUNKED: &[[usize; 3]] = &[[5, 2, 7], [3, 1, 2], [1, 1, 1], [0, 2, 1]];
 
-/// Sequence r's tokens `[1, len, d_model]`: enough for its prompt and every step.
-fn sequences(device: &Device) -> Vec<Tensor<3>> {
-    (0..PROMPTS.len())
+/// Sequence r's tokens `[1, len, d_model]`: what `schedule` adds to it.
+fn sequences(device: &Device, schedule: &[[usize; 3]]) -> Vec<Tensor<3>> {
+    (0..3)
         .map(|r| {
-            let len = PROMPTS[r] + STEPS.iter().map(|s| s[r]).sum::<usize>();
+            let len = schedule.iter().map(|s| s[r]).sum::<usize>();
             Tensor::<3>::random([1, len, D_MODEL], Distribution::Normal(0.0, 1.0), device)
         })
         .collect()
 }
 
+/// How a decoding runs: the ALiBi of the calls and whether the prompt is causal (a
+/// bidirectional prompt, prefix-LM style, sees every key of its sequence, so a slot past a
+/// sequence's end would show).
+#[derive(Debug, Clone, Copy)]
+struct Run {
+    alibi: bool,
+    causal_prompt: bool,
+}
+
+impl Run {
+    /// The input of call `call` over `x`.
+    fn input(self, x: Tensor<3>, call: usize) -> MhaInput {
+        let device = x.device();
+        let input = MhaInput::self_attn(x);
+        let input = if call > 0 || self.causal_prompt {
+            input.causal()
+        } else {
+            input
+        };
+        if self.alibi {
+            input.alibi(Tensor::<1>::from_floats(
+                alibi_slopes(4).as_slice(),
+                &device,
+            ))
+        } else {
+            input
+        }
+    }
+}
+
 /// Row `r`'s real outputs of every call, `[len_r, d_model]` values, decoding the batch
-/// together; `fill` is what the padding holds.
+/// together on `schedule`; `fill` is what the padding holds.
 fn decode_together(
     mha: &MultiHeadAttention,
     seqs: &[Tensor<3>],
     mut cache: MhaCache,
     fill: f64,
-    alibi: bool,
-    causal_prompt: bool,
+    run: Run,
+    schedule: &[[usize; 3]],
 ) -> Vec<Vec<f64>> {
     let device = seqs[0].device();
-    let slopes = || Tensor::<1>::from_floats(alibi_slopes(4).as_slice(), &device);
-    let with_alibi = |input: MhaInput| if alibi { input.alibi(slopes()) } else { input };
-    let t = PROMPTS.iter().copied().max().unwrap();
-    // [b, t, d_model], row r's prompt then `fill`
-    let mut prompts = Tensor::<3>::full([PROMPTS.len(), t, D_MODEL], fill, &device);
-    for (r, seq) in seqs.iter().enumerate() {
-        let prompt = seq.clone().slice(s![.., 0..PROMPTS[r], ..]);
-        prompts = prompts.slice_assign(s![r..r + 1, 0..PROMPTS[r], ..], prompt);
-    }
-    let prompts = MhaInput::self_attn(prompts);
-    let input = with_alibi(if causal_prompt {
-        prompts.causal()
-    } else {
-        prompts
-    });
-    let out = values(
-        mha.forward_cache_ragged(input, &PROMPTS, &mut cache)
-            .context,
-    );
-    let mut rows: Vec<Vec<f64>> = (0..PROMPTS.len())
-        .map(|r| out[r * t * D_MODEL..(r * t + PROMPTS[r]) * D_MODEL].to_vec())
-        .collect();
-    let mut positions = PROMPTS;
-    for counts in STEPS {
-        let mut tokens = Tensor::<3>::full([PROMPTS.len(), 1, D_MODEL], fill, &device);
-        for (r, seq) in seqs.iter().enumerate().filter(|(r, _)| counts[*r] == 1) {
-            let token = seq
+    let mut rows = vec![Vec::new(); 3];
+    let mut positions = [0; 3];
+    for (call, counts) in schedule.iter().enumerate() {
+        let t = counts.iter().copied().max().unwrap();
+        // [3, t, d_model]: row r's new tokens, then `fill`
+        let mut x = Tensor::<3>::full([3, t, D_MODEL], fill, &device);
+        for (r, seq) in seqs.iter().enumerate().filter(|(r, _)| counts[*r] > 0) {
+            let tokens = seq
                 .clone()
-                .slice(s![.., positions[r]..positions[r] + 1, ..]);
-            tokens = tokens.slice_assign(s![r..r + 1, .., ..], token);
+                .slice(s![.., positions[r]..positions[r] + counts[r], ..]);
+            x = x.slice_assign(s![r..r + 1, 0..counts[r], ..], tokens);
         }
-        let input = with_alibi(MhaInput::self_attn(tokens).causal());
-        let out = values(mha.forward_cache_ragged(input, &counts, &mut cache).context);
-        for r in 0..PROMPTS.len() {
-            if counts[r] == 1 {
-                rows[r].extend_from_slice(&out[r * D_MODEL..(r + 1) * D_MODEL]);
-                positions[r] += 1;
-            }
+        let out = values(
+            mha.forward_cache_ragged(run.input(x, call), counts, &mut cache)
+                .context,
+        );
+        for r in 0..3 {
+            rows[r].extend_from_slice(&out[r * t * D_MODEL..(r * t + counts[r]) * D_MODEL]);
+            positions[r] += counts[r];
         }
     }
     assert_eq!(cache.lengths(), positions, "the cache's lengths");
     rows
 }
 
-/// Sequence `seq` decoded alone: its prompt at once, then one token per step.
+/// Sequence `r` decoded alone on its column of `schedule`.
 fn decode_alone(
     mha: &MultiHeadAttention,
     seq: &Tensor<3>,
-    prompt: usize,
+    r: usize,
     mut cache: MhaCache,
-    alibi: bool,
-    causal_prompt: bool,
+    run: Run,
+    schedule: &[[usize; 3]],
 ) -> Vec<f64> {
-    let device = seq.device();
-    let slopes = || Tensor::<1>::from_floats(alibi_slopes(4).as_slice(), &device);
-    let with_alibi = |input: MhaInput| if alibi { input.alibi(slopes()) } else { input };
-    let len = seq.dims()[1];
-    let prompt_input = MhaInput::self_attn(seq.clone().slice(s![.., 0..prompt, ..]));
-    let input = with_alibi(if causal_prompt {
-        prompt_input.causal()
-    } else {
-        prompt_input
-    });
-    let mut out = values(mha.forward_cache(input, &mut cache).context);
-    for p in prompt..len {
-        let input =
-            with_alibi(MhaInput::self_attn(seq.clone().slice(s![.., p..p + 1, ..])).causal());
-        out.extend(values(mha.forward_cache(input, &mut cache).context));
+    let mut out = Vec::new();
+    let mut position = 0;
+    for (call, counts) in schedule.iter().enumerate().filter(|(_, c)| c[r] > 0) {
+        let x = seq
+            .clone()
+            .slice(s![.., position..position + counts[r], ..]);
+        out.extend(values(
+            mha.forward_cache(run.input(x, call), &mut cache).context,
+        ));
+        position += counts[r];
     }
     out
 }
@@ -127,7 +134,6 @@ fn decode_alone(
 fn a_ragged_batch_decodes_what_each_sequence_decodes_alone() {
     for (backend, device) in devices() {
         let mha = layer(&device);
-        let seqs = sequences(&device);
         let kinds: [(&str, MakeCache); 3] = [
             ("growable", MhaCache::new),
             ("fixed, small and growable", || {
@@ -135,18 +141,25 @@ fn a_ragged_batch_decodes_what_each_sequence_decodes_alone() {
             }),
             ("sliding 3", || MhaCache::sliding(3)),
         ];
-        for (kind, cache) in kinds {
-            // A causal prompt, or a bidirectional one (prefix-LM): the latter sees every
-            // visible key of its sequence, so a slot past a sequence's end would show.
-            for (alibi, causal) in [(false, true), (true, true), (false, false), (true, false)] {
-                let together = decode_together(&mha, &seqs, cache(), 0.0, alibi, causal);
-                for (r, seq) in seqs.iter().enumerate() {
-                    let alone = decode_alone(&mha, seq, PROMPTS[r], cache(), alibi, causal);
-                    let diff = max_abs_diff(&together[r], &alone);
-                    assert!(
-                        diff < 1e-4,
-                        "{backend} {kind} alibi {alibi} causal {causal}: sequence {r} differs by {diff}"
-                    );
+        for schedule in [SCHEDULE, CHUNKED] {
+            let seqs = sequences(&device, schedule);
+            for (kind, cache) in kinds {
+                for (alibi, causal_prompt) in
+                    [(false, true), (true, true), (false, false), (true, false)]
+                {
+                    let run = Run {
+                        alibi,
+                        causal_prompt,
+                    };
+                    let together = decode_together(&mha, &seqs, cache(), 0.0, run, schedule);
+                    for (r, seq) in seqs.iter().enumerate() {
+                        let alone = decode_alone(&mha, seq, r, cache(), run, schedule);
+                        let diff = max_abs_diff(&together[r], &alone);
+                        assert!(
+                            diff < 1e-4,
+                            "{backend} {kind} {run:?} {schedule:?}: sequence {r} differs by {diff}"
+                        );
+                    }
                 }
             }
         }
@@ -157,11 +170,15 @@ fn a_ragged_batch_decodes_what_each_sequence_decodes_alone() {
 fn the_padding_of_a_ragged_batch_is_never_seen() {
     for (backend, device) in devices() {
         let mha = layer(&device);
-        let seqs = sequences(&device);
+        let seqs = sequences(&device, CHUNKED);
+        let run = Run {
+            alibi: false,
+            causal_prompt: false,
+        };
         for cache in [MhaCache::new, || MhaCache::sliding(4)] {
-            let zeros = decode_together(&mha, &seqs, cache(), 0.0, false, false);
-            let large = decode_together(&mha, &seqs, cache(), 1e3, false, false);
-            for r in 0..PROMPTS.len() {
+            let zeros = decode_together(&mha, &seqs, cache(), 0.0, run, CHUNKED);
+            let large = decode_together(&mha, &seqs, cache(), 1e3, run, CHUNKED);
+            for r in 0..3 {
                 let diff = max_abs_diff(&zeros[r], &large[r]);
                 assert!(
                     diff < 1e-5,
@@ -169,6 +186,71 @@ fn the_padding_of_a_ragged_batch_is_never_seen() {
                 );
             }
         }
+    }
+}
+
+#[test]
+fn a_finished_sequence_at_the_last_rotary_position_does_not_stop_the_others() {
+    let device = Device::flex();
+    device.seed(11);
+    let mha = MultiHeadAttentionConfig::new(D_MODEL, 4)
+        .with_rope(Some(RopeConfig::new(8)))
+        .init(&device);
+    let x = Tensor::<3>::random([2, 8, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
+    let mut cache = MhaCache::new();
+    // Row 0 fills every position the layer encodes, row 1 has 3 tokens.
+    mha.forward_cache_ragged(MhaInput::self_attn(x.clone()).causal(), &[8, 3], &mut cache);
+    let next = x.clone().slice(s![.., 3..4, ..]);
+    let together = values(
+        mha.try_forward_cache_ragged(MhaInput::self_attn(next.clone()), &[0, 1], &mut cache)
+            .expect("row 0 adds nothing, so its position 8 is never encoded")
+            .context
+            .slice(s![1..2, .., ..]),
+    );
+    let mut alone = MhaCache::new();
+    let row = x.clone().slice(s![1..2, 0..3, ..]);
+    mha.forward_cache(MhaInput::self_attn(row).causal(), &mut alone);
+    let expected = values(
+        mha.forward_cache(
+            MhaInput::self_attn(next.slice(s![1..2, .., ..])),
+            &mut alone,
+        )
+        .context,
+    );
+    assert!(max_abs_diff(&together, &expected) < 1e-5);
+    // Row 0 adding a token past the table is refused, naming the positions.
+    let e = mha
+        .try_forward_cache_ragged(
+            MhaInput::self_attn(x.slice(s![.., 0..1, ..])),
+            &[1, 1],
+            &mut cache,
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains("8..9"), "{e}");
+    assert_eq!(cache.lengths(), [8, 4]);
+}
+
+#[test]
+fn a_call_that_fails_after_writing_leaves_what_later_calls_see() {
+    let device = Device::flex();
+    let mha = layer(&device);
+    let x = Tensor::<3>::random([2, 9, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
+    let token = |p: usize| MhaInput::self_attn(x.clone().slice(s![.., p..p + 1, ..])).causal();
+    for cache in [MhaCache::new, || MhaCache::sliding(3)] {
+        let (mut clean, mut failed) = (cache(), cache());
+        let mut outputs = [Vec::new(), Vec::new()];
+        for p in 0..9 {
+            if p == 5 {
+                // Slopes for 3 heads where there are 4: refused after the token was written.
+                let bad = token(p).alibi(Tensor::<1>::from_floats([0.5, 0.25, 0.125], &device));
+                assert!(mha.try_forward_cache(bad, &mut failed).is_err());
+                assert_eq!(failed.lengths(), [5, 5]);
+            }
+            for (out, cache) in outputs.iter_mut().zip([&mut clean, &mut failed]) {
+                out.extend(values(mha.forward_cache(token(p), cache).context));
+            }
+        }
+        assert!(max_abs_diff(&outputs[0], &outputs[1]) < 1e-6);
     }
 }
 
@@ -307,4 +389,19 @@ fn bad_cached_calls_are_refused_and_leave_the_cache() {
         assert!(e.contains(expected), "{e:?} should say {expected:?}");
     }
     assert_eq!(cache.lengths(), [3, 3]);
+    // A cleared cache, or one whose first call failed, holds no token and takes another batch.
+    cache.clear();
+    assert!(cache.is_empty());
+    let three = Tensor::<3>::zeros([3, 2, D_MODEL], &device);
+    mha.forward_cache(MhaInput::self_attn(three.clone()).causal(), &mut cache);
+    assert_eq!(cache.lengths(), [2, 2, 2]);
+    let mut fresh = MhaCache::with_capacity(4);
+    let wrong_mask = Tensor::<4, Bool>::full([1, 1, 1, 9], false, &device);
+    assert!(
+        mha.try_forward_cache(MhaInput::self_attn(x).mask(wrong_mask), &mut fresh)
+            .is_err()
+    );
+    assert!(fresh.is_empty());
+    mha.forward_cache(MhaInput::self_attn(three).causal(), &mut fresh);
+    assert_eq!(fresh.lengths(), [2, 2, 2]);
 }

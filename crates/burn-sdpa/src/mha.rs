@@ -1,5 +1,5 @@
 //! Multi-head attention built on [`ScaledDotProductAttention`], with optional QK-norm
-//! ([`QkNorm`]); cached decoding is in `cache.rs`.
+//! ([`QkNorm`]); cached decoding is in `cache/`.
 
 use burn::module::{Module, Param};
 use burn::nn::{Initializer, Linear, LinearConfig, RotaryEncoding};
@@ -270,15 +270,17 @@ impl MultiHeadAttention {
         input: &MhaInput,
         start: usize,
     ) -> Result<(Tensor<4>, Tensor<4>, Tensor<4>), AttentionError> {
-        self.project_heads_rows(input, &[start])
+        self.project_heads_rows(input, &[start], None)
     }
 
     /// [`project_heads_at`](Self::project_heads_at) with one start per batch row (or one for
-    /// all): cached decoding of sequences of different lengths.
+    /// all): cached decoding of sequences of different lengths, where row r holds `counts[r]`
+    /// tokens followed by padding (see `rope::rotate_rows`).
     pub(crate) fn project_heads_rows(
         &self,
         input: &MhaInput,
         starts: &[usize],
+        counts: Option<&[usize]>,
     ) -> Result<(Tensor<4>, Tensor<4>, Tensor<4>), AttentionError> {
         let [b, _, d_q] = input.query.dims();
         let [b_k, m, d_key] = input.key.dims();
@@ -314,8 +316,8 @@ impl MultiHeadAttention {
             key = norm.forward(key);
         }
         if let Some(rope) = &self.rope {
-            query = rotate_rows(rope, query, starts)?;
-            key = rotate_rows(rope, key, starts)?;
+            query = rotate_rows(rope, query, starts, counts)?;
+            key = rotate_rows(rope, key, starts, counts)?;
         }
         Ok((query, key, value))
     }

@@ -73,22 +73,45 @@ fn rotate(rope: &RotaryEncoding, x: Tensor<4>, start: usize) -> Result<Tensor<4>
 
 /// `x` `[b, h, len, d_k]` with batch row r rotated for the positions
 /// `starts[r] .. starts[r] + len` (one start for every row when `starts` holds one; cached
-/// decoding of sequences of different lengths passes one per row).
+/// decoding of sequences of different lengths passes one per row). With `counts`, only row r's
+/// first `counts[r]` tokens must lie below the table's end: the rest are padding, rotated when
+/// they fit and left as they are when they do not (nothing reads them).
 pub(crate) fn rotate_rows(
     rope: &RotaryEncoding,
     x: Tensor<4>,
     starts: &[usize],
+    counts: Option<&[usize]>,
 ) -> Result<Tensor<4>, AttentionError> {
+    let len = x.dims()[2];
+    let max = rope.freq_complex.dims()[0];
+    let fits = |start: usize| start.checked_add(len).is_some_and(|end| end <= max);
+    let shared = starts.iter().all(|&s| s == starts[0]);
     match starts {
         [] => Ok(x),
         [start] => rotate(rope, x, *start),
-        _ if starts.iter().all(|&s| s == starts[0]) => rotate(rope, x, starts[0]),
+        _ if shared && (counts.is_none() || fits(starts[0])) => rotate(rope, x, starts[0]),
         _ => {
             let rows = starts
                 .iter()
                 .enumerate()
-                // [b, h, len, d_k] -> [1, h, len, d_k] rotated for row r's positions
-                .map(|(r, &start)| rotate(rope, x.clone().slice(s![r..r + 1, .., .., ..]), start))
+                .map(|(r, &start)| {
+                    // [b, h, len, d_k] -> [1, h, len, d_k], row r
+                    let row = x.clone().slice(s![r..r + 1, .., .., ..]);
+                    match counts.map(|c| c[r]) {
+                        Some(count) if !fits(start) && count < len => {
+                            // The row's tokens rotated, its padding left as it is.
+                            let tokens = row.clone().slice(s![.., .., 0..count, ..]);
+                            let padding = row.slice(s![.., .., count..len, ..]);
+                            let tokens = if count > 0 {
+                                vec![rotate(rope, tokens, start)?]
+                            } else {
+                                vec![]
+                            };
+                            Ok(Tensor::cat([tokens, vec![padding]].concat(), 2))
+                        }
+                        _ => rotate(rope, row, start),
+                    }
+                })
                 .collect::<Result<Vec<_>, _>>()?;
             Ok(Tensor::cat(rows, 0))
         }

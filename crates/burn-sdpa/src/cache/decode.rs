@@ -4,14 +4,16 @@
 use std::ops::Range;
 
 use burn::prelude::*;
+use burn::tensor::TensorData;
 
 use super::positions::Positions;
 use super::{Kind, MhaCache};
 use crate::error::AttentionError;
 use crate::input::check_broadcast;
-use crate::mask::broadcast_or;
+use crate::mask::{broadcast_or, padding_mask_from_lengths};
 use crate::mha::{MhaInput, MhaOutput, MultiHeadAttention};
 use crate::types::{CausalAlignment, Window};
+use crate::vocabulary::AttentionPath;
 
 /// What one cached call adds: `counts[r]` of the `t` new tokens of row r, after its
 /// `starts[r]` tokens seen before.
@@ -205,10 +207,10 @@ fn positioned(
     Ok(input)
 }
 
-/// Whether a call of one token per sequence may attend to every slot of the cache with the empty
-/// ones hidden as padding: nothing of it names keys by index (masks, biases, padding, segments,
-/// windows and ALiBi do; weights and scores would come back over every slot).
-fn whole_storage_serves(input: &MhaInput) -> bool {
+/// Whether a call of one token per sequence needs nothing but each sequence's filled slots: nothing
+/// of it names keys by position (masks, biases, padding, segments, windows and ALiBi do; weights
+/// and scores would come back over slots rather than positions).
+fn one_token_plain(input: &MhaInput) -> bool {
     input.mask.is_none()
         && input.bias.is_none()
         && input.padding_mask.is_none()
@@ -228,8 +230,9 @@ impl MultiHeadAttention {
     /// refuses them.
     ///
     /// Decoding a sequence token by token gives the last rows of the full causal forward over
-    /// it, to float tolerance (tested). A call that fails leaves the tokens the cache holds as
-    /// they were.
+    /// it, to float tolerance (tested). A call that fails leaves the lengths, and every token a
+    /// later call can see, unchanged (it may have allocated or grown the slots, or written into
+    /// slots no query sees).
     ///
     /// # Shapes
     /// - input: query = key = value `[b, t, d_model]`
@@ -244,6 +247,10 @@ impl MultiHeadAttention {
     }
 
     /// Cached decoding: see [`try_forward_cache`](Self::try_forward_cache).
+    ///
+    /// # Shapes
+    /// - input: query = key = value `[b, t, d_model]`
+    /// - context: `[b, t, d_model]`
     ///
     /// # Panics
     /// With the message of [`try_forward_cache`](Self::try_forward_cache)'s error.
@@ -299,6 +306,10 @@ impl MultiHeadAttention {
     /// Cached decoding of sequences of different lengths: see
     /// [`try_forward_cache_ragged`](Self::try_forward_cache_ragged).
     ///
+    /// # Shapes
+    /// - input: query = key = value `[b, t, d_model]`; `new_tokens`: b counts
+    /// - context: `[b, t, d_model]`
+    ///
     /// # Panics
     /// With the message of [`try_forward_cache_ragged`](Self::try_forward_cache_ragged)'s
     /// error.
@@ -310,6 +321,63 @@ impl MultiHeadAttention {
     ) -> MhaOutput {
         self.try_forward_cache_ragged(input, new_tokens, cache)
             .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// One new token per sequence with nothing that names keys by position: write it, then
+    /// attend to the filled slots of its sequence, the others hidden as padding (a sequence with
+    /// no new token has no query and sees nothing). When the module's path is the CPU kernel,
+    /// the query attends to the whole storage, which the kernel reads where it lies and whose
+    /// padded tiles it skips: nothing is copied. Otherwise it attends to the slots the longest
+    /// sequence fills.
+    fn one_token(
+        &self,
+        input: MhaInput,
+        query: Tensor<4>,
+        key: Tensor<4>,
+        value: Tensor<4>,
+        step: &Step,
+        cache: &mut MhaCache,
+    ) -> Result<MhaOutput, AttentionError> {
+        let window = cache.window();
+        let held: Vec<usize> = step
+            .ends()
+            .iter()
+            .map(|&end| window.map_or(end, |w| end.min(w)))
+            .collect();
+        let width = held.iter().copied().max().unwrap_or(0);
+        cache.reserve(width, &key, &value)?;
+        // Slots past a sequence's length hold nothing it sees, and a ring's new token replaces
+        // the one `window` positions back, which no query from here on sees: writing first is
+        // safe even if the call then fails.
+        cache.write(&key, &value, step);
+        let visible: Vec<i64> = held
+            .iter()
+            .zip(&step.counts)
+            .map(|(&held, &count)| if count == 0 { 0 } else { held as i64 })
+            .collect();
+        let device = query.device();
+        let lengths =
+            Tensor::<1, Int>::from_data(TensorData::new(visible.clone(), [visible.len()]), &device);
+        let mut input = input;
+        // A single query per sequence at its newest position sees every token its sequence holds.
+        input.causal = false;
+        if let (Some(keys), Some(values)) = (cache.key.clone(), cache.value.clone()) {
+            let slots = keys.dims()[2];
+            let whole = input
+                .clone()
+                .padding_mask(padding_mask_from_lengths(lengths.clone(), slots));
+            let probe = whole
+                .clone()
+                .with_tensors(query.clone(), keys.clone(), values.clone());
+            if self.attention.path(&probe)? == AttentionPath::CpuKernel {
+                return self.attend(whole, query, keys, values);
+            }
+        }
+        let (keys, values) = cache.view(width).unwrap_or((key, value));
+        if visible.iter().any(|&v| v as usize != width) {
+            input = input.padding_mask(padding_mask_from_lengths(lengths, width));
+        }
+        self.attend(input, query, keys, values)
     }
 
     fn decode(
@@ -334,7 +402,8 @@ impl MultiHeadAttention {
         };
         cache.check_call(&input, &step)?;
         // The new tokens follow each sequence's tokens so far (rotary positions, if any).
-        let (query, key, value) = self.project_heads_rows(&input, &step.starts)?;
+        let (query, key, value) =
+            self.project_heads_rows(&input, &step.starts, Some(&step.counts))?;
         cache.check_heads(&key, &value)?;
         let ends = step.ends();
         let longest = ends.iter().copied().max().unwrap_or(0);
@@ -343,41 +412,9 @@ impl MultiHeadAttention {
         // the input's causal mask, window and ALiBi apply as they are.
         let on_diagonal =
             step.uniform() && self.attention.causal_alignment == CausalAlignment::BottomRight;
-        let whole = t == 1
-            && crate::paths::cpu::runs_in_place(&query.device())
-            && whole_storage_serves(&input);
         let out = match cache.kind {
-            Kind::Slots { .. } | Kind::Ring { .. } if whole => {
-                // One new token per sequence on a backend whose kernel reads the cache in
-                // place: attend to every slot, the empty ones hidden as padding (the kernel
-                // skips their tiles), so that nothing is copied.
-                let window = cache.window();
-                let m = window.map_or(longest, |w| longest.min(w));
-                cache.reserve(m, &key, &value)?;
-                cache.write(&key, &value, &step);
-                let (keys, values) = match (&cache.key, &cache.value) {
-                    (Some(k), Some(v)) => (k.clone(), v.clone()),
-                    _ => (key, value),
-                };
-                let slots = keys.dims()[2];
-                let padding: Vec<bool> = step
-                    .counts
-                    .iter()
-                    .zip(&ends)
-                    .flat_map(|(&count, &end)| {
-                        let filled = window.map_or(end, |w| end.min(w));
-                        // A sequence with no new token has no query: it sees nothing.
-                        (0..slots).map(move |j| count == 0 || j >= filled)
-                    })
-                    .collect();
-                let padding = Tensor::<2, Bool>::from_data(
-                    burn::tensor::TensorData::new(padding, [b, slots]),
-                    &keys.device(),
-                );
-                let mut input = input.padding_mask(padding);
-                // A single query per sequence at its newest position sees every filled slot.
-                input.causal = false;
-                self.attend(input, query, keys, values)?
+            Kind::Slots { .. } | Kind::Ring { .. } if t == 1 && one_token_plain(&input) => {
+                self.one_token(input, query, key, value, &step, cache)?
             }
             Kind::Concatenating => {
                 let (key, value) = match cache.view(cache.len()) {

@@ -15,8 +15,9 @@ use burn::prelude::*;
 
 use crate::error::AttentionError;
 
-/// Slots a growable cache allocates at its first call when that call needs fewer: 256 tokens
-/// of `h_kv · (d_k + d_v)` floats is small, and starting there saves the first doublings.
+/// Slots a growable cache allocates at least at its first call (otherwise the next power of two
+/// above what that call needs): 256 tokens of `h_kv · (d_k + d_v)` floats is small, and starting
+/// there saves the first doublings.
 pub const INITIAL_CAPACITY: usize = 256;
 
 /// How a cache stores its tokens.
@@ -41,14 +42,19 @@ enum Kind {
 /// of the batch.
 ///
 /// - [`MhaCache::with_capacity`]: `capacity` slots per sequence allocated at the first call,
-///   new tokens written in place (no copy of the cache per token); a call that would need
+///   new tokens written in place; on the CPU kernel a one-token query also reads the cache where
+///   it lies, so no token costs a copy of the cache (other paths get the filled slots as a
+///   strided view, which they may copy). A call that would need
 ///   more is refused with [`AttentionError::CacheFull`], unless the cache is made
 ///   [`growable`](Self::growable), when the capacity doubles.
-/// - [`MhaCache::new`]: growable, starting at [`INITIAL_CAPACITY`] (or what the first call
-///   needs).
+/// - [`MhaCache::new`]: growable, starting at [`INITIAL_CAPACITY`] (or the next power of two
+///   above what the first call needs).
 /// - [`MhaCache::sliding`]: a ring buffer of `window` slots; each query sees itself and the
 ///   `window − 1` tokens before it (so a cached decode equals the full forward with
-///   [`AttentionInput::window`](crate::AttentionInput::window)`(window − 1, 0)`).
+///   [`AttentionInput::window`](crate::AttentionInput::window)`(window − 1, 0)`). Its slots are
+///   not positions: it refuses masks, biases, padding masks and segments (which earlier versions
+///   took over the last tokens in order), and weights or scores asked for come back over its
+///   slots, in ring order.
 /// - [`MhaCache::concatenating`]: the cache of earlier versions (each call copies the whole
 ///   cache with `Tensor::cat`), kept as a baseline.
 ///
@@ -186,12 +192,15 @@ impl MhaCache {
         }
     }
 
-    /// Forgets every token (and keeps the kind, window and capacity; the slots are allocated
-    /// again at the next call).
+    /// Forgets every token and keeps the kind, window, capacity and the allocated slots (the
+    /// next call reuses them when its batch, heads and device are the same; a concatenating
+    /// cache lets its tokens go).
     pub fn clear(&mut self) {
-        self.key = None;
-        self.value = None;
         self.lengths.clear();
+        if self.kind == Kind::Concatenating {
+            self.key = None;
+            self.value = None;
+        }
     }
 
     /// The first position of each of `b` sequences in this call (their lengths so far).
@@ -204,14 +213,28 @@ impl MhaCache {
     }
 
     /// Checks that new keys `[b, h_kv, t, d_k]` and values `[b, h_kv, t, d_v]` belong to the
-    /// cache's batch, heads and device.
-    fn check_heads(&self, key: &Tensor<4>, value: &Tensor<4>) -> Result<(), AttentionError> {
+    /// cache's batch, heads and device. A cache holding no token (new, cleared, or after a
+    /// failed first call) takes any: slots of another shape, dtype or device are let go.
+    fn check_heads(&mut self, key: &Tensor<4>, value: &Tensor<4>) -> Result<(), AttentionError> {
         let (Some(old_key), Some(old_value)) = (&self.key, &self.value) else {
             return Ok(());
         };
         let (old, new) = (old_key.dims(), key.dims());
         let (old_v, new_v) = (old_value.dims(), value.dims());
-        if old[0] != new[0] || old[1] != new[1] || old[3] != new[3] || old_v[3] != new_v[3] {
+        let same_shape =
+            old[0] == new[0] && old[1] == new[1] && old[3] == new[3] && old_v[3] == new_v[3];
+        if self.lengths.is_empty() {
+            let same_place = old_key.device() == key.device()
+                && old_key.is_autodiff() == key.is_autodiff()
+                && old_key.dtype() == key.dtype()
+                && old_value.dtype() == value.dtype();
+            if !(same_shape && same_place) {
+                self.key = None;
+                self.value = None;
+            }
+            return Ok(());
+        }
+        if !same_shape {
             return Err(AttentionError::Shape {
                 what: "cached decoding input",
                 expected: format!(
@@ -247,7 +270,8 @@ impl MhaCache {
         };
         let allocated = self.key.as_ref().map(|k| k.dims()[2]);
         let capacity = match slots.or(allocated) {
-            None => needed.max(INITIAL_CAPACITY),
+            // The next power of two above the first call: room for the tokens that follow.
+            None => (needed + 1).next_power_of_two().max(INITIAL_CAPACITY),
             Some(c) if needed <= c => c,
             Some(c) if growable => {
                 let mut c = c;
@@ -273,7 +297,7 @@ impl MhaCache {
 /// shaped like `like` `[b, h_kv, t, d]`.
 fn grown(old: Option<Tensor<4>>, like: &Tensor<4>, capacity: usize) -> Tensor<4> {
     let [b, h_kv, _, d] = like.dims();
-    let fresh = Tensor::<4>::zeros([b, h_kv, capacity, d], &like.device());
+    let fresh = Tensor::<4>::zeros([b, h_kv, capacity, d], (&like.device(), like.dtype()));
     match old {
         Some(old) => {
             let slots = old.dims()[2];
