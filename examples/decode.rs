@@ -376,16 +376,21 @@ fn timed(
         let capacity = MhaCache::with_capacity(context + TIMED_STEPS + 1);
         let preallocated = generate_cached(model, prompt.clone(), TIMED_STEPS, capacity)?;
         let growable = generate_cached(model, prompt.clone(), TIMED_STEPS, MhaCache::new())?;
-        let concatenated =
-            generate_cached(model, prompt.clone(), TIMED_STEPS, MhaCache::concatenating())?;
+        let concatenated = generate_cached(
+            model,
+            prompt.clone(),
+            TIMED_STEPS,
+            MhaCache::concatenating(),
+        )?;
         let recomputed = generate_recomputed(model, prompt.clone(), TIMED_STEPS)?;
         ensure!(
             preallocated.tokens == concatenated.tokens && growable.tokens == concatenated.tokens,
             "the caches gave different tokens after {context} tokens"
         );
-        for (speed, way) in speeds
-            .iter_mut()
-            .zip([preallocated, growable, concatenated, recomputed])
+        for (speed, way) in
+            speeds
+                .iter_mut()
+                .zip([preallocated, growable, concatenated, recomputed])
         {
             speed.push(way.tokens_per_second());
         }
