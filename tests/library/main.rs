@@ -3,6 +3,7 @@
 
 mod auto;
 mod common;
+mod cube;
 mod errors;
 mod extensions;
 mod golden;

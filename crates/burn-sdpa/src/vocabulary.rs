@@ -40,6 +40,10 @@ pub enum Implementation {
     /// `ndarray` features) it reads their buffers in place and has its own backward pass, so it
     /// trains there; on other backends it serves inference on host copies.
     CpuKernel,
+    /// This crate's flash kernel in CubeCL, for Burn's CubeCL backends (wgpu, CUDA, ROCm,
+    /// Metal; the crate's `cube` feature). Work in progress: inference, `f32`, scale, soft-cap,
+    /// causal masking, windows and grouped-query heads.
+    CubeKernel,
 }
 
 /// The path an attention call actually takes.
@@ -53,6 +57,8 @@ pub enum AttentionPath {
     Fused,
     /// See [`Implementation::CpuKernel`].
     CpuKernel,
+    /// See [`Implementation::CubeKernel`].
+    CubeKernel,
 }
 
 /// Keys per block of the chunked path when no block size is given (`chunked`), and when `Auto`
@@ -118,6 +124,7 @@ impl Implementation {
             Implementation::Chunked { block_size } => Some(AttentionPath::Chunked(block_size)),
             Implementation::Fused => Some(AttentionPath::Fused),
             Implementation::CpuKernel => Some(AttentionPath::CpuKernel),
+            Implementation::CubeKernel => Some(AttentionPath::CubeKernel),
         }
     }
 }
@@ -130,6 +137,7 @@ impl AttentionPath {
             AttentionPath::Chunked(block_size) => Implementation::Chunked { block_size },
             AttentionPath::Fused => Implementation::Fused,
             AttentionPath::CpuKernel => Implementation::CpuKernel,
+            AttentionPath::CubeKernel => Implementation::CubeKernel,
         }
     }
 }
@@ -142,6 +150,7 @@ impl fmt::Display for Implementation {
             Implementation::Chunked { block_size } => write!(f, "chunked:{block_size}"),
             Implementation::Fused => f.write_str("fused"),
             Implementation::CpuKernel => f.write_str("cpu_kernel"),
+            Implementation::CubeKernel => f.write_str("cube_kernel"),
         }
     }
 }
@@ -158,7 +167,7 @@ impl fmt::Display for AttentionPath {
 impl FromStr for Implementation {
     type Err = String;
 
-    /// Parses `auto`, `naive`, `fused`, `cpu_kernel`, `chunked` (the default block,
+    /// Parses `auto`, `naive`, `fused`, `cpu_kernel`, `cube_kernel`, `chunked` (the default block,
     /// [`DEFAULT_BLOCK_SIZE`]), `chunked:BLOCK` or `chunked(BLOCK)` (BLOCK > 0).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let block = s
@@ -169,6 +178,7 @@ impl FromStr for Implementation {
             ("naive", _) => Ok(Implementation::Naive),
             ("fused", _) => Ok(Implementation::Fused),
             ("cpu_kernel", _) => Ok(Implementation::CpuKernel),
+            ("cube_kernel", _) => Ok(Implementation::CubeKernel),
             ("chunked", _) => Ok(Implementation::Chunked {
                 block_size: DEFAULT_BLOCK_SIZE,
             }),
@@ -176,7 +186,7 @@ impl FromStr for Implementation {
                 Ok(Implementation::Chunked { block_size })
             }
             _ => Err(format!(
-                "expected auto, naive, fused, cpu_kernel, chunked or chunked:BLOCK (BLOCK > 0), got `{s}`"
+                "expected auto, naive, fused, cpu_kernel, cube_kernel, chunked or chunked:BLOCK (BLOCK > 0), got `{s}`"
             )),
         }
     }
@@ -194,6 +204,7 @@ mod tests {
             Implementation::Chunked { block_size: 256 },
             Implementation::Fused,
             Implementation::CpuKernel,
+            Implementation::CubeKernel,
         ] {
             let printed = implementation.to_string();
             assert_eq!(printed.parse::<Implementation>(), Ok(implementation));

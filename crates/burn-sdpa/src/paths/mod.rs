@@ -10,6 +10,8 @@ pub mod auto;
 pub(crate) mod call;
 pub(crate) mod chunked;
 pub mod cpu;
+#[cfg(feature = "cube")]
+pub(crate) mod cube;
 pub(crate) mod fused;
 pub(crate) mod naive;
 pub(crate) mod nonfinite;
@@ -27,6 +29,10 @@ fn blocker(path: AttentionPath, call: &Call) -> Option<&'static str> {
         AttentionPath::Chunked(_) => chunked::blocker(call),
         AttentionPath::Fused => fused::blocker(call),
         AttentionPath::CpuKernel => cpu::blocker(call),
+        #[cfg(feature = "cube")]
+        AttentionPath::CubeKernel => cube::blocker(call),
+        #[cfg(not(feature = "cube"))]
+        AttentionPath::CubeKernel => Some("burn-sdpa was built without its `cube` feature"),
     }
 }
 
@@ -38,6 +44,13 @@ pub(crate) fn run(path: AttentionPath, call: Call) -> Result<AttentionOutput, At
         AttentionPath::Naive => tensor_ops(call, naive::run),
         AttentionPath::Chunked(block_size) => tensor_ops(call, |c| chunked::run(c, block_size)),
         AttentionPath::Fused => tensor_ops(call, fused::run),
+        #[cfg(feature = "cube")]
+        AttentionPath::CubeKernel => tensor_ops(call, cube::run),
+        #[cfg(not(feature = "cube"))]
+        AttentionPath::CubeKernel => Err(AttentionError::Unsupported {
+            implementation: crate::Implementation::CubeKernel,
+            reason: "burn-sdpa was built without its `cube` feature".into(),
+        }),
     }
 }
 

@@ -1,0 +1,187 @@
+//! The CubeCL flash kernel (issue 22, in progress) against `Naive` on wgpu, forward: scale,
+//! soft-cap, causal in both alignments, windows, grouped-query heads, padding, masks and biases
+//! in broadcast shapes, −∞ bias entries, fully masked rows, segments and ALiBi; context and
+//! log-sum-exp.
+
+#![cfg(feature = "wgpu")]
+
+use burn::prelude::*;
+use burn::tensor::Distribution;
+use sdpa::{
+    AttentionInput, AttentionPath, BackendKind, CausalAlignment, Implementation,
+    ScaledDotProductAttentionConfig,
+};
+
+use crate::common::{max_abs_diff, values};
+
+/// A call of the kernel and of `Naive` on the same inputs: (context, lse) of each.
+fn both(
+    input: &AttentionInput,
+    alignment: CausalAlignment,
+    softcap: Option<f64>,
+) -> [(Vec<f64>, Vec<f64>); 2] {
+    [Implementation::CubeKernel, Implementation::Naive].map(|implementation| {
+        let attention = ScaledDotProductAttentionConfig::new()
+            .with_implementation(implementation)
+            .with_causal_alignment(alignment)
+            .with_softcap(softcap)
+            .init();
+        let out = attention.forward(input.clone().need_lse());
+        let lse = out.lse.expect("lse asked for");
+        // −∞ (a row with no visible key) as a large negative number, comparable.
+        let lse = values(lse.clamp_min(-1.0e30));
+        (values(out.context), lse)
+    })
+}
+
+#[test]
+fn the_cube_kernel_equals_naive_on_wgpu() {
+    let device = BackendKind::Wgpu.device().expect("wgpu (lavapipe in CI)");
+    device.seed(3);
+    for (n, m, h, h_kv, d_k, d_v) in [
+        (37, 53, 4, 2, 16, 8),
+        (64, 64, 2, 2, 32, 32),
+        (5, 70, 3, 1, 8, 12),
+    ] {
+        let q = Tensor::<4>::random([2, h, n, d_k], Distribution::Normal(0.0, 1.0), &device);
+        let k = Tensor::<4>::random([2, h_kv, m, d_k], Distribution::Normal(0.0, 1.0), &device);
+        let v = Tensor::<4>::random([2, h_kv, m, d_v], Distribution::Normal(0.0, 1.0), &device);
+        let plain = AttentionInput::new(q, k, v);
+        let bernoulli = |shape: [usize; 4], p: f64| {
+            Tensor::<4>::random(shape, Distribution::Uniform(0.0, 1.0), &device).lower_elem(p)
+        };
+        // [b, m]: the last quarter of batch element 1's keys are padding.
+        let padding = Tensor::<1, Int>::arange(0..m as i64, &device)
+            .reshape([1, m])
+            .expand([2, m])
+            .greater_equal_elem((3 * m / 4) as i64)
+            .bool_and(
+                Tensor::<2, Bool>::from_data(
+                    burn::tensor::TensorData::new(vec![false, true], [2, 1]),
+                    &device,
+                )
+                .expand([2, m]),
+            );
+        let mask = bernoulli([2, 1, n, m], 0.3);
+        let head_mask = bernoulli([1, h, 1, m], 0.3);
+        // Row 0 of every head sees nothing.
+        let row_mask = Tensor::<1, Int>::arange(0..n as i64, &device)
+            .reshape([1, 1, n, 1])
+            .expand([2, h, n, m])
+            .equal_elem(0);
+        let bias = Tensor::<4>::random([1, h, n, m], Distribution::Normal(0.0, 1.0), &device);
+        let lengths = |len: usize| {
+            let docs = [len / 3, len / 3, len - 2 * (len / 3)];
+            sdpa::mask::segment_ids_from_lengths(&[docs.to_vec(), docs.to_vec()], len, &device)
+                .unwrap()
+        };
+        let (q_ids, k_ids) = (lengths(n), lengths(m));
+        let slopes = Tensor::<1>::from_floats(sdpa::mask::alibi_slopes(h).as_slice(), &device);
+        let cases = [
+            ("plain", plain.clone(), CausalAlignment::BottomRight, None),
+            (
+                "causal",
+                plain.clone().causal(),
+                CausalAlignment::BottomRight,
+                None,
+            ),
+            (
+                "causal top-left",
+                plain.clone().causal(),
+                CausalAlignment::TopLeft,
+                None,
+            ),
+            (
+                "window",
+                plain.clone().window(3, 2),
+                CausalAlignment::BottomRight,
+                None,
+            ),
+            (
+                "causal window, soft-cap",
+                plain.clone().causal().window(4, 0),
+                CausalAlignment::TopLeft,
+                Some(2.0),
+            ),
+            (
+                "window 0",
+                plain.clone().window(0, 0),
+                CausalAlignment::TopLeft,
+                None,
+            ),
+            (
+                "padding",
+                plain.clone().padding_mask(padding.clone()),
+                CausalAlignment::BottomRight,
+                None,
+            ),
+            (
+                "mask [b, 1, n, m]",
+                plain.clone().mask(mask.clone()),
+                CausalAlignment::BottomRight,
+                None,
+            ),
+            (
+                "mask [1, h, 1, m], causal",
+                plain.clone().mask(head_mask.clone()).causal(),
+                CausalAlignment::TopLeft,
+                None,
+            ),
+            (
+                "bias [1, h, n, m], padding, soft-cap",
+                plain
+                    .clone()
+                    .bias(bias.clone())
+                    .padding_mask(padding.clone()),
+                CausalAlignment::BottomRight,
+                Some(3.0),
+            ),
+            (
+                "bias with −∞, causal",
+                plain
+                    .clone()
+                    .bias(bias.clone().mask_fill(head_mask.clone(), f32::NEG_INFINITY))
+                    .causal(),
+                CausalAlignment::BottomRight,
+                None,
+            ),
+            (
+                "fully masked rows",
+                plain.clone().mask(row_mask.clone()),
+                CausalAlignment::BottomRight,
+                None,
+            ),
+            (
+                "segments, causal",
+                plain
+                    .clone()
+                    .segments(q_ids.clone(), k_ids.clone())
+                    .causal(),
+                CausalAlignment::BottomRight,
+                None,
+            ),
+            (
+                "ALiBi, window",
+                plain.clone().alibi(slopes.clone()).window(5, 1),
+                CausalAlignment::BottomRight,
+                None,
+            ),
+        ];
+        for (name, input, alignment, softcap) in cases {
+            let [(context, lse), (expected_context, expected_lse)] =
+                both(&input, alignment, softcap);
+            let dc = max_abs_diff(&context, &expected_context);
+            let dl = max_abs_diff(&lse, &expected_lse);
+            assert!(
+                dc < 1e-4 && dl < 1e-3,
+                "{name} n {n} m {m}: context {dc}, lse {dl}"
+            );
+        }
+    }
+    let attention = ScaledDotProductAttentionConfig::new()
+        .with_implementation(Implementation::CubeKernel)
+        .init();
+    let x = Tensor::<4>::zeros([1, 1, 4, 8], &device);
+    let input = AttentionInput::new(x.clone(), x.clone(), x);
+    assert_eq!(attention.path(&input).unwrap(), AttentionPath::CubeKernel);
+}
