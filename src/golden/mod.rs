@@ -39,8 +39,7 @@ fn float_tensor(
 /// implementation cannot return them.
 ///
 /// [`Implementation::CpuKernel`] has its backward pass only where it runs in place (Flex and
-/// NdArray), and [`Implementation::CubeKernel`] none yet: elsewhere they run on `device`
-/// without autodiff, and only their context is compared.
+/// NdArray): elsewhere it runs on `device` without autodiff, and only its context is compared.
 pub fn run_case(
     case: &GoldenCase,
     path: &str,
@@ -58,9 +57,8 @@ pub fn run_case(
         reason: e.to_string(),
         unsupported: matches!(e, AttentionError::Unsupported { .. }),
     };
-    let inference_only = (implementation == Implementation::CpuKernel
-        && !burn_sdpa::cpu_kernel::runs_in_place(device))
-        || implementation == Implementation::CubeKernel;
+    let inference_only = implementation == Implementation::CpuKernel
+        && !burn_sdpa::cpu_kernel::runs_in_place(device);
     let device = if inference_only {
         device.clone()
     } else {

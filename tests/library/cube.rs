@@ -185,3 +185,100 @@ fn the_cube_kernel_equals_naive_on_wgpu() {
     let input = AttentionInput::new(x.clone(), x.clone(), x);
     assert_eq!(attention.path(&input).unwrap(), AttentionPath::CubeKernel);
 }
+
+/// The context and the gradients of q, k, v (of the loss Σ context ∘ w, with fixed random w) of
+/// `implementation` on an autodiff wgpu device.
+fn gradients(
+    input: &AttentionInput,
+    implementation: Implementation,
+    alignment: CausalAlignment,
+    softcap: Option<f64>,
+    weights: &Tensor<4>,
+) -> [Vec<f64>; 5] {
+    let leaf = |t: &Tensor<4>| t.clone().detach().require_grad();
+    let (q, k, v) = (leaf(&input.query), leaf(&input.key), leaf(&input.value));
+    let mut input = input.clone();
+    (input.query, input.key, input.value) = (q.clone(), k.clone(), v.clone());
+    let bias = input.bias.as_ref().map(leaf);
+    input.bias = bias.clone();
+    let attention = ScaledDotProductAttentionConfig::new()
+        .with_implementation(implementation)
+        .with_causal_alignment(alignment)
+        .with_softcap(softcap)
+        .init();
+    let context = attention.forward(input).context;
+    let grads = (context.clone() * weights.clone()).sum().backward();
+    let grad = |t: &Tensor<4>| values(t.grad(&grads).expect("a gradient"));
+    let bias_grad = bias.as_ref().map(grad).unwrap_or_default();
+    [values(context), grad(&q), grad(&k), grad(&v), bias_grad]
+}
+
+#[test]
+fn the_cube_kernel_trains_like_naive_on_wgpu() {
+    let device = BackendKind::Wgpu.device().expect("wgpu").autodiff();
+    device.seed(5);
+    for (n, m, h, h_kv, d_k, d_v) in [(37, 53, 4, 2, 16, 8), (33, 33, 2, 1, 8, 8)] {
+        let random =
+            |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+        let plain = AttentionInput::new(
+            random([2, h, n, d_k]),
+            random([2, h_kv, m, d_k]),
+            random([2, h_kv, m, d_v]),
+        );
+        let weights = random([2, h, n, d_v]);
+        let mask = Tensor::<4>::random([2, 1, n, m], Distribution::Uniform(0.0, 1.0), &device)
+            .lower_elem(0.3);
+        let slopes = Tensor::<1>::from_floats(sdpa::mask::alibi_slopes(h).as_slice(), &device);
+        let cases = [
+            ("plain", plain.clone(), CausalAlignment::BottomRight, None),
+            (
+                "causal top-left, soft-cap",
+                plain.clone().causal(),
+                CausalAlignment::TopLeft,
+                Some(2.0),
+            ),
+            (
+                "window, mask",
+                plain.clone().window(4, 1).mask(mask.clone()),
+                CausalAlignment::BottomRight,
+                None,
+            ),
+            (
+                "ALiBi, causal",
+                plain.clone().alibi(slopes.clone()).causal(),
+                CausalAlignment::BottomRight,
+                None,
+            ),
+            (
+                "bias [1, h, n, m], mask, soft-cap",
+                plain.clone().bias(random([1, h, n, m])).mask(mask.clone()),
+                CausalAlignment::BottomRight,
+                Some(2.5),
+            ),
+            (
+                "bias [2, 1, 1, m], causal",
+                plain.clone().bias(random([2, 1, 1, m])).causal(),
+                CausalAlignment::TopLeft,
+                None,
+            ),
+        ];
+        for (name, input, alignment, softcap) in cases {
+            let got = gradients(
+                &input,
+                Implementation::CubeKernel,
+                alignment,
+                softcap,
+                &weights,
+            );
+            let expected = gradients(&input, Implementation::Naive, alignment, softcap, &weights);
+            for (what, (g, e)) in ["context", "dq", "dk", "dv", "dbias"]
+                .iter()
+                .zip(got.iter().zip(&expected))
+            {
+                assert_eq!(g.len(), e.len(), "{name}: {what}");
+                let diff = max_abs_diff(g, e);
+                assert!(diff < 1e-4, "{name} n {n} m {m}: {what} differs by {diff}");
+            }
+        }
+    }
+}

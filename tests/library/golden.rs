@@ -242,3 +242,29 @@ fn a_broken_case_file_is_an_error_not_a_panic() {
         "{err}"
     );
 }
+
+#[test]
+#[cfg(feature = "wgpu")]
+fn every_golden_case_passes_forward_and_backward_through_the_cube_kernel_on_wgpu() {
+    let device = sdpa::BackendKind::Wgpu
+        .device()
+        .expect("wgpu (lavapipe in CI)");
+    let mut failures = Vec::new();
+    let files = golden_files();
+    for file in &files {
+        match golden::run_file(file, &device, Implementation::CubeKernel) {
+            Ok(r) if r.passed() => {
+                let checked: Vec<&str> = r.checks.iter().map(|c| c.name).collect();
+                assert!(
+                    checked.contains(&"grad_key"),
+                    "{}: {checked:?}",
+                    file.display()
+                );
+            }
+            Ok(r) => failures.push(r.to_string()),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    assert!(failures.is_empty(), "{failures:#?}");
+    assert!(files.len() >= 21);
+}

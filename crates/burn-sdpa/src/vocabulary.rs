@@ -41,8 +41,10 @@ pub enum Implementation {
     /// trains there; on other backends it serves inference on host copies.
     CpuKernel,
     /// This crate's flash kernel in CubeCL, for Burn's CubeCL backends (wgpu, CUDA, ROCm,
-    /// Metal; the crate's `cube` feature). Work in progress: inference, `f32`, scale, soft-cap,
-    /// causal masking, windows and grouped-query heads.
+    /// Metal; the crate's `cube` feature), forward and backward (its own, registered through
+    /// Burn's backend extension): `f32`, every mask, bias (with its gradient), window and
+    /// soft-cap, no weights, no dropout. Work in progress (fixed tiles, segments and ALiBi as a
+    /// dense bias).
     CubeKernel,
 }
 

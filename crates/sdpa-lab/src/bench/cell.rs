@@ -29,6 +29,7 @@ pub fn paths(block_size: usize) -> Vec<(&'static str, Option<Implementation>)> {
         ("chunked", Some(Implementation::Chunked { block_size })),
         ("fused", Some(Implementation::Fused)),
         ("cpu_kernel", Some(Implementation::CpuKernel)),
+        ("cube_kernel", Some(Implementation::CubeKernel)),
         ("baseline", None),
     ]
 }

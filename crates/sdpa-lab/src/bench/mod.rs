@@ -253,7 +253,7 @@ impl Mode {
 /// One timed cell.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchRow {
-    /// `auto`, `naive`, `chunked`, `fused`, `cpu_kernel` or `baseline`.
+    /// `auto`, `naive`, `chunked`, `fused`, `cpu_kernel`, `cube_kernel` or `baseline`.
     pub path: String,
     /// [`Mode::name`].
     pub mode: String,
@@ -462,10 +462,17 @@ fn auto_ratios(rows: &[BenchRow], ns: &[usize]) -> (Ratios, Ratios) {
                 rows.iter()
                     .find(|r| r.mode == mode && r.n == n && r.path == p)
             };
-            let others: Vec<&BenchRow> = ["naive", "chunked", "fused", "cpu_kernel", "baseline"]
-                .iter()
-                .filter_map(|p| cell(p))
-                .collect();
+            let others: Vec<&BenchRow> = [
+                "naive",
+                "chunked",
+                "fused",
+                "cpu_kernel",
+                "cube_kernel",
+                "baseline",
+            ]
+            .iter()
+            .filter_map(|p| cell(p))
+            .collect();
             let Some(auto) = cell("auto") else { continue };
             let best_other = others
                 .iter()

@@ -1,8 +1,15 @@
 //! The CubeCL kernel as a Burn backend extension: `cube_kernel_forward`, implemented for the
 //! CubeCL backend and, through the generated lazy implementation, for `Fusion` over it.
 
+use burn::backend::autodiff::checkpoint::{base::Checkpointer, strategy::CheckpointStrategy};
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::fusion::custom::TensorSpec;
-use burn::backend::{Backend, Dispatch, backend_extension, tensor::FloatTensor};
+use burn::backend::ops::FloatTensorOps;
+use burn::backend::{
+    Autodiff, AutodiffBackend, Backend, Dispatch, TensorMetadata, backend_extension,
+    tensor::FloatTensor,
+};
 use burn::prelude::*;
 use burn::tensor::Shape;
 use burn_cubecl::CubeBackend;
@@ -10,7 +17,8 @@ use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_dtype;
 use cubecl::prelude::{CubeCount, CubeDim, Scalar};
 
-use super::kernel::{QUERY_ROWS, flash_forward};
+use super::backward::{flash_backward_dkdv, flash_backward_dq};
+use super::kernel::{KEY_ROWS, QUERY_ROWS, flash_forward};
 
 /// What the kernel needs besides its tensors.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -44,8 +52,40 @@ fn forward_meta(
     )
 }
 
-/// The op. Calling it on a backend that is not listed panics: `super::blocker` refuses those.
-#[backend_extension(Cube, Fusion)]
+/// The gradient specs: dQ, dK, dV shaped like q, k, v, and the score gradient `[b, h, n, m]`
+/// (`[1, 1, 1, 1]` when not asked for).
+#[allow(clippy::too_many_arguments)]
+fn backward_meta(
+    q: &TensorSpec,
+    k: &TensorSpec,
+    v: &TensorSpec,
+    _extra: &TensorSpec,
+    _out: &TensorSpec,
+    _lse: &TensorSpec,
+    _d_out: &TensorSpec,
+    _call: &CubeCall,
+    want_scores: &bool,
+) -> (TensorSpec, TensorSpec, TensorSpec, TensorSpec) {
+    (
+        q.clone(),
+        k.clone(),
+        v.clone(),
+        scores_spec(q, k, *want_scores),
+    )
+}
+
+/// The score gradient's spec.
+fn scores_spec(q: &TensorSpec, k: &TensorSpec, want: bool) -> TensorSpec {
+    let shape = if want {
+        Shape::new([q.shape[0], q.shape[1], q.shape[2], k.shape[2]])
+    } else {
+        Shape::new([1, 1, 1, 1])
+    };
+    TensorSpec::new(shape, q.dtype)
+}
+
+/// The ops. Calling them on a backend that is not listed panics: `super::blocker` refuses those.
+#[backend_extension(Cube, Fusion, Autodiff)]
 pub(crate) trait CubeKernelBackend: Backend {
     /// (context `[b, h, n, d_v]`, log-sum-exp `[b, h, n]`, +3e38 for a row with no visible key);
     /// `extra` `[b|1, h|1, n|1, m]` is the bias with the masked keys at −3e38 or −∞.
@@ -57,6 +97,28 @@ pub(crate) trait CubeKernelBackend: Backend {
         extra: FloatTensor<Self>,
         call: CubeCall,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
+
+    /// (dQ, dK, dV, dS) of the forward pass with the same inputs, from its output `out`, its
+    /// log-sum-exp and the output's gradient `d_out`; dS `[b, h, n, m]` is the gradient of the
+    /// scores after the soft-cap (that of `extra`) when `want_scores`, else a `[1, 1, 1, 1]` zero.
+    #[allow(clippy::too_many_arguments)]
+    #[fusion(meta = backward_meta)]
+    fn cube_kernel_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        extra: FloatTensor<Self>,
+        out: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_out: FloatTensor<Self>,
+        call: CubeCall,
+        want_scores: bool,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    );
 }
 
 impl CubeKernelBackend for CubeBackend {
@@ -108,6 +170,239 @@ impl CubeKernelBackend for CubeBackend {
             f32::elem_type_native(),
         );
         (context, lse)
+    }
+
+    fn cube_kernel_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        extra: FloatTensor<Self>,
+        out: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_out: FloatTensor<Self>,
+        call: CubeCall,
+        want_scores: bool,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    ) {
+        let [b, h, n, d_k] = q.meta.shape.dims::<4>();
+        let [_, h_kv, m, d_v] = v.meta.shape.dims::<4>();
+        // D = rowsum(dO ∘ O): [b, h, n, d_v] -> [b, h, n, 1] -> [b, h, n]
+        let delta = Self::float_sum_dim(Self::float_mul(d_out.clone(), out), 3);
+        let delta = into_contiguous(Self::float_reshape(delta, Shape::new([b, h, n])));
+        let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
+        let (extra, lse, d_out) = (
+            into_contiguous(extra),
+            into_contiguous(lse),
+            into_contiguous(d_out),
+        );
+        let client = q.client.clone();
+        let (device, dtype) = (q.device.clone(), q.dtype);
+        let empty = |shape: [usize; 4]| {
+            empty_device_dtype(client.clone(), device.clone(), Shape::new(shape), dtype)
+        };
+        let (dq, dk, dv) = (
+            empty([b, h, n, d_k]),
+            empty([b, h_kv, m, d_k]),
+            empty([b, h_kv, m, d_v]),
+        );
+        let scores_shape = if want_scores {
+            [b, h, n, m]
+        } else {
+            [1, 1, 1, 1]
+        };
+        let d_scores = Self::float_zeros(Shape::new(scores_shape), &device, dtype.into());
+        let (left, right) = call.window;
+        flash_backward_dq::launch(
+            &client,
+            CubeCount::Static(n.div_ceil(QUERY_ROWS) as u32, (b * h) as u32, 1),
+            CubeDim::new_1d(QUERY_ROWS as u32),
+            q.clone().into_tensor_arg(),
+            k.clone().into_tensor_arg(),
+            v.clone().into_tensor_arg(),
+            extra.clone().into_tensor_arg(),
+            d_out.clone().into_tensor_arg(),
+            lse.clone().into_tensor_arg(),
+            delta.clone().into_tensor_arg(),
+            dq.clone().into_tensor_arg(),
+            d_scores.clone().into_tensor_arg(),
+            call.scale,
+            call.softcap.unwrap_or(1.0),
+            call.offset,
+            left.unwrap_or(0),
+            right.unwrap_or(0),
+            d_k,
+            d_v,
+            call.causal,
+            left.is_some(),
+            right.is_some(),
+            call.softcap.is_some(),
+            call.has_extra,
+            want_scores,
+            f32::elem_type_native(),
+        );
+        flash_backward_dkdv::launch(
+            &client,
+            CubeCount::Static(m.div_ceil(KEY_ROWS) as u32, (b * h_kv) as u32, 1),
+            CubeDim::new_1d(KEY_ROWS as u32),
+            q.into_tensor_arg(),
+            k.into_tensor_arg(),
+            v.into_tensor_arg(),
+            extra.into_tensor_arg(),
+            d_out.into_tensor_arg(),
+            lse.into_tensor_arg(),
+            delta.into_tensor_arg(),
+            dk.clone().into_tensor_arg(),
+            dv.clone().into_tensor_arg(),
+            call.scale,
+            call.softcap.unwrap_or(1.0),
+            call.offset,
+            left.unwrap_or(0),
+            right.unwrap_or(0),
+            d_k,
+            d_v,
+            call.causal,
+            left.is_some(),
+            right.is_some(),
+            call.softcap.is_some(),
+            call.has_extra,
+            f32::elem_type_native(),
+        );
+        (dq, dk, dv, d_scores)
+    }
+}
+
+/// What the backward pass keeps from the forward.
+#[derive(Debug, Clone)]
+struct Saved<B: Backend> {
+    q: FloatTensor<B>,
+    k: FloatTensor<B>,
+    v: FloatTensor<B>,
+    extra: FloatTensor<B>,
+    out: FloatTensor<B>,
+    lse: FloatTensor<B>,
+    call: CubeCall,
+}
+
+/// The backward step of q, k, v and `extra` (whose gradient, the score gradient summed over its
+/// broadcast axes, flows back through the ops that built it to the bias).
+#[derive(Debug)]
+struct CubeBackward;
+
+impl<B: CubeKernelBackend> Backward<B, 4> for CubeBackward {
+    type State = Saved<B>;
+
+    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let d_out = grads.consume::<B>(&ops.node);
+        let s = ops.state;
+        let extra_shape = s.extra.shape();
+        let want_scores = ops.parents[3].is_some();
+        let (dq, dk, dv, d_scores) = B::cube_kernel_backward(
+            s.q,
+            s.k,
+            s.v,
+            s.extra,
+            s.out,
+            s.lse,
+            d_out,
+            s.call,
+            want_scores,
+        );
+        for (parent, grad) in ops.parents.iter().take(3).zip([dq, dk, dv]) {
+            if let Some(node) = parent {
+                grads.register::<B>(node.id, grad);
+            }
+        }
+        if let Some(node) = &ops.parents[3] {
+            // [b, h, n, m] summed over the axes `extra` broadcasts.
+            let mut grad = d_scores;
+            for axis in 0..4 {
+                if extra_shape[axis] == 1 {
+                    grad = B::float_sum_dim(grad, axis);
+                }
+            }
+            grads.register::<B>(node.id, grad);
+        }
+    }
+}
+
+impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff<B, C> {
+    fn cube_kernel_forward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        extra: FloatTensor<Self>,
+        call: CubeCall,
+    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+        let (qp, kp, vp, ep) = (
+            q.primitive().clone(),
+            k.primitive().clone(),
+            v.primitive().clone(),
+            extra.primitive().clone(),
+        );
+        match CubeBackward
+            .prepare::<C>([q.node(), k.node(), v.node(), extra.node()])
+            .compute_bound()
+            .stateful()
+        {
+            OpsKind::Tracked(prep) => {
+                let (out, lse) =
+                    B::cube_kernel_forward(qp.clone(), kp.clone(), vp.clone(), ep.clone(), call);
+                let state = Saved {
+                    q: qp,
+                    k: kp,
+                    v: vp,
+                    extra: ep,
+                    out: out.clone(),
+                    lse: lse.clone(),
+                    call,
+                };
+                (prep.finish(state, out), <Autodiff<B, C>>::from_inner(lse))
+            }
+            OpsKind::UnTracked(prep) => {
+                let (out, lse) = B::cube_kernel_forward(qp, kp, vp, ep, call);
+                (prep.finish(out), <Autodiff<B, C>>::from_inner(lse))
+            }
+        }
+    }
+
+    fn cube_kernel_backward(
+        q: FloatTensor<Self>,
+        k: FloatTensor<Self>,
+        v: FloatTensor<Self>,
+        extra: FloatTensor<Self>,
+        out: FloatTensor<Self>,
+        lse: FloatTensor<Self>,
+        d_out: FloatTensor<Self>,
+        call: CubeCall,
+        want_scores: bool,
+    ) -> (
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+        FloatTensor<Self>,
+    ) {
+        // The backward pass's own gradient is not tracked (no double backward).
+        let (dq, dk, dv, d_scores) = B::cube_kernel_backward(
+            q.primitive().clone(),
+            k.primitive().clone(),
+            v.primitive().clone(),
+            extra.primitive().clone(),
+            out.primitive().clone(),
+            lse.primitive().clone(),
+            d_out.primitive().clone(),
+            call,
+            want_scores,
+        );
+        (
+            <Autodiff<B, C>>::from_inner(dq),
+            <Autodiff<B, C>>::from_inner(dk),
+            <Autodiff<B, C>>::from_inner(dv),
+            <Autodiff<B, C>>::from_inner(d_scores),
+        )
     }
 }
 

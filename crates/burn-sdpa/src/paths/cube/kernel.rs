@@ -67,6 +67,7 @@ pub(crate) fn flash_forward<F: Float>(
     // The query row, scaled, in registers.
     let mut q_row = Array::<F>::new(d_k);
     let q_base = (bh * n + query_idx) * d_k;
+    #[unroll]
     for dd in 0..d_k {
         let mut x = F::new(0.0);
         if active {
@@ -75,6 +76,7 @@ pub(crate) fn flash_forward<F: Float>(
         q_row[dd] = x * F::cast_from(scale);
     }
     let mut acc = Array::<F>::new(d_v);
+    #[unroll]
     for dd in 0..d_v {
         acc[dd] = F::new(0.0);
     }
@@ -101,6 +103,7 @@ pub(crate) fn flash_forward<F: Float>(
         let mut key_row = row;
         while key_row < KEY_ROWS {
             let key_idx = key_start + key_row;
+            #[unroll]
             for dd in 0..d_k {
                 let mut x = F::new(0.0);
                 if key_idx < m {
@@ -108,6 +111,7 @@ pub(crate) fn flash_forward<F: Float>(
                 }
                 k_tile[key_row * d_k + dd] = x;
             }
+            #[unroll]
             for dd in 0..d_v {
                 let mut x = F::new(0.0);
                 if key_idx < m {
@@ -139,6 +143,7 @@ pub(crate) fn flash_forward<F: Float>(
             }
             if visible {
                 let mut s = F::new(0.0);
+                #[unroll]
                 for dd in 0..d_k {
                     s += q_row[dd] * k_tile[key_row * d_k + dd];
                 }
@@ -152,6 +157,7 @@ pub(crate) fn flash_forward<F: Float>(
                 let correction = (row_max - new_max).exp();
                 let p = (s - new_max).exp();
                 row_sum = row_sum * correction + p;
+                #[unroll]
                 for dd in 0..d_v {
                     acc[dd] = acc[dd] * correction + p * v_tile[key_row * d_v + dd];
                 }
@@ -164,12 +170,14 @@ pub(crate) fn flash_forward<F: Float>(
         let out_base = (bh * n + query_idx) * d_v;
         if row_sum > F::new(0.0) {
             let inv = F::new(1.0) / row_sum;
+            #[unroll]
             for dd in 0..d_v {
                 context[out_base + dd] = acc[dd] * inv;
             }
             lse[bh * n + query_idx] = row_max + row_sum.ln();
         } else {
             // No visible key: a zero row, and a log-sum-exp of +∞ (the other paths' rule).
+            #[unroll]
             for dd in 0..d_v {
                 context[out_base + dd] = F::new(0.0);
             }

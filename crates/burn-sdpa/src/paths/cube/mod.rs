@@ -1,9 +1,12 @@
 //! The flash kernel in CubeCL for Burn's CubeCL backends (wgpu, CUDA, ROCm, Metal), through the
-//! backend extension. Work in progress: the forward pass, for inference, with the module's
-//! semantics (scale, soft-cap, causal masking in both alignments, windows, grouped-query heads,
-//! padding, masks and biases in any broadcast shape, segments and ALiBi as a dense bias, fully
-//! masked rows giving zeros, the NaN policy of the tensor-op paths).
+//! backend extension, forward (`kernel.rs`) and backward (`backward.rs`, FlashAttention-2, no
+//! atomics), registered for `Cube`, `Fusion` and `Autodiff` over them (`extension.rs`). The
+//! module's semantics: scale, soft-cap, causal masking in both alignments, windows, grouped-query
+//! heads, padding, masks and biases in any broadcast shape (with the bias's gradient), fully
+//! masked rows giving zeros, the NaN policy of the tensor-op paths. Work in progress: segments
+//! and ALiBi go in as one dense bias tensor, the tiles are fixed (32 × 32), f32 only.
 
+mod backward;
 mod extension;
 pub(crate) mod kernel;
 
@@ -26,8 +29,6 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
         && input.bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
     if call.family != BackendFamily::CubeCl {
         Some("it runs on the CubeCL backends only")
-    } else if call.autodiff {
-        Some("its backward pass is not written yet")
     } else if input.need_weights || input.need_scores {
         Some("it cannot return the weights or scores")
     } else if call.dropout.is_some() {
