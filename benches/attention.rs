@@ -27,7 +27,8 @@ fn main() -> anyhow::Result<()> {
         };
         let mut rng = ChaCha8Rng::seed_from_u64(n as u64);
         let cell = Cell::new(&mut rng, [b, h, n, d], None, &device);
-        for (name, implementation) in paths_for(256, false) {
+        // Flex only: no CubeCL kernel.
+        for (name, implementation) in paths_for(256, false, false) {
             let case = format!(
                 "{} {name} n={n}",
                 if backward {

@@ -42,7 +42,7 @@
 //! | `options.rs` | [`AttentionOptions`]: scale, soft-cap, dropout, causal alignment, implementation, validated in one place |
 //! | `input.rs` | [`AttentionInput`], [`AttentionOutput`], [`validate_input`], [`read_back`] |
 //! | `mask.rs` | the public [`mask`] helpers and the one mask builder every path uses |
-//! | `paths/` | one file per path (`naive.rs`, `chunked.rs`, `fused.rs`, `cpu/`), the validated call with its device facts and the shared score preparation (`call.rs`), the measured `Auto` rule (`auto.rs`), and `mod.rs`, the only place that chooses a path |
+//! | `paths/` | one file per path (`naive.rs`, `chunked.rs`, `fused.rs`, `cpu/`, and `cube/` with the `cube` feature), the validated call with its device facts and the shared score preparation (`call.rs`), the measured `Auto` rule (`auto.rs`), and `mod.rs`, the only place that chooses a path |
 //! | `module.rs` | [`ScaledDotProductAttentionConfig`] and [`ScaledDotProductAttention`]: validate, resolve, run |
 //! | `qk_norm.rs` | [`QkNorm`] and [`HeadNorm`], the per-head normalization of queries and keys |
 //! | `mha.rs` | [`MultiHeadAttention`] |

@@ -21,22 +21,30 @@ pub fn module(implementation: Implementation) -> Result<ScaledDotProductAttentio
         .try_init()?)
 }
 
-/// The paths, as (name, implementation or None for the baseline).
-pub fn paths(block_size: usize) -> Vec<(&'static str, Option<Implementation>)> {
-    vec![
+/// The paths, as (name, implementation or None for the baseline); `cube_kernel` only on the
+/// CubeCL backends (`cube`), the only ones it runs on.
+pub fn paths(block_size: usize, cube: bool) -> Vec<(&'static str, Option<Implementation>)> {
+    let mut paths = vec![
         ("auto", Some(Implementation::Auto)),
         ("naive", Some(Implementation::Naive)),
         ("chunked", Some(Implementation::Chunked { block_size })),
         ("fused", Some(Implementation::Fused)),
         ("cpu_kernel", Some(Implementation::CpuKernel)),
-        ("cube_kernel", Some(Implementation::CubeKernel)),
-        ("baseline", None),
-    ]
+    ];
+    if cube {
+        paths.push(("cube_kernel", Some(Implementation::CubeKernel)));
+    }
+    paths.push(("baseline", None));
+    paths
 }
 
 /// The paths that can run a mode: all of them, but the baseline takes no mask.
-pub fn paths_for(block_size: usize, masked: bool) -> Vec<(&'static str, Option<Implementation>)> {
-    paths(block_size)
+pub fn paths_for(
+    block_size: usize,
+    masked: bool,
+    cube: bool,
+) -> Vec<(&'static str, Option<Implementation>)> {
+    paths(block_size, cube)
         .into_iter()
         .filter(|(_, implementation)| !(masked && implementation.is_none()))
         .collect()

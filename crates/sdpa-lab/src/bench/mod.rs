@@ -18,6 +18,8 @@ use std::time::Instant;
 use sdpa_model::Progress;
 use serde::Serialize;
 
+use burn_sdpa::BackendFamily;
+
 use crate::context::{LabBackend, LabError};
 use crate::memory::measure_peak;
 use crate::stats::median;
@@ -305,7 +307,8 @@ fn time_cell(
     mut report: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>, LabError> {
     let mut attns = Vec::new();
-    for (name, implementation) in paths_for(config.block_size, mode.masked()) {
+    let cube = BackendFamily::of(&cell.q.device()) == BackendFamily::CubeCl;
+    for (name, implementation) in paths_for(config.block_size, mode.masked(), cube) {
         let attn = implementation.map(module).transpose()?;
         // A path that cannot serve the cell (the CPU kernel under autodiff on a GPU backend,
         // Fused with a top-left causal mask, ...) is skipped with its reason, not the end of
@@ -388,7 +391,10 @@ pub fn run_bench(
         .collect();
     let cells: usize = modes
         .iter()
-        .map(|m| paths_for(config.block_size, m.masked()).len())
+        .map(|m| {
+            let cube = BackendFamily::of(&backend.device) == BackendFamily::CubeCl;
+            paths_for(config.block_size, m.masked(), cube).len()
+        })
         .sum();
     let total = (config.ns.len() * cells
         + (config.memory_ns.len() + config.training_memory_ns.len()) * 3) as u64;

@@ -7,6 +7,11 @@ use crate::context::LabError;
 use crate::markdown::{f, md_table};
 use crate::plot::{LinePlot, Series, line_plot};
 
+/// Whether the report holds `cube_kernel` cells (a CubeCL backend): its column is shown then.
+fn measured_cube(r: &BenchReport) -> bool {
+    r.rows.iter().any(|x| x.path == "cube_kernel")
+}
+
 fn cell<'a>(r: &'a BenchReport, mode: &str, n: usize, p: &str) -> Option<&'a super::BenchRow> {
     r.rows
         .iter()
@@ -16,7 +21,11 @@ fn cell<'a>(r: &'a BenchReport, mode: &str, n: usize, p: &str) -> Option<&'a sup
 /// One mode's table: median ms (GFLOP/s) per path and n, and Auto's ratios.
 fn mode_table(r: &BenchReport, mode: &str) -> String {
     let mut headers = vec!["n".to_string()];
-    headers.extend(paths(r.config.block_size).iter().map(|p| p.0.to_string()));
+    headers.extend(
+        paths(r.config.block_size, measured_cube(r))
+            .iter()
+            .map(|p| p.0.to_string()),
+    );
     headers.push("auto / best other (medians)".into());
     headers.push("auto / best other (paired)".into());
     let hs: Vec<&str> = headers.iter().map(|x| x.as_str()).collect();
@@ -26,7 +35,7 @@ fn mode_table(r: &BenchReport, mode: &str) -> String {
         .iter()
         .map(|&n| {
             let mut row = vec![n.to_string()];
-            for (p, _) in paths(r.config.block_size) {
+            for (p, _) in paths(r.config.block_size, measured_cube(r)) {
                 row.push(cell(r, mode, n, p).map_or("–".into(), |x| {
                     let takes = match (&x.takes, p) {
                         (Some(t), "auto") => format!(" → {t}"),
@@ -52,13 +61,17 @@ fn mode_table(r: &BenchReport, mode: &str) -> String {
 /// Peak memory added by one run, every mode, path and n.
 fn peak_table(r: &BenchReport, modes: &[&str]) -> String {
     let mut headers = vec!["mode".to_string(), "n".to_string()];
-    headers.extend(paths(r.config.block_size).iter().map(|p| p.0.to_string()));
+    headers.extend(
+        paths(r.config.block_size, measured_cube(r))
+            .iter()
+            .map(|p| p.0.to_string()),
+    );
     let hs: Vec<&str> = headers.iter().map(|x| x.as_str()).collect();
     let mut rows = Vec::new();
     for &mode in modes {
         for &n in &r.config.ns {
             let mut row = vec![mode.to_string(), n.to_string()];
-            for (p, _) in paths(r.config.block_size) {
+            for (p, _) in paths(r.config.block_size, measured_cube(r)) {
                 row.push(
                     cell(r, mode, n, p)
                         .and_then(|x| x.peak_mib)
@@ -184,7 +197,7 @@ pub fn write(r: &BenchReport, ctx: &BenchContext) -> Result<Vec<String>, LabErro
                 y_label: "GFLOP/s".into(),
                 log_x: true,
                 log_y: false,
-                series: paths(r.config.block_size)
+                series: paths(r.config.block_size, measured_cube(r))
                     .iter()
                     .map(|(p, _)| {
                         Series::line(
