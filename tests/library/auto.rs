@@ -50,12 +50,12 @@ fn auto_takes_the_documented_path_and_matches_naive() {
                 |q: &Tensor<4>| AttentionInput::new(q.clone(), k.clone(), v.clone()).causal();
             let path = auto.path(&input(&q)).expect("auto resolves");
             // On the CPU backends (the root package turns on the kernel's backend extension):
-            // this crate's kernel, inference and training, masked or not. On wgpu: Burn's kernel
-            // for inference, the naive path for training.
-            let expected = match (backend, autodiff) {
-                (BackendKind::Flex | BackendKind::Ndarray, _) => AttentionPath::CpuKernel,
-                (BackendKind::Wgpu, true) => AttentionPath::Naive,
-                (BackendKind::Wgpu, false) => AttentionPath::Fused,
+            // this crate's kernel, inference and training, masked or not. On wgpu (the root
+            // package's `wgpu` feature turns on `burn-sdpa/cube`): the CubeCL kernel, inference
+            // and training (this fails if `Auto` stops taking it for a training call).
+            let expected = match backend {
+                BackendKind::Flex | BackendKind::Ndarray => AttentionPath::CpuKernel,
+                BackendKind::Wgpu => AttentionPath::CubeKernel,
             };
             assert_eq!(path, expected, "{backend}, autodiff {autodiff}");
             let masked = input(&q).mask(Tensor::<4, Bool>::full([1, 1, 1, m], false, &device));

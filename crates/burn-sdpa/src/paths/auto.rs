@@ -34,6 +34,9 @@ pub struct AutoRequest {
     /// Whether [`Implementation::CpuKernel`](crate::Implementation::CpuKernel) can serve the call
     /// (f32, no weights, no dropout; under autodiff only where it runs in place).
     pub cpu_kernel_ok: bool,
+    /// Whether [`Implementation::CubeKernel`](crate::Implementation::CubeKernel) can serve the
+    /// call (a CubeCL backend, the crate's `cube` feature, f32, no weights, no dropout).
+    pub cube_kernel_ok: bool,
     /// Whether the CPU kernel runs in place on this backend, through its backend extension
     /// (Flex and NdArray when the crate's `flex` / `ndarray` features are on), rather than on
     /// host copies.
@@ -47,6 +50,10 @@ pub struct AutoRequest {
 /// - **Flex and NdArray with the kernel's backend extension**: `CpuKernel` whenever it can serve
 ///   the call (f32, no weights, no dropout), for inference and training, masked or not: it was the
 ///   fastest path at every measured size, forward and forward + backward.
+/// - **CubeCL backends with the crate's `cube` feature**: `CubeKernel` whenever it can serve the
+///   call (f32, no weights, no dropout), for inference and training: on lavapipe it was the
+///   fastest path at every measured size, forward and forward + backward, and its memory is
+///   O(n) where `Naive`'s is O(n · m) (`docs/bench/BENCH_wgpu.md`).
 /// - **Training (autodiff) otherwise** on CPU backends: Burn's `attention` is its plain fallback
 ///   built from autodiff ops, slower than `Naive`, and `Chunked` (block [`AUTO_BLOCK_SIZE`])
 ///   normalizes the n×d output instead of the n×m weights: m < [`AUTO_BLOCK_SIZE`] → `Naive`,
@@ -67,6 +74,8 @@ pub fn auto_path(request: AutoRequest) -> AttentionPath {
     let over_budget = request.scores_bytes > AUTO_INFERENCE_SCORES_BUDGET_BYTES;
     if request.cpu_kernel_ok && request.cpu_kernel_in_place {
         AttentionPath::CpuKernel
+    } else if request.cube_kernel_ok {
+        AttentionPath::CubeKernel
     } else if request.autodiff {
         if request.family == BackendFamily::CubeCl || request.n_keys < AUTO_BLOCK_SIZE {
             AttentionPath::Naive
@@ -105,8 +114,29 @@ mod tests {
             scores_bytes: gib << 30,
             fused_ok: true,
             cpu_kernel_ok: !autodiff,
+            cube_kernel_ok: false,
             cpu_kernel_in_place: false,
         }
+    }
+
+    #[test]
+    fn the_cube_kernel_serves_every_call_it_can() {
+        use BackendFamily::CubeCl;
+        for autodiff in [false, true] {
+            for n_keys in [1, 64, 256, 4096, 32768] {
+                let request = AutoRequest {
+                    cube_kernel_ok: true,
+                    ..request(CubeCl, autodiff, n_keys, n_keys as u64 >> 10)
+                };
+                assert_eq!(auto_path(request), AttentionPath::CubeKernel);
+            }
+        }
+        // A call it cannot serve (weights, dropout, another dtype, no `cube` feature) falls back
+        // to the other rules.
+        assert_eq!(
+            auto_path(request(CubeCl, true, 4096, 2)),
+            AttentionPath::Naive
+        );
     }
 
     #[test]

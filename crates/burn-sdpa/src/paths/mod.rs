@@ -94,6 +94,7 @@ pub(crate) fn resolve(
         scores_bytes: (b * h * n * m * call.input.query.dtype().size()) as u64,
         fused_ok: blocker(AttentionPath::Fused, call).is_none(),
         cpu_kernel_ok: blocker(AttentionPath::CpuKernel, call).is_none(),
+        cube_kernel_ok: blocker(AttentionPath::CubeKernel, call).is_none(),
         cpu_kernel_in_place: call.kernel_in_place,
     }))
 }

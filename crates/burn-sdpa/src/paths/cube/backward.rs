@@ -1,66 +1,29 @@
-//! The flash backward pass in CubeCL (FlashAttention-2): the weights are recomputed tile by tile
+//! The flash backward pass in CubeCL (FlashAttention-2): the weights are recomputed key by key
 //! from the forward's log-sum-exp, nothing of size n × m is stored, and every unit owns the rows it
 //! writes (no atomics: the result does not depend on scheduling).
 //!
-//! - `flash_backward_dq`: one cube per (batch·head, 32 queries), one unit per query row, the keys
-//!   and values streamed through shared memory: dQ.
-//! - `flash_backward_dkdv`: one cube per (batch·kv head, 32 keys), one unit per key row, the
-//!   queries of every head of the group (with dO, the log-sum-exp and D = rowsum(dO ∘ O)) streamed
-//!   through shared memory: dK and dV.
+//! - `flash_backward_dq`: one cube of [`UNITS`] units per (batch·head, block of `UNITS · rows`
+//!   queries), `rows` query rows per unit, the keys and values streamed through shared memory: dQ.
+//! - `flash_backward_dkdv`: one cube per (batch·kv head, block of `UNITS · rows` keys), `rows` key
+//!   rows per unit, the queries of every head of the group (with dO, the log-sum-exp and
+//!   D = rowsum(dO ∘ O)) streamed through shared memory: dK and dV.
+//!
+//! As in the forward pass, every element read from shared memory feeds `rows` multiply-adds.
 
 use cubecl::prelude::*;
 
-use super::kernel::{KEY_ROWS, MASKED, QUERY_ROWS};
+use super::kernel::{
+    KEY_ROWS, LANES, MASKED, UNITS, broadcast_row, extra_row, in_band, key_range, load_tile,
+};
 
-/// Whether key `key_idx` is visible to query `query_idx` under the causal mask and the window
-/// (diagonal `query_idx + offset`).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-fn in_band(
-    query_idx: usize,
-    key_idx: usize,
-    offset: i32,
-    left: i32,
-    right: i32,
-    #[comptime] causal: bool,
-    #[comptime] has_left: bool,
-    #[comptime] has_right: bool,
-) -> bool {
-    let centre = query_idx as i32 + offset;
-    let j = key_idx as i32;
-    let mut visible = true;
-    if causal {
-        visible = visible && j <= centre;
-    }
-    if has_left {
-        visible = visible && j >= centre - left;
-    }
-    if has_right {
-        visible = visible && j <= centre + right;
-    }
-    visible
-}
-
-/// The offset of row (`batch_idx`, `head_idx`, `query_idx`) in `extra` `[b|1, h|1, n|1, m]`.
-#[cube]
-fn extra_row<F: Float>(
-    extra: &Tensor<F>,
-    batch_idx: usize,
-    head_idx: usize,
-    query_idx: usize,
-    m: usize,
-) -> usize {
-    let (e0, e1, e2) = (extra.shape(0), extra.shape(1), extra.shape(2));
-    let eb = if e0 == 1 { 0usize } else { batch_idx };
-    let eh = if e1 == 1 { 0usize } else { head_idx };
-    let ei = if e2 == 1 { 0usize } else { query_idx };
-    ((eb * e1 + eh) * e2 + ei) * m
-}
+/// Queries per shared-memory tile of `flash_backward_dkdv`.
+pub(crate) const QUERY_TILE: usize = 32;
 
 /// dQ `[b, h, n, d_k]` of the forward pass with the same options (see `flash_forward`); `lse` and
 /// `delta` (D = rowsum(dO ∘ O)) are `[b, h, n]`. With `write_scores`, also the gradient of the
 /// scores after the soft-cap (the bias's) into `d_scores` `[b, h, n, m]`, which must hold zeros
-/// (the hidden entries are not written).
+/// (the hidden entries are not written). Launched with [`UNITS`] units per cube and
+/// `(n.div_ceil(UNITS · rows), b · h)` cubes.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn flash_backward_dq<F: Float>(
@@ -80,6 +43,8 @@ pub(crate) fn flash_backward_dq<F: Float>(
     right: i32,
     #[comptime] d_k: usize,
     #[comptime] d_v: usize,
+    #[comptime] rows: usize,
+    #[comptime] planes: bool,
     #[comptime] causal: bool,
     #[comptime] has_left: bool,
     #[comptime] has_right: bool,
@@ -97,117 +62,213 @@ pub(crate) fn flash_backward_dq<F: Float>(
     let batch_idx = bh / n_heads;
     let head_idx = bh % n_heads;
     let kv = batch_idx * n_kv_heads + head_idx / group;
-    let row = UNIT_POS_X as usize;
-    let query_idx = CUBE_POS_X as usize * QUERY_ROWS + row;
-    let active = query_idx < n;
-    let mut safe_query = 0usize;
-    if active {
-        safe_query = query_idx;
-    }
+    let unit = UNIT_POS_X as usize;
+    let block_start = CUBE_POS_X as usize * comptime!(UNITS * rows);
+    // Row r of this unit is query first_query + r · UNITS.
+    let first_query = block_start + unit;
 
-    let mut k_tile = Shared::<[F]>::new_slice(KEY_ROWS * d_k);
-    let mut v_tile = Shared::<[F]>::new_slice(KEY_ROWS * d_v);
+    let mut k_tile = Shared::<[F]>::new_slice(comptime!(KEY_ROWS * d_k));
+    let mut v_tile = Shared::<[F]>::new_slice(comptime!(KEY_ROWS * d_v));
 
-    let mut q_row = Array::<F>::new(d_k);
-    let mut do_row = Array::<F>::new(d_v);
-    let mut dq_acc = Array::<F>::new(d_k);
-    let row_idx = bh * n + safe_query;
+    let mut q_rows = Array::<F>::new(comptime!(rows * d_k));
+    let mut do_rows = Array::<F>::new(comptime!(rows * d_v));
+    let mut dq_acc = Array::<F>::new(comptime!(rows * d_k));
+    let mut lse_rows = Array::<F>::new(rows);
+    let mut delta_rows = Array::<F>::new(rows);
+    let mut k_vals = Array::<F>::new(d_k);
+    let mut v_vals = Array::<F>::new(d_v);
+    let mut scores = Array::<F>::new(rows);
+    let mut d_weights = Array::<F>::new(rows);
+    let scale_f = F::cast_from(scale);
     #[unroll]
-    for dd in 0..d_k {
-        q_row[dd] = q[row_idx * d_k + dd] * F::cast_from(scale);
-        dq_acc[dd] = F::new(0.0);
-    }
-    #[unroll]
-    for dd in 0..d_v {
-        do_row[dd] = d_out[row_idx * d_v + dd];
-    }
-    let lse_i = lse[row_idx];
-    let delta_i = delta[row_idx];
-    let mut extra_base = 0usize;
-    if has_extra {
-        extra_base = extra_row::<F>(extra, batch_idx, head_idx, safe_query, m);
-    }
-
-    let n_tiles = m.div_ceil(KEY_ROWS);
-    for tile_idx in 0..n_tiles {
-        let key_start = tile_idx * KEY_ROWS;
-        let mut key_row = row;
-        while key_row < KEY_ROWS {
-            let key_idx = key_start + key_row;
-            #[unroll]
-            for dd in 0..d_k {
-                let mut x = F::new(0.0);
-                if key_idx < m {
-                    x = k[(kv * m + key_idx) * d_k + dd];
-                }
-                k_tile[key_row * d_k + dd] = x;
+    for r in 0..rows {
+        let query_idx = first_query + r * UNITS;
+        let active = query_idx < n;
+        let row_idx = bh * n + query_idx;
+        #[unroll]
+        for dd in 0..d_k {
+            let mut x = F::new(0.0);
+            if active {
+                x = q[row_idx * d_k + dd];
             }
-            #[unroll]
-            for dd in 0..d_v {
-                let mut x = F::new(0.0);
-                if key_idx < m {
-                    x = v[(kv * m + key_idx) * d_v + dd];
-                }
-                v_tile[key_row * d_v + dd] = x;
-            }
-            key_row += QUERY_ROWS;
+            q_rows[r * d_k + dd] = x * scale_f;
+            dq_acc[r * d_k + dd] = F::new(0.0);
         }
-        sync_cube();
-        for key_row in 0..KEY_ROWS {
-            let key_idx = key_start + key_row;
-            let mut visible = active
-                && key_idx < m
-                && in_band(
-                    query_idx, key_idx, offset, left, right, causal, has_left, has_right,
-                );
-            let mut added = F::new(0.0);
-            if has_extra && visible {
-                added = extra[extra_base + key_idx];
-                visible = added > F::new(MASKED);
+        #[unroll]
+        for dd in 0..d_v {
+            let mut x = F::new(0.0);
+            if active {
+                x = d_out[row_idx * d_v + dd];
             }
-            if visible {
+            do_rows[r * d_v + dd] = x;
+        }
+        let mut l = F::new(0.0);
+        let mut dl = F::new(0.0);
+        if active {
+            l = lse[row_idx];
+            dl = delta[row_idx];
+        }
+        lse_rows[r] = l;
+        delta_rows[r] = dl;
+    }
+    let mut extra_base = 0usize;
+    let mut extra_step = 0usize;
+    if has_extra {
+        let (base, step) = extra_row::<F>(extra, batch_idx, head_idx, first_query, m);
+        extra_base = base;
+        extra_step = step * UNITS;
+    }
+    let first_centre = block_start as i32 + offset;
+    let last_centre = first_centre + comptime!((UNITS * rows) as i32) - 1;
+    let (key_lo, key_hi) = key_range(
+        first_centre,
+        last_centre,
+        m,
+        left,
+        right,
+        causal,
+        has_left,
+        has_right,
+    );
+
+    let lane = UNIT_POS_PLANE as usize % LANES;
+    for tile_idx in key_lo / KEY_ROWS..key_hi.div_ceil(KEY_ROWS) {
+        let key_start = tile_idx * KEY_ROWS;
+        if !planes {
+            load_tile::<F>(k, &mut k_tile, kv, key_start, m, unit, d_k);
+            load_tile::<F>(v, &mut v_tile, kv, key_start, m, unit, d_v);
+            sync_cube();
+        }
+        let key_end = min(KEY_ROWS, key_hi - key_start);
+        for key_row in 0..key_end {
+            let key_idx = key_start + key_row;
+            let j = key_idx as i32;
+            if planes {
+                broadcast_row::<F>(k, &mut k_vals, (kv * m + key_idx) * d_k, lane, d_k);
+                broadcast_row::<F>(v, &mut v_vals, (kv * m + key_idx) * d_v, lane, d_v);
+            } else {
+                #[unroll]
+                for dd in 0..d_k {
+                    k_vals[dd] = k_tile[key_row * d_k + dd];
+                }
+                #[unroll]
+                for dd in 0..d_v {
+                    v_vals[dd] = v_tile[key_row * d_v + dd];
+                }
+            }
+            #[unroll]
+            for r in 0..rows {
                 let mut s = F::new(0.0);
                 #[unroll]
                 for dd in 0..d_k {
-                    s += q_row[dd] * k_tile[key_row * d_k + dd];
+                    s += q_rows[r * d_k + dd] * k_vals[dd];
                 }
-                let mut cap_grad = F::new(1.0);
-                if capped {
-                    let cap = F::cast_from(softcap);
-                    let t = (s / cap).tanh();
-                    s = cap * t;
-                    cap_grad = F::new(1.0) - t * t;
+                scores[r] = s;
+            }
+            #[unroll]
+            for r in 0..rows {
+                let query_idx = first_query + r * UNITS;
+                let mut visible = query_idx < n
+                    && in_band(
+                        query_idx as i32 + offset,
+                        j,
+                        left,
+                        right,
+                        causal,
+                        has_left,
+                        has_right,
+                    );
+                let mut added = F::new(0.0);
+                if has_extra && visible {
+                    added = extra[extra_base + r * extra_step + key_idx];
+                    visible = added > F::new(MASKED);
                 }
-                s += added;
-                let p = (s - lse_i).exp();
-                let mut dp = F::new(0.0);
-                #[unroll]
-                for dd in 0..d_v {
-                    dp += do_row[dd] * v_tile[key_row * d_v + dd];
+                let mut ds = F::new(0.0);
+                if visible {
+                    let mut s = scores[r];
+                    let mut cap_grad = F::new(1.0);
+                    if capped {
+                        let cap = F::cast_from(softcap);
+                        let t = (s / cap).tanh();
+                        s = cap * t;
+                        cap_grad = F::new(1.0) - t * t;
+                    }
+                    s += added;
+                    let p = (s - lse_rows[r]).exp();
+                    let mut dp = F::new(0.0);
+                    #[unroll]
+                    for dd in 0..d_v {
+                        dp += do_rows[r * d_v + dd] * v_vals[dd];
+                    }
+                    // The gradient of the score after the soft-cap, which is the bias's.
+                    let ds_bias = p * (dp - delta_rows[r]);
+                    if write_scores {
+                        d_scores[(bh * n + query_idx) * m + key_idx] = ds_bias;
+                    }
+                    ds = ds_bias * cap_grad;
                 }
-                // The gradient of the score after the soft-cap, which is the bias's.
-                let ds_bias = p * (dp - delta_i);
-                if write_scores {
-                    d_scores[row_idx * m + key_idx] = ds_bias;
-                }
-                let ds = ds_bias * cap_grad;
+                d_weights[r] = ds;
+            }
+            #[unroll]
+            for r in 0..rows {
                 #[unroll]
                 for dd in 0..d_k {
-                    dq_acc[dd] += ds * k_tile[key_row * d_k + dd];
+                    dq_acc[r * d_k + dd] += d_weights[r] * k_vals[dd];
                 }
             }
         }
-        sync_cube();
+        if !planes {
+            sync_cube();
+        }
     }
-    if active {
-        #[unroll]
-        for dd in 0..d_k {
-            dq[row_idx * d_k + dd] = dq_acc[dd] * F::cast_from(scale);
+    #[unroll]
+    for r in 0..rows {
+        let query_idx = first_query + r * UNITS;
+        if query_idx < n {
+            let row_idx = bh * n + query_idx;
+            #[unroll]
+            for dd in 0..d_k {
+                dq[row_idx * d_k + dd] = dq_acc[r * d_k + dd] * scale_f;
+            }
         }
     }
 }
 
+/// The queries `[lo, hi)` that may see some key in `[first_key, last_key]` under the causal mask
+/// and the window (query i's diagonal is i + `offset`).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+fn query_range(
+    first_key: i32,
+    last_key: i32,
+    n: usize,
+    offset: i32,
+    left: i32,
+    right: i32,
+    #[comptime] causal: bool,
+    #[comptime] has_left: bool,
+    #[comptime] has_right: bool,
+) -> (usize, usize) {
+    // Key j is visible to query i when j ≤ i + offset (causal), j ≤ i + offset + right and
+    // j ≥ i + offset − left.
+    let mut lo = 0i32;
+    if causal {
+        lo = max(lo, first_key - offset);
+    }
+    if has_right {
+        lo = max(lo, first_key - offset - right);
+    }
+    let mut hi = n as i32;
+    if has_left {
+        hi = min(hi, last_key - offset + left + 1);
+    }
+    lo = min(lo, n as i32);
+    hi = max(hi, lo);
+    (lo as usize, hi as usize)
+}
+
 /// dK `[b, h_kv, m, d_k]` and dV `[b, h_kv, m, d_v]`, summed over the query heads of each group.
+/// Launched with [`UNITS`] units per cube and `(m.div_ceil(UNITS · rows), b · h_kv)` cubes.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn flash_backward_dkdv<F: Float>(
@@ -227,6 +288,8 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
     right: i32,
     #[comptime] d_k: usize,
     #[comptime] d_v: usize,
+    #[comptime] rows: usize,
+    #[comptime] planes: bool,
     #[comptime] causal: bool,
     #[comptime] has_left: bool,
     #[comptime] has_right: bool,
@@ -242,124 +305,192 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
     let kvb = CUBE_POS_Y as usize;
     let batch_idx = kvb / n_kv_heads;
     let kv_head = kvb % n_kv_heads;
-    let row = UNIT_POS_X as usize;
-    let key_idx = CUBE_POS_X as usize * KEY_ROWS + row;
-    let active = key_idx < m;
-    let mut safe_key = 0usize;
-    if active {
-        safe_key = key_idx;
-    }
+    let unit = UNIT_POS_X as usize;
+    let block_start = CUBE_POS_X as usize * comptime!(UNITS * rows);
+    // Row r of this unit is key first_key + r · UNITS.
+    let first_key = block_start + unit;
 
-    let mut q_tile = Shared::<[F]>::new_slice(QUERY_ROWS * d_k);
-    let mut do_tile = Shared::<[F]>::new_slice(QUERY_ROWS * d_v);
-    let mut lse_tile = Shared::<[F]>::new_slice(QUERY_ROWS);
-    let mut delta_tile = Shared::<[F]>::new_slice(QUERY_ROWS);
+    let mut q_tile = Shared::<[F]>::new_slice(comptime!(QUERY_TILE * d_k));
+    let mut do_tile = Shared::<[F]>::new_slice(comptime!(QUERY_TILE * d_v));
 
-    let mut k_row = Array::<F>::new(d_k);
-    let mut v_row = Array::<F>::new(d_v);
-    let mut dk_acc = Array::<F>::new(d_k);
-    let mut dv_acc = Array::<F>::new(d_v);
-    let key_row_idx = kvb * m + safe_key;
-    #[unroll]
-    for dd in 0..d_k {
-        k_row[dd] = k[key_row_idx * d_k + dd];
-        dk_acc[dd] = F::new(0.0);
-    }
-    #[unroll]
-    for dd in 0..d_v {
-        v_row[dd] = v[key_row_idx * d_v + dd];
-        dv_acc[dd] = F::new(0.0);
-    }
+    let mut k_rows = Array::<F>::new(comptime!(rows * d_k));
+    let mut v_rows = Array::<F>::new(comptime!(rows * d_v));
+    let mut dk_acc = Array::<F>::new(comptime!(rows * d_k));
+    let mut dv_acc = Array::<F>::new(comptime!(rows * d_v));
+    let mut q_vals = Array::<F>::new(d_k);
+    let mut do_vals = Array::<F>::new(d_v);
+    let mut weights = Array::<F>::new(rows);
+    let mut d_weights = Array::<F>::new(rows);
     let scale_f = F::cast_from(scale);
-
-    let n_tiles = n.div_ceil(QUERY_ROWS);
-    for g in 0..group {
-        let head_idx = kv_head * group + g;
-        let bh = batch_idx * n_heads + head_idx;
-        for tile_idx in 0..n_tiles {
-            let q_start = tile_idx * QUERY_ROWS;
-            // Unit r loads query row r of the tile (KEY_ROWS = QUERY_ROWS units).
-            let load_idx = q_start + row;
-            let loads = load_idx < n;
-            #[unroll]
-            for dd in 0..d_k {
-                let mut x = F::new(0.0);
-                if loads {
-                    x = q[(bh * n + load_idx) * d_k + dd];
-                }
-                q_tile[row * d_k + dd] = x;
-            }
-            #[unroll]
-            for dd in 0..d_v {
-                let mut x = F::new(0.0);
-                if loads {
-                    x = d_out[(bh * n + load_idx) * d_v + dd];
-                }
-                do_tile[row * d_v + dd] = x;
-            }
-            let mut l = F::new(0.0);
-            let mut dl = F::new(0.0);
-            if loads {
-                l = lse[bh * n + load_idx];
-                dl = delta[bh * n + load_idx];
-            }
-            lse_tile[row] = l;
-            delta_tile[row] = dl;
-            sync_cube();
-            for query_row in 0..QUERY_ROWS {
-                let query_idx = q_start + query_row;
-                let mut visible = active
-                    && query_idx < n
-                    && in_band(
-                        query_idx, key_idx, offset, left, right, causal, has_left, has_right,
-                    );
-                let mut added = F::new(0.0);
-                if has_extra && visible {
-                    let base = extra_row::<F>(extra, batch_idx, head_idx, query_idx, m);
-                    added = extra[base + key_idx];
-                    visible = added > F::new(MASKED);
-                }
-                if visible {
-                    let mut s = F::new(0.0);
-                    #[unroll]
-                    for dd in 0..d_k {
-                        s += q_tile[query_row * d_k + dd] * k_row[dd];
-                    }
-                    s *= scale_f;
-                    let mut cap_grad = F::new(1.0);
-                    if capped {
-                        let cap = F::cast_from(softcap);
-                        let t = (s / cap).tanh();
-                        s = cap * t;
-                        cap_grad = F::new(1.0) - t * t;
-                    }
-                    s += added;
-                    let p = (s - lse_tile[query_row]).exp();
-                    let mut dp = F::new(0.0);
-                    #[unroll]
-                    for dd in 0..d_v {
-                        let d_o = do_tile[query_row * d_v + dd];
-                        dv_acc[dd] += p * d_o;
-                        dp += d_o * v_row[dd];
-                    }
-                    let ds = p * (dp - delta_tile[query_row]) * cap_grad;
-                    #[unroll]
-                    for dd in 0..d_k {
-                        dk_acc[dd] += ds * q_tile[query_row * d_k + dd];
-                    }
-                }
-            }
-            sync_cube();
-        }
-    }
-    if active {
+    #[unroll]
+    for r in 0..rows {
+        let key_idx = first_key + r * UNITS;
+        let active = key_idx < m;
+        let key_row_idx = kvb * m + key_idx;
         #[unroll]
         for dd in 0..d_k {
-            dk[key_row_idx * d_k + dd] = dk_acc[dd] * scale_f;
+            let mut x = F::new(0.0);
+            if active {
+                x = k[key_row_idx * d_k + dd];
+            }
+            k_rows[r * d_k + dd] = x * scale_f;
+            dk_acc[r * d_k + dd] = F::new(0.0);
         }
         #[unroll]
         for dd in 0..d_v {
-            dv[key_row_idx * d_v + dd] = dv_acc[dd];
+            let mut x = F::new(0.0);
+            if active {
+                x = v[key_row_idx * d_v + dd];
+            }
+            v_rows[r * d_v + dd] = x;
+            dv_acc[r * d_v + dd] = F::new(0.0);
+        }
+    }
+    let lane = UNIT_POS_PLANE as usize % LANES;
+    let last_key = block_start + comptime!(UNITS * rows) - 1;
+    let (query_lo, query_hi) = query_range(
+        block_start as i32,
+        last_key as i32,
+        n,
+        offset,
+        left,
+        right,
+        causal,
+        has_left,
+        has_right,
+    );
+
+    for g in 0..group {
+        let head_idx = kv_head * group + g;
+        let bh = batch_idx * n_heads + head_idx;
+        for tile_idx in query_lo / QUERY_TILE..query_hi.div_ceil(QUERY_TILE) {
+            let q_start = tile_idx * QUERY_TILE;
+            if !planes {
+                #[unroll]
+                for load in 0..comptime!(QUERY_TILE.div_ceil(UNITS)) {
+                    let query_row = unit + load * UNITS;
+                    let load_idx = q_start + query_row;
+                    let loads = load_idx < n;
+                    if query_row < QUERY_TILE {
+                        #[unroll]
+                        for dd in 0..d_k {
+                            let mut x = F::new(0.0);
+                            if loads {
+                                x = q[(bh * n + load_idx) * d_k + dd];
+                            }
+                            q_tile[query_row * d_k + dd] = x;
+                        }
+                        #[unroll]
+                        for dd in 0..d_v {
+                            let mut x = F::new(0.0);
+                            if loads {
+                                x = d_out[(bh * n + load_idx) * d_v + dd];
+                            }
+                            do_tile[query_row * d_v + dd] = x;
+                        }
+                    }
+                }
+                sync_cube();
+            }
+            let query_end = min(QUERY_TILE, query_hi - q_start);
+            for query_row in 0..query_end {
+                let query_idx = q_start + query_row;
+                let centre = query_idx as i32 + offset;
+                if planes {
+                    broadcast_row::<F>(q, &mut q_vals, (bh * n + query_idx) * d_k, lane, d_k);
+                    broadcast_row::<F>(d_out, &mut do_vals, (bh * n + query_idx) * d_v, lane, d_v);
+                } else {
+                    #[unroll]
+                    for dd in 0..d_k {
+                        q_vals[dd] = q_tile[query_row * d_k + dd];
+                    }
+                    #[unroll]
+                    for dd in 0..d_v {
+                        do_vals[dd] = do_tile[query_row * d_v + dd];
+                    }
+                }
+                let lse_i = lse[bh * n + query_idx];
+                let delta_i = delta[bh * n + query_idx];
+                let mut extra_base = 0usize;
+                if has_extra {
+                    let (base, _) = extra_row::<F>(extra, batch_idx, head_idx, query_idx, m);
+                    extra_base = base;
+                }
+                #[unroll]
+                for r in 0..rows {
+                    let key_idx = first_key + r * UNITS;
+                    let mut visible = key_idx < m
+                        && in_band(
+                            centre,
+                            key_idx as i32,
+                            left,
+                            right,
+                            causal,
+                            has_left,
+                            has_right,
+                        );
+                    let mut added = F::new(0.0);
+                    if has_extra && visible {
+                        added = extra[extra_base + key_idx];
+                        visible = added > F::new(MASKED);
+                    }
+                    let mut p = F::new(0.0);
+                    let mut ds = F::new(0.0);
+                    if visible {
+                        let mut s = F::new(0.0);
+                        #[unroll]
+                        for dd in 0..d_k {
+                            s += q_vals[dd] * k_rows[r * d_k + dd];
+                        }
+                        let mut cap_grad = F::new(1.0);
+                        if capped {
+                            let cap = F::cast_from(softcap);
+                            let t = (s / cap).tanh();
+                            s = cap * t;
+                            cap_grad = F::new(1.0) - t * t;
+                        }
+                        s += added;
+                        p = (s - lse_i).exp();
+                        let mut dp = F::new(0.0);
+                        #[unroll]
+                        for dd in 0..d_v {
+                            dp += do_vals[dd] * v_rows[r * d_v + dd];
+                        }
+                        ds = p * (dp - delta_i) * cap_grad;
+                    }
+                    weights[r] = p;
+                    d_weights[r] = ds;
+                }
+                #[unroll]
+                for r in 0..rows {
+                    #[unroll]
+                    for dd in 0..d_v {
+                        dv_acc[r * d_v + dd] += weights[r] * do_vals[dd];
+                    }
+                    #[unroll]
+                    for dd in 0..d_k {
+                        dk_acc[r * d_k + dd] += d_weights[r] * q_vals[dd];
+                    }
+                }
+            }
+            if !planes {
+                sync_cube();
+            }
+        }
+    }
+    #[unroll]
+    for r in 0..rows {
+        let key_idx = first_key + r * UNITS;
+        if key_idx < m {
+            let key_row_idx = kvb * m + key_idx;
+            #[unroll]
+            for dd in 0..d_k {
+                dk[key_row_idx * d_k + dd] = dk_acc[r * d_k + dd] * scale_f;
+            }
+            #[unroll]
+            for dd in 0..d_v {
+                dv[key_row_idx * d_v + dd] = dv_acc[r * d_v + dd];
+            }
         }
     }
 }

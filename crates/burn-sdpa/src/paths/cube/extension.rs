@@ -18,7 +18,35 @@ use burn_cubecl::ops::numeric::empty_device_dtype;
 use cubecl::prelude::{CubeCount, CubeDim, Scalar};
 
 use super::backward::{flash_backward_dkdv, flash_backward_dq};
-use super::kernel::{KEY_ROWS, QUERY_ROWS, flash_forward};
+use super::kernel::{LANES, UNITS, flash_forward};
+
+/// The most rows (queries, or keys in dK/dV) a unit owns. Measured on lavapipe (b = 4, h = 8,
+/// d = 64, n = 512 and 1024, `examples/wgpu_kernel.rs`): with the plane broadcasts, 4, 8 and 16
+/// rows per unit ran within 5% of each other, forward and backward; 4 keeps the registers (and
+/// the shaders' compile time) smallest. Without the broadcasts (a head size that is not a
+/// multiple of [`LANES`]) the loads from shared memory dominate on lavapipe and more rows help,
+/// but those head sizes are rare; see `docs/bench/cube_tiles.md`.
+const MAX_ROWS: usize = 4;
+
+/// Whether the kernels may share loads through plane broadcasts ([`LANES`]-wide groups) on
+/// this device: planes of at least [`LANES`] lanes and plane operations, which CubeCL reports
+/// for GPUs; Mesa's lavapipe has them (8 lanes with AVX2) though CubeCL reports no plane
+/// features for CPU devices, so it is recognised by name. Where they are missing the kernels
+/// stream the tiles through shared memory instead (the same results).
+fn plane_broadcasts(properties: &cubecl::ir::DeviceProperties) -> bool {
+    let ops = properties
+        .features
+        .plane
+        .contains(cubecl::features::Plane::Ops)
+        || properties.identity.name.contains("llvmpipe");
+    ops && properties.hardware.plane_size_min as usize >= LANES
+}
+
+/// Rows per unit for a pass over `len` rows: [`MAX_ROWS`], fewer when `len` is small, so that a
+/// short sequence does not leave most of a cube's rows idle.
+fn rows_for(len: usize) -> usize {
+    len.div_ceil(UNITS).next_power_of_two().clamp(1, MAX_ROWS)
+}
 
 /// What the kernel needs besides its tensors.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -142,8 +170,9 @@ impl CubeKernelBackend for CubeBackend {
             dtype,
         );
         let lse = empty_device_dtype(client.clone(), device, Shape::new([b, h, n]), dtype);
-        let cube_count = CubeCount::Static(n.div_ceil(QUERY_ROWS) as u32, (b * h) as u32, 1);
-        let cube_dim = CubeDim::new_1d(QUERY_ROWS as u32);
+        let rows = rows_for(n);
+        let cube_count = CubeCount::Static(n.div_ceil(UNITS * rows) as u32, (b * h) as u32, 1);
+        let cube_dim = CubeDim::new_1d(UNITS as u32);
         let (left, right) = call.window;
         flash_forward::launch(
             &client,
@@ -162,6 +191,8 @@ impl CubeKernelBackend for CubeBackend {
             right.unwrap_or(0),
             d_k,
             d_v,
+            rows,
+            plane_broadcasts(client.properties()) && d_k % LANES == 0 && d_v % LANES == 0,
             call.causal,
             left.is_some(),
             right.is_some(),
@@ -216,10 +247,12 @@ impl CubeKernelBackend for CubeBackend {
         };
         let d_scores = Self::float_zeros(Shape::new(scores_shape), &device, dtype.into());
         let (left, right) = call.window;
+        let planes = plane_broadcasts(client.properties()) && d_k % LANES == 0 && d_v % LANES == 0;
+        let (dq_rows, dkdv_rows) = (rows_for(n), rows_for(m));
         flash_backward_dq::launch(
             &client,
-            CubeCount::Static(n.div_ceil(QUERY_ROWS) as u32, (b * h) as u32, 1),
-            CubeDim::new_1d(QUERY_ROWS as u32),
+            CubeCount::Static(n.div_ceil(UNITS * dq_rows) as u32, (b * h) as u32, 1),
+            CubeDim::new_1d(UNITS as u32),
             q.clone().into_tensor_arg(),
             k.clone().into_tensor_arg(),
             v.clone().into_tensor_arg(),
@@ -236,6 +269,8 @@ impl CubeKernelBackend for CubeBackend {
             right.unwrap_or(0),
             d_k,
             d_v,
+            dq_rows,
+            planes,
             call.causal,
             left.is_some(),
             right.is_some(),
@@ -246,8 +281,8 @@ impl CubeKernelBackend for CubeBackend {
         );
         flash_backward_dkdv::launch(
             &client,
-            CubeCount::Static(m.div_ceil(KEY_ROWS) as u32, (b * h_kv) as u32, 1),
-            CubeDim::new_1d(KEY_ROWS as u32),
+            CubeCount::Static(m.div_ceil(UNITS * dkdv_rows) as u32, (b * h_kv) as u32, 1),
+            CubeDim::new_1d(UNITS as u32),
             q.into_tensor_arg(),
             k.into_tensor_arg(),
             v.into_tensor_arg(),
@@ -264,6 +299,8 @@ impl CubeKernelBackend for CubeBackend {
             right.unwrap_or(0),
             d_k,
             d_v,
+            dkdv_rows,
+            planes,
             call.causal,
             left.is_some(),
             right.is_some(),

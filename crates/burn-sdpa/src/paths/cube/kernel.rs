@@ -1,27 +1,161 @@
-//! The flash forward pass in CubeCL: one cube per (batch·head, block of `QUERY_ROWS` queries),
-//! one unit per query row; the keys and values of each tile of `KEY_ROWS` keys are loaded into
-//! shared memory by the cube's units together, and every unit runs the online softmax of its row
-//! over them in registers, then writes its context row and log-sum-exp.
+//! The flash forward pass in CubeCL: one cube of [`UNITS`] units per (batch·head, block of
+//! `UNITS · rows` queries), each unit owning `rows` query rows (rows `u`, `u + UNITS`, ...); the
+//! keys and values of each tile of [`KEY_ROWS`] keys are loaded into shared memory by the cube's
+//! units together, and every unit runs the online softmax of its rows over them in registers,
+//! then writes its context rows and log-sum-exps.
+//!
+//! Several rows per unit: every key and value element read from shared memory feeds `rows`
+//! multiply-adds. That is what makes the kernel fast on Mesa's lavapipe (a CPU driver, where
+//! every load from shared or global memory is a loop over the SIMD lanes); on a GPU one row per
+//! unit keeps the registers free (`rows` is a compile-time parameter chosen by the caller).
 
 use cubecl::prelude::*;
 
-/// Queries per cube (one unit each).
-pub(crate) const QUERY_ROWS: usize = 32;
+/// Units per cube.
+pub(crate) const UNITS: usize = 32;
 /// Keys per shared-memory tile.
 pub(crate) const KEY_ROWS: usize = 32;
 
+/// Lanes of a plane (subgroup) that share one load when the kernel runs with `planes`: lane `t`
+/// loads element `t` of each group of `LANES`, and a plane broadcast hands it to the others.
+/// Every plane of at least this many lanes works (lavapipe's are 8 wide with AVX2, GPUs' 32 or 64).
+pub(crate) const LANES: usize = 8;
+
 /// A score that stands for −∞ (WGSL has no −∞ literal): far below any finite scaled score a
 /// visible key gives, and its exponential underflows to 0.
-const HIDDEN: f32 = -3.0e38;
+pub(crate) const HIDDEN: f32 = -3.0e38;
 /// An entry of `extra` at or below this hides its key: the masks come in as [`HIDDEN`], a −∞
 /// bias entry as itself.
 pub(crate) const MASKED: f32 = -1.0e38;
 
-/// `context [b, h, n, d_v]` and `lse [b, h, n]` (+∞ for a row with no visible key, whose context
-/// row is 0) of softmax(q kᵀ · scale, soft-capped, plus `extra`, causal and windowed) v, with
-/// grouped-query heads (query head i reads kv head i / group). `extra` `[b|1, h|1, n|1, m]` (read
-/// when `has_extra`) holds the bias, with the masked keys at [`MASKED`] or below. Every tensor is
-/// contiguous row-major.
+/// Whether key `j` is visible to the query whose diagonal is `centre` under the causal mask and
+/// the window.
+#[cube]
+pub(crate) fn in_band(
+    centre: i32,
+    j: i32,
+    left: i32,
+    right: i32,
+    #[comptime] causal: bool,
+    #[comptime] has_left: bool,
+    #[comptime] has_right: bool,
+) -> bool {
+    let mut visible = true;
+    if causal {
+        visible = visible && j <= centre;
+    }
+    if has_left {
+        visible = visible && j >= centre - left;
+    }
+    if has_right {
+        visible = visible && j <= centre + right;
+    }
+    visible
+}
+
+/// The keys `[lo, hi)` that some query with a diagonal in `[first_centre, last_centre]` may see
+/// under the causal mask and the window (the tiles outside are skipped).
+#[cube]
+pub(crate) fn key_range(
+    first_centre: i32,
+    last_centre: i32,
+    m: usize,
+    left: i32,
+    right: i32,
+    #[comptime] causal: bool,
+    #[comptime] has_left: bool,
+    #[comptime] has_right: bool,
+) -> (usize, usize) {
+    let mut hi = m as i32;
+    if causal {
+        hi = min(hi, last_centre + 1);
+    }
+    if has_right {
+        hi = min(hi, last_centre + right + 1);
+    }
+    let mut lo = 0i32;
+    if has_left {
+        lo = max(lo, first_centre - left);
+    }
+    hi = max(hi, 0i32);
+    lo = min(lo, hi);
+    (lo as usize, hi as usize)
+}
+
+/// The offset of row (`batch_idx`, `head_idx`, `query_idx`) in `extra` `[b|1, h|1, n|1, m]`, and
+/// the step from one query row to the next (0 when the query axis is broadcast).
+#[cube]
+pub(crate) fn extra_row<F: Float>(
+    extra: &Tensor<F>,
+    batch_idx: usize,
+    head_idx: usize,
+    query_idx: usize,
+    m: usize,
+) -> (usize, usize) {
+    let (e0, e1, e2) = (extra.shape(0), extra.shape(1), extra.shape(2));
+    let eb = if e0 == 1 { 0usize } else { batch_idx };
+    let eh = if e1 == 1 { 0usize } else { head_idx };
+    let ei = if e2 == 1 { 0usize } else { query_idx };
+    let step = if e2 == 1 { 0usize } else { m };
+    (((eb * e1 + eh) * e2 + ei) * m, step)
+}
+
+/// Loads rows `key_start..key_start + KEY_ROWS` of `src` `[.., m, d]` (of kv head `kv`) into
+/// `tile`, unit `u` loading rows `u`, `u + UNITS`, ... (zeros past `m`).
+#[cube]
+pub(crate) fn load_tile<F: Float>(
+    src: &Tensor<F>,
+    tile: &mut Shared<[F]>,
+    kv: usize,
+    key_start: usize,
+    m: usize,
+    unit: usize,
+    #[comptime] d: usize,
+) {
+    #[unroll]
+    for load in 0..comptime!(KEY_ROWS.div_ceil(UNITS)) {
+        let key_row = unit + load * UNITS;
+        let key_idx = key_start + key_row;
+        if key_row < KEY_ROWS {
+            #[unroll]
+            for dd in 0..d {
+                let mut x = F::new(0.0);
+                if key_idx < m {
+                    x = src[(kv * m + key_idx) * d + dd];
+                }
+                tile[key_row * d + dd] = x;
+            }
+        }
+    }
+}
+
+/// `vals[dd] = src[base + dd]` for the `d` elements of a row, every element loaded by one lane
+/// of the plane and broadcast to the others (`d` a multiple of [`LANES`]; called by the whole
+/// plane, in uniform control flow).
+#[cube]
+pub(crate) fn broadcast_row<F: Float>(
+    src: &Tensor<F>,
+    vals: &mut Array<F>,
+    base: usize,
+    lane: usize,
+    #[comptime] d: usize,
+) {
+    #[unroll]
+    for chunk in 0..comptime!(d / LANES) {
+        let x = src[base + chunk * LANES + lane];
+        #[unroll]
+        for t in 0..LANES {
+            vals[chunk * LANES + t] = plane_broadcast(x, t as u32);
+        }
+    }
+}
+
+/// `context [b, h, n, d_v]` and `lse [b, h, n]` (+3e38 for a row with no visible key, whose
+/// context row is 0) of softmax(q kᵀ · scale, soft-capped, plus `extra`, causal and windowed) v,
+/// with grouped-query heads (query head i reads kv head i / group). `extra` `[b|1, h|1, n|1, m]`
+/// (read when `has_extra`) holds the bias, with the masked keys at [`MASKED`] or below. Every
+/// tensor is contiguous row-major. Launched with [`UNITS`] units per cube and
+/// `(n.div_ceil(UNITS · rows), b · h)` cubes.
 ///
 /// Visibility of key j to query i (c = i + `offset`, the diagonal): `j ≤ c` when `causal`,
 /// `j ≥ c − left` when `has_left`, `j ≤ c + right` when `has_right`.
@@ -41,6 +175,8 @@ pub(crate) fn flash_forward<F: Float>(
     right: i32,
     #[comptime] d_k: usize,
     #[comptime] d_v: usize,
+    #[comptime] rows: usize,
+    #[comptime] planes: bool,
     #[comptime] causal: bool,
     #[comptime] has_left: bool,
     #[comptime] has_right: bool,
@@ -57,131 +193,177 @@ pub(crate) fn flash_forward<F: Float>(
     let batch_idx = bh / n_heads;
     let head_idx = bh % n_heads;
     let kv = batch_idx * n_kv_heads + head_idx / group;
-    let row = UNIT_POS_X as usize;
-    let query_idx = CUBE_POS_X as usize * QUERY_ROWS + row;
-    let active = query_idx < n;
+    let unit = UNIT_POS_X as usize;
+    let block_start = CUBE_POS_X as usize * comptime!(UNITS * rows);
+    // Row r of this unit is query block_start + r · UNITS + unit.
+    let first_query = block_start + unit;
 
-    let mut k_tile = Shared::<[F]>::new_slice(KEY_ROWS * d_k);
-    let mut v_tile = Shared::<[F]>::new_slice(KEY_ROWS * d_v);
+    let mut k_tile = Shared::<[F]>::new_slice(comptime!(KEY_ROWS * d_k));
+    let mut v_tile = Shared::<[F]>::new_slice(comptime!(KEY_ROWS * d_v));
 
-    // The query row, scaled, in registers.
-    let mut q_row = Array::<F>::new(d_k);
-    let q_base = (bh * n + query_idx) * d_k;
+    // The query rows, scaled, in registers: q_rows[r · d_k + dd].
+    let mut q_rows = Array::<F>::new(comptime!(rows * d_k));
+    let mut acc = Array::<F>::new(comptime!(rows * d_v));
+    let mut row_max = Array::<F>::new(rows);
+    let mut row_sum = Array::<F>::new(rows);
+    let mut scores = Array::<F>::new(rows);
+    let mut weights = Array::<F>::new(rows);
+    let mut corrections = Array::<F>::new(rows);
+    let scale_f = F::cast_from(scale);
     #[unroll]
-    for dd in 0..d_k {
-        let mut x = F::new(0.0);
-        if active {
-            x = q[q_base + dd];
+    for r in 0..rows {
+        let query_idx = first_query + r * UNITS;
+        let active = query_idx < n;
+        let q_base = (bh * n + query_idx) * d_k;
+        #[unroll]
+        for dd in 0..d_k {
+            let mut x = F::new(0.0);
+            if active {
+                x = q[q_base + dd];
+            }
+            q_rows[r * d_k + dd] = x * scale_f;
         }
-        q_row[dd] = x * F::cast_from(scale);
+        #[unroll]
+        for dd in 0..d_v {
+            acc[r * d_v + dd] = F::new(0.0);
+        }
+        row_max[r] = F::new(HIDDEN);
+        row_sum[r] = F::new(0.0);
     }
-    let mut acc = Array::<F>::new(d_v);
-    #[unroll]
-    for dd in 0..d_v {
-        acc[dd] = F::new(0.0);
-    }
-    let mut row_max = F::new(HIDDEN);
-    let mut row_sum = F::new(0.0);
-    let centre = query_idx as i32 + offset;
-    // The row of `extra` `[b|1, h|1, n|1, m]` this query reads (a broadcast axis reads index 0).
-    let mut extra_row = 0usize;
+    // The rows of `extra` this unit reads: extra_base + r · UNITS · extra_step.
+    let mut extra_base = 0usize;
+    let mut extra_step = 0usize;
     if has_extra {
-        let (e0, e1, e2) = (extra.shape(0), extra.shape(1), extra.shape(2));
-        let eb = if e0 == 1 { 0usize } else { batch_idx };
-        let eh = if e1 == 1 { 0usize } else { head_idx };
-        let mut ei = 0usize;
-        if e2 != 1 && active {
-            ei = query_idx;
-        }
-        extra_row = ((eb * e1 + eh) * e2 + ei) * m;
+        let (base, step) = extra_row::<F>(extra, batch_idx, head_idx, first_query, m);
+        extra_base = base;
+        extra_step = step * UNITS;
     }
+    let first_centre = block_start as i32 + offset;
+    let last_centre = first_centre + comptime!((UNITS * rows) as i32) - 1;
+    let (key_lo, key_hi) = key_range(
+        first_centre,
+        last_centre,
+        m,
+        left,
+        right,
+        causal,
+        has_left,
+        has_right,
+    );
 
-    let n_tiles = m.div_ceil(KEY_ROWS);
-    for tile_idx in 0..n_tiles {
+    let tile_lo = key_lo / KEY_ROWS;
+    let tile_hi = key_hi.div_ceil(KEY_ROWS);
+    let lane = UNIT_POS_PLANE as usize % LANES;
+    let mut k_vals = Array::<F>::new(d_k);
+    let mut v_vals = Array::<F>::new(d_v);
+    for tile_idx in tile_lo..tile_hi {
         let key_start = tile_idx * KEY_ROWS;
-        // Load the tile together: unit r loads key rows r, r + QUERY_ROWS, ...
-        let mut key_row = row;
-        while key_row < KEY_ROWS {
-            let key_idx = key_start + key_row;
-            #[unroll]
-            for dd in 0..d_k {
-                let mut x = F::new(0.0);
-                if key_idx < m {
-                    x = k[(kv * m + key_idx) * d_k + dd];
-                }
-                k_tile[key_row * d_k + dd] = x;
-            }
-            #[unroll]
-            for dd in 0..d_v {
-                let mut x = F::new(0.0);
-                if key_idx < m {
-                    x = v[(kv * m + key_idx) * d_v + dd];
-                }
-                v_tile[key_row * d_v + dd] = x;
-            }
-            key_row += QUERY_ROWS;
+        if !planes {
+            load_tile::<F>(k, &mut k_tile, kv, key_start, m, unit, d_k);
+            load_tile::<F>(v, &mut v_tile, kv, key_start, m, unit, d_v);
+            sync_cube();
         }
-        sync_cube();
-        for key_row in 0..KEY_ROWS {
+        let key_end = min(KEY_ROWS, key_hi - key_start);
+        for key_row in 0..key_end {
             let key_idx = key_start + key_row;
             let j = key_idx as i32;
-            let mut visible = key_idx < m && active;
-            if causal {
-                visible = visible && j <= centre;
-            }
-            if has_left {
-                visible = visible && j >= centre - left;
-            }
-            if has_right {
-                visible = visible && j <= centre + right;
-            }
-            let mut added = F::new(0.0);
-            if has_extra && visible {
-                added = extra[extra_row + key_idx];
-                // A masked key (or a −∞ bias entry) is hidden, not merely down-weighted.
-                visible = added > F::new(MASKED);
-            }
-            if visible {
-                let mut s = F::new(0.0);
+            if planes {
+                broadcast_row::<F>(k, &mut k_vals, (kv * m + key_idx) * d_k, lane, d_k);
+                broadcast_row::<F>(v, &mut v_vals, (kv * m + key_idx) * d_v, lane, d_v);
+            } else {
                 #[unroll]
                 for dd in 0..d_k {
-                    s += q_row[dd] * k_tile[key_row * d_k + dd];
+                    k_vals[dd] = k_tile[key_row * d_k + dd];
                 }
-                if capped {
-                    let cap = F::cast_from(softcap);
-                    s = cap * (s / cap).tanh();
-                }
-                // The bias is added after the soft-cap, as on every path.
-                s += added;
-                let new_max = F::max(row_max, s);
-                let correction = (row_max - new_max).exp();
-                let p = (s - new_max).exp();
-                row_sum = row_sum * correction + p;
                 #[unroll]
                 for dd in 0..d_v {
-                    acc[dd] = acc[dd] * correction + p * v_tile[key_row * d_v + dd];
+                    v_vals[dd] = v_tile[key_row * d_v + dd];
                 }
-                row_max = new_max;
+            }
+            #[unroll]
+            for r in 0..rows {
+                scores[r] = F::new(0.0);
+            }
+            // s[r] = q_r · k_j: one load of k per element, `rows` multiply-adds.
+            #[unroll]
+            for dd in 0..d_k {
+                let kx = k_vals[dd];
+                #[unroll]
+                for r in 0..rows {
+                    scores[r] += q_rows[r * d_k + dd] * kx;
+                }
+            }
+            #[unroll]
+            for r in 0..rows {
+                let query_idx = first_query + r * UNITS;
+                let mut visible = query_idx < n
+                    && in_band(
+                        query_idx as i32 + offset,
+                        j,
+                        left,
+                        right,
+                        causal,
+                        has_left,
+                        has_right,
+                    );
+                let mut added = F::new(0.0);
+                if has_extra && visible {
+                    added = extra[extra_base + r * extra_step + key_idx];
+                    // A masked key (or a −∞ bias entry) is hidden, not merely down-weighted.
+                    visible = added > F::new(MASKED);
+                }
+                let mut p = F::new(0.0);
+                let mut correction = F::new(1.0);
+                if visible {
+                    let mut s = scores[r];
+                    if capped {
+                        let cap = F::cast_from(softcap);
+                        s = cap * (s / cap).tanh();
+                    }
+                    // The bias is added after the soft-cap, as on every path.
+                    s += added;
+                    let new_max = F::max(row_max[r], s);
+                    correction = (row_max[r] - new_max).exp();
+                    p = (s - new_max).exp();
+                    row_sum[r] = row_sum[r] * correction + p;
+                    row_max[r] = new_max;
+                }
+                weights[r] = p;
+                corrections[r] = correction;
+            }
+            #[unroll]
+            for dd in 0..d_v {
+                let vx = v_vals[dd];
+                #[unroll]
+                for r in 0..rows {
+                    acc[r * d_v + dd] = acc[r * d_v + dd] * corrections[r] + weights[r] * vx;
+                }
             }
         }
-        sync_cube();
+        if !planes {
+            sync_cube();
+        }
     }
-    if active {
-        let out_base = (bh * n + query_idx) * d_v;
-        if row_sum > F::new(0.0) {
-            let inv = F::new(1.0) / row_sum;
-            #[unroll]
-            for dd in 0..d_v {
-                context[out_base + dd] = acc[dd] * inv;
+    #[unroll]
+    for r in 0..rows {
+        let query_idx = first_query + r * UNITS;
+        if query_idx < n {
+            let out_base = (bh * n + query_idx) * d_v;
+            if row_sum[r] > F::new(0.0) {
+                let inv = F::new(1.0) / row_sum[r];
+                #[unroll]
+                for dd in 0..d_v {
+                    context[out_base + dd] = acc[r * d_v + dd] * inv;
+                }
+                lse[bh * n + query_idx] = row_max[r] + row_sum[r].ln();
+            } else {
+                // No visible key: a zero row, and a log-sum-exp of +∞ (the other paths' rule).
+                #[unroll]
+                for dd in 0..d_v {
+                    context[out_base + dd] = F::new(0.0);
+                }
+                lse[bh * n + query_idx] = F::new(3.0e38);
             }
-            lse[bh * n + query_idx] = row_max + row_sum.ln();
-        } else {
-            // No visible key: a zero row, and a log-sum-exp of +∞ (the other paths' rule).
-            #[unroll]
-            for dd in 0..d_v {
-                context[out_base + dd] = F::new(0.0);
-            }
-            lse[bh * n + query_idx] = F::new(3.0e38);
         }
     }
 }
