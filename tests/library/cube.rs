@@ -42,6 +42,7 @@ fn the_cube_kernel_equals_naive_on_wgpu() {
         (37, 53, 4, 2, 16, 8),
         (64, 64, 2, 2, 32, 32),
         (5, 70, 3, 1, 8, 12),
+        (300, 260, 2, 1, 16, 8),
     ] {
         let q = Tensor::<4>::random([2, h, n, d_k], Distribution::Normal(0.0, 1.0), &device);
         let k = Tensor::<4>::random([2, h_kv, m, d_k], Distribution::Normal(0.0, 1.0), &device);
@@ -217,7 +218,16 @@ fn gradients(
 fn the_cube_kernel_trains_like_naive_on_wgpu() {
     let device = BackendKind::Wgpu.device().expect("wgpu").autodiff();
     device.seed(5);
-    for (n, m, h, h_kv, d_k, d_v) in [(37, 53, 4, 2, 16, 8), (33, 33, 2, 1, 8, 8)] {
+    // Short rows (one block of queries and keys, 1 or 2 rows per unit) and long ones (several
+    // blocks, 4 rows per unit, n ≠ m, so the tiles outside the causal band and the window are
+    // skipped per block); head sizes that take the plane broadcasts (multiples of 8) and one
+    // that takes the workgroup-memory tiles (12).
+    for (n, m, h, h_kv, d_k, d_v) in [
+        (37, 53, 4, 2, 16, 8),
+        (33, 33, 2, 1, 8, 8),
+        (300, 260, 2, 1, 12, 12),
+        (260, 300, 2, 2, 16, 16),
+    ] {
         let random =
             |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device);
         let plain = AttentionInput::new(

@@ -43,8 +43,8 @@ pub enum Implementation {
     /// This crate's flash kernel in CubeCL, for Burn's CubeCL backends (wgpu, CUDA, ROCm,
     /// Metal; the crate's `cube` feature), forward and backward (its own, registered through
     /// Burn's backend extension): `f32`, every mask, bias (with its gradient), window and
-    /// soft-cap, no weights, no dropout. Work in progress (fixed tiles, segments and ALiBi as a
-    /// dense bias).
+    /// soft-cap, no weights, no dropout; `Auto` takes it wherever it serves the call. Segments
+    /// and ALiBi go in as a dense bias tensor so far.
     CubeKernel,
 }
 

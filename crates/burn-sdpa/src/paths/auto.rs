@@ -51,9 +51,11 @@ pub struct AutoRequest {
 ///   the call (f32, no weights, no dropout), for inference and training, masked or not: it was the
 ///   fastest path at every measured size, forward and forward + backward.
 /// - **CubeCL backends with the crate's `cube` feature**: `CubeKernel` whenever it can serve the
-///   call (f32, no weights, no dropout), for inference and training: on lavapipe it was the
-///   fastest path at every measured size, forward and forward + backward, and its memory is
-///   O(n) where `Naive`'s is O(n · m) (`docs/bench/BENCH_wgpu.md`).
+///   call (f32, no weights, no dropout), for inference and training. On lavapipe (a CPU driver,
+///   the only Vulkan device measured so far) it was the fastest training path at n = 128, 512
+///   and 1024 (3× `Naive` at 1024) and the fastest forward on the device from n = 512 (Burn's
+///   `attention` was faster at n = 128); its memory is O(n) where `Naive`'s is O(n · m)
+///   (`docs/bench/BENCH_wgpu.md`).
 /// - **Training (autodiff) otherwise** on CPU backends: Burn's `attention` is its plain fallback
 ///   built from autodiff ops, slower than `Naive`, and `Chunked` (block [`AUTO_BLOCK_SIZE`])
 ///   normalizes the n×d output instead of the n×m weights: m < [`AUTO_BLOCK_SIZE`] → `Naive`,
@@ -62,8 +64,8 @@ pub struct AutoRequest {
 /// - **Inference on Flex and NdArray without the extension**, when the kernel can serve the call
 ///   on host copies: `CpuKernel`, except on Flex for m < [`AUTO_BLOCK_SIZE`], where Flex's own
 ///   kernel tied with it and needs no host copy.
-/// - **Other inference on Flex and CubeCL** (a mask or bias, another dtype): `Fused`, Burn's own
-///   kernel, which holds O(n) memory.
+/// - **Other inference on Flex** (a mask or bias, another dtype) **and on CubeCL** (another dtype,
+///   or no `cube` feature): `Fused`, Burn's own kernel, which holds O(n) memory.
 /// - **Other inference on NdArray and other backends**: Burn's `attention` is the plain
 ///   fallback: `Chunked` for [`AUTO_BLOCK_SIZE`] ≤ m ≤ 2·[`AUTO_BLOCK_SIZE`] or when the scores
 ///   exceed [`AUTO_INFERENCE_SCORES_BUDGET_BYTES`], else `Fused`.

@@ -190,10 +190,14 @@ pub fn run_once(
             let g = t
                 .grad(&grads)
                 .ok_or_else(|| LabError::Other("missing gradient".into()))?;
-            let _ = g.slice(s![0..1, 0..1, 0..1, 0..1]).into_data();
+            g.slice(s![0..1, 0..1, 0..1, 0..1])
+                .try_into_data()
+                .map_err(|e| LabError::Other(format!("the device failed: {e}")))?;
         }
     } else {
-        let _ = out.slice(s![0..1, 0..1, 0..1, 0..1]).into_data();
+        out.slice(s![0..1, 0..1, 0..1, 0..1])
+            .try_into_data()
+            .map_err(|e| LabError::Other(format!("the device failed: {e}")))?;
     }
     device
         .sync()

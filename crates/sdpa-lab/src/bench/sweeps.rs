@@ -29,7 +29,8 @@ pub struct MemoryRow {
 }
 
 /// The sweep of `config.memory_ns` (inference) or `config.training_memory_ns` (forward +
-/// backward) on one backend: `auto`, `chunked` and `naive`, each reporting a line through `line`.
+/// backward) on one backend: `auto`, `chunked` and `naive` (in that order), each reporting a line
+/// through `line`.
 ///
 /// Paths that hold n×n tensors are skipped once those would exceed
 /// [`BenchConfig::naive_limit_bytes`]: the naive path always, and in training the chunked path
@@ -60,14 +61,17 @@ pub(super) fn sweep(
             backend.device.clone()
         };
         let cell = Cell::new(rng, [1, h, n, d], None, &device);
+        // `auto` first: the resident high-water mark cannot see buffers a path reuses, so the
+        // path with the smallest footprint runs before the others have grown the process's
+        // (and, on wgpu, the device's memory pools') buffers.
         for (name, implementation) in [
+            ("auto", Implementation::Auto),
             (
                 "chunked",
                 Implementation::Chunked {
                     block_size: config.block_size,
                 },
             ),
-            ("auto", Implementation::Auto),
             ("naive", Implementation::Naive),
         ] {
             // Scores, weights and the softmax's temporaries (and their gradients in training).
@@ -94,7 +98,35 @@ pub(super) fn sweep(
             let takes = Some(path_taken(&attn, &cell)?);
             let t = Instant::now();
             let (r, peak) = measure_peak(|| run_once(Some(&attn), &cell, backward));
-            r?;
+            if let Err(e) = r {
+                // A device that cannot hold the path's buffers (lavapipe refuses a 2 GiB buffer)
+                // is a finding of the sweep, not the end of the run.
+                // The device's error chain on one line: its first and last (root-cause) lines, without
+                // the backtrace notes.
+                let text = e.to_string();
+                let lines: Vec<&str> = text
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| {
+                        !l.is_empty() && !l.contains("backtrace") && !l.starts_with("Asked at")
+                    })
+                    .collect();
+                let reason = match lines.as_slice() {
+                    [] => String::new(),
+                    [one] => (*one).to_string(),
+                    [first, .., last] => format!("{first} … {last}"),
+                };
+                line(format!("{kind} {name} n={n}: failed: {reason}"));
+                rows.push(MemoryRow {
+                    path: name.into(),
+                    n,
+                    seconds: None,
+                    peak_mib: None,
+                    takes,
+                    skipped: Some(format!("it failed on the device: {reason}")),
+                });
+                continue;
+            }
             let secs = t.elapsed().as_secs_f64();
             let peak_mib = peak.map(|p| p as f64 / (1u64 << 20) as f64);
             line(format!(

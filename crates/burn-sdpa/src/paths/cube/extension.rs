@@ -25,7 +25,7 @@ use super::kernel::{LANES, UNITS, flash_forward};
 /// rows per unit ran within 5% of each other, forward and backward; 4 keeps the registers (and
 /// the shaders' compile time) smallest. Without the broadcasts (a head size that is not a
 /// multiple of [`LANES`]) the loads from shared memory dominate on lavapipe and more rows help,
-/// but those head sizes are rare; see `docs/bench/cube_tiles.md`.
+/// but those head sizes are rare; see `docs/bench/BENCH_wgpu.md`.
 const MAX_ROWS: usize = 4;
 
 /// Whether the kernels may share loads through plane broadcasts ([`LANES`]-wide groups) on

@@ -1,13 +1,17 @@
 //! The flash forward pass in CubeCL: one cube of [`UNITS`] units per (batch·head, block of
-//! `UNITS · rows` queries), each unit owning `rows` query rows (rows `u`, `u + UNITS`, ...); the
-//! keys and values of each tile of [`KEY_ROWS`] keys are loaded into shared memory by the cube's
-//! units together, and every unit runs the online softmax of its rows over them in registers,
-//! then writes its context rows and log-sum-exps.
+//! `UNITS · rows` queries), each unit owning `rows` query rows (rows `u`, `u + UNITS`, ...); every
+//! unit runs the online softmax of its rows over the keys in registers, then writes its context
+//! rows and log-sum-exps. The tiles of [`KEY_ROWS`] keys outside the causal band and the window
+//! are never visited.
 //!
-//! Several rows per unit: every key and value element read from shared memory feeds `rows`
-//! multiply-adds. That is what makes the kernel fast on Mesa's lavapipe (a CPU driver, where
-//! every load from shared or global memory is a loop over the SIMD lanes); on a GPU one row per
-//! unit keeps the registers free (`rows` is a compile-time parameter chosen by the caller).
+//! Each key and value row reaches the units one of two ways (a compile-time switch, `planes`):
+//! loaded once per plane of [`LANES`] lanes (each lane loads one element of every group of
+//! [`LANES`]) and handed to the other lanes by plane broadcasts, where the device has plane
+//! operations and the head sizes are multiples of [`LANES`]; else loaded by the cube's units
+//! together into shared memory, tile by tile. Several rows per unit and the broadcasts both make
+//! every load feed many multiply-adds, which is what makes the kernel fast on Mesa's lavapipe (a
+//! CPU driver, where every load from shared or global memory is a loop over the SIMD lanes); the
+//! rows per unit are chosen by the caller (`extension.rs`, measured on lavapipe only).
 
 use cubecl::prelude::*;
 
