@@ -21,9 +21,10 @@ use super::backward::{flash_backward_dkdv, flash_backward_dq};
 use super::kernel::{LANES, UNITS, flash_forward};
 
 /// The most rows (queries, or keys in dK/dV) a unit owns. Measured on lavapipe (b = 4, h = 8,
-/// d = 64, n = 512 and 1024, `examples/wgpu_kernel.rs`): with the plane broadcasts, 4, 8 and 16
-/// rows per unit ran within 5% of each other, forward and backward; 4 keeps the registers (and
-/// the shaders' compile time) smallest. Without the broadcasts (a head size that is not a
+/// d = 64, n = 512 and 1024, `examples/wgpu_kernel.rs`): with the plane broadcasts the forward
+/// was fastest with 4 rows per unit (147 ms at n = 512, against 153 with 8 and 167 with 16) and
+/// forward + backward ran within 4% with 4, 8 or 16 rows in the backward; 4 also keeps the
+/// registers (and the shaders' compile time) smallest. Without the broadcasts (a head size that is not a
 /// multiple of [`LANES`]) the loads from shared memory dominate on lavapipe and more rows help,
 /// but those head sizes are rare; see `docs/bench/BENCH_wgpu.md`.
 const MAX_ROWS: usize = 4;
