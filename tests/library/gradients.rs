@@ -172,118 +172,92 @@ fn check_gradients(implementation: Implementation, extensions: bool) {
     assert!(dq.iter().chain(&dk).chain(&dv).all(|x| x.is_finite()));
 }
 
+/// Asserts that the f32 gradients of `implementation` on `device` (`label` in messages) agree
+/// with central finite differences of the float64 loss (the naive path on flex), including the
+/// exact zero of the fully masked row, with (`extensions`) and without the soft-cap and the
+/// window.
+#[cfg(feature = "flex")]
+fn assert_matches_finite_differences(
+    label: &str,
+    device: &Device,
+    implementation: Implementation,
+    extensions: bool,
+) {
+    let reference = Device::flex();
+    let eps = 1e-6;
+    let x = Inputs {
+        q: lcg_values(1, B * H * N * D),
+        k: lcg_values(2, B * H_KV * M * D),
+        v: lcg_values(3, B * H_KV * M * D),
+        g: lcg_values(4, B * H * N * D),
+        bias: lcg_values(5, N * M),
+        extensions,
+    };
+    let (_, grads) = loss(&x, device, true, implementation, false);
+    let [dq, dk, dv] = grads.expect("grads");
+    for (which, analytic) in [(0, &dq), (1, &dk), (2, &dv)] {
+        for (idx, &kernel) in analytic.iter().enumerate() {
+            let perturb = |delta: f64| {
+                let mut y = Inputs {
+                    q: x.q.clone(),
+                    k: x.k.clone(),
+                    v: x.v.clone(),
+                    g: x.g.clone(),
+                    bias: x.bias.clone(),
+                    extensions: x.extensions,
+                };
+                match which {
+                    0 => y.q[idx] += delta,
+                    1 => y.k[idx] += delta,
+                    _ => y.v[idx] += delta,
+                }
+                loss(&y, &reference, false, Implementation::Naive, true).0
+            };
+            let numeric = (perturb(eps) - perturb(-eps)) / (2.0 * eps);
+            assert!(
+                (numeric - kernel).abs() < 1e-5 + 1e-4 * numeric.abs(),
+                "{label} (extensions: {extensions}): tensor {which} index {idx}: kernel {kernel} vs finite difference {numeric}"
+            );
+        }
+    }
+    assert!(
+        dq[N * D..(N + 1) * D].iter().all(|&g| g == 0.0),
+        "{label}: masked row"
+    );
+}
+
 /// The CPU kernel computes in f32 with its own backward pass: its gradients, on every CPU backend
-/// where it runs in place, agree with central finite differences of the float64 loss (the naive
-/// path on flex), including the exact zero of the fully masked row, with and without the
-/// soft-cap and the window.
+/// where it runs in place, agree with central finite differences of the float64 loss.
 #[cfg(feature = "flex")]
 #[test]
 fn cpu_kernel_gradients_match_finite_differences() {
-    let reference = Device::flex();
-    let eps = 1e-6;
     let mut checked = 0;
-    let cases = cpu_devices()
-        .into_iter()
-        .flat_map(|(backend, device)| [false, true].map(|ext| (backend, device.clone(), ext)));
-    for (backend, device, extensions) in cases {
-        let x = Inputs {
-            q: lcg_values(1, B * H * N * D),
-            k: lcg_values(2, B * H_KV * M * D),
-            v: lcg_values(3, B * H_KV * M * D),
-            g: lcg_values(4, B * H * N * D),
-            bias: lcg_values(5, N * M),
-            extensions,
-        };
+    for (backend, device) in cpu_devices() {
         if !sdpa::cpu_kernel::runs_in_place(&device) {
             continue;
         }
-        let (_, grads) = loss(&x, &device, true, Implementation::CpuKernel, false);
-        let [dq, dk, dv] = grads.expect("grads");
-        for (which, analytic) in [(0, &dq), (1, &dk), (2, &dv)] {
-            for (idx, &kernel) in analytic.iter().enumerate() {
-                let perturb = |delta: f64| {
-                    let mut y = Inputs {
-                        q: x.q.clone(),
-                        k: x.k.clone(),
-                        v: x.v.clone(),
-                        g: x.g.clone(),
-                        bias: x.bias.clone(),
-                        extensions: x.extensions,
-                    };
-                    match which {
-                        0 => y.q[idx] += delta,
-                        1 => y.k[idx] += delta,
-                        _ => y.v[idx] += delta,
-                    }
-                    loss(&y, &reference, false, Implementation::Naive, true).0
-                };
-                let numeric = (perturb(eps) - perturb(-eps)) / (2.0 * eps);
-                assert!(
-                    (numeric - kernel).abs() < 1e-5 + 1e-4 * numeric.abs(),
-                    "{backend} (extensions: {extensions}): tensor {which} index {idx}: kernel {kernel} vs finite difference {numeric}"
-                );
-            }
+        for extensions in [false, true] {
+            assert_matches_finite_differences(
+                &backend.to_string(),
+                &device,
+                Implementation::CpuKernel,
+                extensions,
+            );
+            checked += 1;
         }
-        assert!(
-            dq[N * D..(N + 1) * D].iter().all(|&g| g == 0.0),
-            "{backend}: masked row"
-        );
-        checked += 1;
     }
     assert!(checked >= 2, "no CPU backend ran the kernel in place");
 }
 
 /// The CubeCL kernel computes in f32 with its own backward pass: its gradients on wgpu (Mesa
-/// lavapipe in CI) agree with central finite differences of the float64 loss (the naive path on
-/// flex), including the exact zero of the fully masked row, with and without the soft-cap and the
-/// window.
+/// lavapipe in CI) agree with central finite differences of the float64 loss.
 #[cfg(all(feature = "flex", feature = "wgpu"))]
 #[test]
 fn cube_kernel_gradients_match_finite_differences() {
-    let reference = Device::flex();
     let device = sdpa::BackendKind::Wgpu
         .device()
         .expect("wgpu (lavapipe in CI)");
-    let eps = 1e-6;
     for extensions in [false, true] {
-        let x = Inputs {
-            q: lcg_values(1, B * H * N * D),
-            k: lcg_values(2, B * H_KV * M * D),
-            v: lcg_values(3, B * H_KV * M * D),
-            g: lcg_values(4, B * H * N * D),
-            bias: lcg_values(5, N * M),
-            extensions,
-        };
-        let (_, grads) = loss(&x, &device, true, Implementation::CubeKernel, false);
-        let [dq, dk, dv] = grads.expect("grads");
-        for (which, analytic) in [(0, &dq), (1, &dk), (2, &dv)] {
-            for (idx, &kernel) in analytic.iter().enumerate() {
-                let perturb = |delta: f64| {
-                    let mut y = Inputs {
-                        q: x.q.clone(),
-                        k: x.k.clone(),
-                        v: x.v.clone(),
-                        g: x.g.clone(),
-                        bias: x.bias.clone(),
-                        extensions: x.extensions,
-                    };
-                    match which {
-                        0 => y.q[idx] += delta,
-                        1 => y.k[idx] += delta,
-                        _ => y.v[idx] += delta,
-                    }
-                    loss(&y, &reference, false, Implementation::Naive, true).0
-                };
-                let numeric = (perturb(eps) - perturb(-eps)) / (2.0 * eps);
-                assert!(
-                    (numeric - kernel).abs() < 1e-5 + 1e-4 * numeric.abs(),
-                    "wgpu (extensions: {extensions}): tensor {which} index {idx}: kernel {kernel} vs finite difference {numeric}"
-                );
-            }
-        }
-        assert!(
-            dq[N * D..(N + 1) * D].iter().all(|&g| g == 0.0),
-            "wgpu: masked row"
-        );
+        assert_matches_finite_differences("wgpu", &device, Implementation::CubeKernel, extensions);
     }
 }

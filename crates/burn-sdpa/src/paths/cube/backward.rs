@@ -13,11 +13,12 @@
 use cubecl::prelude::*;
 
 use super::kernel::{
-    KEY_ROWS, LANES, MASKED, UNITS, broadcast_row, extra_row, in_band, key_range, load_tile,
+    KEY_ROWS, LANES, UNITS, broadcast_row, extra_row, in_band, key_range, load_tile, read_extra,
 };
 
-/// Queries per shared-memory tile of `flash_backward_dkdv`.
-pub(crate) const QUERY_TILE: usize = 32;
+/// Queries per shared-memory tile of `flash_backward_dkdv`: the [`KEY_ROWS`] rows `load_tile`
+/// fills.
+pub(crate) const QUERY_TILE: usize = KEY_ROWS;
 
 /// dQ `[b, h, n, d_k]` of the forward pass with the same options (see `flash_forward`); `lse` and
 /// `delta` (D = rowsum(dO ∘ O)) are `[b, h, n]`. With `write_scores`, also the gradient of the
@@ -168,7 +169,7 @@ pub(crate) fn flash_backward_dq<F: Float>(
             #[unroll]
             for r in 0..rows {
                 let query_idx = first_query + r * UNITS;
-                let mut visible = query_idx < n
+                let banded = query_idx < n
                     && in_band(
                         query_idx as i32 + offset,
                         j,
@@ -178,11 +179,12 @@ pub(crate) fn flash_backward_dq<F: Float>(
                         has_left,
                         has_right,
                     );
-                let mut added = F::new(0.0);
-                if has_extra && visible {
-                    added = extra[extra_base + r * extra_step + key_idx];
-                    visible = added > F::new(MASKED);
-                }
+                let (visible, added) = read_extra::<F>(
+                    extra,
+                    banded,
+                    extra_base + r * extra_step + key_idx,
+                    has_extra,
+                );
                 let mut ds = F::new(0.0);
                 if visible {
                     let mut s = scores[r];
@@ -366,30 +368,8 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
         for tile_idx in query_lo / QUERY_TILE..query_hi.div_ceil(QUERY_TILE) {
             let q_start = tile_idx * QUERY_TILE;
             if !planes {
-                #[unroll]
-                for load in 0..comptime!(QUERY_TILE.div_ceil(UNITS)) {
-                    let query_row = unit + load * UNITS;
-                    let load_idx = q_start + query_row;
-                    let loads = load_idx < n;
-                    if query_row < QUERY_TILE {
-                        #[unroll]
-                        for dd in 0..d_k {
-                            let mut x = F::new(0.0);
-                            if loads {
-                                x = q[(bh * n + load_idx) * d_k + dd];
-                            }
-                            q_tile[query_row * d_k + dd] = x;
-                        }
-                        #[unroll]
-                        for dd in 0..d_v {
-                            let mut x = F::new(0.0);
-                            if loads {
-                                x = d_out[(bh * n + load_idx) * d_v + dd];
-                            }
-                            do_tile[query_row * d_v + dd] = x;
-                        }
-                    }
-                }
+                load_tile::<F>(q, &mut q_tile, bh, q_start, n, unit, d_k);
+                load_tile::<F>(d_out, &mut do_tile, bh, q_start, n, unit, d_v);
                 sync_cube();
             }
             let query_end = min(QUERY_TILE, query_hi - q_start);
@@ -419,7 +399,7 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
                 #[unroll]
                 for r in 0..rows {
                     let key_idx = first_key + r * UNITS;
-                    let mut visible = key_idx < m
+                    let banded = key_idx < m
                         && in_band(
                             centre,
                             key_idx as i32,
@@ -429,11 +409,8 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
                             has_left,
                             has_right,
                         );
-                    let mut added = F::new(0.0);
-                    if has_extra && visible {
-                        added = extra[extra_base + key_idx];
-                        visible = added > F::new(MASKED);
-                    }
+                    let (visible, added) =
+                        read_extra::<F>(extra, banded, extra_base + key_idx, has_extra);
                     let mut p = F::new(0.0);
                     let mut ds = F::new(0.0);
                     if visible {

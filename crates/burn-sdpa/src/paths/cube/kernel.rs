@@ -104,8 +104,28 @@ pub(crate) fn extra_row<F: Float>(
     (((eb * e1 + eh) * e2 + ei) * m, step)
 }
 
-/// Loads rows `key_start..key_start + KEY_ROWS` of `src` `[.., m, d]` (of kv head `kv`) into
-/// `tile`, unit `u` loading rows `u`, `u + UNITS`, ... (zeros past `m`).
+/// The bias entry `extra[idx]` of a key `in_band` leaves visible, and whether the key stays
+/// visible: an entry at or below [`MASKED`] (a mask, or a −∞ bias entry) hides it rather than
+/// merely down-weighting it. `(in_band, 0)` without `extra`; a hidden key reads nothing.
+#[cube]
+pub(crate) fn read_extra<F: Float>(
+    extra: &Tensor<F>,
+    in_band: bool,
+    idx: usize,
+    #[comptime] has_extra: bool,
+) -> (bool, F) {
+    let mut visible = in_band;
+    let mut added = F::new(0.0);
+    if has_extra && in_band {
+        added = extra[idx];
+        visible = added > F::new(MASKED);
+    }
+    (visible, added)
+}
+
+/// Loads rows `key_start..key_start + KEY_ROWS` of head `kv` of `src` `[.., m, d]` (keys and
+/// values of a kv head, or queries and dO of a query head) into `tile`, unit `u` loading rows
+/// `u`, `u + UNITS`, ... (zeros past `m`).
 #[cube]
 pub(crate) fn load_tile<F: Float>(
     src: &Tensor<F>,
@@ -300,7 +320,7 @@ pub(crate) fn flash_forward<F: Float>(
             #[unroll]
             for r in 0..rows {
                 let query_idx = first_query + r * UNITS;
-                let mut visible = query_idx < n
+                let banded = query_idx < n
                     && in_band(
                         query_idx as i32 + offset,
                         j,
@@ -310,12 +330,12 @@ pub(crate) fn flash_forward<F: Float>(
                         has_left,
                         has_right,
                     );
-                let mut added = F::new(0.0);
-                if has_extra && visible {
-                    added = extra[extra_base + r * extra_step + key_idx];
-                    // A masked key (or a −∞ bias entry) is hidden, not merely down-weighted.
-                    visible = added > F::new(MASKED);
-                }
+                let (visible, added) = read_extra::<F>(
+                    extra,
+                    banded,
+                    extra_base + r * extra_step + key_idx,
+                    has_extra,
+                );
                 let mut p = F::new(0.0);
                 let mut correction = F::new(1.0);
                 if visible {
