@@ -8,12 +8,15 @@
 //!   rows per unit, the queries of every head of the group (with dO, the log-sum-exp and
 //!   D = rowsum(dO ∘ O)) streamed through shared memory: dK and dV.
 //!
-//! As in the forward pass, every element read from shared memory feeds `rows` multiply-adds.
+//! As in the forward pass, every element read from shared memory feeds `rows` multiply-adds,
+//! everything is computed in f32 whatever the storage type `F` (only dQ, dK, dV are rounded to
+//! it), and the grid's second and third axes together index the (batch·head) rows.
 
 use cubecl::prelude::*;
 
 use super::kernel::{
-    KEY_ROWS, LANES, UNITS, broadcast_row, extra_row, in_band, key_range, load_tile, read_extra,
+    KEY_ROWS, LANES, Pair, UNITS, broadcast_row, extra_row, grid_row, in_band, key_range,
+    load_tile, read_bias,
 };
 
 /// Queries per shared-memory tile of `flash_backward_dkdv`: the [`KEY_ROWS`] rows `load_tile`
@@ -24,19 +27,22 @@ pub(crate) const QUERY_TILE: usize = KEY_ROWS;
 /// `delta` (D = rowsum(dO ∘ O)) are `[b, h, n]`. With `write_scores`, also the gradient of the
 /// scores after the soft-cap (the bias's) into `d_scores` `[b, h, n, m]`, which must hold zeros
 /// (the hidden entries are not written). Launched with [`UNITS`] units per cube and
-/// `(n.div_ceil(UNITS · rows), b · h)` cubes.
+/// `(n.div_ceil(UNITS · rows), y, z)` cubes, `y · z ≥ b · h`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn flash_backward_dq<F: Float>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
-    extra: &Tensor<F>,
+    extra: &Tensor<f32>,
+    q_segments: &Tensor<i32>,
+    k_segments: &Tensor<i32>,
+    slopes: &Tensor<f32>,
     d_out: &Tensor<F>,
-    lse: &Tensor<F>,
-    delta: &Tensor<F>,
+    lse: &Tensor<f32>,
+    delta: &Tensor<f32>,
     dq: &mut Tensor<F>,
-    d_scores: &mut Tensor<F>,
+    d_scores: &mut Tensor<f32>,
     scale: f32,
     softcap: f32,
     offset: i32,
@@ -51,6 +57,8 @@ pub(crate) fn flash_backward_dq<F: Float>(
     #[comptime] has_right: bool,
     #[comptime] capped: bool,
     #[comptime] has_extra: bool,
+    #[comptime] has_segments: bool,
+    #[comptime] has_alibi: bool,
     #[comptime] write_scores: bool,
     #[define(F)] _dtype: ElemType,
 ) {
@@ -59,7 +67,10 @@ pub(crate) fn flash_backward_dq<F: Float>(
     let n_heads = q.shape(1);
     let n_kv_heads = k.shape(1);
     let group = n_heads / n_kv_heads;
-    let bh = CUBE_POS_Y as usize;
+    let (bh, in_grid) = grid_row(q.shape(0) * n_heads);
+    if !in_grid {
+        terminate!();
+    }
     let batch_idx = bh / n_heads;
     let head_idx = bh % n_heads;
     let kv = batch_idx * n_kv_heads + head_idx / group;
@@ -68,19 +79,19 @@ pub(crate) fn flash_backward_dq<F: Float>(
     // Row r of this unit is query first_query + r · UNITS.
     let first_query = block_start + unit;
 
-    let mut k_tile = Shared::<[F]>::new_slice(comptime!(KEY_ROWS * d_k));
-    let mut v_tile = Shared::<[F]>::new_slice(comptime!(KEY_ROWS * d_v));
+    let mut k_tile = Shared::<[f32]>::new_slice(comptime!(KEY_ROWS * d_k));
+    let mut v_tile = Shared::<[f32]>::new_slice(comptime!(KEY_ROWS * d_v));
 
-    let mut q_rows = Array::<F>::new(comptime!(rows * d_k));
-    let mut do_rows = Array::<F>::new(comptime!(rows * d_v));
-    let mut dq_acc = Array::<F>::new(comptime!(rows * d_k));
-    let mut lse_rows = Array::<F>::new(rows);
-    let mut delta_rows = Array::<F>::new(rows);
-    let mut k_vals = Array::<F>::new(d_k);
-    let mut v_vals = Array::<F>::new(d_v);
-    let mut scores = Array::<F>::new(rows);
-    let mut d_weights = Array::<F>::new(rows);
-    let scale_f = F::cast_from(scale);
+    let mut q_rows = Array::<f32>::new(comptime!(rows * d_k));
+    let mut do_rows = Array::<f32>::new(comptime!(rows * d_v));
+    let mut dq_acc = Array::<f32>::new(comptime!(rows * d_k));
+    let mut lse_rows = Array::<f32>::new(rows);
+    let mut delta_rows = Array::<f32>::new(rows);
+    let mut k_vals = Array::<f32>::new(d_k);
+    let mut v_vals = Array::<f32>::new(d_v);
+    let mut scores = Array::<f32>::new(rows);
+    let mut d_weights = Array::<f32>::new(rows);
+    let mut segment_rows = Array::<i32>::new(rows);
     #[unroll]
     for r in 0..rows {
         let query_idx = first_query + r * UNITS;
@@ -88,34 +99,43 @@ pub(crate) fn flash_backward_dq<F: Float>(
         let row_idx = bh * n + query_idx;
         #[unroll]
         for dd in 0..d_k {
-            let mut x = F::new(0.0);
+            let mut x = 0.0f32;
             if active {
-                x = q[row_idx * d_k + dd];
+                x = f32::cast_from(q[row_idx * d_k + dd]);
             }
-            q_rows[r * d_k + dd] = x * scale_f;
-            dq_acc[r * d_k + dd] = F::new(0.0);
+            q_rows[r * d_k + dd] = x * scale;
+            dq_acc[r * d_k + dd] = 0.0f32;
         }
         #[unroll]
         for dd in 0..d_v {
-            let mut x = F::new(0.0);
+            let mut x = 0.0f32;
             if active {
-                x = d_out[row_idx * d_v + dd];
+                x = f32::cast_from(d_out[row_idx * d_v + dd]);
             }
             do_rows[r * d_v + dd] = x;
         }
-        let mut l = F::new(0.0);
-        let mut dl = F::new(0.0);
+        let mut l = 0.0f32;
+        let mut dl = 0.0f32;
+        let mut segment = 0i32;
         if active {
             l = lse[row_idx];
             dl = delta[row_idx];
+            if has_segments {
+                segment = q_segments[batch_idx * n + query_idx];
+            }
         }
         lse_rows[r] = l;
         delta_rows[r] = dl;
+        segment_rows[r] = segment;
+    }
+    let mut slope = 0.0f32;
+    if has_alibi {
+        slope = slopes[head_idx];
     }
     let mut extra_base = 0usize;
     let mut extra_step = 0usize;
     if has_extra {
-        let (base, step) = extra_row::<F>(extra, batch_idx, head_idx, first_query, m);
+        let (base, step) = extra_row(extra, batch_idx, head_idx, first_query, m);
         extra_base = base;
         extra_step = step * UNITS;
     }
@@ -157,9 +177,13 @@ pub(crate) fn flash_backward_dq<F: Float>(
                     v_vals[dd] = v_tile[key_row * d_v + dd];
                 }
             }
+            let mut key_segment = 0i32;
+            if has_segments {
+                key_segment = k_segments[batch_idx * m + key_idx];
+            }
             #[unroll]
             for r in 0..rows {
-                let mut s = F::new(0.0);
+                let mut s = 0.0f32;
                 #[unroll]
                 for dd in 0..d_k {
                     s += q_rows[r * d_k + dd] * k_vals[dd];
@@ -169,35 +193,37 @@ pub(crate) fn flash_backward_dq<F: Float>(
             #[unroll]
             for r in 0..rows {
                 let query_idx = first_query + r * UNITS;
-                let banded = query_idx < n
-                    && in_band(
-                        query_idx as i32 + offset,
-                        j,
-                        left,
-                        right,
-                        causal,
-                        has_left,
-                        has_right,
-                    );
-                let (visible, added) = read_extra::<F>(
+                let centre = query_idx as i32 + offset;
+                let banded =
+                    query_idx < n && in_band(centre, j, left, right, causal, has_left, has_right);
+                let pair = Pair {
+                    query_segment: segment_rows[r],
+                    key_segment,
+                    slope,
+                    centre,
+                    key: j,
+                };
+                let (visible, added) = read_bias(
                     extra,
                     banded,
                     extra_base + r * extra_step + key_idx,
+                    pair,
                     has_extra,
+                    has_segments,
+                    has_alibi,
                 );
-                let mut ds = F::new(0.0);
+                let mut ds = 0.0f32;
                 if visible {
                     let mut s = scores[r];
-                    let mut cap_grad = F::new(1.0);
+                    let mut cap_grad = 1.0f32;
                     if capped {
-                        let cap = F::cast_from(softcap);
-                        let t = (s / cap).tanh();
-                        s = cap * t;
-                        cap_grad = F::new(1.0) - t * t;
+                        let t = (s / softcap).tanh();
+                        s = softcap * t;
+                        cap_grad = 1.0f32 - t * t;
                     }
                     s += added;
                     let p = (s - lse_rows[r]).exp();
-                    let mut dp = F::new(0.0);
+                    let mut dp = 0.0f32;
                     #[unroll]
                     for dd in 0..d_v {
                         dp += do_rows[r * d_v + dd] * v_vals[dd];
@@ -230,7 +256,7 @@ pub(crate) fn flash_backward_dq<F: Float>(
             let row_idx = bh * n + query_idx;
             #[unroll]
             for dd in 0..d_k {
-                dq[row_idx * d_k + dd] = dq_acc[r * d_k + dd] * scale_f;
+                dq[row_idx * d_k + dd] = F::cast_from(dq_acc[r * d_k + dd] * scale);
             }
         }
     }
@@ -270,17 +296,20 @@ fn query_range(
 }
 
 /// dK `[b, h_kv, m, d_k]` and dV `[b, h_kv, m, d_v]`, summed over the query heads of each group.
-/// Launched with [`UNITS`] units per cube and `(m.div_ceil(UNITS · rows), b · h_kv)` cubes.
+/// Launched with [`UNITS`] units per cube and `(m.div_ceil(UNITS · rows), y, z)` cubes, `y · z ≥ b · h_kv`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn flash_backward_dkdv<F: Float>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
-    extra: &Tensor<F>,
+    extra: &Tensor<f32>,
+    q_segments: &Tensor<i32>,
+    k_segments: &Tensor<i32>,
+    slopes: &Tensor<f32>,
     d_out: &Tensor<F>,
-    lse: &Tensor<F>,
-    delta: &Tensor<F>,
+    lse: &Tensor<f32>,
+    delta: &Tensor<f32>,
     dk: &mut Tensor<F>,
     dv: &mut Tensor<F>,
     scale: f32,
@@ -297,6 +326,8 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
     #[comptime] has_right: bool,
     #[comptime] capped: bool,
     #[comptime] has_extra: bool,
+    #[comptime] has_segments: bool,
+    #[comptime] has_alibi: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = q.shape(2);
@@ -304,7 +335,10 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
     let n_heads = q.shape(1);
     let n_kv_heads = k.shape(1);
     let group = n_heads / n_kv_heads;
-    let kvb = CUBE_POS_Y as usize;
+    let (kvb, in_grid) = grid_row(q.shape(0) * n_kv_heads);
+    if !in_grid {
+        terminate!();
+    }
     let batch_idx = kvb / n_kv_heads;
     let kv_head = kvb % n_kv_heads;
     let unit = UNIT_POS_X as usize;
@@ -312,18 +346,18 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
     // Row r of this unit is key first_key + r · UNITS.
     let first_key = block_start + unit;
 
-    let mut q_tile = Shared::<[F]>::new_slice(comptime!(QUERY_TILE * d_k));
-    let mut do_tile = Shared::<[F]>::new_slice(comptime!(QUERY_TILE * d_v));
+    let mut q_tile = Shared::<[f32]>::new_slice(comptime!(QUERY_TILE * d_k));
+    let mut do_tile = Shared::<[f32]>::new_slice(comptime!(QUERY_TILE * d_v));
 
-    let mut k_rows = Array::<F>::new(comptime!(rows * d_k));
-    let mut v_rows = Array::<F>::new(comptime!(rows * d_v));
-    let mut dk_acc = Array::<F>::new(comptime!(rows * d_k));
-    let mut dv_acc = Array::<F>::new(comptime!(rows * d_v));
-    let mut q_vals = Array::<F>::new(d_k);
-    let mut do_vals = Array::<F>::new(d_v);
-    let mut weights = Array::<F>::new(rows);
-    let mut d_weights = Array::<F>::new(rows);
-    let scale_f = F::cast_from(scale);
+    let mut k_rows = Array::<f32>::new(comptime!(rows * d_k));
+    let mut v_rows = Array::<f32>::new(comptime!(rows * d_v));
+    let mut dk_acc = Array::<f32>::new(comptime!(rows * d_k));
+    let mut dv_acc = Array::<f32>::new(comptime!(rows * d_v));
+    let mut q_vals = Array::<f32>::new(d_k);
+    let mut do_vals = Array::<f32>::new(d_v);
+    let mut weights = Array::<f32>::new(rows);
+    let mut d_weights = Array::<f32>::new(rows);
+    let mut segment_rows = Array::<i32>::new(rows);
     #[unroll]
     for r in 0..rows {
         let key_idx = first_key + r * UNITS;
@@ -331,22 +365,27 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
         let key_row_idx = kvb * m + key_idx;
         #[unroll]
         for dd in 0..d_k {
-            let mut x = F::new(0.0);
+            let mut x = 0.0f32;
             if active {
-                x = k[key_row_idx * d_k + dd];
+                x = f32::cast_from(k[key_row_idx * d_k + dd]);
             }
-            k_rows[r * d_k + dd] = x * scale_f;
-            dk_acc[r * d_k + dd] = F::new(0.0);
+            k_rows[r * d_k + dd] = x * scale;
+            dk_acc[r * d_k + dd] = 0.0f32;
         }
         #[unroll]
         for dd in 0..d_v {
-            let mut x = F::new(0.0);
+            let mut x = 0.0f32;
             if active {
-                x = v[key_row_idx * d_v + dd];
+                x = f32::cast_from(v[key_row_idx * d_v + dd]);
             }
             v_rows[r * d_v + dd] = x;
-            dv_acc[r * d_v + dd] = F::new(0.0);
+            dv_acc[r * d_v + dd] = 0.0f32;
         }
+        let mut segment = 0i32;
+        if has_segments && active {
+            segment = k_segments[batch_idx * m + key_idx];
+        }
+        segment_rows[r] = segment;
     }
     let lane = UNIT_POS_PLANE as usize % LANES;
     let last_key = block_start + comptime!(UNITS * rows) - 1;
@@ -365,6 +404,10 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
     for g in 0..group {
         let head_idx = kv_head * group + g;
         let bh = batch_idx * n_heads + head_idx;
+        let mut slope = 0.0f32;
+        if has_alibi {
+            slope = slopes[head_idx];
+        }
         for tile_idx in query_lo / QUERY_TILE..query_hi.div_ceil(QUERY_TILE) {
             let q_start = tile_idx * QUERY_TILE;
             if !planes {
@@ -391,9 +434,13 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
                 }
                 let lse_i = lse[bh * n + query_idx];
                 let delta_i = delta[bh * n + query_idx];
+                let mut query_segment = 0i32;
+                if has_segments {
+                    query_segment = q_segments[batch_idx * n + query_idx];
+                }
                 let mut extra_base = 0usize;
                 if has_extra {
-                    let (base, _) = extra_row::<F>(extra, batch_idx, head_idx, query_idx, m);
+                    let (base, _) = extra_row(extra, batch_idx, head_idx, query_idx, m);
                     extra_base = base;
                 }
                 #[unroll]
@@ -409,26 +456,39 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
                             has_left,
                             has_right,
                         );
-                    let (visible, added) =
-                        read_extra::<F>(extra, banded, extra_base + key_idx, has_extra);
-                    let mut p = F::new(0.0);
-                    let mut ds = F::new(0.0);
+                    let pair = Pair {
+                        query_segment,
+                        key_segment: segment_rows[r],
+                        slope,
+                        centre,
+                        key: key_idx as i32,
+                    };
+                    let (visible, added) = read_bias(
+                        extra,
+                        banded,
+                        extra_base + key_idx,
+                        pair,
+                        has_extra,
+                        has_segments,
+                        has_alibi,
+                    );
+                    let mut p = 0.0f32;
+                    let mut ds = 0.0f32;
                     if visible {
-                        let mut s = F::new(0.0);
+                        let mut s = 0.0f32;
                         #[unroll]
                         for dd in 0..d_k {
                             s += q_vals[dd] * k_rows[r * d_k + dd];
                         }
-                        let mut cap_grad = F::new(1.0);
+                        let mut cap_grad = 1.0f32;
                         if capped {
-                            let cap = F::cast_from(softcap);
-                            let t = (s / cap).tanh();
-                            s = cap * t;
-                            cap_grad = F::new(1.0) - t * t;
+                            let t = (s / softcap).tanh();
+                            s = softcap * t;
+                            cap_grad = 1.0f32 - t * t;
                         }
                         s += added;
                         p = (s - lse_i).exp();
-                        let mut dp = F::new(0.0);
+                        let mut dp = 0.0f32;
                         #[unroll]
                         for dd in 0..d_v {
                             dp += do_vals[dd] * v_rows[r * d_v + dd];
@@ -462,11 +522,11 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
             let key_row_idx = kvb * m + key_idx;
             #[unroll]
             for dd in 0..d_k {
-                dk[key_row_idx * d_k + dd] = dk_acc[r * d_k + dd] * scale_f;
+                dk[key_row_idx * d_k + dd] = F::cast_from(dk_acc[r * d_k + dd] * scale);
             }
             #[unroll]
             for dd in 0..d_v {
-                dv[key_row_idx * d_v + dd] = dv_acc[r * d_v + dd];
+                dv[key_row_idx * d_v + dd] = F::cast_from(dv_acc[r * d_v + dd]);
             }
         }
     }

@@ -8,14 +8,15 @@ use burn::backend::fusion::custom::TensorSpec;
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::{
     Autodiff, AutodiffBackend, Backend, Dispatch, TensorMetadata, backend_extension,
-    tensor::FloatTensor,
+    tensor::{FloatTensor, IntTensor},
 };
 use burn::prelude::*;
-use burn::tensor::Shape;
+use burn::tensor::{DType, FloatDType, Shape};
 use burn_cubecl::CubeBackend;
 use burn_cubecl::kernel::into_contiguous;
 use burn_cubecl::ops::numeric::empty_device_dtype;
-use cubecl::prelude::{CubeCount, CubeDim, Scalar};
+use cubecl::ir::{ElemType, FloatKind};
+use cubecl::prelude::{CubeCount, CubeDim};
 
 use super::backward::{flash_backward_dkdv, flash_backward_dq};
 use super::kernel::{LANES, UNITS, flash_forward};
@@ -49,6 +50,27 @@ fn rows_for(len: usize) -> usize {
     len.div_ceil(UNITS).next_power_of_two().clamp(1, MAX_ROWS)
 }
 
+/// The kernels' storage type for a float dtype (they compute in f32 whatever it is);
+/// `super::blocker` lets only these three through.
+fn storage(dtype: DType) -> ElemType {
+    match dtype {
+        DType::F16 => ElemType::Float(FloatKind::F16),
+        DType::BF16 => ElemType::Float(FloatKind::BF16),
+        _ => ElemType::Float(FloatKind::F32),
+    }
+}
+
+/// Vulkan and Metal bound each axis of the grid to 65 535 cubes.
+const GRID_AXIS_MAX: usize = 65_535;
+
+/// The cube count for `blocks` blocks of rows of each of `rows` (batch·head) rows: the blocks
+/// on the first axis, the rows on the second and, past [`GRID_AXIS_MAX`], the third
+/// (`kernel::grid_row` reads them back).
+fn grid(blocks: usize, rows: usize) -> CubeCount {
+    let y = rows.clamp(1, GRID_AXIS_MAX);
+    CubeCount::Static(blocks as u32, y as u32, rows.div_ceil(y) as u32)
+}
+
 /// What the kernel needs besides its tensors.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) struct CubeCall {
@@ -62,33 +84,44 @@ pub(crate) struct CubeCall {
     pub offset: i32,
     /// Whether `extra` holds a bias and masks (else it is a placeholder).
     pub has_extra: bool,
+    /// Whether the segment ids are given (else they are placeholders).
+    pub has_segments: bool,
+    /// Whether ALiBi's slopes are given (else a placeholder).
+    pub has_alibi: bool,
     /// Keys before and after the diagonal a query sees, when bounded.
     pub window: (Option<i32>, Option<i32>),
 }
 
-/// The output specs: context `[b, h, n, d_v]` and log-sum-exp `[b, h, n]`, in q's dtype.
+/// The output specs: context `[b, h, n, d_v]` in q's dtype and log-sum-exp `[b, h, n]` in f32.
+#[allow(clippy::too_many_arguments)]
 fn forward_meta(
     q: &TensorSpec,
     _k: &TensorSpec,
     v: &TensorSpec,
     _extra: &TensorSpec,
+    _q_segments: &TensorSpec,
+    _k_segments: &TensorSpec,
+    _slopes: &TensorSpec,
     _call: &CubeCall,
 ) -> (TensorSpec, TensorSpec) {
     let (qd, vd) = (q.shape.clone(), v.shape.clone());
     (
         TensorSpec::new(Shape::new([qd[0], qd[1], qd[2], vd[3]]), q.dtype),
-        TensorSpec::new(Shape::new([qd[0], qd[1], qd[2]]), q.dtype),
+        TensorSpec::new(Shape::new([qd[0], qd[1], qd[2]]), DType::F32),
     )
 }
 
 /// The gradient specs: dQ, dK, dV shaped like q, k, v, and the score gradient `[b, h, n, m]`
-/// (`[1, 1, 1, 1]` when not asked for).
+/// in f32 (`[1, 1, 1, 1]` when not asked for).
 #[allow(clippy::too_many_arguments)]
 fn backward_meta(
     q: &TensorSpec,
     k: &TensorSpec,
     v: &TensorSpec,
     _extra: &TensorSpec,
+    _q_segments: &TensorSpec,
+    _k_segments: &TensorSpec,
+    _slopes: &TensorSpec,
     _out: &TensorSpec,
     _lse: &TensorSpec,
     _d_out: &TensorSpec,
@@ -110,26 +143,33 @@ fn scores_spec(q: &TensorSpec, k: &TensorSpec, want: bool) -> TensorSpec {
     } else {
         Shape::new([1, 1, 1, 1])
     };
-    TensorSpec::new(shape, q.dtype)
+    TensorSpec::new(shape, DType::F32)
 }
 
 /// The ops. Calling them on a backend that is not listed panics: `super::blocker` refuses those.
 #[backend_extension(Cube, Fusion, Autodiff)]
 pub(crate) trait CubeKernelBackend: Backend {
-    /// (context `[b, h, n, d_v]`, log-sum-exp `[b, h, n]`, +3e38 for a row with no visible key);
-    /// `extra` `[b|1, h|1, n|1, m]` is the bias with the masked keys at −3e38 or −∞.
+    /// (context `[b, h, n, d_v]` in q's dtype, log-sum-exp `[b, h, n]` in f32, +3e38 for a row
+    /// with no visible key); `extra` `[b|1, h|1, n|1, m]` (f32) is the bias with the masked keys
+    /// at −3e38 or −∞, `q_segments [b, n]` and `k_segments [b, m]` (I32) the segment ids and
+    /// `slopes [h]` (f32) ALiBi's, each a `[1]`-shaped placeholder when the call has none.
+    #[allow(clippy::too_many_arguments)]
     #[fusion(meta = forward_meta)]
     fn cube_kernel_forward(
         q: FloatTensor<Self>,
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         extra: FloatTensor<Self>,
+        q_segments: IntTensor<Self>,
+        k_segments: IntTensor<Self>,
+        slopes: FloatTensor<Self>,
         call: CubeCall,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
     /// (dQ, dK, dV, dS) of the forward pass with the same inputs, from its output `out`, its
     /// log-sum-exp and the output's gradient `d_out`; dS `[b, h, n, m]` is the gradient of the
-    /// scores after the soft-cap (that of `extra`) when `want_scores`, else a `[1, 1, 1, 1]` zero.
+    /// scores after the soft-cap (that of `extra`, f32) when `want_scores`, else a `[1, 1, 1, 1]`
+    /// zero.
     #[allow(clippy::too_many_arguments)]
     #[fusion(meta = backward_meta)]
     fn cube_kernel_backward(
@@ -137,6 +177,9 @@ pub(crate) trait CubeKernelBackend: Backend {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         extra: FloatTensor<Self>,
+        q_segments: IntTensor<Self>,
+        k_segments: IntTensor<Self>,
+        slopes: FloatTensor<Self>,
         out: FloatTensor<Self>,
         lse: FloatTensor<Self>,
         d_out: FloatTensor<Self>,
@@ -156,10 +199,15 @@ impl CubeKernelBackend for CubeBackend {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         extra: FloatTensor<Self>,
+        q_segments: IntTensor<Self>,
+        k_segments: IntTensor<Self>,
+        slopes: FloatTensor<Self>,
         call: CubeCall,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
         let extra = into_contiguous(extra);
+        let (q_segments, k_segments) = (into_contiguous(q_segments), into_contiguous(k_segments));
+        let slopes = into_contiguous(slopes);
         let [b, h, n, d_k] = q.meta.shape.dims::<4>();
         let d_v = v.meta.shape.dims::<4>()[3];
         let client = q.client.clone();
@@ -170,19 +218,20 @@ impl CubeKernelBackend for CubeBackend {
             Shape::new([b, h, n, d_v]),
             dtype,
         );
-        let lse = empty_device_dtype(client.clone(), device, Shape::new([b, h, n]), dtype);
+        let lse = empty_device_dtype(client.clone(), device, Shape::new([b, h, n]), DType::F32);
         let rows = rows_for(n);
-        let cube_count = CubeCount::Static(n.div_ceil(UNITS * rows) as u32, (b * h) as u32, 1);
-        let cube_dim = CubeDim::new_1d(UNITS as u32);
         let (left, right) = call.window;
         flash_forward::launch(
             &client,
-            cube_count,
-            cube_dim,
+            grid(n.div_ceil(UNITS * rows), b * h),
+            CubeDim::new_1d(UNITS as u32),
             q.into_tensor_arg(),
             k.into_tensor_arg(),
             v.into_tensor_arg(),
             extra.into_tensor_arg(),
+            q_segments.into_tensor_arg(),
+            k_segments.into_tensor_arg(),
+            slopes.into_tensor_arg(),
             context.clone().into_tensor_arg(),
             lse.clone().into_tensor_arg(),
             call.scale,
@@ -199,7 +248,9 @@ impl CubeKernelBackend for CubeBackend {
             right.is_some(),
             call.softcap.is_some(),
             call.has_extra,
-            f32::elem_type_native(),
+            call.has_segments,
+            call.has_alibi,
+            storage(dtype),
         );
         (context, lse)
     }
@@ -209,6 +260,9 @@ impl CubeKernelBackend for CubeBackend {
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         extra: FloatTensor<Self>,
+        q_segments: IntTensor<Self>,
+        k_segments: IntTensor<Self>,
+        slopes: FloatTensor<Self>,
         out: FloatTensor<Self>,
         lse: FloatTensor<Self>,
         d_out: FloatTensor<Self>,
@@ -222,8 +276,9 @@ impl CubeKernelBackend for CubeBackend {
     ) {
         let [b, h, n, d_k] = q.meta.shape.dims::<4>();
         let [_, h_kv, m, d_v] = v.meta.shape.dims::<4>();
-        // D = rowsum(dO ∘ O): [b, h, n, d_v] -> [b, h, n, 1] -> [b, h, n]
-        let delta = Self::float_sum_dim(Self::float_mul(d_out.clone(), out), 3);
+        // D = rowsum(dO ∘ O) in f32: [b, h, n, d_v] -> [b, h, n, 1] -> [b, h, n]
+        let to_f32 = |x| Self::float_cast(x, FloatDType::F32);
+        let delta = Self::float_sum_dim(Self::float_mul(to_f32(d_out.clone()), to_f32(out)), 3);
         let delta = into_contiguous(Self::float_reshape(delta, Shape::new([b, h, n])));
         let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
         let (extra, lse, d_out) = (
@@ -231,6 +286,8 @@ impl CubeKernelBackend for CubeBackend {
             into_contiguous(lse),
             into_contiguous(d_out),
         );
+        let (q_segments, k_segments) = (into_contiguous(q_segments), into_contiguous(k_segments));
+        let slopes = into_contiguous(slopes);
         let client = q.client.clone();
         let (device, dtype) = (q.device.clone(), q.dtype);
         let empty = |shape: [usize; 4]| {
@@ -246,18 +303,21 @@ impl CubeKernelBackend for CubeBackend {
         } else {
             [1, 1, 1, 1]
         };
-        let d_scores = Self::float_zeros(Shape::new(scores_shape), &device, dtype.into());
+        let d_scores = Self::float_zeros(Shape::new(scores_shape), &device, FloatDType::F32);
         let (left, right) = call.window;
         let planes = plane_broadcasts(client.properties()) && d_k % LANES == 0 && d_v % LANES == 0;
         let (dq_rows, dkdv_rows) = (rows_for(n), rows_for(m));
         flash_backward_dq::launch(
             &client,
-            CubeCount::Static(n.div_ceil(UNITS * dq_rows) as u32, (b * h) as u32, 1),
+            grid(n.div_ceil(UNITS * dq_rows), b * h),
             CubeDim::new_1d(UNITS as u32),
             q.clone().into_tensor_arg(),
             k.clone().into_tensor_arg(),
             v.clone().into_tensor_arg(),
             extra.clone().into_tensor_arg(),
+            q_segments.clone().into_tensor_arg(),
+            k_segments.clone().into_tensor_arg(),
+            slopes.clone().into_tensor_arg(),
             d_out.clone().into_tensor_arg(),
             lse.clone().into_tensor_arg(),
             delta.clone().into_tensor_arg(),
@@ -277,17 +337,22 @@ impl CubeKernelBackend for CubeBackend {
             right.is_some(),
             call.softcap.is_some(),
             call.has_extra,
+            call.has_segments,
+            call.has_alibi,
             want_scores,
-            f32::elem_type_native(),
+            storage(dtype),
         );
         flash_backward_dkdv::launch(
             &client,
-            CubeCount::Static(m.div_ceil(UNITS * dkdv_rows) as u32, (b * h_kv) as u32, 1),
+            grid(m.div_ceil(UNITS * dkdv_rows), b * h_kv),
             CubeDim::new_1d(UNITS as u32),
             q.into_tensor_arg(),
             k.into_tensor_arg(),
             v.into_tensor_arg(),
             extra.into_tensor_arg(),
+            q_segments.into_tensor_arg(),
+            k_segments.into_tensor_arg(),
+            slopes.into_tensor_arg(),
             d_out.into_tensor_arg(),
             lse.into_tensor_arg(),
             delta.into_tensor_arg(),
@@ -307,7 +372,9 @@ impl CubeKernelBackend for CubeBackend {
             right.is_some(),
             call.softcap.is_some(),
             call.has_extra,
-            f32::elem_type_native(),
+            call.has_segments,
+            call.has_alibi,
+            storage(dtype),
         );
         (dq, dk, dv, d_scores)
     }
@@ -320,6 +387,9 @@ struct Saved<B: Backend> {
     k: FloatTensor<B>,
     v: FloatTensor<B>,
     extra: FloatTensor<B>,
+    q_segments: IntTensor<B>,
+    k_segments: IntTensor<B>,
+    slopes: FloatTensor<B>,
     out: FloatTensor<B>,
     lse: FloatTensor<B>,
     call: CubeCall,
@@ -343,6 +413,9 @@ impl<B: CubeKernelBackend> Backward<B, 4> for CubeBackward {
             s.k,
             s.v,
             s.extra,
+            s.q_segments,
+            s.k_segments,
+            s.slopes,
             s.out,
             s.lse,
             d_out,
@@ -373,6 +446,9 @@ impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         extra: FloatTensor<Self>,
+        q_segments: IntTensor<Self>,
+        k_segments: IntTensor<Self>,
+        slopes: FloatTensor<Self>,
         call: CubeCall,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let (qp, kp, vp, ep) = (
@@ -381,19 +457,32 @@ impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff
             v.primitive().clone(),
             extra.primitive().clone(),
         );
+        // ALiBi's slopes are constants (the module detaches them): not a tracked input.
+        let sp = slopes.primitive().clone();
         match CubeBackward
             .prepare::<C>([q.node(), k.node(), v.node(), extra.node()])
             .compute_bound()
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let (out, lse) =
-                    B::cube_kernel_forward(qp.clone(), kp.clone(), vp.clone(), ep.clone(), call);
+                let (out, lse) = B::cube_kernel_forward(
+                    qp.clone(),
+                    kp.clone(),
+                    vp.clone(),
+                    ep.clone(),
+                    q_segments.clone(),
+                    k_segments.clone(),
+                    sp.clone(),
+                    call,
+                );
                 let state = Saved {
                     q: qp,
                     k: kp,
                     v: vp,
                     extra: ep,
+                    q_segments,
+                    k_segments,
+                    slopes: sp,
                     out: out.clone(),
                     lse: lse.clone(),
                     call,
@@ -401,7 +490,8 @@ impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff
                 (prep.finish(state, out), <Autodiff<B, C>>::from_inner(lse))
             }
             OpsKind::UnTracked(prep) => {
-                let (out, lse) = B::cube_kernel_forward(qp, kp, vp, ep, call);
+                let (out, lse) =
+                    B::cube_kernel_forward(qp, kp, vp, ep, q_segments, k_segments, sp, call);
                 (prep.finish(out), <Autodiff<B, C>>::from_inner(lse))
             }
         }
@@ -412,6 +502,9 @@ impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff
         k: FloatTensor<Self>,
         v: FloatTensor<Self>,
         extra: FloatTensor<Self>,
+        q_segments: IntTensor<Self>,
+        k_segments: IntTensor<Self>,
+        slopes: FloatTensor<Self>,
         out: FloatTensor<Self>,
         lse: FloatTensor<Self>,
         d_out: FloatTensor<Self>,
@@ -429,6 +522,9 @@ impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff
             k.primitive().clone(),
             v.primitive().clone(),
             extra.primitive().clone(),
+            q_segments,
+            k_segments,
+            slopes.primitive().clone(),
             out.primitive().clone(),
             lse.primitive().clone(),
             d_out.primitive().clone(),
@@ -444,19 +540,36 @@ impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff
     }
 }
 
-/// Runs the op on tensors of a Cube (or Fusion over Cube) device: (context, log-sum-exp).
+/// The extra inputs of one call besides q, k, v: the bias (f32, with the masks), the segment
+/// ids (I32) and ALiBi's slopes (f32), each a placeholder the kernels do not read when absent
+/// (`CubeCall::has_extra`, `has_segments`, `has_alibi`).
+pub(crate) struct Extras {
+    /// `[b|1, h|1, n|1, m]`.
+    pub extra: Tensor<4>,
+    /// `[b, n]`.
+    pub q_segments: Tensor<2, Int>,
+    /// `[b, m]`.
+    pub k_segments: Tensor<2, Int>,
+    /// `[h]`.
+    pub slopes: Tensor<1>,
+}
+
+/// Runs the op on tensors of a Cube (or Fusion over Cube) device: (context, log-sum-exp in f32).
 pub(crate) fn forward(
     q: Tensor<4>,
     k: Tensor<4>,
     v: Tensor<4>,
-    extra: Tensor<4>,
+    extras: Extras,
     call: CubeCall,
 ) -> (Tensor<4>, Tensor<3>) {
     let (context, lse) = <Dispatch as CubeKernelBackend>::cube_kernel_forward(
         q.into_dispatch(),
         k.into_dispatch(),
         v.into_dispatch(),
-        extra.into_dispatch(),
+        extras.extra.into_dispatch(),
+        extras.q_segments.into_dispatch(),
+        extras.k_segments.into_dispatch(),
+        extras.slopes.into_dispatch(),
         call,
     );
     (Tensor::from_dispatch(context), Tensor::from_dispatch(lse))

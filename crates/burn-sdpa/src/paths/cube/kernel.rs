@@ -89,8 +89,8 @@ pub(crate) fn key_range(
 /// The offset of row (`batch_idx`, `head_idx`, `query_idx`) in `extra` `[b|1, h|1, n|1, m]`, and
 /// the step from one query row to the next (0 when the query axis is broadcast).
 #[cube]
-pub(crate) fn extra_row<F: Float>(
-    extra: &Tensor<F>,
+pub(crate) fn extra_row(
+    extra: &Tensor<f32>,
     batch_idx: usize,
     head_idx: usize,
     query_idx: usize,
@@ -104,21 +104,51 @@ pub(crate) fn extra_row<F: Float>(
     (((eb * e1 + eh) * e2 + ei) * m, step)
 }
 
-/// The bias entry `extra[idx]` of a key `in_band` leaves visible, and whether the key stays
-/// visible: an entry at or below [`MASKED`] (a mask, or a −∞ bias entry) hides it rather than
-/// merely down-weighting it. `(in_band, 0)` without `extra`; a hidden key reads nothing.
+/// The segment ids and ALiBi slope of one (query, key) pair; zeros where the call has none.
+#[derive(CubeType, Clone, Copy)]
+pub(crate) struct Pair {
+    /// The query's segment.
+    pub query_segment: i32,
+    /// The key's segment.
+    pub key_segment: i32,
+    /// The head's ALiBi slope.
+    pub slope: f32,
+    /// The query's diagonal `i + offset`.
+    pub centre: i32,
+    /// The key's index.
+    pub key: i32,
+}
+
+/// The score added to a key `in_band` leaves visible (the bias entry `extra[idx]` plus ALiBi's
+/// `−slope · |centre − key|`), and whether the key stays visible: a key of another segment is
+/// hidden, and so is one whose `extra` entry is at or below [`MASKED`] (a mask, or a −∞ bias
+/// entry) rather than merely down-weighted. A hidden key reads nothing.
 #[cube]
-pub(crate) fn read_extra<F: Float>(
-    extra: &Tensor<F>,
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn read_bias(
+    extra: &Tensor<f32>,
     in_band: bool,
     idx: usize,
+    pair: Pair,
     #[comptime] has_extra: bool,
-) -> (bool, F) {
+    #[comptime] has_segments: bool,
+    #[comptime] has_alibi: bool,
+) -> (bool, f32) {
     let mut visible = in_band;
-    let mut added = F::new(0.0);
-    if has_extra && in_band {
+    if has_segments {
+        visible = visible && pair.query_segment == pair.key_segment;
+    }
+    let mut added = 0.0f32;
+    if has_extra && visible {
         added = extra[idx];
-        visible = added > F::new(MASKED);
+        visible = added > MASKED;
+    }
+    if has_alibi {
+        let mut distance = pair.centre - pair.key;
+        if distance < 0i32 {
+            distance = -distance;
+        }
+        added -= pair.slope * f32::cast_from(distance);
     }
     (visible, added)
 }
@@ -129,7 +159,7 @@ pub(crate) fn read_extra<F: Float>(
 #[cube]
 pub(crate) fn load_tile<F: Float>(
     src: &Tensor<F>,
-    tile: &mut Shared<[F]>,
+    tile: &mut Shared<[f32]>,
     kv: usize,
     key_start: usize,
     m: usize,
@@ -143,9 +173,9 @@ pub(crate) fn load_tile<F: Float>(
         if key_row < KEY_ROWS {
             #[unroll]
             for dd in 0..d {
-                let mut x = F::new(0.0);
+                let mut x = 0.0f32;
                 if key_idx < m {
-                    x = src[(kv * m + key_idx) * d + dd];
+                    x = f32::cast_from(src[(kv * m + key_idx) * d + dd]);
                 }
                 tile[key_row * d + dd] = x;
             }
@@ -153,20 +183,20 @@ pub(crate) fn load_tile<F: Float>(
     }
 }
 
-/// `vals[dd] = src[base + dd]` for the `d` elements of a row, every element loaded by one lane
+/// `vals[dd] = src[base + dd]` (in f32) for the `d` elements of a row, every element loaded by one lane
 /// of the plane and broadcast to the others (`d` a multiple of [`LANES`]; called by the whole
 /// plane, in uniform control flow).
 #[cube]
 pub(crate) fn broadcast_row<F: Float>(
     src: &Tensor<F>,
-    vals: &mut Array<F>,
+    vals: &mut Array<f32>,
     base: usize,
     lane: usize,
     #[comptime] d: usize,
 ) {
     #[unroll]
     for chunk in 0..comptime!(d / LANES) {
-        let x = src[base + chunk * LANES + lane];
+        let x = f32::cast_from(src[base + chunk * LANES + lane]);
         #[unroll]
         for t in 0..LANES {
             vals[chunk * LANES + t] = plane_broadcast(x, t as u32);
@@ -174,24 +204,39 @@ pub(crate) fn broadcast_row<F: Float>(
     }
 }
 
-/// `context [b, h, n, d_v]` and `lse [b, h, n]` (+3e38 for a row with no visible key, whose
-/// context row is 0) of softmax(q kᵀ · scale, soft-capped, plus `extra`, causal and windowed) v,
-/// with grouped-query heads (query head i reads kv head i / group). `extra` `[b|1, h|1, n|1, m]`
-/// (read when `has_extra`) holds the bias, with the masked keys at [`MASKED`] or below. Every
-/// tensor is contiguous row-major. Launched with [`UNITS`] units per cube and
-/// `(n.div_ceil(UNITS · rows), b · h)` cubes.
+/// The (batch·head) index of this cube: `CUBE_POS_Y + CUBE_POS_Z · CUBE_COUNT_Y` (the grid's
+/// second and third axes together, since Vulkan and Metal bound each to 65 535), and whether it
+/// is one of the `count` there are (the last layer of the grid may be partly empty).
+#[cube]
+pub(crate) fn grid_row(count: usize) -> (usize, bool) {
+    let idx = CUBE_POS_Y as usize + CUBE_POS_Z as usize * CUBE_COUNT_Y as usize;
+    (idx, idx < count)
+}
+
+/// `context [b, h, n, d_v]` (in `F`) and `lse [b, h, n]` (f32; +3e38 for a row with no visible
+/// key, whose context row is 0) of softmax(q kᵀ · scale, soft-capped, plus `extra` and ALiBi,
+/// causal, windowed and within segments) v, with grouped-query heads (query head i reads kv
+/// head i / group). Everything is computed in f32 whatever `F` is (f32, f16 or bf16): loads are
+/// widened, only the context is rounded to `F`. `extra` `[b|1, h|1, n|1, m]` (read when
+/// `has_extra`) holds the bias, with the masked keys at [`MASKED`] or below; `q_segments [b, n]`
+/// and `k_segments [b, m]` (read when `has_segments`) the segment ids; `slopes [h]` (read when
+/// `has_alibi`) ALiBi's. Every tensor is contiguous row-major. Launched with [`UNITS`] units per
+/// cube and `(n.div_ceil(UNITS · rows), y, z)` cubes, `y · z ≥ b · h` (see [`grid_row`]).
 ///
 /// Visibility of key j to query i (c = i + `offset`, the diagonal): `j ≤ c` when `causal`,
-/// `j ≥ c − left` when `has_left`, `j ≤ c + right` when `has_right`.
+/// `j ≥ c − left` when `has_left`, `j ≤ c + right` when `has_right`, and the same segment.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn flash_forward<F: Float>(
     q: &Tensor<F>,
     k: &Tensor<F>,
     v: &Tensor<F>,
-    extra: &Tensor<F>,
+    extra: &Tensor<f32>,
+    q_segments: &Tensor<i32>,
+    k_segments: &Tensor<i32>,
+    slopes: &Tensor<f32>,
     context: &mut Tensor<F>,
-    lse: &mut Tensor<F>,
+    lse: &mut Tensor<f32>,
     scale: f32,
     softcap: f32,
     offset: i32,
@@ -206,6 +251,8 @@ pub(crate) fn flash_forward<F: Float>(
     #[comptime] has_right: bool,
     #[comptime] capped: bool,
     #[comptime] has_extra: bool,
+    #[comptime] has_segments: bool,
+    #[comptime] has_alibi: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = q.shape(2);
@@ -213,7 +260,10 @@ pub(crate) fn flash_forward<F: Float>(
     let n_heads = q.shape(1);
     let n_kv_heads = k.shape(1);
     let group = n_heads / n_kv_heads;
-    let bh = CUBE_POS_Y as usize;
+    let (bh, in_grid) = grid_row(q.shape(0) * n_heads);
+    if !in_grid {
+        terminate!();
+    }
     let batch_idx = bh / n_heads;
     let head_idx = bh % n_heads;
     let kv = batch_idx * n_kv_heads + head_idx / group;
@@ -222,18 +272,18 @@ pub(crate) fn flash_forward<F: Float>(
     // Row r of this unit is query block_start + r · UNITS + unit.
     let first_query = block_start + unit;
 
-    let mut k_tile = Shared::<[F]>::new_slice(comptime!(KEY_ROWS * d_k));
-    let mut v_tile = Shared::<[F]>::new_slice(comptime!(KEY_ROWS * d_v));
+    let mut k_tile = Shared::<[f32]>::new_slice(comptime!(KEY_ROWS * d_k));
+    let mut v_tile = Shared::<[f32]>::new_slice(comptime!(KEY_ROWS * d_v));
 
     // The query rows, scaled, in registers: q_rows[r · d_k + dd].
-    let mut q_rows = Array::<F>::new(comptime!(rows * d_k));
-    let mut acc = Array::<F>::new(comptime!(rows * d_v));
-    let mut row_max = Array::<F>::new(rows);
-    let mut row_sum = Array::<F>::new(rows);
-    let mut scores = Array::<F>::new(rows);
-    let mut weights = Array::<F>::new(rows);
-    let mut corrections = Array::<F>::new(rows);
-    let scale_f = F::cast_from(scale);
+    let mut q_rows = Array::<f32>::new(comptime!(rows * d_k));
+    let mut acc = Array::<f32>::new(comptime!(rows * d_v));
+    let mut row_max = Array::<f32>::new(rows);
+    let mut row_sum = Array::<f32>::new(rows);
+    let mut scores = Array::<f32>::new(rows);
+    let mut weights = Array::<f32>::new(rows);
+    let mut corrections = Array::<f32>::new(rows);
+    let mut segment_rows = Array::<i32>::new(rows);
     #[unroll]
     for r in 0..rows {
         let query_idx = first_query + r * UNITS;
@@ -241,24 +291,33 @@ pub(crate) fn flash_forward<F: Float>(
         let q_base = (bh * n + query_idx) * d_k;
         #[unroll]
         for dd in 0..d_k {
-            let mut x = F::new(0.0);
+            let mut x = 0.0f32;
             if active {
-                x = q[q_base + dd];
+                x = f32::cast_from(q[q_base + dd]);
             }
-            q_rows[r * d_k + dd] = x * scale_f;
+            q_rows[r * d_k + dd] = x * scale;
         }
         #[unroll]
         for dd in 0..d_v {
-            acc[r * d_v + dd] = F::new(0.0);
+            acc[r * d_v + dd] = 0.0f32;
         }
-        row_max[r] = F::new(HIDDEN);
-        row_sum[r] = F::new(0.0);
+        row_max[r] = HIDDEN;
+        row_sum[r] = 0.0f32;
+        let mut segment = 0i32;
+        if has_segments && active {
+            segment = q_segments[batch_idx * n + query_idx];
+        }
+        segment_rows[r] = segment;
+    }
+    let mut slope = 0.0f32;
+    if has_alibi {
+        slope = slopes[head_idx];
     }
     // The rows of `extra` this unit reads: extra_base + r · UNITS · extra_step.
     let mut extra_base = 0usize;
     let mut extra_step = 0usize;
     if has_extra {
-        let (base, step) = extra_row::<F>(extra, batch_idx, head_idx, first_query, m);
+        let (base, step) = extra_row(extra, batch_idx, head_idx, first_query, m);
         extra_base = base;
         extra_step = step * UNITS;
     }
@@ -278,8 +337,8 @@ pub(crate) fn flash_forward<F: Float>(
     let tile_lo = key_lo / KEY_ROWS;
     let tile_hi = key_hi.div_ceil(KEY_ROWS);
     let lane = UNIT_POS_PLANE as usize % LANES;
-    let mut k_vals = Array::<F>::new(d_k);
-    let mut v_vals = Array::<F>::new(d_v);
+    let mut k_vals = Array::<f32>::new(d_k);
+    let mut v_vals = Array::<f32>::new(d_v);
     for tile_idx in tile_lo..tile_hi {
         let key_start = tile_idx * KEY_ROWS;
         if !planes {
@@ -304,9 +363,13 @@ pub(crate) fn flash_forward<F: Float>(
                     v_vals[dd] = v_tile[key_row * d_v + dd];
                 }
             }
+            let mut key_segment = 0i32;
+            if has_segments {
+                key_segment = k_segments[batch_idx * m + key_idx];
+            }
             #[unroll]
             for r in 0..rows {
-                scores[r] = F::new(0.0);
+                scores[r] = 0.0f32;
             }
             // s[r] = q_r · k_j: one load of k per element, `rows` multiply-adds.
             #[unroll]
@@ -320,33 +383,35 @@ pub(crate) fn flash_forward<F: Float>(
             #[unroll]
             for r in 0..rows {
                 let query_idx = first_query + r * UNITS;
-                let banded = query_idx < n
-                    && in_band(
-                        query_idx as i32 + offset,
-                        j,
-                        left,
-                        right,
-                        causal,
-                        has_left,
-                        has_right,
-                    );
-                let (visible, added) = read_extra::<F>(
+                let centre = query_idx as i32 + offset;
+                let banded =
+                    query_idx < n && in_band(centre, j, left, right, causal, has_left, has_right);
+                let pair = Pair {
+                    query_segment: segment_rows[r],
+                    key_segment,
+                    slope,
+                    centre,
+                    key: j,
+                };
+                let (visible, added) = read_bias(
                     extra,
                     banded,
                     extra_base + r * extra_step + key_idx,
+                    pair,
                     has_extra,
+                    has_segments,
+                    has_alibi,
                 );
-                let mut p = F::new(0.0);
-                let mut correction = F::new(1.0);
+                let mut p = 0.0f32;
+                let mut correction = 1.0f32;
                 if visible {
                     let mut s = scores[r];
                     if capped {
-                        let cap = F::cast_from(softcap);
-                        s = cap * (s / cap).tanh();
+                        s = softcap * (s / softcap).tanh();
                     }
                     // The bias is added after the soft-cap, as on every path.
                     s += added;
-                    let new_max = F::max(row_max[r], s);
+                    let new_max = f32::max(row_max[r], s);
                     correction = (row_max[r] - new_max).exp();
                     p = (s - new_max).exp();
                     row_sum[r] = row_sum[r] * correction + p;
@@ -373,11 +438,11 @@ pub(crate) fn flash_forward<F: Float>(
         let query_idx = first_query + r * UNITS;
         if query_idx < n {
             let out_base = (bh * n + query_idx) * d_v;
-            if row_sum[r] > F::new(0.0) {
-                let inv = F::new(1.0) / row_sum[r];
+            if row_sum[r] > 0.0f32 {
+                let inv = 1.0f32 / row_sum[r];
                 #[unroll]
                 for dd in 0..d_v {
-                    context[out_base + dd] = acc[r * d_v + dd] * inv;
+                    context[out_base + dd] = F::cast_from(acc[r * d_v + dd] * inv);
                 }
                 lse[bh * n + query_idx] = row_max[r] + row_sum[r].ln();
             } else {
@@ -386,7 +451,7 @@ pub(crate) fn flash_forward<F: Float>(
                 for dd in 0..d_v {
                     context[out_base + dd] = F::new(0.0);
                 }
-                lse[bh * n + query_idx] = F::new(3.0e38);
+                lse[bh * n + query_idx] = 3.0e38f32;
             }
         }
     }

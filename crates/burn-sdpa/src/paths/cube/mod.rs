@@ -3,71 +3,77 @@
 //! atomics), registered for `Cube`, `Fusion` and `Autodiff` over them (`extension.rs`). The
 //! module's semantics: scale, soft-cap, causal masking in both alignments, windows, grouped-query
 //! heads, padding, masks and biases in any broadcast shape (with the bias's gradient), fully
-//! masked rows giving zeros, the NaN policy of the tensor-op paths. Still to come: segments
-//! and ALiBi tile by tile (they go in as one dense bias tensor), f16/bf16 (f32 only), tile sizes
-//! measured on a GPU (the rows per unit were measured on lavapipe).
+//! masked rows giving zeros, the NaN policy of the tensor-op paths, packed sequences (segment
+//! ids) and ALiBi computed key by key. f32, f16 and bf16 data (where the device has the type),
+//! always computed in f32. Still to come: tile sizes measured on a GPU (the rows per unit were
+//! measured on lavapipe).
 
 mod backward;
 mod extension;
 pub(crate) mod kernel;
 
-use burn::tensor::DType;
+use burn::tensor::{DType, FloatDType, IntDType};
 
 use burn::prelude::*;
 
 use super::call::Call;
 use crate::error::AttentionError;
 use crate::input::AttentionOutput;
-use crate::mask::{alibi_bias_for_keys, broadcast_or, segment_mask_for_keys, user_mask};
+use crate::mask::user_mask;
 use crate::vocabulary::BackendFamily;
+
+/// The float dtypes the kernels store (they compute in f32 whatever the storage).
+fn storage_dtype(dtype: DType) -> Option<FloatDType> {
+    match dtype {
+        DType::F32 => Some(FloatDType::F32),
+        DType::F16 => Some(FloatDType::F16),
+        DType::BF16 => Some(FloatDType::BF16),
+        _ => None,
+    }
+}
 
 /// Why the CubeCL kernel cannot serve `call`, if it cannot.
 pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
     let input = &call.input;
-    let f32_data = [&input.query, &input.key, &input.value]
+    let dtype = input.query.dtype();
+    let same_dtype = [&input.key, &input.value]
         .iter()
-        .all(|t| t.dtype() == DType::F32)
-        && input.bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
+        .all(|t| t.dtype() == dtype);
     if call.family != BackendFamily::CubeCl {
         Some("it runs on the CubeCL backends only")
     } else if input.need_weights || input.need_scores {
         Some("it cannot return the weights or scores")
     } else if call.dropout.is_some() {
         Some("it has no dropout")
-    } else if !f32_data {
-        Some("it computes on f32 data only so far")
+    } else if !same_dtype {
+        Some("it needs queries, keys and values of one dtype")
     } else {
-        None
+        match storage_dtype(dtype) {
+            None => Some("it computes on f32, f16 and bf16 data only"),
+            Some(float) if !input.query.device().supports_dtype(float) => {
+                Some("the device does not support this dtype")
+            }
+            Some(_) => None,
+        }
     }
 }
 
-/// The bias `[b|1, h|1, n|1, m]` the kernel adds to the soft-capped scores, with every key the
-/// padding mask, the mask or the segments hide at [`kernel::MASKED`]'s −3e38, and ALiBi added:
-/// `None` when there is none of them. (Dense where segments or ALiBi are given: the kernel does
-/// not compute them tile by tile yet.)
+/// The bias `[b|1, h|1, n|1, m]` (f32) the kernel adds to the soft-capped scores, with every key
+/// the padding mask or the mask hides at [`kernel::MASKED`]'s −3e38: `None` when there is none of
+/// them. (Segments and ALiBi are not in it: the kernels compute them key by key.)
 fn extra(call: &Call) -> Option<Tensor<4>> {
     let input = &call.input;
-    let [_, _, n, m] = call.dims.scores_shape();
-    let hidden = [
-        user_mask(input),
-        segment_mask_for_keys(input, &call.dims, 0..m),
-    ]
-    .into_iter()
-    .flatten()
-    .reduce(broadcast_or);
-    let alibi = input
-        .alibi_slopes
-        .as_ref()
-        .map(|slopes| alibi_bias_for_keys(slopes, n, m, 0..m, call.alignment, DType::F32));
-    let bias = match (input.bias.clone(), alibi) {
-        (Some(bias), Some(alibi)) => Some(broadcast_add(bias, alibi)),
-        (bias, alibi) => bias.or(alibi),
-    };
+    let [_, _, _, m] = call.dims.scores_shape();
+    let hidden = user_mask(input);
+    // The kernels compute in f32: a bias of another dtype is widened (its gradient flows back
+    // through the cast), and −3e38 would not fit in f16.
+    let bias = input.bias.clone().map(|bias| bias.cast(FloatDType::F32));
     match (bias, hidden) {
         (None, None) => None,
         (Some(bias), None) => Some(bias),
         (bias, Some(hidden)) => {
-            let bias = bias.unwrap_or_else(|| Tensor::zeros([1, 1, 1, m], &hidden.device()));
+            let bias =
+                bias.unwrap_or_else(|| Tensor::zeros([1, 1, 1, m], (&hidden.device(), DType::F32)));
             let (db, dh) = (bias.dims(), hidden.dims());
             let shape: [usize; 4] = core::array::from_fn(|i| db[i].max(dh[i]));
             Some(bias.expand(shape).mask_fill(hidden.expand(shape), -3.0e38))
@@ -75,11 +81,31 @@ fn extra(call: &Call) -> Option<Tensor<4>> {
     }
 }
 
-/// `a + b`, broadcast to their common shape.
-fn broadcast_add(a: Tensor<4>, b: Tensor<4>) -> Tensor<4> {
-    let (da, db) = (a.dims(), b.dims());
-    let shape: [usize; 4] = core::array::from_fn(|i| da[i].max(db[i]));
-    a.expand(shape) + b.expand(shape)
+/// The inputs the kernels read besides q, k, v, with the flags that say which are real.
+fn extras(call: &Call) -> (extension::Extras, [bool; 3]) {
+    let input = &call.input;
+    let device = input.query.device();
+    let extra = extra(call);
+    let segments = input.segments.as_ref().map(|segments| {
+        (
+            segments.query.clone().cast(IntDType::I32),
+            segments.key.clone().cast(IntDType::I32),
+        )
+    });
+    let slopes = input
+        .alibi_slopes
+        .as_ref()
+        .map(|slopes| slopes.clone().detach().cast(FloatDType::F32));
+    let flags = [extra.is_some(), segments.is_some(), slopes.is_some()];
+    let no_ids = || Tensor::<2, Int>::zeros([1, 1], (&device, DType::I32));
+    let (q_segments, k_segments) = segments.unwrap_or_else(|| (no_ids(), no_ids()));
+    let extras = extension::Extras {
+        extra: extra.unwrap_or_else(|| Tensor::zeros([1, 1, 1, 1], (&device, DType::F32))),
+        q_segments,
+        k_segments,
+        slopes: slopes.unwrap_or_else(|| Tensor::zeros([1], (&device, DType::F32))),
+    };
+    (extras, flags)
 }
 
 /// Runs the kernel.
@@ -94,6 +120,8 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         causal: call.input.causal,
         offset: to_i32(offset),
         has_extra: false,
+        has_segments: false,
+        has_alibi: false,
         window: window.map_or((None, None), |w| {
             (
                 w.left.map(|l| to_i32(l as i64)),
@@ -102,20 +130,22 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         }),
     };
     let need_lse = call.input.need_lse;
-    let extra = extra(&call);
+    let (extras, [has_extra, has_segments, has_alibi]) = extras(&call);
     let cube_call = extension::CubeCall {
-        has_extra: extra.is_some(),
+        has_extra,
+        has_segments,
+        has_alibi,
         ..cube_call
     };
     let input = call.input;
-    let device = input.query.device();
-    let extra = extra.unwrap_or_else(|| Tensor::<4>::zeros([1, 1, 1, 1], &device));
-    let (context, lse) = extension::forward(input.query, input.key, input.value, extra, cube_call);
+    let dtype = input.query.dtype();
+    let (context, lse) = extension::forward(input.query, input.key, input.value, extras, cube_call);
     let mut output = AttentionOutput::from_context(context);
     if need_lse {
-        // The kernel's +3e38 for a row with no visible key is the module's −∞.
+        // The kernel's +3e38 for a row with no visible key is the module's −∞; the log-sum-exp
+        // comes back in the queries' dtype, as from the other paths.
         let hidden = lse.clone().greater_elem(1.0e38);
-        output.lse = Some(lse.mask_fill(hidden, f32::NEG_INFINITY));
+        output.lse = Some(lse.mask_fill(hidden, f32::NEG_INFINITY).cast(dtype));
     }
     Ok(output)
 }
