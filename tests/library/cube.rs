@@ -1,4 +1,4 @@
-//! The CubeCL flash kernel (issue 22, in progress) against `Naive` on wgpu, forward: scale,
+//! The CubeCL flash kernel against `Naive` on wgpu, forward and backward: scale,
 //! soft-cap, causal in both alignments, windows, grouped-query heads, padding, masks and biases
 //! in broadcast shapes, −∞ bias entries, fully masked rows, segments and ALiBi; context and
 //! log-sum-exp.
@@ -290,5 +290,44 @@ fn the_cube_kernel_trains_like_naive_on_wgpu() {
                 assert!(diff < 1e-4, "{name} n {n} m {m}: {what} differs by {diff}");
             }
         }
+    }
+}
+
+/// More (batch·head) rows than one axis of a Vulkan or Metal grid holds (65 535): the kernels
+/// spread them over two axes; every row still computed, forward and backward.
+#[test]
+fn the_cube_kernel_serves_more_rows_than_one_grid_axis_holds() {
+    let device = BackendKind::Wgpu.device().expect("wgpu").autodiff();
+    device.seed(9);
+    let b = 65_537;
+    let random =
+        |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+    let input = AttentionInput::new(
+        random([b, 1, 2, 8]),
+        random([b, 1, 3, 8]),
+        random([b, 1, 3, 8]),
+    )
+    .causal();
+    let weights = random([b, 1, 2, 8]);
+    let got = gradients(
+        &input,
+        Implementation::CubeKernel,
+        CausalAlignment::BottomRight,
+        None,
+        &weights,
+    );
+    let expected = gradients(
+        &input,
+        Implementation::Naive,
+        CausalAlignment::BottomRight,
+        None,
+        &weights,
+    );
+    for (what, (g, e)) in ["context", "dq", "dk", "dv"]
+        .iter()
+        .zip(got.iter().zip(&expected))
+    {
+        let diff = max_abs_diff(g, e);
+        assert!(diff < 1e-4, "{what} differs by {diff} at b = {b}");
     }
 }

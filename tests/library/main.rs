@@ -4,6 +4,7 @@
 mod auto;
 mod common;
 mod cube;
+mod cube_dtypes;
 mod errors;
 mod extensions;
 mod golden;
