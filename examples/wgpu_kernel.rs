@@ -6,6 +6,15 @@
 //! XDG_RUNTIME_DIR=/tmp/xdg cargo run --release --features wgpu --example wgpu_kernel -- 512 1024
 //! ```
 //!
+//! Arguments: sequence lengths n = m; `d=32` (or any head size) instead of 64; `kernel-only` to
+//! skip `Naive`; `f16` for f16 inputs (the kernel computes in f32 and stores f16). With `SDPA_CUBE_ROWS=r` (1, 2, 4, 8, 16) the kernel gives every unit up to `r`
+//! rows instead of its table's, which is how that table was measured:
+//!
+//! ```sh
+//! for r in 1 2 4 8; do SDPA_CUBE_ROWS=$r XDG_RUNTIME_DIR=/tmp/xdg cargo run --release \
+//!   --features wgpu --example wgpu_kernel -- d=128 kernel-only 1024; done
+//! ```
+//!
 //! Inputs from a seeded N(0, 1); the paths take turns in each round; each prints the median of
 //! its rounds with the minimum and maximum.
 
@@ -20,20 +29,40 @@ fn main() -> anyhow::Result<()> {
     /// Rounds per size and mode; every path runs once per round.
     const ROUNDS: usize = 5;
 
-    let ns: Vec<usize> = std::env::args()
-        .skip(1)
-        .map(|a| a.parse::<usize>())
-        .collect::<Result<_, _>>()
-        .map_err(|e| anyhow::anyhow!("arguments are sizes n = m: {e}"))?;
+    let (mut ns, mut d, mut kernel_only) = (Vec::new(), 64, false);
+    let mut dtype = burn::tensor::DType::F32;
+    for arg in std::env::args().skip(1) {
+        if arg == "kernel-only" {
+            kernel_only = true;
+        } else if arg == "f16" {
+            dtype = burn::tensor::DType::F16;
+        } else if let Some(size) = arg.strip_prefix("d=") {
+            d = size
+                .parse::<usize>()
+                .map_err(|e| anyhow::anyhow!("d={size}: {e}"))?;
+        } else {
+            ns.push(arg.parse::<usize>().map_err(|e| {
+                anyhow::anyhow!("{arg}: arguments are sizes n = m, d=N, kernel-only or f16 ({e})")
+            })?);
+        }
+    }
     let ns = if ns.is_empty() { vec![512] } else { ns };
     let device = BackendKind::Wgpu.device()?.autodiff();
     device.seed(7);
-    let (b, h, d) = (4, 8, 64);
-    println!("wgpu kernel: b = {b}, h = {h}, d = {d}, seed 7, {ROUNDS} rounds");
-    let paths = [Implementation::CubeKernel, Implementation::Naive];
+    let (b, h) = (4, 8);
+    let rows = std::env::var("SDPA_CUBE_ROWS").unwrap_or_else(|_| "from the table".into());
+    println!(
+        "wgpu kernel: b = {b}, h = {h}, d = {d}, {dtype:?}, seed 7, {ROUNDS} rounds, rows per unit {rows}"
+    );
+    let paths: &[Implementation] = if kernel_only {
+        &[Implementation::CubeKernel]
+    } else {
+        &[Implementation::CubeKernel, Implementation::Naive]
+    };
     for n in ns {
-        let [q, k, v] = [0; 3]
-            .map(|_| Tensor::<4>::random([b, h, n, d], Distribution::Normal(0.0, 1.0), &device));
+        let [q, k, v] = [0; 3].map(|_| {
+            Tensor::<4>::random([b, h, n, d], Distribution::Normal(0.0, 1.0), &device).cast(dtype)
+        });
         for backward in [false, true] {
             let mut times = vec![Vec::new(); paths.len()];
             // One untimed round compiles the shaders.

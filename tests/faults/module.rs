@@ -121,7 +121,25 @@ fn planted() -> impl Strategy<Value = Planted> {
 
 /// The context of every path (naive, chunked, fused where it can, the CPU kernel) on flex.
 fn contexts(p: &Planted) -> Vec<(Implementation, Vec<f32>)> {
-    let device = Device::flex();
+    contexts_on(
+        p,
+        &Device::flex(),
+        &[
+            Implementation::Naive,
+            Implementation::Chunked { block_size: 2 },
+            Implementation::Fused,
+            Implementation::CpuKernel,
+        ],
+    )
+}
+
+/// The context of each of `implementations` on `device` (skipping those that cannot serve it).
+fn contexts_on(
+    p: &Planted,
+    device: &Device,
+    implementations: &[Implementation],
+) -> Vec<(Implementation, Vec<f32>)> {
+    let device = device.clone();
     let (h, d) = (2 * p.group, 3);
     let data = |shape: [usize; 4], seed: u64, which: u8| -> Vec<f32> {
         let mut values = tensor(shape, seed, &device)
@@ -143,12 +161,7 @@ fn contexts(p: &Planted) -> Vec<(Implementation, Vec<f32>)> {
     let bias = data([1, h, p.n, p.m], 4, 3);
     let mask: Vec<bool> = p.masked_keys[..p.m].to_vec();
     let mut out = Vec::new();
-    for implementation in [
-        Implementation::Naive,
-        Implementation::Chunked { block_size: 2 },
-        Implementation::Fused,
-        Implementation::CpuKernel,
-    ] {
+    for &implementation in implementations {
         let attn = ScaledDotProductAttentionConfig::new()
             .with_causal_alignment(p.causal.unwrap_or_default())
             .with_implementation(implementation)
@@ -206,6 +219,26 @@ proptest! {
                     "{} at {}: {} vs naive {} ({:?})", implementation, idx, g, w, p);
                 prop_assert!(!g.is_infinite(), "{}: an infinite output", implementation);
             }
+        }
+    }
+}
+
+#[cfg(feature = "wgpu")]
+proptest! {
+    #![proptest_config(config())]
+
+    /// The CubeCL kernel on wgpu applies the policy key by key: the same NaN rows as Naive on
+    /// flex and, elsewhere, the same finite values.
+    #[test]
+    fn the_cube_kernel_follows_the_non_finite_policy(p in planted()) {
+        let naive = contexts(&p).remove(0).1;
+        let device = sdpa::BackendKind::Wgpu.device().expect("wgpu");
+        let cube = contexts_on(&p, &device, &[Implementation::CubeKernel]);
+        prop_assert_eq!(cube.len(), 1, "the kernel serves every planted case");
+        for (idx, (g, w)) in cube[0].1.iter().zip(&naive).enumerate() {
+            prop_assert_eq!(g.is_nan(), w.is_nan(), "at {}: {} vs naive {} ({:?})", idx, g, w, p);
+            prop_assert!(g.is_nan() || (g - w).abs() <= 1e-4 + 1e-4 * w.abs(),
+                "at {}: {} vs naive {} ({:?})", idx, g, w, p);
         }
     }
 }

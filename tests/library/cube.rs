@@ -239,6 +239,11 @@ fn the_cube_kernel_trains_like_naive_on_wgpu() {
         let mask = Tensor::<4>::random([2, 1, n, m], Distribution::Uniform(0.0, 1.0), &device)
             .lower_elem(0.3);
         let slopes = Tensor::<1>::from_floats(sdpa::mask::alibi_slopes(h).as_slice(), &device);
+        // Three documents per row (segment ids 0, 1, 2).
+        let thirds = |len: usize| {
+            let docs = vec![len / 3, len / 3, len - 2 * (len / 3)];
+            sdpa::mask::segment_ids_from_lengths(&[docs.clone(), docs], len, &device).unwrap()
+        };
         let cases = [
             ("plain", plain.clone(), CausalAlignment::BottomRight, None),
             (
@@ -270,6 +275,22 @@ fn the_cube_kernel_trains_like_naive_on_wgpu() {
                 plain.clone().bias(random([2, 1, 1, m])).causal(),
                 CausalAlignment::TopLeft,
                 None,
+            ),
+            (
+                "segments",
+                plain.clone().segments(thirds(n), thirds(m)),
+                CausalAlignment::TopLeft,
+                None,
+            ),
+            (
+                "segments, ALiBi, causal, soft-cap",
+                plain
+                    .clone()
+                    .segments(thirds(n), thirds(m))
+                    .alibi(slopes.clone())
+                    .causal(),
+                CausalAlignment::BottomRight,
+                Some(3.0),
             ),
         ];
         for (name, input, alignment, softcap) in cases {
@@ -329,5 +350,76 @@ fn the_cube_kernel_serves_more_rows_than_one_grid_axis_holds() {
     {
         let diff = max_abs_diff(g, e);
         assert!(diff < 1e-4, "{what} differs by {diff} at b = {b}");
+    }
+}
+
+/// The non-finite policy, applied key by key in the kernel: a NaN value row poisons exactly the
+/// rows that see its key, a NaN bias entry the row that sees it (not a row whose causal mask
+/// hides it), an infinite query its own row; the other rows' outputs and every gradient equal
+/// Naive's (which applies the policy with tensor ops), NaN rows included.
+#[test]
+fn the_cube_kernel_follows_the_non_finite_policy_in_training() {
+    let device = BackendKind::Wgpu.device().expect("wgpu").autodiff();
+    device.seed(13);
+    let (h, n, d) = (2, 6, 8);
+    let random =
+        |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device);
+    let plant = |t: Tensor<4>, idx: [usize; 4], value: f32| {
+        let shape = t.dims();
+        let flat = ((idx[0] * shape[1] + idx[1]) * shape[2] + idx[2]) * shape[3] + idx[3];
+        let mut data = t
+            .into_data()
+            .convert::<f32>()
+            .try_to_vec::<f32>()
+            .expect("f32");
+        data[flat] = value;
+        Tensor::<4>::from_data(burn::tensor::TensorData::new(data, shape), &device)
+    };
+    let q = plant(random([1, h, n, d]), [0, 1, 2, 5], f32::INFINITY);
+    let k = random([1, 1, n, d]);
+    let v = plant(random([1, 1, n, d]), [0, 0, 4, 2], f32::NAN);
+    let bias = plant(random([1, h, n, n]), [0, 0, 1, 1], f32::NAN);
+    let bias = plant(bias, [0, 1, 0, 3], f32::NAN); // hidden by the causal mask
+    let input = AttentionInput::new(q, k, v).bias(bias).causal();
+    let weights = random([1, h, n, d]);
+    let got = gradients(
+        &input,
+        Implementation::CubeKernel,
+        CausalAlignment::BottomRight,
+        None,
+        &weights,
+    );
+    let expected = gradients(
+        &input,
+        Implementation::Naive,
+        CausalAlignment::BottomRight,
+        None,
+        &weights,
+    );
+    // Rows 4 and 5 of both heads see the NaN value; row 1 of head 0 its NaN bias entry; row 2 of
+    // head 1 has an infinite query.
+    let context = &got[0];
+    for head in 0..h {
+        for row in 0..n {
+            let poisoned = row >= 4 || (head, row) == (0, 1) || (head, row) == (1, 2);
+            let values = &context[(head * n + row) * d..(head * n + row + 1) * d];
+            assert!(
+                values.iter().all(|x| x.is_nan() == poisoned),
+                "head {head} row {row}: {values:?}"
+            );
+        }
+    }
+    for (what, (g, e)) in ["context", "dq", "dk", "dv", "dbias"]
+        .iter()
+        .zip(got.iter().zip(&expected))
+    {
+        assert_eq!(g.len(), e.len(), "{what}");
+        for (idx, (a, b)) in g.iter().zip(e).enumerate() {
+            assert_eq!(a.is_nan(), b.is_nan(), "{what}[{idx}]: {a} vs {b}");
+            assert!(
+                a.is_nan() || (a - b).abs() < 1e-4,
+                "{what}[{idx}]: {a} vs {b}"
+            );
+        }
     }
 }

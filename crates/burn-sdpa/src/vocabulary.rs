@@ -42,9 +42,10 @@ pub enum Implementation {
     CpuKernel,
     /// This crate's flash kernel in CubeCL, for Burn's CubeCL backends (wgpu, CUDA, ROCm,
     /// Metal; the crate's `cube` feature), forward and backward (its own, registered through
-    /// Burn's backend extension): `f32`, every mask, bias (with its gradient), window and
-    /// soft-cap, no weights, no dropout; `Auto` takes it wherever it serves the call. Segments
-    /// and ALiBi go in as a dense bias tensor so far.
+    /// Burn's backend extension): f32, and f16 or bf16 where the device has them (computed in
+    /// f32), every mask, bias (with its gradient), window, soft-cap, segment and ALiBi (the last
+    /// two computed key by key), no weights, no dropout; `Auto` takes it wherever it serves the
+    /// call.
     CubeKernel,
 }
 

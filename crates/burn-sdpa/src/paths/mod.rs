@@ -37,7 +37,8 @@ fn blocker(path: AttentionPath, call: &Call) -> Option<&'static str> {
 }
 
 /// Runs `call` on `path`, with the policy for non-finite inputs of [`nonfinite`] (the CPU
-/// kernel applies it on its host data itself; the tensor-op paths run between its two halves).
+/// kernel applies it on its host data itself, the CubeCL kernel key by key; the tensor-op paths
+/// run between its two halves).
 pub(crate) fn run(path: AttentionPath, call: Call) -> Result<AttentionOutput, AttentionError> {
     match path {
         AttentionPath::CpuKernel => cpu::run(call),
@@ -45,7 +46,7 @@ pub(crate) fn run(path: AttentionPath, call: Call) -> Result<AttentionOutput, At
         AttentionPath::Chunked(block_size) => tensor_ops(call, |c| chunked::run(c, block_size)),
         AttentionPath::Fused => tensor_ops(call, fused::run),
         #[cfg(feature = "cube")]
-        AttentionPath::CubeKernel => tensor_ops(call, cube::run),
+        AttentionPath::CubeKernel => cube::run(call),
         #[cfg(not(feature = "cube"))]
         AttentionPath::CubeKernel => Err(AttentionError::Unsupported {
             implementation: crate::Implementation::CubeKernel,

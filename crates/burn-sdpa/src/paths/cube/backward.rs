@@ -8,6 +8,10 @@
 //!   rows per unit, the queries of every head of the group (with dO, the log-sum-exp and
 //!   D = rowsum(dO ∘ O)) streamed through shared memory: dK and dV.
 //!
+//! A row the forward pass poisoned (see `kernel::POISONED`) or that saw no key has a
+//! log-sum-exp of 2e38 or 3e38, so its weights `exp(s − lse)` are 0: it adds nothing to any
+//! gradient (bad keys are zeroed before the kernels; a NaN or +∞ bias entry counts as 0).
+//!
 //! As in the forward pass, every element read from shared memory feeds `rows` multiply-adds,
 //! everything is computed in f32 whatever the storage type `F` (only dQ, dK, dV are rounded to
 //! it), and the grid's second and third axes together index the (batch·head) rows.
@@ -202,8 +206,9 @@ pub(crate) fn flash_backward_dq<F: Float>(
                     slope,
                     centre,
                     key: j,
+                    bad_key: false,
                 };
-                let (visible, added) = read_bias(
+                let (visible, added, _) = read_bias(
                     extra,
                     banded,
                     extra_base + r * extra_step + key_idx,
@@ -462,8 +467,9 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
                         slope,
                         centre,
                         key: key_idx as i32,
+                        bad_key: false,
                     };
-                    let (visible, added) = read_bias(
+                    let (visible, added, _) = read_bias(
                         extra,
                         banded,
                         extra_base + key_idx,

@@ -1,13 +1,11 @@
-//! The CubeCL kernel as a Burn backend extension: `cube_kernel_forward`, implemented for the
-//! CubeCL backend and, through the generated lazy implementation, for `Fusion` over it.
+//! The CubeCL kernel as a Burn backend extension: `cube_kernel_forward` and
+//! `cube_kernel_backward`, implemented for the CubeCL backend and, through the generated lazy
+//! implementation, for `Fusion` over it (`Autodiff` over both: `autodiff.rs`).
 
-use burn::backend::autodiff::checkpoint::{base::Checkpointer, strategy::CheckpointStrategy};
-use burn::backend::autodiff::grads::Gradients;
-use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::fusion::custom::TensorSpec;
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::{
-    Autodiff, AutodiffBackend, Backend, Dispatch, TensorMetadata, backend_extension,
+    Backend, Dispatch, backend_extension,
     tensor::{FloatTensor, IntTensor},
 };
 use burn::prelude::*;
@@ -21,14 +19,30 @@ use cubecl::prelude::{CubeCount, CubeDim};
 use super::backward::{flash_backward_dkdv, flash_backward_dq};
 use super::kernel::{LANES, UNITS, flash_forward};
 
-/// The most rows (queries, or keys in dK/dV) a unit owns. Measured on lavapipe (b = 4, h = 8,
-/// d = 64, n = 512 and 1024, `examples/wgpu_kernel.rs`): with the plane broadcasts the forward
-/// was fastest with 4 rows per unit (147 ms at n = 512, against 153 with 8 and 167 with 16) and
-/// forward + backward ran within 4% with 4, 8 or 16 rows in the backward; 4 also keeps the
-/// registers (and the shaders' compile time) smallest. Without the broadcasts (a head size that is not a
-/// multiple of [`LANES`]) the loads from shared memory dominate on lavapipe and more rows help,
-/// but those head sizes are rare; see `docs/bench/BENCH_wgpu.md`.
-const MAX_ROWS: usize = 4;
+/// The most rows (queries, or keys in dK/dV) a unit owns, by head size (the larger of d_k and
+/// d_v): `(largest head size, rows)`, the first entry whose head size is at least the call's. More
+/// rows make every load of a key (or query) feed more multiply-adds but hold `rows · (d_k + d_v)`
+/// floats in registers. Measured on lavapipe (b = 4, h = 8, n = 1024, forward + backward,
+/// `examples/wgpu_kernel.rs` with `SDPA_CUBE_ROWS`, three runs, `docs/bench/BENCH_wgpu.md`), chosen
+/// by a rule fixed before the last two runs (the fastest median, the fewer rows within 5%): 8 rows
+/// at d = 32 (5.2% below 4 rows, the runs overlapping), 4 at d = 64 (ahead in every run) and
+/// d = 128 (10% below 2 rows; 8 did not finish compiling in 12 minutes). Larger head sizes (not
+/// measured) keep `rows · (d_k + d_v)` at most 1024 floats, d = 128's footprint at 4 rows, since
+/// twice that did not compile. Not measured on a GPU, whose registers per thread these exceed
+/// (spills).
+const ROWS_BY_HEAD_SIZE: [(usize, usize); 4] = [(32, 8), (128, 4), (256, 2), (usize::MAX, 1)];
+
+/// The rows per unit `SDPA_CUBE_ROWS` forces (1, 2, 4, 8 or 16) at every head size, to measure
+/// other settings than [`ROWS_BY_HEAD_SIZE`]'s without rebuilding; read once.
+fn forced_rows() -> Option<usize> {
+    static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    *FORCED.get_or_init(|| {
+        std::env::var("SDPA_CUBE_ROWS")
+            .ok()
+            .and_then(|v| v.trim().parse::<usize>().ok())
+            .filter(|r| [1, 2, 4, 8, 16].contains(r))
+    })
+}
 
 /// Whether the kernels may share loads through plane broadcasts ([`LANES`]-wide groups) on
 /// this device: planes of at least [`LANES`] lanes and plane operations, which CubeCL reports
@@ -44,10 +58,17 @@ fn plane_broadcasts(properties: &cubecl::ir::DeviceProperties) -> bool {
     ops && properties.hardware.plane_size_min as usize >= LANES
 }
 
-/// Rows per unit for a pass over `len` rows: [`MAX_ROWS`], fewer when `len` is small, so that a
-/// short sequence does not leave most of a cube's rows idle.
-fn rows_for(len: usize) -> usize {
-    len.div_ceil(UNITS).next_power_of_two().clamp(1, MAX_ROWS)
+/// Rows per unit for a pass over `len` rows with head size `d`: the table's (or
+/// `SDPA_CUBE_ROWS`), fewer when `len` is small, so that a short sequence does not leave most of
+/// a cube's rows idle.
+fn rows_for(len: usize, d: usize) -> usize {
+    let most = forced_rows().unwrap_or_else(|| {
+        ROWS_BY_HEAD_SIZE
+            .iter()
+            .find(|(head_size, _)| d <= *head_size)
+            .map_or(1, |(_, rows)| *rows)
+    });
+    len.div_ceil(UNITS).next_power_of_two().clamp(1, most)
 }
 
 /// The kernels' storage type for a float dtype (they compute in f32 whatever it is);
@@ -102,6 +123,8 @@ fn forward_meta(
     _q_segments: &TensorSpec,
     _k_segments: &TensorSpec,
     _slopes: &TensorSpec,
+    _bad_keys: &TensorSpec,
+    _bad_queries: &TensorSpec,
     _call: &CubeCall,
 ) -> (TensorSpec, TensorSpec) {
     let (qd, vd) = (q.shape.clone(), v.shape.clone());
@@ -152,7 +175,10 @@ pub(crate) trait CubeKernelBackend: Backend {
     /// (context `[b, h, n, d_v]` in q's dtype, log-sum-exp `[b, h, n]` in f32, +3e38 for a row
     /// with no visible key); `extra` `[b|1, h|1, n|1, m]` (f32) is the bias with the masked keys
     /// at −3e38 or −∞, `q_segments [b, n]` and `k_segments [b, m]` (I32) the segment ids and
-    /// `slopes [h]` (f32) ALiBi's, each a `[1]`-shaped placeholder when the call has none.
+    /// `slopes [h]` (f32) ALiBi's, each a `[1]`-shaped placeholder when the call has none;
+    /// `bad_keys [b, h_kv, m]` and `bad_queries [b, h, n]` (f32) are 1 where q, k or v held a
+    /// non-finite value (zeroed before the call): such rows get the log-sum-exp
+    /// `kernel::POISONED`.
     #[allow(clippy::too_many_arguments)]
     #[fusion(meta = forward_meta)]
     fn cube_kernel_forward(
@@ -163,6 +189,8 @@ pub(crate) trait CubeKernelBackend: Backend {
         q_segments: IntTensor<Self>,
         k_segments: IntTensor<Self>,
         slopes: FloatTensor<Self>,
+        bad_keys: FloatTensor<Self>,
+        bad_queries: FloatTensor<Self>,
         call: CubeCall,
     ) -> (FloatTensor<Self>, FloatTensor<Self>);
 
@@ -202,10 +230,13 @@ impl CubeKernelBackend for CubeBackend {
         q_segments: IntTensor<Self>,
         k_segments: IntTensor<Self>,
         slopes: FloatTensor<Self>,
+        bad_keys: FloatTensor<Self>,
+        bad_queries: FloatTensor<Self>,
         call: CubeCall,
     ) -> (FloatTensor<Self>, FloatTensor<Self>) {
         let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
         let extra = into_contiguous(extra);
+        let (bad_keys, bad_queries) = (into_contiguous(bad_keys), into_contiguous(bad_queries));
         let (q_segments, k_segments) = (into_contiguous(q_segments), into_contiguous(k_segments));
         let slopes = into_contiguous(slopes);
         let [b, h, n, d_k] = q.meta.shape.dims::<4>();
@@ -219,7 +250,7 @@ impl CubeKernelBackend for CubeBackend {
             dtype,
         );
         let lse = empty_device_dtype(client.clone(), device, Shape::new([b, h, n]), DType::F32);
-        let rows = rows_for(n);
+        let rows = rows_for(n, d_k.max(d_v));
         let (left, right) = call.window;
         flash_forward::launch(
             &client,
@@ -232,6 +263,8 @@ impl CubeKernelBackend for CubeBackend {
             q_segments.into_tensor_arg(),
             k_segments.into_tensor_arg(),
             slopes.into_tensor_arg(),
+            bad_keys.into_tensor_arg(),
+            bad_queries.into_tensor_arg(),
             context.clone().into_tensor_arg(),
             lse.clone().into_tensor_arg(),
             call.scale,
@@ -306,7 +339,8 @@ impl CubeKernelBackend for CubeBackend {
         let d_scores = Self::float_zeros(Shape::new(scores_shape), &device, FloatDType::F32);
         let (left, right) = call.window;
         let planes = plane_broadcasts(client.properties()) && d_k % LANES == 0 && d_v % LANES == 0;
-        let (dq_rows, dkdv_rows) = (rows_for(n), rows_for(m));
+        let d = d_k.max(d_v);
+        let (dq_rows, dkdv_rows) = (rows_for(n, d), rows_for(m, d));
         flash_backward_dq::launch(
             &client,
             grid(n.div_ceil(UNITS * dq_rows), b * h),
@@ -380,166 +414,6 @@ impl CubeKernelBackend for CubeBackend {
     }
 }
 
-/// What the backward pass keeps from the forward.
-#[derive(Debug, Clone)]
-struct Saved<B: Backend> {
-    q: FloatTensor<B>,
-    k: FloatTensor<B>,
-    v: FloatTensor<B>,
-    extra: FloatTensor<B>,
-    q_segments: IntTensor<B>,
-    k_segments: IntTensor<B>,
-    slopes: FloatTensor<B>,
-    out: FloatTensor<B>,
-    lse: FloatTensor<B>,
-    call: CubeCall,
-}
-
-/// The backward step of q, k, v and `extra` (whose gradient, the score gradient summed over its
-/// broadcast axes, flows back through the ops that built it to the bias).
-#[derive(Debug)]
-struct CubeBackward;
-
-impl<B: CubeKernelBackend> Backward<B, 4> for CubeBackward {
-    type State = Saved<B>;
-
-    fn backward(self, ops: Ops<Self::State, 4>, grads: &mut Gradients, _: &mut Checkpointer) {
-        let d_out = grads.consume::<B>(&ops.node);
-        let s = ops.state;
-        let extra_shape = s.extra.shape();
-        let want_scores = ops.parents[3].is_some();
-        let (dq, dk, dv, d_scores) = B::cube_kernel_backward(
-            s.q,
-            s.k,
-            s.v,
-            s.extra,
-            s.q_segments,
-            s.k_segments,
-            s.slopes,
-            s.out,
-            s.lse,
-            d_out,
-            s.call,
-            want_scores,
-        );
-        for (parent, grad) in ops.parents.iter().take(3).zip([dq, dk, dv]) {
-            if let Some(node) = parent {
-                grads.register::<B>(node.id, grad);
-            }
-        }
-        if let Some(node) = &ops.parents[3] {
-            // [b, h, n, m] summed over the axes `extra` broadcasts.
-            let mut grad = d_scores;
-            for axis in 0..4 {
-                if extra_shape[axis] == 1 {
-                    grad = B::float_sum_dim(grad, axis);
-                }
-            }
-            grads.register::<B>(node.id, grad);
-        }
-    }
-}
-
-impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff<B, C> {
-    fn cube_kernel_forward(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        extra: FloatTensor<Self>,
-        q_segments: IntTensor<Self>,
-        k_segments: IntTensor<Self>,
-        slopes: FloatTensor<Self>,
-        call: CubeCall,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
-        let (qp, kp, vp, ep) = (
-            q.primitive().clone(),
-            k.primitive().clone(),
-            v.primitive().clone(),
-            extra.primitive().clone(),
-        );
-        // ALiBi's slopes are constants (the module detaches them): not a tracked input.
-        let sp = slopes.primitive().clone();
-        match CubeBackward
-            .prepare::<C>([q.node(), k.node(), v.node(), extra.node()])
-            .compute_bound()
-            .stateful()
-        {
-            OpsKind::Tracked(prep) => {
-                let (out, lse) = B::cube_kernel_forward(
-                    qp.clone(),
-                    kp.clone(),
-                    vp.clone(),
-                    ep.clone(),
-                    q_segments.clone(),
-                    k_segments.clone(),
-                    sp.clone(),
-                    call,
-                );
-                let state = Saved {
-                    q: qp,
-                    k: kp,
-                    v: vp,
-                    extra: ep,
-                    q_segments,
-                    k_segments,
-                    slopes: sp,
-                    out: out.clone(),
-                    lse: lse.clone(),
-                    call,
-                };
-                (prep.finish(state, out), <Autodiff<B, C>>::from_inner(lse))
-            }
-            OpsKind::UnTracked(prep) => {
-                let (out, lse) =
-                    B::cube_kernel_forward(qp, kp, vp, ep, q_segments, k_segments, sp, call);
-                (prep.finish(out), <Autodiff<B, C>>::from_inner(lse))
-            }
-        }
-    }
-
-    fn cube_kernel_backward(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        extra: FloatTensor<Self>,
-        q_segments: IntTensor<Self>,
-        k_segments: IntTensor<Self>,
-        slopes: FloatTensor<Self>,
-        out: FloatTensor<Self>,
-        lse: FloatTensor<Self>,
-        d_out: FloatTensor<Self>,
-        call: CubeCall,
-        want_scores: bool,
-    ) -> (
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-    ) {
-        // The backward pass's own gradient is not tracked (no double backward).
-        let (dq, dk, dv, d_scores) = B::cube_kernel_backward(
-            q.primitive().clone(),
-            k.primitive().clone(),
-            v.primitive().clone(),
-            extra.primitive().clone(),
-            q_segments,
-            k_segments,
-            slopes.primitive().clone(),
-            out.primitive().clone(),
-            lse.primitive().clone(),
-            d_out.primitive().clone(),
-            call,
-            want_scores,
-        );
-        (
-            <Autodiff<B, C>>::from_inner(dq),
-            <Autodiff<B, C>>::from_inner(dk),
-            <Autodiff<B, C>>::from_inner(dv),
-            <Autodiff<B, C>>::from_inner(d_scores),
-        )
-    }
-}
-
 /// The extra inputs of one call besides q, k, v: the bias (f32, with the masks), the segment
 /// ids (I32) and ALiBi's slopes (f32), each a placeholder the kernels do not read when absent
 /// (`CubeCall::has_extra`, `has_segments`, `has_alibi`).
@@ -552,6 +426,10 @@ pub(crate) struct Extras {
     pub k_segments: Tensor<2, Int>,
     /// `[h]`.
     pub slopes: Tensor<1>,
+    /// `[b, h_kv, m]`, 1 where a key or value row held a non-finite value.
+    pub bad_keys: Tensor<3>,
+    /// `[b, h, n]`, 1 where a query row did.
+    pub bad_queries: Tensor<3>,
 }
 
 /// Runs the op on tensors of a Cube (or Fusion over Cube) device: (context, log-sum-exp in f32).
@@ -570,7 +448,53 @@ pub(crate) fn forward(
         extras.q_segments.into_dispatch(),
         extras.k_segments.into_dispatch(),
         extras.slopes.into_dispatch(),
+        extras.bad_keys.into_dispatch(),
+        extras.bad_queries.into_dispatch(),
         call,
     );
     (Tensor::from_dispatch(context), Tensor::from_dispatch(lse))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rows_per_unit_follow_the_table_and_shrink_for_short_sequences() {
+        if forced_rows().is_some() {
+            return; // SDPA_CUBE_ROWS overrides the table in this process
+        }
+        assert_eq!(rows_for(4096, 16), 8);
+        assert_eq!(rows_for(4096, 32), 8);
+        assert_eq!(rows_for(4096, 33), 4);
+        assert_eq!(rows_for(4096, 64), 4);
+        assert_eq!(rows_for(4096, 128), 4);
+        assert_eq!(rows_for(4096, 256), 2);
+        assert_eq!(rows_for(4096, 512), 1);
+        // One row per unit while a single cube's units cover the sequence, then doubling.
+        for d in [32, 64] {
+            assert_eq!(rows_for(1, d), 1);
+            assert_eq!(rows_for(UNITS, d), 1);
+            assert_eq!(rows_for(UNITS + 1, d), 2);
+            assert_eq!(rows_for(3 * UNITS, d), 4);
+        }
+        assert_eq!(rows_for(5 * UNITS, 32), 8);
+        assert_eq!(rows_for(5 * UNITS, 64), 4);
+        // Ordered by head size; the last entry covers every head size.
+        assert!(ROWS_BY_HEAD_SIZE.windows(2).all(|w| w[0].0 < w[1].0));
+        assert_eq!(ROWS_BY_HEAD_SIZE.last().map(|e| e.0), Some(usize::MAX));
+    }
+
+    #[test]
+    fn the_grid_spreads_rows_over_two_axes_past_the_axis_limit() {
+        let count = |c: CubeCount| match c {
+            CubeCount::Static(x, y, z) => (x, y, z),
+            other => panic!("a static count, got {other:?}"),
+        };
+        assert_eq!(count(grid(3, 10)), (3, 10, 1));
+        assert_eq!(count(grid(3, GRID_AXIS_MAX)), (3, 65_535, 1));
+        let (_, y, z) = count(grid(1, GRID_AXIS_MAX + 2));
+        assert_eq!((y, z), (65_535, 2));
+        assert!(y as usize * z as usize >= GRID_AXIS_MAX + 2);
+    }
 }

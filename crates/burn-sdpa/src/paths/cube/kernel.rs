@@ -32,6 +32,15 @@ pub(crate) const HIDDEN: f32 = -3.0e38;
 /// bias entry as itself.
 pub(crate) const MASKED: f32 = -1.0e38;
 
+/// The log-sum-exp the forward pass writes for a row with no visible key (the module's −∞; the
+/// backward pass's weights `exp(s − lse)` are 0 for it).
+pub(crate) const NO_KEY: f32 = 3.0e38;
+/// The log-sum-exp the forward pass writes for a row the non-finite policy makes NaN (it sees a
+/// key whose key or value row holds a NaN or ±∞, or a NaN or +∞ bias entry, or its own query
+/// does and it sees a key): the module then writes NaN into its context, and the backward
+/// pass's weights are 0 for it (the row is a constant).
+pub(crate) const POISONED: f32 = 2.0e38;
+
 /// Whether key `j` is visible to the query whose diagonal is `centre` under the causal mask and
 /// the window.
 #[cube]
@@ -117,12 +126,16 @@ pub(crate) struct Pair {
     pub centre: i32,
     /// The key's index.
     pub key: i32,
+    /// Whether the key's key or value row holds a NaN or ±∞ (zeroed before the kernel).
+    pub bad_key: bool,
 }
 
 /// The score added to a key `in_band` leaves visible (the bias entry `extra[idx]` plus ALiBi's
-/// `−slope · |centre − key|`), and whether the key stays visible: a key of another segment is
-/// hidden, and so is one whose `extra` entry is at or below [`MASKED`] (a mask, or a −∞ bias
-/// entry) rather than merely down-weighted. A hidden key reads nothing.
+/// `−slope · |centre − key|`), whether the key stays visible, and whether it poisons the row: a
+/// key of another segment is hidden, and so is one whose `extra` entry is at or below [`MASKED`]
+/// (a mask, or a −∞ bias entry) rather than merely down-weighted; a visible key poisons the row
+/// when it is a bad key or its bias entry is NaN or +∞ (which then counts as 0). A hidden key
+/// reads nothing.
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn read_bias(
@@ -133,16 +146,23 @@ pub(crate) fn read_bias(
     #[comptime] has_extra: bool,
     #[comptime] has_segments: bool,
     #[comptime] has_alibi: bool,
-) -> (bool, f32) {
+) -> (bool, f32, bool) {
     let mut visible = in_band;
     if has_segments {
         visible = visible && pair.query_segment == pair.key_segment;
     }
     let mut added = 0.0f32;
+    let mut bad_bias = false;
     if has_extra && visible {
         added = extra[idx];
+        if added.is_nan() || (added.is_inf() && added > 0.0f32) {
+            bad_bias = true;
+            added = 0.0f32;
+        }
         visible = added > MASKED;
     }
+    // Only a key the row still sees can poison it (a −∞ bias entry hides a bad key).
+    let poison = visible && (pair.bad_key || bad_bias);
     if has_alibi {
         let mut distance = pair.centre - pair.key;
         if distance < 0i32 {
@@ -150,7 +170,7 @@ pub(crate) fn read_bias(
         }
         added -= pair.slope * f32::cast_from(distance);
     }
-    (visible, added)
+    (visible, added, poison)
 }
 
 /// Loads rows `key_start..key_start + KEY_ROWS` of head `kv` of `src` `[.., m, d]` (keys and
@@ -213,8 +233,10 @@ pub(crate) fn grid_row(count: usize) -> (usize, bool) {
     (idx, idx < count)
 }
 
-/// `context [b, h, n, d_v]` (in `F`) and `lse [b, h, n]` (f32; +3e38 for a row with no visible
-/// key, whose context row is 0) of softmax(q kᵀ · scale, soft-capped, plus `extra` and ALiBi,
+/// `context [b, h, n, d_v]` (in `F`) and `lse [b, h, n]` (f32; [`NO_KEY`] for a row with no
+/// visible key, whose context row is 0; [`POISONED`] for a row the non-finite policy makes NaN,
+/// see [`read_bias`]; `bad_keys [b, h_kv, m]` and `bad_queries [b, h, n]` are 1 for a row that
+/// held a non-finite value, the inputs themselves being zeroed) of softmax(q kᵀ · scale, soft-capped, plus `extra` and ALiBi,
 /// causal, windowed and within segments) v, with grouped-query heads (query head i reads kv
 /// head i / group). Everything is computed in f32 whatever `F` is (f32, f16 or bf16): loads are
 /// widened, only the context is rounded to `F`. `extra` `[b|1, h|1, n|1, m]` (read when
@@ -235,6 +257,8 @@ pub(crate) fn flash_forward<F: Float>(
     q_segments: &Tensor<i32>,
     k_segments: &Tensor<i32>,
     slopes: &Tensor<f32>,
+    bad_keys: &Tensor<f32>,
+    bad_queries: &Tensor<f32>,
     context: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
     scale: f32,
@@ -284,11 +308,20 @@ pub(crate) fn flash_forward<F: Float>(
     let mut weights = Array::<f32>::new(rows);
     let mut corrections = Array::<f32>::new(rows);
     let mut segment_rows = Array::<i32>::new(rows);
+    // 1 where the row is poisoned by a key it sees; its own query's state.
+    let mut poisoned = Array::<f32>::new(rows);
+    let mut bad_query = Array::<f32>::new(rows);
     #[unroll]
     for r in 0..rows {
         let query_idx = first_query + r * UNITS;
         let active = query_idx < n;
         let q_base = (bh * n + query_idx) * d_k;
+        poisoned[r] = 0.0f32;
+        let mut query_state = 0.0f32;
+        if active {
+            query_state = bad_queries[bh * n + query_idx];
+        }
+        bad_query[r] = query_state;
         #[unroll]
         for dd in 0..d_k {
             let mut x = 0.0f32;
@@ -367,6 +400,7 @@ pub(crate) fn flash_forward<F: Float>(
             if has_segments {
                 key_segment = k_segments[batch_idx * m + key_idx];
             }
+            let bad_key = bad_keys[kv * m + key_idx] > 0.5f32;
             #[unroll]
             for r in 0..rows {
                 scores[r] = 0.0f32;
@@ -392,8 +426,9 @@ pub(crate) fn flash_forward<F: Float>(
                     slope,
                     centre,
                     key: j,
+                    bad_key,
                 };
-                let (visible, added) = read_bias(
+                let (visible, added, poison) = read_bias(
                     extra,
                     banded,
                     extra_base + r * extra_step + key_idx,
@@ -402,6 +437,9 @@ pub(crate) fn flash_forward<F: Float>(
                     has_segments,
                     has_alibi,
                 );
+                if poison {
+                    poisoned[r] = 1.0f32;
+                }
                 let mut p = 0.0f32;
                 let mut correction = 1.0f32;
                 if visible {
@@ -444,14 +482,18 @@ pub(crate) fn flash_forward<F: Float>(
                 for dd in 0..d_v {
                     context[out_base + dd] = F::cast_from(acc[r * d_v + dd] * inv);
                 }
-                lse[bh * n + query_idx] = row_max[r] + row_sum[r].ln();
+                let mut row_lse = row_max[r] + row_sum[r].ln();
+                if poisoned[r] > 0.5f32 || bad_query[r] > 0.5f32 {
+                    row_lse = POISONED;
+                }
+                lse[bh * n + query_idx] = row_lse;
             } else {
                 // No visible key: a zero row, and a log-sum-exp of +∞ (the other paths' rule).
                 #[unroll]
                 for dd in 0..d_v {
                     context[out_base + dd] = F::new(0.0);
                 }
-                lse[bh * n + query_idx] = 3.0e38f32;
+                lse[bh * n + query_idx] = NO_KEY;
             }
         }
     }

@@ -3,11 +3,12 @@
 //! atomics), registered for `Cube`, `Fusion` and `Autodiff` over them (`extension.rs`). The
 //! module's semantics: scale, soft-cap, causal masking in both alignments, windows, grouped-query
 //! heads, padding, masks and biases in any broadcast shape (with the bias's gradient), fully
-//! masked rows giving zeros, the NaN policy of the tensor-op paths, packed sequences (segment
+//! masked rows giving zeros, the NaN policy of the other paths (applied key by key in the forward kernel), packed sequences (segment
 //! ids) and ALiBi computed key by key. f32, f16 and bf16 data (where the device has the type),
 //! always computed in f32. Still to come: tile sizes measured on a GPU (the rows per unit were
 //! measured on lavapipe).
 
+mod autodiff;
 mod backward;
 mod extension;
 pub(crate) mod kernel;
@@ -81,6 +82,21 @@ fn extra(call: &Call) -> Option<Tensor<4>> {
     }
 }
 
+/// `t` with its non-finite values replaced by 0, and `[.., rows]` (f32): 1 for each row (over
+/// the last axis) that held one.
+fn sanitized(t: Tensor<4>) -> (Tensor<4>, Tensor<3, Bool>) {
+    let [b, h, rows, _] = t.dims();
+    let bad = t.clone().is_finite().bool_not();
+    // [b, h, rows, d] -> [b, h, rows, 1] -> [b, h, rows]
+    let bad_rows = bad.clone().any_dim(3).reshape([b, h, rows]);
+    (t.mask_fill(bad, 0.0), bad_rows)
+}
+
+/// A bool tensor as the kernels' f32 flags (the device's default float may be another dtype).
+fn flags(t: Tensor<3, Bool>) -> Tensor<3> {
+    t.float().cast(FloatDType::F32)
+}
+
 /// The inputs the kernels read besides q, k, v, with the flags that say which are real.
 fn extras(call: &Call) -> (extension::Extras, [bool; 3]) {
     let input = &call.input;
@@ -96,7 +112,7 @@ fn extras(call: &Call) -> (extension::Extras, [bool; 3]) {
         .alibi_slopes
         .as_ref()
         .map(|slopes| slopes.clone().detach().cast(FloatDType::F32));
-    let flags = [extra.is_some(), segments.is_some(), slopes.is_some()];
+    let present = [extra.is_some(), segments.is_some(), slopes.is_some()];
     let no_ids = || Tensor::<2, Int>::zeros([1, 1], (&device, DType::I32));
     let (q_segments, k_segments) = segments.unwrap_or_else(|| (no_ids(), no_ids()));
     let extras = extension::Extras {
@@ -104,13 +120,20 @@ fn extras(call: &Call) -> (extension::Extras, [bool; 3]) {
         q_segments,
         k_segments,
         slopes: slopes.unwrap_or_else(|| Tensor::zeros([1], (&device, DType::F32))),
+        // Set by `run` once q, k and v are sanitized.
+        bad_keys: Tensor::zeros([1, 1, 1], (&device, DType::F32)),
+        bad_queries: Tensor::zeros([1, 1, 1], (&device, DType::F32)),
     };
-    (extras, flags)
+    (extras, present)
 }
 
-/// Runs the kernel.
+/// Runs the kernel, with the module's policy for non-finite inputs (see `paths/nonfinite.rs`)
+/// applied key by key: q, k and v go in with their non-finite values zeroed and their bad rows
+/// flagged; the kernel marks the rows that see a bad key, a NaN or +∞ bias entry, or that see a
+/// key with a bad query (`kernel::POISONED`), and their context becomes NaN here (constants:
+/// no gradient flows through them). No `[n, m]` tensor is built for it.
 pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
-    let [_, _, n, m] = call.dims.scores_shape();
+    let [b, h, n, m] = call.dims.scores_shape();
     let offset = call.alignment.offset(n, m);
     let window = call.input.window.and_then(|w| w.within(n, m));
     let to_i32 = |x: i64| i32::try_from(x).unwrap_or(if x < 0 { i32::MIN } else { i32::MAX });
@@ -130,7 +153,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         }),
     };
     let need_lse = call.input.need_lse;
-    let (extras, [has_extra, has_segments, has_alibi]) = extras(&call);
+    let (mut extras, [has_extra, has_segments, has_alibi]) = extras(&call);
     let cube_call = extension::CubeCall {
         has_extra,
         has_segments,
@@ -139,13 +162,33 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
     };
     let input = call.input;
     let dtype = input.query.dtype();
-    let (context, lse) = extension::forward(input.query, input.key, input.value, extras, cube_call);
-    let mut output = AttentionOutput::from_context(context);
+    let (query, bad_queries) = sanitized(input.query);
+    let (key, bad_key_rows) = sanitized(input.key);
+    let (value, bad_value_rows) = sanitized(input.value);
+    extras.bad_queries = flags(bad_queries);
+    extras.bad_keys = flags(bad_key_rows.bool_or(bad_value_rows));
+    let (context, lse) = extension::forward(query, key, value, extras, cube_call);
+    // Between the kernel's two sentinels: poisoned (2e38); above: no visible key (3e38).
+    let split = kernel::POISONED / 2.0 + kernel::NO_KEY / 2.0;
+    let poisoned = lse
+        .clone()
+        .greater_elem(1.0e38)
+        .bool_and(lse.clone().lower_elem(split));
+    let d_v = context.dims()[3];
+    // [b, h, n] -> [b, h, n, 1] -> [b, h, n, d_v]
+    let poisoned_rows = poisoned
+        .clone()
+        .reshape([b, h, n, 1])
+        .expand([b, h, n, d_v]);
+    let mut output = AttentionOutput::from_context(context.mask_fill(poisoned_rows, f32::NAN));
     if need_lse {
-        // The kernel's +3e38 for a row with no visible key is the module's −∞; the log-sum-exp
-        // comes back in the queries' dtype, as from the other paths.
-        let hidden = lse.clone().greater_elem(1.0e38);
-        output.lse = Some(lse.mask_fill(hidden, f32::NEG_INFINITY).cast(dtype));
+        // The kernel's no-key sentinel is the module's −∞, a poisoned row's log-sum-exp NaN (as
+        // from the CPU kernel); it comes back in the queries' dtype, as from the other paths.
+        let no_key = lse.clone().greater_elem(split);
+        let lse = lse
+            .mask_fill(no_key, f32::NEG_INFINITY)
+            .mask_fill(poisoned, f32::NAN);
+        output.lse = Some(lse.cast(dtype));
     }
     Ok(output)
 }
