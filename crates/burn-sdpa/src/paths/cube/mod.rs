@@ -1,12 +1,12 @@
 //! The flash kernel in CubeCL for Burn's CubeCL backends (wgpu, CUDA, ROCm, Metal), through the
 //! backend extension, forward (`kernel.rs`) and backward (`backward.rs`, FlashAttention-2, no
-//! atomics), registered for `Cube`, `Fusion` and `Autodiff` over them (`extension.rs`). The
-//! module's semantics: scale, soft-cap, causal masking in both alignments, windows, grouped-query
-//! heads, padding, masks and biases in any broadcast shape (with the bias's gradient), fully
-//! masked rows giving zeros, the NaN policy of the other paths (applied key by key in the forward kernel), packed sequences (segment
-//! ids) and ALiBi computed key by key. f32, f16 and bf16 data (where the device has the type),
-//! always computed in f32. Still to come: tile sizes measured on a GPU (the rows per unit were
-//! measured on lavapipe).
+//! atomics), registered for `Cube`, `Fusion` (`extension.rs`) and `Autodiff` over them
+//! (`autodiff.rs`). The module's semantics: scale, soft-cap, causal masking in both alignments,
+//! windows, grouped-query heads, padding, masks and biases in any broadcast shape (with the
+//! bias's gradient), fully masked rows giving zeros; packed sequences (segment ids), ALiBi and
+//! the NaN policy of the other paths computed key by key. f32, and f16 and bf16 where the device
+//! has the type, always computed in f32. Not yet: tile sizes measured on a GPU (the rows per
+//! unit were measured on lavapipe).
 
 mod autodiff;
 mod backward;
