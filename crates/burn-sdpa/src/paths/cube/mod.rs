@@ -82,8 +82,8 @@ fn extra(call: &Call) -> Option<Tensor<4>> {
     }
 }
 
-/// `t` with its non-finite values replaced by 0, and `[.., rows]` (f32): 1 for each row (over
-/// the last axis) that held one.
+/// `t` `[b, h, rows, d]` with its non-finite values replaced by 0, and `[b, h, rows]`: true for
+/// each row that held one.
 fn sanitized(t: Tensor<4>) -> (Tensor<4>, Tensor<3, Bool>) {
     let [b, h, rows, _] = t.dims();
     let bad = t.clone().is_finite().bool_not();
