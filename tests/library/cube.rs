@@ -214,6 +214,40 @@ fn gradients(
     [values(context), grad(&q), grad(&k), grad(&v), bias_grad]
 }
 
+/// Runs `input` through the kernel and through `Naive` (see [`gradients`]) and asserts the same
+/// context and gradients: NaN exactly where `Naive` has NaN, elsewhere within 1e-4. Returns the
+/// kernel's.
+fn assert_trains_like_naive(
+    label: &str,
+    input: &AttentionInput,
+    alignment: CausalAlignment,
+    softcap: Option<f64>,
+    weights: &Tensor<4>,
+) -> [Vec<f64>; 5] {
+    let got = gradients(
+        input,
+        Implementation::CubeKernel,
+        alignment,
+        softcap,
+        weights,
+    );
+    let expected = gradients(input, Implementation::Naive, alignment, softcap, weights);
+    for (what, (g, e)) in ["context", "dq", "dk", "dv", "dbias"]
+        .iter()
+        .zip(got.iter().zip(&expected))
+    {
+        assert_eq!(g.len(), e.len(), "{label}: {what}");
+        for (idx, (a, b)) in g.iter().zip(e).enumerate() {
+            assert_eq!(a.is_nan(), b.is_nan(), "{label}: {what}[{idx}]: {a} vs {b}");
+            assert!(
+                a.is_nan() || (a - b).abs() < 1e-4,
+                "{label}: {what}[{idx}]: {a} vs {b}"
+            );
+        }
+    }
+    got
+}
+
 #[test]
 fn the_cube_kernel_trains_like_naive_on_wgpu() {
     let device = BackendKind::Wgpu.device().expect("wgpu").autodiff();
@@ -294,22 +328,8 @@ fn the_cube_kernel_trains_like_naive_on_wgpu() {
             ),
         ];
         for (name, input, alignment, softcap) in cases {
-            let got = gradients(
-                &input,
-                Implementation::CubeKernel,
-                alignment,
-                softcap,
-                &weights,
-            );
-            let expected = gradients(&input, Implementation::Naive, alignment, softcap, &weights);
-            for (what, (g, e)) in ["context", "dq", "dk", "dv", "dbias"]
-                .iter()
-                .zip(got.iter().zip(&expected))
-            {
-                assert_eq!(g.len(), e.len(), "{name}: {what}");
-                let diff = max_abs_diff(g, e);
-                assert!(diff < 1e-4, "{name} n {n} m {m}: {what} differs by {diff}");
-            }
+            let label = format!("{name} n {n} m {m}");
+            assert_trains_like_naive(&label, &input, alignment, softcap, &weights);
         }
     }
 }
@@ -330,27 +350,8 @@ fn the_cube_kernel_serves_more_rows_than_one_grid_axis_holds() {
     )
     .causal();
     let weights = random([b, 1, 2, 8]);
-    let got = gradients(
-        &input,
-        Implementation::CubeKernel,
-        CausalAlignment::BottomRight,
-        None,
-        &weights,
-    );
-    let expected = gradients(
-        &input,
-        Implementation::Naive,
-        CausalAlignment::BottomRight,
-        None,
-        &weights,
-    );
-    for (what, (g, e)) in ["context", "dq", "dk", "dv"]
-        .iter()
-        .zip(got.iter().zip(&expected))
-    {
-        let diff = max_abs_diff(g, e);
-        assert!(diff < 1e-4, "{what} differs by {diff} at b = {b}");
-    }
+    let label = format!("b = {b}");
+    assert_trains_like_naive(&label, &input, CausalAlignment::BottomRight, None, &weights);
 }
 
 /// The non-finite policy, applied key by key in the kernel: a NaN value row poisons exactly the
@@ -382,16 +383,9 @@ fn the_cube_kernel_follows_the_non_finite_policy_in_training() {
     let bias = plant(bias, [0, 1, 0, 3], f32::NAN); // hidden by the causal mask
     let input = AttentionInput::new(q, k, v).bias(bias).causal();
     let weights = random([1, h, n, d]);
-    let got = gradients(
+    let got = assert_trains_like_naive(
+        "non-finite",
         &input,
-        Implementation::CubeKernel,
-        CausalAlignment::BottomRight,
-        None,
-        &weights,
-    );
-    let expected = gradients(
-        &input,
-        Implementation::Naive,
         CausalAlignment::BottomRight,
         None,
         &weights,
@@ -406,19 +400,6 @@ fn the_cube_kernel_follows_the_non_finite_policy_in_training() {
             assert!(
                 values.iter().all(|x| x.is_nan() == poisoned),
                 "head {head} row {row}: {values:?}"
-            );
-        }
-    }
-    for (what, (g, e)) in ["context", "dq", "dk", "dv", "dbias"]
-        .iter()
-        .zip(got.iter().zip(&expected))
-    {
-        assert_eq!(g.len(), e.len(), "{what}");
-        for (idx, (a, b)) in g.iter().zip(e).enumerate() {
-            assert_eq!(a.is_nan(), b.is_nan(), "{what}[{idx}]: {a} vs {b}");
-            assert!(
-                a.is_nan() || (a - b).abs() < 1e-4,
-                "{what}[{idx}]: {a} vs {b}"
             );
         }
     }
