@@ -97,8 +97,13 @@ fn flags(t: Tensor<3, Bool>) -> Tensor<3> {
     t.float().cast(FloatDType::F32)
 }
 
-/// The inputs the kernels read besides q, k, v, with the flags that say which are real.
-fn extras(call: &Call) -> (extension::Extras, [bool; 3]) {
+/// The inputs the kernels read besides q, k, v (whose non-finite rows `bad_keys` and
+/// `bad_queries` flag), with the flags that say which of the bias, segments and slopes are real.
+fn extras(
+    call: &Call,
+    bad_keys: Tensor<3>,
+    bad_queries: Tensor<3>,
+) -> (extension::Extras, [bool; 3]) {
     let input = &call.input;
     let device = input.query.device();
     let extra = extra(call);
@@ -120,9 +125,8 @@ fn extras(call: &Call) -> (extension::Extras, [bool; 3]) {
         q_segments,
         k_segments,
         slopes: slopes.unwrap_or_else(|| Tensor::zeros([1], (&device, DType::F32))),
-        // Set by `run` once q, k and v are sanitized.
-        bad_keys: Tensor::zeros([1, 1, 1], (&device, DType::F32)),
-        bad_queries: Tensor::zeros([1, 1, 1], (&device, DType::F32)),
+        bad_keys,
+        bad_queries,
     };
     (extras, present)
 }
@@ -153,20 +157,21 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         }),
     };
     let need_lse = call.input.need_lse;
-    let (mut extras, [has_extra, has_segments, has_alibi]) = extras(&call);
+    let (query, bad_queries) = sanitized(call.input.query.clone());
+    let (key, bad_key_rows) = sanitized(call.input.key.clone());
+    let (value, bad_value_rows) = sanitized(call.input.value.clone());
+    let (extras, [has_extra, has_segments, has_alibi]) = extras(
+        &call,
+        flags(bad_key_rows.bool_or(bad_value_rows)),
+        flags(bad_queries),
+    );
     let cube_call = extension::CubeCall {
         has_extra,
         has_segments,
         has_alibi,
         ..cube_call
     };
-    let input = call.input;
-    let dtype = input.query.dtype();
-    let (query, bad_queries) = sanitized(input.query);
-    let (key, bad_key_rows) = sanitized(input.key);
-    let (value, bad_value_rows) = sanitized(input.value);
-    extras.bad_queries = flags(bad_queries);
-    extras.bad_keys = flags(bad_key_rows.bool_or(bad_value_rows));
+    let dtype = query.dtype();
     let (context, lse) = extension::forward(query, key, value, extras, cube_call);
     // Between the kernel's two sentinels: poisoned (2e38); above: no visible key (3e38).
     let split = kernel::POISONED / 2.0 + kernel::NO_KEY / 2.0;
