@@ -34,6 +34,9 @@ enum Command {
     Exp(cli::report::ExpArgs),
     /// Time every attention path, forward and forward+backward, and sweep inference memory.
     Bench(cli::report::BenchArgs),
+    /// Time the model's training steps (steps/s and where a step goes), the Rust side of
+    /// benches/pytorch_model.py.
+    TrainBench(cli::train_bench::TrainBenchArgs),
 }
 
 fn main() -> ExitCode {
@@ -45,6 +48,7 @@ fn main() -> ExitCode {
         Command::Report(args) => cli::report::report(&args),
         Command::Exp(args) => cli::report::exp(&args),
         Command::Bench(args) => cli::report::bench(&args),
+        Command::TrainBench(args) => cli::train_bench::run(&args),
     };
     match result {
         Ok(true) => ExitCode::SUCCESS,

@@ -4,6 +4,7 @@
 pub mod golden;
 pub mod report;
 pub mod train;
+pub mod train_bench;
 
 use std::fmt;
 

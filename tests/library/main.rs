@@ -16,3 +16,4 @@ mod parity;
 mod properties;
 mod reference;
 mod rope;
+mod rows;

@@ -62,6 +62,7 @@ mod options;
 mod paths;
 mod qk_norm;
 mod rope;
+mod rows;
 mod types;
 mod vocabulary;
 
@@ -83,6 +84,7 @@ pub use paths::auto::{
 };
 pub use qk_norm::{HeadNorm, QkNorm};
 pub use rope::RopeConfig;
+pub use rows::{cross_entropy, linear_rows, try_cross_entropy};
 pub use types::{AttentionDims, CausalAlignment, ScalePolicy, Window, validate_softcap};
 pub use vocabulary::{AttentionPath, BackendFamily, DEFAULT_BLOCK_SIZE, Implementation};
 
@@ -100,4 +102,5 @@ pub mod cpu_kernel {
     pub use crate::paths::cpu::shape::{
         KEY_BLOCK, KernelShape, LONG_KEY_BLOCK, LONG_KEYS, QUERY_BLOCK, Tiles,
     };
+    pub use crate::paths::cpu::simd::{cpu_features, softmax_isa};
 }

@@ -11,6 +11,7 @@ use crate::module::{ScaledDotProductAttention, ScaledDotProductAttentionConfig};
 use crate::options::{AttentionOptions, option_setters};
 use crate::qk_norm::{HeadNorm, QkNorm};
 use crate::rope::{RopeConfig, rotate_rows};
+use crate::rows::linear_rows;
 
 /// Configuration of [`MultiHeadAttention`].
 ///
@@ -306,9 +307,10 @@ impl MultiHeadAttention {
             });
         }
         let (h, h_kv) = (self.n_heads, self.n_kv_heads);
-        let mut query = Self::split_heads(self.query.forward(input.query.clone()), h, self.d_k);
-        let mut key = Self::split_heads(self.key.forward(input.key.clone()), h_kv, self.d_k);
-        let value = Self::split_heads(self.value.forward(input.value.clone()), h_kv, self.d_v);
+        let project = |linear: &Linear, x: &Tensor<3>| linear_rows(linear, x.clone());
+        let mut query = Self::split_heads(project(&self.query, &input.query), h, self.d_k);
+        let mut key = Self::split_heads(project(&self.key, &input.key), h_kv, self.d_k);
+        let value = Self::split_heads(project(&self.value, &input.value), h_kv, self.d_v);
         if let Some(norm) = &self.query_norm {
             query = norm.forward(query);
         }
@@ -346,7 +348,7 @@ impl MultiHeadAttention {
             .swap_dims(1, 2)
             .reshape([b, n, self.n_heads * self.d_v]);
         Ok(MhaOutput {
-            context: self.output.forward(context),
+            context: linear_rows(&self.output, context),
             weights: out.weights,
             scores: out.scores,
             mask: out.mask,

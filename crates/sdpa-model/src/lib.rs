@@ -31,6 +31,6 @@ pub use model::{AttentionModel, ModelConfig, QkInit};
 pub use progress::{Progress, ProgressMode};
 pub use task::{TaskBatch, TaskConfig, TaskKind};
 pub use train::{
-    OptimizerKind, RunOptions, TrainConfig, TrainResult, TrainSummary, available_memory,
-    check_fits, check_run_dir, evaluate, init_model, train, train_in_memory,
+    OptimizerKind, Phase, RunOptions, StepProfile, TrainConfig, TrainResult, TrainSummary,
+    available_memory, check_fits, check_run_dir, evaluate, init_model, train, train_in_memory,
 };

@@ -1,14 +1,13 @@
 //! A small self-attention classifier built on `burn_sdpa::MultiHeadAttention`.
 
 use burn::module::Module;
-use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{
     Embedding, EmbeddingConfig, Gelu, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
 };
 use burn::prelude::*;
 use burn_sdpa::{
     AttentionDiagnostics, AttentionError, AttentionOptions, Implementation, MhaInput,
-    MultiHeadAttention, MultiHeadAttentionConfig, QkNorm, attention_diagnostics,
+    MultiHeadAttention, MultiHeadAttentionConfig, QkNorm, attention_diagnostics, linear_rows,
 };
 use serde::{Deserialize, Serialize};
 
@@ -335,7 +334,7 @@ impl AttentionModel {
                     Some(norm) => norm.forward(x.clone()),
                     None => x.clone(),
                 };
-                x = x + mlp.down.forward(mlp.activation.forward(mlp.up.forward(h)));
+                x = x + linear_rows(&mlp.down, mlp.activation.forward(linear_rows(&mlp.up, h)));
             }
         }
         if let Some(norm) = &self.norm_out {
@@ -359,7 +358,7 @@ impl AttentionModel {
         // [b, s, d_model] -> [b, t, d_model]
         let hidden = hidden.slice(s![.., target_range, ..]);
         ModelOutput {
-            logits: self.head.forward(hidden),
+            logits: linear_rows(&self.head, hidden),
             attention,
         }
     }
@@ -376,9 +375,7 @@ impl AttentionModel {
         let logits = out.logits.reshape([b * t, c]);
         // [b, t] -> [b·t]
         let targets = batch.targets.clone().reshape([b * t]);
-        let loss = CrossEntropyLossConfig::new()
-            .init(&logits.device())
-            .forward(logits.clone(), targets.clone());
+        let loss = burn_sdpa::cross_entropy(logits.clone(), targets.clone());
         BatchResult {
             loss,
             logits,

@@ -12,6 +12,7 @@
 //! | `files.rs` | the files a run writes, crash-safe writes, the checkpoint swap and its recovery |
 //! | `lock.rs` | one writer per run directory (`run.lock`), and taking a directory for a run |
 //! | `memory.rs` | the memory a configuration needs, checked against the machine's |
+//! | `profile.rs` | where a step's time goes ([`StepProfile`]) |
 //! | `run.rs` | a run in progress and its steps (open, step, record, checkpoint, finish) |
 //! | `mod.rs` | [`train`], the run's options and results, [`init_model`], [`evaluate`] |
 
@@ -20,6 +21,7 @@ mod config;
 mod files;
 mod lock;
 mod memory;
+mod profile;
 mod run;
 
 use std::path::PathBuf;
@@ -33,6 +35,7 @@ use serde::{Deserialize, Serialize};
 pub use config::{OptimizerKind, TrainConfig};
 pub use lock::check_run_dir;
 pub use memory::{available_memory, check_fits};
+pub use profile::{Phase, StepProfile};
 
 use crate::error::ModelError;
 use crate::metrics::{LayerMetrics, StepMetrics};
@@ -139,6 +142,8 @@ pub struct TrainResult {
     pub metrics: Vec<StepMetrics>,
     /// The trained model (not autodiff: ready for inference).
     pub model: AttentionModel,
+    /// Where this process's steps spent their time.
+    pub profile: StepProfile,
 }
 
 /// Parameter initialization draws from the backend's process-global RNG; this lock keeps two

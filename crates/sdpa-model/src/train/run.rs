@@ -18,6 +18,7 @@ use super::checkpoint::{CheckpointState, json, load_checkpoint, save_checkpoint}
 use super::config::TrainConfig;
 use super::files::write_atomic;
 use super::lock::{RunLock, take_dir};
+use super::profile::{Phase, StepClock, StepProfile};
 use super::{RunOptions, TrainResult, TrainSummary, Versions, evaluate, init_model};
 use crate::error::ModelError;
 use crate::metrics::{LayerMetrics, StepMetrics, csv_header};
@@ -57,6 +58,8 @@ pub(crate) struct Run<'a> {
     diverged: Option<(usize, f64, f64)>,
     progress: Progress,
     clock: Instant,
+    /// Where this process's steps spent their time.
+    profile: StepProfile,
     /// The run directory's lock, held until the run is dropped; `None` for a run kept in memory.
     _lock: Option<RunLock>,
 }
@@ -181,6 +184,7 @@ impl<'a> Run<'a> {
             diverged: None,
             progress,
             clock: Instant::now(),
+            profile: StepProfile::default(),
             _lock: lock,
         })
     }
@@ -199,12 +203,16 @@ impl<'a> Run<'a> {
     /// the parameters it updates.
     pub fn train_step(mut self) -> Result<Self, ModelError> {
         let config = self.config;
+        let mut clock = StepClock::start();
         let batch = config
             .task
             .batch(&mut self.rng, config.batch_size, &self.device);
+        clock.lap(Phase::Data);
         let record = self.step.is_multiple_of(config.log_every) || self.step + 1 == config.steps;
         let out = self.model.forward_batch(&batch, record);
+        clock.lap(Phase::Forward);
         let grads = out.loss.backward();
+        clock.lap(Phase::Backward);
         // The loss and the global gradient norm of every step, to stop at the first that is not
         // finite (one read-back of two numbers).
         let health: Vec<f64> = read_back(
@@ -219,9 +227,11 @@ impl<'a> Run<'a> {
         )?;
         let (loss, grad_norm) = (health[0], health[1].sqrt());
         let diverged = !(loss.is_finite() && grad_norm.is_finite());
+        clock.lap(Phase::HostRead);
         if record || diverged {
             self.record(&out, &grads)?;
         }
+        clock.lap(Phase::Record);
         if diverged {
             if self.csv.is_none() {
                 // Kept in memory: a diverged run is a result (see `finish`).
@@ -231,11 +241,13 @@ impl<'a> Run<'a> {
             return Err(self.diverge(loss, grad_norm));
         }
         if self.done() {
+            clock.finish(&mut self.profile);
             return Ok(self);
         }
         let grads = GradientsParams::from_grads(grads, &self.model);
         self.model = self.optim.step(config.lr, self.model, grads);
         self.step += 1;
+        clock.lap(Phase::Optimizer);
         if let Some(every) = config.checkpoint_every
             && self.csv.is_some()
             && self.step.is_multiple_of(every)
@@ -243,6 +255,8 @@ impl<'a> Run<'a> {
         {
             self.checkpoint()?;
         }
+        clock.lap(Phase::Checkpoint);
+        clock.finish(&mut self.profile);
         Ok(self)
     }
 
@@ -436,6 +450,7 @@ impl<'a> Run<'a> {
                 summary,
                 metrics: self.history,
                 model: self.model.valid(),
+                profile: self.profile,
             });
         }
         let eval = match self.history.last() {
@@ -462,6 +477,7 @@ impl<'a> Run<'a> {
             summary,
             metrics: self.history,
             model: self.model.valid(),
+            profile: self.profile,
         })
     }
 }

@@ -194,7 +194,10 @@ pub fn try_backward(
         k: inputs.k,
         v: inputs.v,
     };
-    tasks.into_par_iter().for_each_init(
+    super::for_each_task(
+        tasks,
+        // five products per tile
+        5 * batch * n_heads * n * m * (d_k + d_v),
         || Scratch::new(shape, tiles),
         |scratch, task| task.run(&forward, &inputs, scratch),
     );

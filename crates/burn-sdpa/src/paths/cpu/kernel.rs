@@ -23,8 +23,6 @@
 //! explicit offset (key `j` is visible to query `i` when `j <= i + offset`), a local window, grouped-query heads (query head `i` reads kv head `i / (h / h_kv)`),
 //! and a zero output row (log-sum-exp +∞) for a query with no visible key.
 
-use rayon::prelude::*;
-
 use super::masking::Masking;
 use super::shape::check_len;
 use super::shape::{KernelShape, Tiles};
@@ -92,6 +90,8 @@ pub fn try_forward(
         batch,
         n_heads,
         n,
+        m,
+        d_k,
         d_v,
         ..
     } = shape.dims;
@@ -129,7 +129,9 @@ pub fn try_forward(
         k,
         v,
     };
-    tasks.into_par_iter().for_each_init(
+    super::for_each_task(
+        tasks,
+        2 * batch * n_heads * n * m * (d_k + d_v),
         || Scratch::new(shape, tiles),
         |scratch, (bh_idx, q_start, block_out, block_lse)| {
             inputs.query_block(bh_idx, q_start, block_out, block_lse, scratch)

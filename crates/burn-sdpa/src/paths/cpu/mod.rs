@@ -45,13 +45,21 @@ impl HostExtras {
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 #[allow(deprecated)]
 mod host;
+// Host code of the row ops, reached through `row_ops` (the backend extension) only.
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+mod cross_entropy;
 pub mod kernel;
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+mod linear;
 pub(crate) mod masking;
 mod nonfinite;
 #[cfg(test)]
 mod reference;
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+#[allow(deprecated)]
+mod row_ops;
 pub(crate) mod shape;
-mod simd;
+pub(crate) mod simd;
 mod tile;
 
 use std::borrow::Cow;
@@ -79,6 +87,55 @@ pub(crate) fn in_place_on(family: BackendFamily) -> bool {
 /// [`Implementation::CpuKernel`]).
 pub fn runs_in_place(device: &Device) -> bool {
     in_place_on(BackendFamily::of(device))
+}
+
+/// Work (in flops) below which a CPU op runs on the calling thread: handing a job to the
+/// thread pool and waking its workers costs tens of microseconds, and on a 2-core machine the
+/// idle workers' spinning competes with the caller's next ops. Measured on the default model at
+/// seq_len 16 (`sdpa train-bench --size small`), where every op of a step is below it.
+pub(crate) const PARALLEL_WORK: usize = 1 << 24;
+
+/// Runs `f` on every task, on the thread pool when `work` (flops) is worth it
+/// ([`PARALLEL_WORK`]), on the calling thread otherwise; `init` makes each thread's scratch.
+pub(crate) fn for_each_task<T, S, I, F>(tasks: Vec<T>, work: usize, init: I, f: F)
+where
+    T: Send,
+    I: Fn() -> S + Sync + Send,
+    F: Fn(&mut S, T) + Sync + Send,
+{
+    use rayon::prelude::*;
+    if work >= PARALLEL_WORK && tasks.len() > 1 {
+        tasks.into_par_iter().for_each_init(init, f);
+    } else {
+        let mut scratch = init();
+        tasks.into_iter().for_each(|task| f(&mut scratch, task));
+    }
+}
+
+/// `linear` applied to `x` `[rows, d_in]`: through the row-parallel op of [`linear`] where it
+/// runs in place (Flex and NdArray with the crate's features, `f32` tensors), through Burn's
+/// `Linear` otherwise.
+pub(crate) fn linear_2d(layer: &burn::nn::Linear, x: Tensor<2>) -> Tensor<2> {
+    #[cfg(any(feature = "flex", feature = "ndarray"))]
+    {
+        let weight = layer.weight.val();
+        let bias = layer.bias.as_ref().map(|b| b.val());
+        let f32_data = x.dtype() == DType::F32
+            && weight.dtype() == DType::F32
+            && bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
+        if f32_data && runs_in_place(&x.device()) {
+            return row_ops::cpu_linear(x, weight, bias);
+        }
+    }
+    layer.forward(x)
+}
+
+/// The mean cross-entropy of `logits` `[rows, classes]` against checked class ids, through the
+/// CPU backends' op (the caller has checked that it runs in place and that the logits are
+/// `f32`).
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+pub(crate) fn cross_entropy_2d(logits: Tensor<2>, targets: Vec<usize>) -> Tensor<1> {
+    row_ops::cpu_cross_entropy(logits, targets)
 }
 
 /// The kernel's sizes and options for `call`: its scale, the causal and window diagonals (both on

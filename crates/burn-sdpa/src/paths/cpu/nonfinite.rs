@@ -26,6 +26,9 @@ pub(crate) struct Sanitized {
 
 /// Whether a slice holds a NaN or an infinity (x · 0 is NaN exactly for those).
 fn has_non_finite(xs: &[f32]) -> bool {
+    if xs.len() < super::PARALLEL_WORK / 16 {
+        return simd::non_finite(xs);
+    }
     xs.par_chunks(1 << 16).any(simd::non_finite)
 }
 

@@ -1,0 +1,129 @@
+//! The row-wise layers around attention in a training step, fused on the CPU backends:
+//! [`linear_rows`] (a linear layer on `[b, s, d]`) and [`cross_entropy`] (the mean
+//! cross-entropy of `[rows, classes]` logits).
+//!
+//! On Flex and NdArray with this crate's `flex` / `ndarray` features and `f32` tensors, each is
+//! one op of this crate's backend extension with its own backward pass (no intermediate
+//! tensors, the products split over row blocks, the softmax with the kernel's vectorized
+//! `exp`); on every other backend, and for other dtypes, they are Burn's own `Linear` and
+//! `CrossEntropyLoss`, so the results agree everywhere (tested against them).
+
+use burn::nn::Linear;
+use burn::nn::loss::CrossEntropyLossConfig;
+use burn::prelude::*;
+
+use crate::error::AttentionError;
+use crate::input::read_back;
+
+/// Applies `linear` to every row of `x` as one `[b·s, d_in] × [d_in, d_out]` product.
+///
+/// Burn 0.22.1's `Linear::forward` on a 3-D input broadcasts the weight into a batched product
+/// (one small matrix product per batch row, and as many again in the backward pass) unless its
+/// tiling rule folds the rows, which it does not for row counts that are multiples of 32. Here
+/// the rows are folded first, and on the CPU backends (see the module docs) they go through
+/// this crate's row-parallel product (one single-threaded `gemm` per block of 512 rows, forward
+/// and backward). The result is the same `[b, s, d_out]`.
+///
+/// ```
+/// # use burn::prelude::*;
+/// use burn::nn::LinearConfig;
+/// let device = Device::flex();
+/// let layer = LinearConfig::new(8, 4).init(&device);
+/// let x = Tensor::<3>::ones([2, 5, 8], &device);
+/// let y = burn_sdpa::linear_rows(&layer, x.clone());
+/// assert_eq!(y.dims(), [2, 5, 4]);
+/// let reference = layer.forward(x);
+/// assert!(y.all_close(reference, Some(1e-5), Some(1e-6)));
+/// ```
+///
+/// # Shapes
+/// - x: `[b, s, d_in]`
+/// - returns `[b, s, d_out]`
+pub fn linear_rows(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
+    let [b, s, d_in] = x.dims();
+    // [b, s, d_in] -> [b·s, d_in] -> [b·s, d_out] -> [b, s, d_out]
+    let y = crate::paths::cpu::linear_2d(linear, x.reshape([b * s, d_in]));
+    let [_, d_out] = y.dims();
+    y.reshape([b, s, d_out])
+}
+
+/// The mean cross-entropy of `logits` against the class ids `targets`, as Burn's
+/// `CrossEntropyLoss` with its defaults computes it (`−mean_r log softmax(x_r)[t_r]`), or an
+/// error naming the first target that is not a class.
+///
+/// On the CPU backends (see the module docs) the targets are read to the host (one small
+/// transfer) and the loss and its gradient are computed row by row.
+///
+/// ```
+/// # use burn::prelude::*;
+/// let device = Device::flex();
+/// let logits = Tensor::<2>::from_data([[2.0, 0.0], [0.0, 0.0]], &device);
+/// let targets = Tensor::<1, Int>::from_data([0, 1], &device);
+/// let loss = burn_sdpa::try_cross_entropy(logits, targets).unwrap();
+/// let expected = ((1.0f32 + (-2.0f32).exp()).ln() + 2.0f32.ln()) / 2.0;
+/// assert!((loss.into_scalar::<f32>() - expected).abs() < 1e-6);
+/// ```
+///
+/// # Shapes
+/// - logits: `[rows, classes]`; targets: `[rows]`
+/// - returns `[1]`
+pub fn try_cross_entropy(
+    logits: Tensor<2>,
+    targets: Tensor<1, Int>,
+) -> Result<Tensor<1>, AttentionError> {
+    let [rows, classes] = logits.dims();
+    let [n_targets] = targets.dims();
+    if n_targets != rows || classes == 0 {
+        return Err(AttentionError::Shape {
+            what: "cross-entropy targets",
+            expected: format!("one target per row of logits [{rows}, {classes}] with classes > 0"),
+            got: vec![n_targets],
+        });
+    }
+    #[cfg(any(feature = "flex", feature = "ndarray"))]
+    if logits.dtype() == burn::tensor::DType::F32
+        && crate::cpu_kernel::runs_in_place(&logits.device())
+    {
+        let ids: Vec<i64> = read_back("the cross-entropy targets", targets)?;
+        let mut checked = Vec::with_capacity(ids.len());
+        for (row_idx, &id) in ids.iter().enumerate() {
+            match usize::try_from(id) {
+                Ok(c) if c < classes => checked.push(c),
+                _ => return Err(out_of_range(row_idx, id, classes)),
+            }
+        }
+        return Ok(crate::paths::cpu::cross_entropy_2d(logits, checked));
+    }
+    // Burn's loss gathers the targets without checking them: check here (one small read).
+    let ids: Vec<i64> = read_back("the cross-entropy targets", targets.clone())?;
+    if let Some((row_idx, &id)) = ids
+        .iter()
+        .enumerate()
+        .find(|(_, id)| usize::try_from(**id).map_or(true, |c| c >= classes))
+    {
+        return Err(out_of_range(row_idx, id, classes));
+    }
+    Ok(CrossEntropyLossConfig::new()
+        .init(&logits.device())
+        .forward(logits, targets))
+}
+
+fn out_of_range(row_idx: usize, id: i64, classes: usize) -> AttentionError {
+    AttentionError::InvalidConfig {
+        field: "cross-entropy target",
+        value: format!("{id} (row {row_idx})"),
+        reason: format!("a class id must be in 0..{classes}"),
+    }
+}
+
+/// [`try_cross_entropy`].
+///
+/// # Panics
+/// With the message of [`try_cross_entropy`]'s error.
+///
+/// # Shapes
+/// - logits: `[rows, classes]`; targets: `[rows]`
+/// - returns `[1]`
+pub fn cross_entropy(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
+    try_cross_entropy(logits, targets).unwrap_or_else(|e| panic!("{e}"))
+}

@@ -1,0 +1,247 @@
+//! `sdpa train-bench`: the model's training speed in steps per second with a per-step profile,
+//! the Rust side of `benches/pytorch_model.py` (its PyTorch twin) and of
+//! `benches/train_side_by_side.py` (both, in alternating rounds).
+
+use std::path::PathBuf;
+
+use clap::Args;
+use sdpa_model::{Phase, StepProfile, TaskConfig, TrainConfig, train_in_memory};
+use serde::Serialize;
+
+use super::UsageError;
+use crate::{BackendKind, Implementation};
+
+/// The benchmark's model sizes: the default model, and the same width at seq_len 512.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BenchSize {
+    /// The default model (match, k 8, vocab 64: seq_len 16).
+    Small,
+    /// seq_len 512 (match, k 256, vocab 512), the default width (d_model 64, 2 heads of 32).
+    Large,
+}
+
+impl BenchSize {
+    /// (k, vocab) of the match task.
+    fn task(self) -> (usize, usize) {
+        match self {
+            BenchSize::Small => (8, 64),
+            BenchSize::Large => (256, 512),
+        }
+    }
+
+    /// (timed steps per round, warm-up steps) when not given.
+    fn default_steps(self) -> (usize, usize) {
+        match self {
+            BenchSize::Small => (400, 20),
+            BenchSize::Large => (20, 3),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            BenchSize::Small => "small",
+            BenchSize::Large => "large",
+        }
+    }
+}
+
+/// Arguments of `sdpa train-bench`.
+#[derive(Args, Debug, Clone)]
+pub struct TrainBenchArgs {
+    /// Model size: small (seq_len 16) or large (seq_len 512); may be given more than once.
+    #[arg(long = "size", value_enum, default_values_t = [BenchSize::Small, BenchSize::Large])]
+    pub sizes: Vec<BenchSize>,
+    /// Backend: ndarray, flex or wgpu.
+    #[arg(long, default_value = "flex")]
+    pub backend: BackendKind,
+    /// Attention path (default: auto).
+    #[arg(long)]
+    pub implementation: Option<Implementation>,
+    /// Timed steps per round (default: 400 small, 20 large).
+    #[arg(long)]
+    pub steps: Option<usize>,
+    /// Rounds; steps/s is the median over them.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Untimed steps first (default: 20 small, 3 large).
+    #[arg(long)]
+    pub warmup: Option<usize>,
+    /// Record metrics every 10 steps and evaluate every 50, as `sdpa train` does by default
+    /// (otherwise nothing is recorded during the timed steps, like the PyTorch twin).
+    #[arg(long)]
+    pub logging: bool,
+    /// Seed of the parameters and the data.
+    #[arg(long, default_value_t = 42)]
+    pub seed: u64,
+    /// Folder for `train_<backend>_<size>.json`.
+    #[arg(long, default_value = "bench-out")]
+    pub out: PathBuf,
+}
+
+/// One size's result, as written to `train_<backend>_<size>.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainBenchResult {
+    /// `sdpa <version> (burn 0.22.1)`.
+    pub framework: String,
+    /// The backend.
+    pub backend: String,
+    /// The attention path asked for.
+    pub implementation: String,
+    /// The CPU's SIMD features the kernels may use (detected at run time).
+    pub cpu_features: Vec<&'static str>,
+    /// Threads of the kernel pool.
+    pub threads: usize,
+    /// The size.
+    pub size: BenchSize,
+    /// Task size k.
+    pub k: usize,
+    /// Vocabulary.
+    pub vocab: usize,
+    /// Sequence length.
+    pub seq_len: usize,
+    /// Batch size.
+    pub batch_size: usize,
+    /// Whether metrics were recorded during the timed steps.
+    pub logging: bool,
+    /// Timed steps per round.
+    pub steps_per_round: usize,
+    /// Rounds.
+    pub rounds: usize,
+    /// Steps per second of each round.
+    pub steps_per_s: Vec<f64>,
+    /// Their median.
+    pub median_steps_per_s: f64,
+    /// Milliseconds per timed step in each phase.
+    pub profile_ms_per_step: std::collections::BTreeMap<&'static str, f64>,
+    /// Training loss of the last recorded step.
+    pub final_loss: f64,
+}
+
+/// The median of a non-empty list.
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    if v.len() % 2 == 1 {
+        v[mid]
+    } else {
+        (v[mid - 1] + v[mid]) / 2.0
+    }
+}
+
+/// Runs one size: a single in-memory run of warm-up + rounds · steps + 1 steps, whose timed
+/// steps are split into rounds (the last step, which always records, is not timed).
+pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<TrainBenchResult> {
+    let (k, vocab) = size.task();
+    let (default_steps, default_warmup) = size.default_steps();
+    let steps = args.steps.unwrap_or(default_steps);
+    let warmup = args.warmup.unwrap_or(default_warmup);
+    if steps == 0 || args.rounds == 0 {
+        return Err(UsageError("--steps and --rounds must be > 0".into()).into());
+    }
+    let total = warmup + args.rounds * steps + 1;
+    let mut config = TrainConfig::for_task(TaskConfig::new().with_k(k).with_vocab(vocab))
+        .with_steps(total)
+        .with_seed(args.seed)
+        .with_stop_at_target(false);
+    if !args.logging {
+        config = config.with_log_every(total).with_eval_every(total);
+    }
+    if let Some(implementation) = args.implementation {
+        config.model.attention.implementation = implementation;
+    }
+    config.validate().map_err(|e| UsageError(e.to_string()))?;
+    let device = super::open_device(args.backend)?;
+    let result = train_in_memory(&config, &device, args.backend.name())?;
+    let profile: &StepProfile = &result.profile;
+    anyhow::ensure!(
+        profile.steps.len() >= warmup + args.rounds * steps,
+        "the run stopped after {} of {total} steps",
+        profile.steps.len()
+    );
+    let rates: Vec<f64> = (0..args.rounds)
+        .map(|r| {
+            let start = warmup + r * steps;
+            let seconds: f64 = (start..start + steps)
+                .map(|i| profile.step_seconds(i))
+                .sum();
+            steps as f64 / seconds
+        })
+        .collect();
+    let timed = warmup..warmup + args.rounds * steps;
+    let n_timed = timed.len() as f64;
+    let profile_ms = Phase::ALL
+        .iter()
+        .map(|&p| (p.name(), 1e3 * profile.seconds(p, timed.clone()) / n_timed))
+        .collect();
+    Ok(TrainBenchResult {
+        framework: format!("sdpa {} (burn 0.22.1)", env!("CARGO_PKG_VERSION")),
+        backend: args.backend.name().into(),
+        implementation: config.model.attention.implementation.to_string(),
+        cpu_features: crate::cpu_kernel::cpu_features(),
+        threads: available_threads(),
+        size,
+        k,
+        vocab,
+        seq_len: 2 * k,
+        batch_size: config.batch_size,
+        logging: args.logging,
+        steps_per_round: steps,
+        rounds: args.rounds,
+        median_steps_per_s: median(&rates),
+        steps_per_s: rates,
+        profile_ms_per_step: profile_ms,
+        final_loss: result.summary.final_train_loss,
+    })
+}
+
+/// Threads the machine offers (the size of the thread pools the CPU kernels run on).
+fn available_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// `sdpa train-bench`: every size asked for; prints a line each and writes the JSON files.
+pub fn run(args: &TrainBenchArgs) -> anyhow::Result<bool> {
+    std::fs::create_dir_all(&args.out)
+        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", args.out.display()))?;
+    for &size in &args.sizes {
+        let r = bench_size(args, size)?;
+        let path = args
+            .out
+            .join(format!("train_{}_{}.json", r.backend, size.name()));
+        std::fs::write(&path, serde_json::to_string_pretty(&r)? + "\n")
+            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        let profile = r
+            .profile_ms_per_step
+            .iter()
+            .map(|(p, ms)| format!("{p} {ms:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let rounds = r
+            .steps_per_s
+            .iter()
+            .map(|x| format!("{x:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        println!(
+            "sdpa {} on {}: {:.1} steps/s (rounds {rounds}); ms/step: {profile} -> {}",
+            size.name(),
+            r.backend,
+            r.median_steps_per_s,
+            path.display()
+        );
+    }
+    Ok(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_lists() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
+    }
+}
