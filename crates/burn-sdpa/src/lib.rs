@@ -45,6 +45,7 @@
 //! | `paths/` | one file per path (`naive.rs`, `chunked.rs`, `fused.rs`, `cpu/`, and `cube/` with the `cube` feature), the validated call with its device facts and the shared score preparation (`call.rs`), the measured `Auto` rule (`auto.rs`), and `mod.rs`, the only place that chooses a path |
 //! | `module.rs` | [`ScaledDotProductAttentionConfig`] and [`ScaledDotProductAttention`]: validate, resolve, run |
 //! | `qk_norm.rs` | [`QkNorm`] and [`HeadNorm`], the per-head normalization of queries and keys |
+//! | `rows.rs` | [`linear_rows`] and [`cross_entropy`], the row-wise layers of a training step, fused on the CPU backends (`paths/cpu/linear.rs`, `cross_entropy.rs`, `row_ops.rs`) |
 //! | `mha.rs` | [`MultiHeadAttention`] |
 //! | `cache/` | [`MhaCache`] (preallocated slots, ring buffer, per-sequence lengths) and the multi-head layer's cached decoding |
 //! | `diagnostics.rs` | [`attention_diagnostics`] |

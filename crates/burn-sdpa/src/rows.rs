@@ -19,10 +19,12 @@ use crate::input::read_back;
 ///
 /// Burn 0.22.1's `Linear::forward` on a 3-D input broadcasts the weight into a batched product
 /// (one small matrix product per batch row, and as many again in the backward pass) unless its
-/// tiling rule folds the rows, which it does not for row counts that are multiples of 32. Here
-/// the rows are folded first, and on the CPU backends (see the module docs) they go through
-/// this crate's row-parallel product (one single-threaded `gemm` per block of 512 rows, forward
-/// and backward). The result is the same `[b, s, d_out]`.
+/// tiling rule folds the rows, which it does not for row counts that are multiples of 32. On
+/// the CPU backends (see the module docs) the rows are folded here and go through this crate's
+/// row-parallel product (one single-threaded `gemm` per block of 512 rows, forward and
+/// backward); elsewhere this is `Linear::forward` on `x` as it is (on wgpu the folded product
+/// compiled new kernels for every row count: the tests ran 2× longer on lavapipe). The result
+/// is the same `[b, s, d_out]`.
 ///
 /// ```
 /// # use burn::prelude::*;
@@ -40,6 +42,9 @@ use crate::input::read_back;
 /// - x: `[b, s, d_in]`
 /// - returns `[b, s, d_out]`
 pub fn linear_rows(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
+    if !crate::paths::cpu::linear_runs_in_place(linear, &x) {
+        return linear.forward(x);
+    }
     let [b, s, d_in] = x.dims();
     // [b, s, d_in] -> [b·s, d_in] -> [b·s, d_out] -> [b, s, d_out]
     let y = crate::paths::cpu::linear_2d(linear, x.reshape([b * s, d_in]));

@@ -278,6 +278,8 @@ pub struct BenchRow {
 pub struct BenchReport {
     /// Backend.
     pub backend: String,
+    /// The CPU's SIMD features, detected at run time (`burn_sdpa::cpu_kernel::cpu_features`).
+    pub cpu_features: Vec<&'static str>,
     /// Sizes.
     pub config: BenchConfig,
     /// Timed cells.
@@ -446,6 +448,7 @@ pub fn run_bench(
     let (auto_ratio, auto_ratio_paired) = auto_ratios(&rows, &config.ns);
     Ok(BenchReport {
         backend: backend.name.clone(),
+        cpu_features: burn_sdpa::cpu_kernel::cpu_features(),
         config: config.clone(),
         rows,
         memory,

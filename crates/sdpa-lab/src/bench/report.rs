@@ -100,6 +100,15 @@ pub fn markdown(r: &BenchReport) -> String {
         r.config.min_total_ms,
         100.0 * r.config.padded_fraction
     );
+    s.push_str(&format!(
+        "CPU features detected at run time: {} (the CPU kernel's softmax loops run with {}).\n\n",
+        if r.cpu_features.is_empty() {
+            "none of the SIMD ones".to_string()
+        } else {
+            r.cpu_features.join(", ")
+        },
+        burn_sdpa::cpu_kernel::softmax_isa()
+    ));
     if r.backend == "wgpu" {
         s.push_str(
             "On a machine without a GPU the wgpu backend runs on Mesa's lavapipe, a Vulkan driver on the \

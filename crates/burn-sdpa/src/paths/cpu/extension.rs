@@ -284,11 +284,12 @@ impl<B: HostFloat + CpuKernelBackend, C: CheckpointStrategy> CpuKernelBackend fo
         call: KernelCall,
     ) -> FloatTensor<Self> {
         let saved = |bias: Option<FloatTensor<B>>| {
-            let (qp, kp, vp) = (
-                q.primitive().clone(),
-                k.primitive().clone(),
-                v.primitive().clone(),
-            );
+            // Heads split by a transpose are strided: one contiguous copy each, read by the
+            // forward here and by the backward later.
+            let contiguous = |t: &FloatTensor<Self>| {
+                B::contiguous(t.primitive().clone()).unwrap_or_else(|e| panic!("{e}"))
+            };
+            let (qp, kp, vp) = (contiguous(&q), contiguous(&k), contiguous(&v));
             let (out, lse) = forward::<B>(&qp, &kp, &vp, bias.as_ref(), &call);
             let state = SavedForward {
                 q: qp,

@@ -24,6 +24,23 @@ pub(crate) trait HostFloat: Backend {
         let device = like.device();
         Self::float_from_data(TensorData::new(values, shape), &device)
     }
+
+    /// `tensor` itself when the backend holds it contiguous, else a contiguous copy of it, so
+    /// that what is read twice (by a forward pass and by its backward) is copied at most once.
+    fn contiguous(tensor: FloatTensor<Self>) -> Result<FloatTensor<Self>, AttentionError> {
+        let copy = match Self::host(&tensor)? {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(values) => Some(values),
+        };
+        Ok(match copy {
+            None => tensor,
+            Some(values) => {
+                let shape = tensor.shape();
+                let device = tensor.device();
+                Self::float_from_data(TensorData::new(values, shape), &device)
+            }
+        })
+    }
 }
 
 /// The error for a tensor the kernel cannot read.

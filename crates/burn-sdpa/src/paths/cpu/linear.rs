@@ -72,8 +72,18 @@ pub(crate) fn forward(
     y
 }
 
-/// The gradients of [`forward`]: `(dx [rows, d_in], dW [d_in, d_out], db [d_out])`, each only
-/// when asked for.
+/// The gradients of [`forward`], each only when asked for.
+#[derive(Debug, Default)]
+pub(crate) struct LinearGrads {
+    /// `[rows, d_in]`
+    pub x: Option<Vec<f32>>,
+    /// `[d_in, d_out]`
+    pub weight: Option<Vec<f32>>,
+    /// `[d_out]`
+    pub bias: Option<Vec<f32>>,
+}
+
+/// The gradients of [`forward`] asked for by `want` (x, weight, bias) from the output's `grad`.
 pub(crate) fn backward(
     x: &[f32],
     weight: &[f32],
@@ -81,7 +91,7 @@ pub(crate) fn backward(
     d_in: usize,
     d_out: usize,
     want: [bool; 3],
-) -> (Option<Vec<f32>>, Option<Vec<f32>>, Option<Vec<f32>>) {
+) -> LinearGrads {
     let rows = grad.len() / d_out.max(1);
     assert_eq!(
         x.len(),
@@ -157,7 +167,11 @@ pub(crate) fn backward(
         }
         db
     });
-    (grad_x, grad_w, grad_b)
+    LinearGrads {
+        x: grad_x,
+        weight: grad_w,
+        bias: grad_b,
+    }
 }
 
 #[cfg(test)]
@@ -212,8 +226,8 @@ mod tests {
         }
         // L = Σ y ∘ g: dx = g Wᵀ, dW = xᵀ g, db = Σ_rows g.
         let g = values(rows * d_out, 4);
-        let (dx, dw, db) = backward(&x, &w, &g, d_in, d_out, [true, true, true]);
-        let (dx, dw, db) = (dx.unwrap(), dw.unwrap(), db.unwrap());
+        let grads = backward(&x, &w, &g, d_in, d_out, [true, true, true]);
+        let (dx, dw, db) = (grads.x.unwrap(), grads.weight.unwrap(), grads.bias.unwrap());
         for r in [0, ROW_BLOCK - 1, ROW_BLOCK, rows - 1] {
             for i in 0..d_in {
                 let e: f32 = (0..d_out)
@@ -238,8 +252,8 @@ mod tests {
             let e: f64 = (0..rows).map(|r| g[r * d_out + o] as f64).sum();
             assert!((db[o] as f64 - e).abs() < 1e-3);
         }
-        let (none_x, some_w, none_b) = backward(&x, &w, &g, d_in, d_out, [false, true, false]);
-        assert!(none_x.is_none() && none_b.is_none());
-        assert_eq!(some_w.unwrap(), dw);
+        let only_w = backward(&x, &w, &g, d_in, d_out, [false, true, false]);
+        assert!(only_w.x.is_none() && only_w.bias.is_none());
+        assert_eq!(only_w.weight.unwrap(), dw);
     }
 }

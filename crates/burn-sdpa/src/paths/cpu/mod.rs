@@ -112,20 +112,26 @@ where
     }
 }
 
-/// `linear` applied to `x` `[rows, d_in]`: through the row-parallel op of [`linear`] where it
-/// runs in place (Flex and NdArray with the crate's features, `f32` tensors), through Burn's
-/// `Linear` otherwise.
+/// Whether `layer` on `x` runs through the row-parallel op of [`linear`]: Flex and NdArray with
+/// the crate's features, all tensors `f32`.
+pub(crate) fn linear_runs_in_place<const D: usize>(
+    layer: &burn::nn::Linear,
+    x: &Tensor<D>,
+) -> bool {
+    cfg!(any(feature = "flex", feature = "ndarray"))
+        && x.dtype() == DType::F32
+        && layer.weight.dtype() == DType::F32
+        && layer.bias.as_ref().is_none_or(|b| b.dtype() == DType::F32)
+        && runs_in_place(&x.device())
+}
+
+/// `layer` applied to `x` `[rows, d_in]`: through the row-parallel op of [`linear`] where
+/// [`linear_runs_in_place`], through Burn's `Linear` otherwise.
 pub(crate) fn linear_2d(layer: &burn::nn::Linear, x: Tensor<2>) -> Tensor<2> {
     #[cfg(any(feature = "flex", feature = "ndarray"))]
-    {
-        let weight = layer.weight.val();
+    if linear_runs_in_place(layer, &x) {
         let bias = layer.bias.as_ref().map(|b| b.val());
-        let f32_data = x.dtype() == DType::F32
-            && weight.dtype() == DType::F32
-            && bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
-        if f32_data && runs_in_place(&x.device()) {
-            return row_ops::cpu_linear(x, weight, bias);
-        }
+        return row_ops::cpu_linear(x, layer.weight.val(), bias);
     }
     layer.forward(x)
 }

@@ -148,7 +148,11 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for LinearBackward<N> {
         ];
         let read = |t| B::host(t).unwrap_or_else(|e| panic!("{e}"));
         let (xs, ws, gs) = (read(&x), read(&weight), read(&grad_out));
-        let (dx, dw, db) = linear::backward(&xs, &ws, &gs, d_in, d_out, want);
+        let linear::LinearGrads {
+            x: dx,
+            weight: dw,
+            bias: db,
+        } = linear::backward(&xs, &ws, &gs, d_in, d_out, want);
         if let (Some(node), Some(dx)) = (&ops.parents[0], dx) {
             grads.register::<B>(node.id, B::from_host(dx, [rows, d_in], &x));
         }
