@@ -42,8 +42,10 @@ def cpu_model_and_flags():
     return model, [f for f in wanted if f in flags]
 
 
-def run_json(cmd, path):
-    subprocess.run(cmd, check=True, stdout=sys.stderr)
+def run_json(cmd, path, threads):
+    # The same number of threads on both sides: PyTorch's --threads, sdpa's rayon pool.
+    env = dict(os.environ, RAYON_NUM_THREADS=str(threads))
+    subprocess.run(cmd, check=True, stdout=sys.stderr, env=env)
     with open(path) as f:
         return json.load(f)
 
@@ -75,7 +77,7 @@ def main():
             if r % 2 == 1:
                 order.reverse()
             for side, cmd, name in order:
-                results[size][side].append(run_json(cmd, os.path.join(work, name)))
+                results[size][side].append(run_json(cmd, os.path.join(work, name), a.threads))
             print(f"round {r + 1}/{a.rounds} {size}: sdpa {results[size]['sdpa'][-1]['median_steps_per_s']:.1f}, "
                   f"pytorch {results[size]['pytorch'][-1]['median_steps_per_s']:.1f} steps/s", file=sys.stderr)
 

@@ -64,7 +64,8 @@ pub struct TrainBenchArgs {
     /// Rounds; steps/s is the median over them.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Untimed steps first (default: 20 small, 3 large).
+    /// Untimed steps first, at least 1 (step 0 records and evaluates; default: 20 small, 3
+    /// large).
     #[arg(long)]
     pub warmup: Option<usize>,
     /// Record metrics every 10 steps and evaluate every 50, as `sdpa train` does by default
@@ -90,7 +91,7 @@ pub struct TrainBenchResult {
     pub implementation: String,
     /// The CPU's SIMD features the kernels may use (detected at run time).
     pub cpu_features: Vec<&'static str>,
-    /// Threads of the kernel pool.
+    /// Threads of the CPU kernels' pool (`RAYON_NUM_THREADS` sets it).
     pub threads: usize,
     /// The size.
     pub size: BenchSize,
@@ -137,8 +138,9 @@ pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<Trai
     let (default_steps, default_warmup) = size.default_steps();
     let steps = args.steps.unwrap_or(default_steps);
     let warmup = args.warmup.unwrap_or(default_warmup);
-    if steps == 0 || args.rounds == 0 {
-        return Err(UsageError("--steps and --rounds must be > 0".into()).into());
+    if steps == 0 || args.rounds == 0 || warmup == 0 {
+        // Step 0 always records and evaluates: it is never timed.
+        return Err(UsageError("--steps, --rounds and --warmup must be > 0".into()).into());
     }
     let total = warmup + args.rounds * steps + 1;
     let mut config = TrainConfig::for_task(TaskConfig::new().with_k(k).with_vocab(vocab))
@@ -180,7 +182,7 @@ pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<Trai
         backend: args.backend.name().into(),
         implementation: config.model.attention.implementation.to_string(),
         cpu_features: crate::cpu_kernel::cpu_features(),
-        threads: available_threads(),
+        threads: crate::cpu_kernel::threads(),
         size,
         k,
         vocab,
@@ -194,11 +196,6 @@ pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<Trai
         profile_ms_per_step: profile_ms,
         final_loss: result.summary.final_train_loss,
     })
-}
-
-/// Threads the machine offers (the size of the thread pools the CPU kernels run on).
-fn available_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
 /// `sdpa train-bench`: every size asked for; prints a line each and writes the JSON files.

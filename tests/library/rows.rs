@@ -114,3 +114,24 @@ fn cross_entropy_refuses_targets_that_are_not_classes() {
         assert!(e.to_string().contains("[3, 4]"), "{backend}: {e}");
     }
 }
+
+#[test]
+fn linear_rows_gives_the_weight_gradient_of_a_frozen_input_and_serves_empty_inputs() {
+    for (backend, plain) in devices() {
+        let device = plain.autodiff();
+        let layer = LinearConfig::new(6, 3).init(&device);
+        // An input that carries no gradient: only the parameters are parents of the op.
+        let x = tensor(5, [2, 4, 6], &device);
+        let g = tensor(6, [2, 4, 3], &device);
+        let grads = (linear_rows(&layer, x.clone()) * g.clone())
+            .sum()
+            .backward();
+        let reference = (layer.forward(x) * g).sum().backward();
+        let weight = |grads| values(layer.weight.grad(grads).expect("weight gradient"));
+        assert_close(
+            &format!("{backend} frozen-input dW"),
+            weight(&grads),
+            weight(&reference),
+        );
+    }
+}

@@ -104,4 +104,5 @@ pub mod cpu_kernel {
         KEY_BLOCK, KernelShape, LONG_KEY_BLOCK, LONG_KEYS, QUERY_BLOCK, Tiles,
     };
     pub use crate::paths::cpu::simd::{cpu_features, softmax_isa};
+    pub use crate::paths::cpu::threads;
 }

@@ -85,8 +85,10 @@ pub fn try_cross_entropy(
             got: vec![n_targets],
         });
     }
+    // Zero rows: Burn's mean over nothing (NaN), on every backend.
     #[cfg(any(feature = "flex", feature = "ndarray"))]
-    if logits.dtype() == burn::tensor::DType::F32
+    if rows > 0
+        && logits.dtype() == burn::tensor::DType::F32
         && crate::cpu_kernel::runs_in_place(&logits.device())
     {
         let ids: Vec<i64> = read_back("the cross-entropy targets", targets)?;

@@ -1,5 +1,9 @@
 //! Where a run's optimizer steps spend their time: each step's wall time, phase by phase (what
 //! `sdpa train-bench` reports).
+//!
+//! The phases are wall time on the host. The CPU backends compute eagerly, so each phase holds
+//! its own work; a GPU backend queues work asynchronously, so there the forward and backward
+//! phases hold only the queueing and the host read waits for the device.
 
 use serde::{Deserialize, Serialize};
 

@@ -129,11 +129,12 @@ pub(crate) fn backward(
         dx
     });
     let grad_w = want[1].then(|| {
-        // dW = Σ_blocks x_blockᵀ · dy_block: one partial sum per pair of blocks, then their sum.
-        let block_pairs: Vec<Vec<(usize, usize)>> = blocks(rows)
-            .collect::<Vec<_>>()
-            .chunks(2)
-            .map(<[_]>::to_vec)
+        // dW = Σ_blocks x_blockᵀ · dy_block: the blocks dealt round-robin into at most two
+        // partial sums per thread (memory 2·threads·d_in·d_out), then their sum.
+        let all: Vec<(usize, usize)> = blocks(rows).collect();
+        let n_parts = all.len().min(2 * rayon::current_num_threads()).max(1);
+        let block_pairs: Vec<Vec<(usize, usize)>> = (0..n_parts)
+            .map(|part| all.iter().copied().skip(part).step_by(n_parts).collect())
             .collect();
         let mut partials = vec![vec![0.0f32; d_in * d_out]; block_pairs.len()];
         let tasks: Vec<_> = partials.iter_mut().zip(block_pairs).collect();

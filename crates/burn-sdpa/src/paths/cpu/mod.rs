@@ -91,9 +91,16 @@ pub fn runs_in_place(device: &Device) -> bool {
 
 /// Work (in flops) below which a CPU op runs on the calling thread: handing a job to the
 /// thread pool and waking its workers costs tens of microseconds, and on a 2-core machine the
-/// idle workers' spinning competes with the caller's next ops. Measured on the default model at
-/// seq_len 16 (`sdpa train-bench --size small`), where every op of a step is below it.
+/// idle workers' spinning competes with the caller's next ops. Measured on a 2-core machine with
+/// the default model at seq_len 16 (`sdpa train-bench --size small`), where every op of a step is
+/// below it; on machines with many cores a lower threshold may pay (not measured).
 pub(crate) const PARALLEL_WORK: usize = 1 << 24;
+
+/// Threads of the pool the CPU kernels and row ops run on (rayon's global pool: every core, or
+/// `RAYON_NUM_THREADS`).
+pub fn threads() -> usize {
+    rayon::current_num_threads()
+}
 
 /// Runs `f` on every task, on the thread pool when `work` (flops) is worth it
 /// ([`PARALLEL_WORK`]), on the calling thread otherwise; `init` makes each thread's scratch.
@@ -118,7 +125,10 @@ pub(crate) fn linear_runs_in_place<const D: usize>(
     layer: &burn::nn::Linear,
     x: &Tensor<D>,
 ) -> bool {
+    // Empty inputs and weights (zero rows, d_in = 0 or d_out = 0) take Burn's Linear.
     cfg!(any(feature = "flex", feature = "ndarray"))
+        && x.shape().num_elements() > 0
+        && layer.weight.shape().num_elements() > 0
         && x.dtype() == DType::F32
         && layer.weight.dtype() == DType::F32
         && layer.bias.as_ref().is_none_or(|b| b.dtype() == DType::F32)
