@@ -22,9 +22,9 @@ use crate::input::read_back;
 /// tiling rule folds the rows, which it does not for row counts that are multiples of 32. On
 /// the CPU backends (see the module docs) the rows are folded here and go through this crate's
 /// row-parallel product (one single-threaded `gemm` per block of 512 rows, forward and
-/// backward); elsewhere this is `Linear::forward` on `x` as it is (on wgpu the folded product
-/// compiled new kernels for every row count: the tests ran 2× longer on lavapipe). The result
-/// is the same `[b, s, d_out]`.
+/// backward); elsewhere this is `Linear::forward` on `x` as it is (with the rows folded on wgpu
+/// too, the library tests took 20 minutes on lavapipe instead of about 8; the cause was not
+/// established). The result is the same `[b, s, d_out]`.
 ///
 /// ```
 /// # use burn::prelude::*;
