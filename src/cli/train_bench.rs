@@ -119,18 +119,6 @@ pub struct TrainBenchResult {
     pub final_loss: f64,
 }
 
-/// The median of a non-empty list.
-fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let mid = v.len() / 2;
-    if v.len() % 2 == 1 {
-        v[mid]
-    } else {
-        (v[mid - 1] + v[mid]) / 2.0
-    }
-}
-
 /// Runs one size: a single in-memory run of warm-up + rounds · steps + 1 steps, whose timed
 /// steps are split into rounds (the last step, which always records, is not timed).
 pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<TrainBenchResult> {
@@ -191,7 +179,7 @@ pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<Trai
         logging: args.logging,
         steps_per_round: steps,
         rounds: args.rounds,
-        median_steps_per_s: median(&rates),
+        median_steps_per_s: sdpa_lab::stats::median(&rates),
         steps_per_s: rates,
         profile_ms_per_step: profile_ms,
         final_loss: result.summary.final_train_loss,
@@ -230,15 +218,4 @@ pub fn run(args: &TrainBenchArgs) -> anyhow::Result<bool> {
         );
     }
     Ok(true)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn median_of_odd_and_even_lists() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-    }
 }

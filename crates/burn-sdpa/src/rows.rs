@@ -42,14 +42,15 @@ use crate::input::read_back;
 /// - x: `[b, s, d_in]`
 /// - returns `[b, s, d_out]`
 pub fn linear_rows(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
-    if !crate::paths::cpu::linear_runs_in_place(linear, &x) {
-        return linear.forward(x);
+    #[cfg(any(feature = "flex", feature = "ndarray"))]
+    if crate::paths::cpu::linear_runs_in_place(linear, &x) {
+        let [b, s, d_in] = x.dims();
+        // [b, s, d_in] -> [b·s, d_in] -> [b·s, d_out] -> [b, s, d_out]
+        let y = crate::paths::cpu::linear_in_place(linear, x.reshape([b * s, d_in]));
+        let [_, d_out] = y.dims();
+        return y.reshape([b, s, d_out]);
     }
-    let [b, s, d_in] = x.dims();
-    // [b, s, d_in] -> [b·s, d_in] -> [b·s, d_out] -> [b, s, d_out]
-    let y = crate::paths::cpu::linear_2d(linear, x.reshape([b * s, d_in]));
-    let [_, d_out] = y.dims();
-    y.reshape([b, s, d_out])
+    linear.forward(x)
 }
 
 /// The mean cross-entropy of `logits` against the class ids `targets`, as Burn's
@@ -85,31 +86,30 @@ pub fn try_cross_entropy(
             got: vec![n_targets],
         });
     }
+    // Burn's loss gathers the targets without checking them: they are checked here, on every
+    // backend (one small read).
+    let ids: Vec<i64> = read_back("the cross-entropy targets", targets.clone())?;
+    let checked = ids
+        .iter()
+        .enumerate()
+        .map(|(row_idx, &id)| {
+            usize::try_from(id)
+                .ok()
+                .filter(|&c| c < classes)
+                .ok_or_else(|| out_of_range(row_idx, id, classes))
+        })
+        .collect::<Result<Vec<usize>, _>>()?;
     // Zero rows: Burn's mean over nothing (NaN), on every backend.
     #[cfg(any(feature = "flex", feature = "ndarray"))]
     if rows > 0
         && logits.dtype() == burn::tensor::DType::F32
         && crate::cpu_kernel::runs_in_place(&logits.device())
     {
-        let ids: Vec<i64> = read_back("the cross-entropy targets", targets)?;
-        let mut checked = Vec::with_capacity(ids.len());
-        for (row_idx, &id) in ids.iter().enumerate() {
-            match usize::try_from(id) {
-                Ok(c) if c < classes => checked.push(c),
-                _ => return Err(out_of_range(row_idx, id, classes)),
-            }
-        }
         return Ok(crate::paths::cpu::cross_entropy_2d(logits, checked));
     }
-    // Burn's loss gathers the targets without checking them: check here (one small read).
-    let ids: Vec<i64> = read_back("the cross-entropy targets", targets.clone())?;
-    if let Some((row_idx, &id)) = ids
-        .iter()
-        .enumerate()
-        .find(|(_, id)| usize::try_from(**id).map_or(true, |c| c >= classes))
-    {
-        return Err(out_of_range(row_idx, id, classes));
-    }
+    // Without the CPU op the checked ids are not needed beyond the check.
+    #[cfg(not(any(feature = "flex", feature = "ndarray")))]
+    let _ = checked;
     Ok(CrossEntropyLossConfig::new()
         .init(&logits.device())
         .forward(logits, targets))

@@ -61,6 +61,21 @@ pub(crate) enum MaybeBias<B: Backend> {
     Absent,
 }
 
+impl<B: Backend> MaybeBias<B> {
+    /// `Present` for `Some`, `Absent` for `None`.
+    pub(crate) fn from_option(bias: Option<FloatTensor<B>>) -> Self {
+        bias.map_or(MaybeBias::Absent, MaybeBias::Present)
+    }
+
+    /// The bias, if present.
+    pub(crate) fn as_option(&self) -> Option<&FloatTensor<B>> {
+        match self {
+            MaybeBias::Present(b) => Some(b),
+            MaybeBias::Absent => None,
+        }
+    }
+}
+
 /// The op. Calling it on a backend that is not listed panics: [`super::blocker`] routes those
 /// calls to the host-copy path (inference) or refuses them (training).
 #[backend_extension(Flex: cfg(feature = "flex"), NdArray: cfg(feature = "ndarray"), Autodiff)]
@@ -83,10 +98,7 @@ pub(crate) fn attention(
     bias: Option<Tensor<4>>,
     call: KernelCall,
 ) -> Tensor<4> {
-    let bias = match bias {
-        Some(bias) => MaybeBias::Present(bias.into_dispatch()),
-        None => MaybeBias::Absent,
-    };
+    let bias = MaybeBias::from_option(bias.map(Tensor::into_dispatch));
     Tensor::from_dispatch(<Dispatch as CpuKernelBackend>::cpu_kernel_attention(
         q.into_dispatch(),
         k.into_dispatch(),
@@ -156,11 +168,7 @@ macro_rules! in_place_backend {
                 bias: MaybeBias<Self>,
                 call: KernelCall,
             ) -> FloatTensor<Self> {
-                let bias = match &bias {
-                    MaybeBias::Present(b) => Some(b),
-                    MaybeBias::Absent => None,
-                };
-                forward::<Self>(&q, &k, &v, bias, &call).0
+                forward::<Self>(&q, &k, &v, bias.as_option(), &call).0
             }
         }
     };
@@ -303,10 +311,7 @@ impl<B: HostFloat + CpuKernelBackend, C: CheckpointStrategy> CpuKernelBackend fo
             (state, out)
         };
         let untracked = |bias: Option<FloatTensor<B>>| {
-            let bias = match bias {
-                Some(b) => MaybeBias::Present(b),
-                None => MaybeBias::Absent,
-            };
+            let bias = MaybeBias::from_option(bias);
             B::cpu_kernel_attention(
                 q.primitive().clone(),
                 k.primitive().clone(),

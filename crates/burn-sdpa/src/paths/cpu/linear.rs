@@ -5,8 +5,8 @@
 //! Burn 0.22.1's Flex matmul runs a tall `[32 768, 64] × [64, 64]` product at about a third of
 //! what two single-threaded `gemm` calls on halves of the rows reach, and a 3-D input becomes one
 //! small product per batch row; this op splits the rows into blocks of [`ROW_BLOCK`], one
-//! single-threaded `gemm` per block on the thread pool (the weight gradient sums one partial
-//! product per block). `linear_rows` takes it for `f32` on the backends it serves.
+//! single-threaded `gemm` per block on the thread pool (the weight gradient sums at most two
+//! partial products per thread). `linear_rows` takes it for `f32` on the backends it serves.
 
 use super::for_each_task;
 use super::tile::{View, product};
@@ -41,35 +41,47 @@ pub(crate) fn forward(
         x.len().is_multiple_of(d_in.max(1)),
         "linear: x is not [rows, d_in]"
     );
-    let rows = x.len() / d_in.max(1);
     if let Some(b) = bias {
         assert_eq!(b.len(), d_out, "linear: bias is not [d_out]");
     }
-    let mut y = vec![0.0f32; rows * d_out];
-    let tasks: Vec<_> = y
-        .chunks_mut((ROW_BLOCK * d_out).max(1))
+    row_blocked_product(x, d_in, View::rows(weight, d_in, d_out, d_out), d_out, bias)
+}
+
+/// `out [rows, cols] = a [rows, k] · rhs [k, cols]`, plus `bias` on every row when given, one
+/// task per block of [`ROW_BLOCK`] rows of `a`.
+fn row_blocked_product(
+    a: &[f32],
+    k: usize,
+    rhs: View<'_>,
+    cols: usize,
+    bias: Option<&[f32]>,
+) -> Vec<f32> {
+    let rows = a.len() / k.max(1);
+    let mut out = vec![0.0f32; rows * cols];
+    let tasks: Vec<_> = out
+        .chunks_mut((ROW_BLOCK * cols).max(1))
         .zip(blocks(rows))
         .collect();
     for_each_task(
         tasks,
-        2 * rows * d_in * d_out,
+        2 * rows * k * cols,
         || (),
         |_, (out, (start, n))| {
             if let Some(b) = bias {
-                out.chunks_mut(d_out.max(1))
+                out.chunks_mut(cols.max(1))
                     .for_each(|row| row.copy_from_slice(b));
             }
             product(
                 out,
-                d_out,
-                View::rows(&x[start * d_in..(start + n) * d_in], n, d_in, d_in),
-                View::rows(weight, d_in, d_out, d_out),
+                cols,
+                View::rows(&a[start * k..(start + n) * k], n, k, k),
+                rhs,
                 bias.is_some(),
                 1.0,
             )
         },
     );
-    y
+    out
 }
 
 /// The gradients of [`forward`], each only when asked for.
@@ -103,47 +115,32 @@ pub(crate) fn backward(
         d_in * d_out,
         "linear backward: weight is not [d_in, d_out]"
     );
-    let work = 2 * rows * d_in * d_out;
+    // dx = dy · Wᵀ: Wᵀ is the [d_out, d_in] transpose of the row-major weight.
     let grad_x = want[0].then(|| {
-        let mut dx = vec![0.0f32; rows * d_in];
-        let tasks: Vec<_> = dx
-            .chunks_mut((ROW_BLOCK * d_in).max(1))
-            .zip(blocks(rows))
-            .collect();
-        for_each_task(
-            tasks,
-            work,
-            || (),
-            |_, (out, (start, n))| {
-                // dx = dy · Wᵀ: Wᵀ is the [d_out, d_in] transpose of the row-major weight.
-                product(
-                    out,
-                    d_in,
-                    View::rows(&grad[start * d_out..(start + n) * d_out], n, d_out, d_out),
-                    View::transposed(weight, d_out, d_in, d_out),
-                    false,
-                    1.0,
-                )
-            },
-        );
-        dx
+        row_blocked_product(
+            grad,
+            d_out,
+            View::transposed(weight, d_out, d_in, d_out),
+            d_in,
+            None,
+        )
     });
     let grad_w = want[1].then(|| {
         // dW = Σ_blocks x_blockᵀ · dy_block: the blocks dealt round-robin into at most two
         // partial sums per thread (memory 2·threads·d_in·d_out), then their sum.
         let all: Vec<(usize, usize)> = blocks(rows).collect();
-        let n_parts = all.len().min(2 * rayon::current_num_threads()).max(1);
-        let block_pairs: Vec<Vec<(usize, usize)>> = (0..n_parts)
+        let n_parts = all.len().min(2 * super::threads()).max(1);
+        let parts: Vec<Vec<(usize, usize)>> = (0..n_parts)
             .map(|part| all.iter().copied().skip(part).step_by(n_parts).collect())
             .collect();
-        let mut partials = vec![vec![0.0f32; d_in * d_out]; block_pairs.len()];
-        let tasks: Vec<_> = partials.iter_mut().zip(block_pairs).collect();
+        let mut partials = vec![vec![0.0f32; d_in * d_out]; parts.len()];
+        let tasks: Vec<_> = partials.iter_mut().zip(parts).collect();
         for_each_task(
             tasks,
-            work,
+            2 * rows * d_in * d_out,
             || (),
-            |_, (acc, pair)| {
-                for (start, n) in pair {
+            |_, (acc, part)| {
+                for (start, n) in part {
                     product(
                         acc,
                         d_out,

@@ -120,14 +120,14 @@ where
 }
 
 /// Whether `layer` on `x` runs through the row-parallel op of [`linear`]: Flex and NdArray with
-/// the crate's features, all tensors `f32`.
+/// the crate's features, all tensors `f32`, nothing empty (zero rows, d_in = 0 or d_out = 0
+/// take Burn's Linear).
+#[cfg(any(feature = "flex", feature = "ndarray"))]
 pub(crate) fn linear_runs_in_place<const D: usize>(
     layer: &burn::nn::Linear,
     x: &Tensor<D>,
 ) -> bool {
-    // Empty inputs and weights (zero rows, d_in = 0 or d_out = 0) take Burn's Linear.
-    cfg!(any(feature = "flex", feature = "ndarray"))
-        && x.shape().num_elements() > 0
+    x.shape().num_elements() > 0
         && layer.weight.shape().num_elements() > 0
         && x.dtype() == DType::F32
         && layer.weight.dtype() == DType::F32
@@ -135,15 +135,12 @@ pub(crate) fn linear_runs_in_place<const D: usize>(
         && runs_in_place(&x.device())
 }
 
-/// `layer` applied to `x` `[rows, d_in]`: through the row-parallel op of [`linear`] where
-/// [`linear_runs_in_place`], through Burn's `Linear` otherwise.
-pub(crate) fn linear_2d(layer: &burn::nn::Linear, x: Tensor<2>) -> Tensor<2> {
-    #[cfg(any(feature = "flex", feature = "ndarray"))]
-    if linear_runs_in_place(layer, &x) {
-        let bias = layer.bias.as_ref().map(|b| b.val());
-        return row_ops::cpu_linear(x, layer.weight.val(), bias);
-    }
-    layer.forward(x)
+/// `layer` applied to `x` `[rows, d_in]` through the row-parallel op of [`linear`] (the caller
+/// has checked [`linear_runs_in_place`]).
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+pub(crate) fn linear_in_place(layer: &burn::nn::Linear, x: Tensor<2>) -> Tensor<2> {
+    let bias = layer.bias.as_ref().map(|b| b.val());
+    row_ops::cpu_linear(x, layer.weight.val(), bias)
 }
 
 /// The mean cross-entropy of `logits` `[rows, classes]` against checked class ids, through the

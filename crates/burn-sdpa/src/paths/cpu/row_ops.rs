@@ -55,14 +55,10 @@ pub(crate) fn cpu_cross_entropy(logits: Tensor<2>, targets: Vec<usize>) -> Tenso
 /// - x: `[rows, d_in]`; weight: `[d_in, d_out]`; bias: `[d_out]`
 /// - returns `[rows, d_out]`
 pub(crate) fn cpu_linear(x: Tensor<2>, weight: Tensor<2>, bias: Option<Tensor<1>>) -> Tensor<2> {
-    let bias = match bias {
-        Some(b) => MaybeBias::Present(b.into_dispatch()),
-        None => MaybeBias::Absent,
-    };
     Tensor::from_dispatch(<Dispatch as CpuRowOps>::cpu_linear(
         x.into_dispatch(),
         weight.into_dispatch(),
-        bias,
+        MaybeBias::from_option(bias.map(Tensor::into_dispatch)),
     ))
 }
 
@@ -104,11 +100,7 @@ macro_rules! in_place_backend {
                 weight: FloatTensor<Self>,
                 bias: MaybeBias<Self>,
             ) -> FloatTensor<Self> {
-                let bias = match &bias {
-                    MaybeBias::Present(b) => Some(b),
-                    MaybeBias::Absent => None,
-                };
-                forward::<Self>(&x, &weight, bias)
+                forward::<Self>(&x, &weight, bias.as_option())
             }
 
             fn cpu_cross_entropy(logits: FloatTensor<Self>, targets: Targets) -> FloatTensor<Self> {
