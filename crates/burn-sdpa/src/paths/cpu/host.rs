@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 
 use burn::backend::{Backend, TensorMetadata, tensor::FloatTensor};
-use burn::tensor::{DType, TensorData};
+use burn::tensor::{DType, Shape, TensorData};
 
 use crate::error::AttentionError;
 use crate::vocabulary::Implementation;
@@ -16,9 +16,9 @@ pub(crate) trait HostFloat: Backend {
     fn host(tensor: &FloatTensor<Self>) -> Result<Cow<'_, [f32]>, AttentionError>;
 
     /// A tensor of the given shape from row-major values, on `like`'s device.
-    fn from_host<const D: usize>(
+    fn from_host(
         values: Vec<f32>,
-        shape: [usize; D],
+        shape: impl Into<Shape>,
         like: &FloatTensor<Self>,
     ) -> FloatTensor<Self> {
         let device = like.device();
@@ -34,11 +34,7 @@ pub(crate) trait HostFloat: Backend {
         };
         Ok(match copy {
             None => tensor,
-            Some(values) => {
-                let shape = tensor.shape();
-                let device = tensor.device();
-                Self::float_from_data(TensorData::new(values, shape), &device)
-            }
+            Some(values) => Self::from_host(values, tensor.shape(), &tensor),
         })
     }
 }
