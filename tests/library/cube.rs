@@ -217,7 +217,7 @@ fn gradients(
 /// Runs `input` through the kernel and through `Naive` (see [`gradients`]) and asserts the same
 /// context and gradients: NaN exactly where `Naive` has NaN, elsewhere within 1e-4. Returns the
 /// kernel's.
-fn assert_trains_like_naive(
+pub(crate) fn assert_trains_like_naive(
     label: &str,
     input: &AttentionInput,
     alignment: CausalAlignment,

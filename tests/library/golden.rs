@@ -1,6 +1,7 @@
 //! Every golden case (PyTorch, float64) passes forward and backward on every compiled backend:
-//! the base cases (`sdpa/`), the soft-cap and window cases (`extensions/`) and the packed-sequence
-//! and ALiBi cases (`extensions2/`).
+//! the base cases (`sdpa/`), the soft-cap and window cases (`extensions/`), the packed-sequence
+//! and ALiBi cases (`extensions2/`) and the head sizes 96 to 512 (`tests/data/golden-head-sizes`,
+//! generated in the repository by its `generate.py`).
 
 use std::path::PathBuf;
 
@@ -21,13 +22,15 @@ fn golden_dir(shared: &str, vendored: &str) -> PathBuf {
     }
 }
 
-/// Every case file of both folders: at least the 12 base cases and the 5 extension cases.
+/// Every case file of the folders: at least the 12 base cases, the 5 + 4 extension cases and the
+/// 22 head-size cases.
 fn golden_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
     for (shared, vendored, at_least) in [
         ("sdpa", "golden", 12),
         ("extensions", "golden-extensions", 5),
         ("extensions2", "golden-extensions2", 4),
+        ("head-sizes", "golden-head-sizes", 22),
     ] {
         let dir = golden_dir(shared, vendored);
         let found = golden::case_files(&dir).expect("golden folder");
@@ -149,9 +152,9 @@ fn every_golden_case_passes_on_every_backend_cpu_kernel() {
         "failing golden cases (CpuKernel):\n{}",
         failures.join("\n")
     );
-    // flex and ndarray are on by default: at least their 2 × (12 + 5 + 4) cases ran backward.
+    // flex and ndarray are on by default: at least their 2 × (12 + 5 + 4 + 22) cases ran backward.
     assert!(
-        with_gradients >= 42,
+        with_gradients >= 86,
         "only {with_gradients} cases ran backward"
     );
 }
@@ -183,6 +186,20 @@ fn vendored_copy_matches_the_cases_it_was_copied_from() {
         alibi += usize::from(case.alibi_slopes.is_some());
     }
     assert_eq!((packed, alibi), (2, 2));
+    let files = golden::case_files(&root.join("tests/data/golden-head-sizes")).expect("vendored");
+    assert_eq!(files.len(), 22);
+    let mut head_sizes = std::collections::BTreeSet::new();
+    for f in files {
+        let case = golden::load_case(&f).unwrap_or_else(|e| panic!("{e}"));
+        head_sizes.insert((case.query.shape[3], case.value.shape[3]));
+    }
+    for d_k in [96, 128, 160, 192, 256] {
+        assert!(head_sizes.contains(&(d_k, d_k)), "d_k = d_v = {d_k}");
+        assert!(
+            head_sizes.iter().any(|&(k, v)| k == d_k && v != d_k),
+            "d_v != {d_k}"
+        );
+    }
 }
 
 #[test]
@@ -266,5 +283,5 @@ fn every_golden_case_passes_forward_and_backward_through_the_cube_kernel_on_wgpu
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
-    assert!(files.len() >= 21);
+    assert!(files.len() >= 43);
 }

@@ -5,6 +5,7 @@ mod auto;
 mod common;
 mod cube;
 mod cube_dtypes;
+mod cube_head_sizes;
 mod errors;
 mod extensions;
 mod golden;

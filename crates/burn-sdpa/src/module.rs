@@ -128,6 +128,31 @@ impl ScaledDotProductAttention {
         paths::resolve(self.implementation, &self.call(input.clone())?)
     }
 
+    /// Why `path` cannot serve a call (after validating it), or `None` when it can: what `Auto`
+    /// saw when it passed `path` over, and what an explicit request for it would be refused
+    /// with. The CubeCL kernel's reasons name the sizes and the device's limit (head sizes
+    /// above 512, or a row of keys and values that does not fit the shared memory).
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_sdpa::{AttentionInput, AttentionPath, ScaledDotProductAttentionConfig};
+    /// let device = Device::flex();
+    /// let x = Tensor::<4>::zeros([1, 2, 3, 8], &device);
+    /// let attn = ScaledDotProductAttentionConfig::new().init();
+    /// let input = AttentionInput::new(x.clone(), x.clone(), x);
+    /// let why = attn.why_not(&input, AttentionPath::CubeKernel).unwrap();
+    /// assert_eq!(why.as_deref(), Some("it runs on the CubeCL backends only"));
+    /// assert_eq!(attn.why_not(&input, AttentionPath::Naive).unwrap(), None);
+    /// ```
+    pub fn why_not(
+        &self,
+        input: &AttentionInput,
+        path: AttentionPath,
+    ) -> Result<Option<String>, AttentionError> {
+        let call = self.call(input.clone())?;
+        Ok(paths::blocker(path, &call).map(std::borrow::Cow::into_owned))
+    }
+
     /// The module's options, as set (the fields are public: they are checked at every call).
     pub fn options(&self) -> AttentionOptions {
         AttentionOptions {

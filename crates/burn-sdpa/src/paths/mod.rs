@@ -1,9 +1,10 @@
 //! The attention paths, and the only place that chooses one.
 //!
-//! Every path is one file with two functions: `blocker(&Call) -> Option<&'static str>` says why it
-//! cannot serve a call (or `None`), and `run(Call)` computes it. [`resolve`] honours an explicit
-//! [`Implementation`] or rejects it with the path's reason, and asks [`auto::auto_path`] for
-//! `Auto`; [`run`] dispatches. Adding a path means a file here, a variant in [`crate::vocabulary`] (with its
+//! Every path is one file with two functions: `blocker(&Call)` says why it cannot serve a call
+//! (`Option<&'static str>`; the cube path's a `Cow`, since its reasons name the device's limits),
+//! and `run(Call)` computes it. [`resolve`] honours an explicit [`Implementation`] or rejects it
+//! with the path's reason, and asks [`auto::auto_path`] for `Auto`; [`run`] dispatches. Adding a
+//! path means a file here, a variant in [`crate::vocabulary`] (with its
 //! spelling), and one arm in each of the two matches below.
 
 pub mod auto;
@@ -16,6 +17,8 @@ pub(crate) mod fused;
 pub(crate) mod naive;
 pub(crate) mod nonfinite;
 
+use std::borrow::Cow;
+
 use crate::error::AttentionError;
 use crate::input::AttentionOutput;
 use crate::vocabulary::{AttentionPath, Implementation};
@@ -23,17 +26,18 @@ use auto::{AutoRequest, auto_path};
 use call::Call;
 
 /// Why `path` cannot serve `call`, if it cannot.
-fn blocker(path: AttentionPath, call: &Call) -> Option<&'static str> {
-    match path {
+pub(crate) fn blocker(path: AttentionPath, call: &Call) -> Option<Cow<'static, str>> {
+    let reason = match path {
         AttentionPath::Naive => naive::blocker(call),
         AttentionPath::Chunked(_) => chunked::blocker(call),
         AttentionPath::Fused => fused::blocker(call),
         AttentionPath::CpuKernel => cpu::blocker(call),
         #[cfg(feature = "cube")]
-        AttentionPath::CubeKernel => cube::blocker(call),
+        AttentionPath::CubeKernel => return cube::blocker(call),
         #[cfg(not(feature = "cube"))]
         AttentionPath::CubeKernel => Some("burn-sdpa was built without its `cube` feature"),
-    }
+    };
+    reason.map(Cow::Borrowed)
 }
 
 /// Runs `call` on `path`, with the policy for non-finite inputs of [`nonfinite`] (the CPU
@@ -79,7 +83,7 @@ pub(crate) fn resolve(
         return match blocker(path, call) {
             Some(reason) => Err(AttentionError::Unsupported {
                 implementation,
-                reason: reason.to_string(),
+                reason: reason.into_owned(),
             }),
             None => Ok(path),
         };

@@ -13,19 +13,18 @@
 //! gradient (bad keys are zeroed before the kernels; a NaN or +∞ bias entry counts as 0).
 //!
 //! As in the forward pass, every element read from shared memory feeds `rows` multiply-adds,
-//! everything is computed in f32 whatever the storage type `F` (only dQ, dK, dV are rounded to
-//! it), and the grid's second and third axes together index the (batch·head) rows.
+//! every sum over d accumulates into an array indexed by the unit's rows (d outermost, unrolled
+//! when `unroll_d`), the tiles are `tile.rs`'s (`tile_rows`, `planes`), everything is computed in
+//! f32 whatever the storage type `F` (only dQ, dK, dV are rounded to it), and the grid's second
+//! and third axes together index the (batch·head) rows.
 
 use cubecl::prelude::*;
 
 use super::kernel::{
-    KEY_ROWS, LANES, Pair, UNITS, broadcast_row, extra_row, grid_row, in_band, key_range,
-    load_tile, read_bias,
+    LANES, Pair, UNITS, broadcast_row, extra_row, grid_row, in_band, key_range, load_tile,
+    read_bias,
 };
-
-/// Queries per shared-memory tile of `flash_backward_dkdv`: the [`KEY_ROWS`] rows `load_tile`
-/// fills.
-pub(crate) const QUERY_TILE: usize = KEY_ROWS;
+use super::tile::tile_len;
 
 /// dQ `[b, h, n, d_k]` of the forward pass with the same options (see `flash_forward`); `lse` and
 /// `delta` (D = rowsum(dO ∘ O)) are `[b, h, n]`. With `write_scores`, also the gradient of the
@@ -55,7 +54,9 @@ pub(crate) fn flash_backward_dq<F: Float>(
     #[comptime] d_k: usize,
     #[comptime] d_v: usize,
     #[comptime] rows: usize,
+    #[comptime] tile_rows: usize,
     #[comptime] planes: bool,
+    #[comptime] unroll_d: bool,
     #[comptime] causal: bool,
     #[comptime] has_left: bool,
     #[comptime] has_right: bool,
@@ -83,8 +84,8 @@ pub(crate) fn flash_backward_dq<F: Float>(
     // Row r of this unit is query first_query + r · UNITS.
     let first_query = block_start + unit;
 
-    let mut k_tile = Shared::<[f32]>::new_slice(comptime!(KEY_ROWS * d_k));
-    let mut v_tile = Shared::<[f32]>::new_slice(comptime!(KEY_ROWS * d_v));
+    let mut k_tile = Shared::<[f32]>::new_slice(comptime!(tile_len(planes, tile_rows, d_k)));
+    let mut v_tile = Shared::<[f32]>::new_slice(comptime!(tile_len(planes, tile_rows, d_v)));
 
     let mut q_rows = Array::<f32>::new(comptime!(rows * d_k));
     let mut do_rows = Array::<f32>::new(comptime!(rows * d_v));
@@ -94,6 +95,7 @@ pub(crate) fn flash_backward_dq<F: Float>(
     let mut k_vals = Array::<f32>::new(d_k);
     let mut v_vals = Array::<f32>::new(d_v);
     let mut scores = Array::<f32>::new(rows);
+    let mut d_probs = Array::<f32>::new(rows);
     let mut d_weights = Array::<f32>::new(rows);
     let mut segment_rows = Array::<i32>::new(rows);
     #[unroll]
@@ -101,7 +103,7 @@ pub(crate) fn flash_backward_dq<F: Float>(
         let query_idx = first_query + r * UNITS;
         let active = query_idx < n;
         let row_idx = bh * n + query_idx;
-        #[unroll]
+        #[unroll(unroll_d)]
         for dd in 0..d_k {
             let mut x = 0.0f32;
             if active {
@@ -110,7 +112,7 @@ pub(crate) fn flash_backward_dq<F: Float>(
             q_rows[r * d_k + dd] = x * scale;
             dq_acc[r * d_k + dd] = 0.0f32;
         }
-        #[unroll]
+        #[unroll(unroll_d)]
         for dd in 0..d_v {
             let mut x = 0.0f32;
             if active {
@@ -157,26 +159,60 @@ pub(crate) fn flash_backward_dq<F: Float>(
     );
 
     let lane = UNIT_POS_PLANE as usize % LANES;
-    for tile_idx in key_lo / KEY_ROWS..key_hi.div_ceil(KEY_ROWS) {
-        let key_start = tile_idx * KEY_ROWS;
+    for tile_idx in key_lo / tile_rows..key_hi.div_ceil(tile_rows) {
+        let key_start = tile_idx * tile_rows;
         if !planes {
-            load_tile::<F>(k, &mut k_tile, kv, key_start, m, unit, d_k);
-            load_tile::<F>(v, &mut v_tile, kv, key_start, m, unit, d_v);
+            load_tile::<F>(
+                k,
+                &mut k_tile,
+                kv,
+                key_start,
+                m,
+                unit,
+                tile_rows,
+                d_k,
+                unroll_d,
+            );
+            load_tile::<F>(
+                v,
+                &mut v_tile,
+                kv,
+                key_start,
+                m,
+                unit,
+                tile_rows,
+                d_v,
+                unroll_d,
+            );
             sync_cube();
         }
-        let key_end = min(KEY_ROWS, key_hi - key_start);
+        let key_end = min(tile_rows, key_hi - key_start);
         for key_row in 0..key_end {
             let key_idx = key_start + key_row;
             let j = key_idx as i32;
             if planes {
-                broadcast_row::<F>(k, &mut k_vals, (kv * m + key_idx) * d_k, lane, d_k);
-                broadcast_row::<F>(v, &mut v_vals, (kv * m + key_idx) * d_v, lane, d_v);
+                broadcast_row::<F>(
+                    k,
+                    &mut k_vals,
+                    (kv * m + key_idx) * d_k,
+                    lane,
+                    d_k,
+                    unroll_d,
+                );
+                broadcast_row::<F>(
+                    v,
+                    &mut v_vals,
+                    (kv * m + key_idx) * d_v,
+                    lane,
+                    d_v,
+                    unroll_d,
+                );
             } else {
-                #[unroll]
+                #[unroll(unroll_d)]
                 for dd in 0..d_k {
                     k_vals[dd] = k_tile[key_row * d_k + dd];
                 }
-                #[unroll]
+                #[unroll(unroll_d)]
                 for dd in 0..d_v {
                     v_vals[dd] = v_tile[key_row * d_v + dd];
                 }
@@ -185,14 +221,27 @@ pub(crate) fn flash_backward_dq<F: Float>(
             if has_segments {
                 key_segment = k_segments[batch_idx * m + key_idx];
             }
+            // s[r] = q_r · k_j and dp[r] = dO_r · v_j, d outermost.
             #[unroll]
             for r in 0..rows {
-                let mut s = 0.0f32;
+                scores[r] = 0.0f32;
+                d_probs[r] = 0.0f32;
+            }
+            #[unroll(unroll_d)]
+            for dd in 0..d_k {
+                let kx = k_vals[dd];
                 #[unroll]
-                for dd in 0..d_k {
-                    s += q_rows[r * d_k + dd] * k_vals[dd];
+                for r in 0..rows {
+                    scores[r] += q_rows[r * d_k + dd] * kx;
                 }
-                scores[r] = s;
+            }
+            #[unroll(unroll_d)]
+            for dd in 0..d_v {
+                let vx = v_vals[dd];
+                #[unroll]
+                for r in 0..rows {
+                    d_probs[r] += do_rows[r * d_v + dd] * vx;
+                }
             }
             #[unroll]
             for r in 0..rows {
@@ -228,13 +277,8 @@ pub(crate) fn flash_backward_dq<F: Float>(
                     }
                     s += added;
                     let p = (s - lse_rows[r]).exp();
-                    let mut dp = 0.0f32;
-                    #[unroll]
-                    for dd in 0..d_v {
-                        dp += do_rows[r * d_v + dd] * v_vals[dd];
-                    }
                     // The gradient of the score after the soft-cap, which is the bias's.
-                    let ds_bias = p * (dp - delta_rows[r]);
+                    let ds_bias = p * (d_probs[r] - delta_rows[r]);
                     if write_scores {
                         d_scores[(bh * n + query_idx) * m + key_idx] = ds_bias;
                     }
@@ -242,11 +286,12 @@ pub(crate) fn flash_backward_dq<F: Float>(
                 }
                 d_weights[r] = ds;
             }
-            #[unroll]
-            for r in 0..rows {
+            #[unroll(unroll_d)]
+            for dd in 0..d_k {
+                let kx = k_vals[dd];
                 #[unroll]
-                for dd in 0..d_k {
-                    dq_acc[r * d_k + dd] += d_weights[r] * k_vals[dd];
+                for r in 0..rows {
+                    dq_acc[r * d_k + dd] += d_weights[r] * kx;
                 }
             }
         }
@@ -259,7 +304,7 @@ pub(crate) fn flash_backward_dq<F: Float>(
         let query_idx = first_query + r * UNITS;
         if query_idx < n {
             let row_idx = bh * n + query_idx;
-            #[unroll]
+            #[unroll(unroll_d)]
             for dd in 0..d_k {
                 dq[row_idx * d_k + dd] = F::cast_from(dq_acc[r * d_k + dd] * scale);
             }
@@ -325,7 +370,9 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
     #[comptime] d_k: usize,
     #[comptime] d_v: usize,
     #[comptime] rows: usize,
+    #[comptime] tile_rows: usize,
     #[comptime] planes: bool,
+    #[comptime] unroll_d: bool,
     #[comptime] causal: bool,
     #[comptime] has_left: bool,
     #[comptime] has_right: bool,
@@ -351,8 +398,8 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
     // Row r of this unit is key first_key + r · UNITS.
     let first_key = block_start + unit;
 
-    let mut q_tile = Shared::<[f32]>::new_slice(comptime!(QUERY_TILE * d_k));
-    let mut do_tile = Shared::<[f32]>::new_slice(comptime!(QUERY_TILE * d_v));
+    let mut q_tile = Shared::<[f32]>::new_slice(comptime!(tile_len(planes, tile_rows, d_k)));
+    let mut do_tile = Shared::<[f32]>::new_slice(comptime!(tile_len(planes, tile_rows, d_v)));
 
     let mut k_rows = Array::<f32>::new(comptime!(rows * d_k));
     let mut v_rows = Array::<f32>::new(comptime!(rows * d_v));
@@ -360,6 +407,8 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
     let mut dv_acc = Array::<f32>::new(comptime!(rows * d_v));
     let mut q_vals = Array::<f32>::new(d_k);
     let mut do_vals = Array::<f32>::new(d_v);
+    let mut scores = Array::<f32>::new(rows);
+    let mut d_probs = Array::<f32>::new(rows);
     let mut weights = Array::<f32>::new(rows);
     let mut d_weights = Array::<f32>::new(rows);
     let mut segment_rows = Array::<i32>::new(rows);
@@ -368,7 +417,7 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
         let key_idx = first_key + r * UNITS;
         let active = key_idx < m;
         let key_row_idx = kvb * m + key_idx;
-        #[unroll]
+        #[unroll(unroll_d)]
         for dd in 0..d_k {
             let mut x = 0.0f32;
             if active {
@@ -377,7 +426,7 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
             k_rows[r * d_k + dd] = x * scale;
             dk_acc[r * d_k + dd] = 0.0f32;
         }
-        #[unroll]
+        #[unroll(unroll_d)]
         for dd in 0..d_v {
             let mut x = 0.0f32;
             if active {
@@ -413,26 +462,48 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
         if has_alibi {
             slope = slopes[head_idx];
         }
-        for tile_idx in query_lo / QUERY_TILE..query_hi.div_ceil(QUERY_TILE) {
-            let q_start = tile_idx * QUERY_TILE;
+        for tile_idx in query_lo / tile_rows..query_hi.div_ceil(tile_rows) {
+            let q_start = tile_idx * tile_rows;
             if !planes {
-                load_tile::<F>(q, &mut q_tile, bh, q_start, n, unit, d_k);
-                load_tile::<F>(d_out, &mut do_tile, bh, q_start, n, unit, d_v);
+                load_tile::<F>(
+                    q,
+                    &mut q_tile,
+                    bh,
+                    q_start,
+                    n,
+                    unit,
+                    tile_rows,
+                    d_k,
+                    unroll_d,
+                );
+                load_tile::<F>(
+                    d_out,
+                    &mut do_tile,
+                    bh,
+                    q_start,
+                    n,
+                    unit,
+                    tile_rows,
+                    d_v,
+                    unroll_d,
+                );
                 sync_cube();
             }
-            let query_end = min(QUERY_TILE, query_hi - q_start);
+            let query_end = min(tile_rows, query_hi - q_start);
             for query_row in 0..query_end {
                 let query_idx = q_start + query_row;
                 let centre = query_idx as i32 + offset;
                 if planes {
-                    broadcast_row::<F>(q, &mut q_vals, (bh * n + query_idx) * d_k, lane, d_k);
-                    broadcast_row::<F>(d_out, &mut do_vals, (bh * n + query_idx) * d_v, lane, d_v);
+                    let q_base = (bh * n + query_idx) * d_k;
+                    let do_base = (bh * n + query_idx) * d_v;
+                    broadcast_row::<F>(q, &mut q_vals, q_base, lane, d_k, unroll_d);
+                    broadcast_row::<F>(d_out, &mut do_vals, do_base, lane, d_v, unroll_d);
                 } else {
-                    #[unroll]
+                    #[unroll(unroll_d)]
                     for dd in 0..d_k {
                         q_vals[dd] = q_tile[query_row * d_k + dd];
                     }
-                    #[unroll]
+                    #[unroll(unroll_d)]
                     for dd in 0..d_v {
                         do_vals[dd] = do_tile[query_row * d_v + dd];
                     }
@@ -447,6 +518,28 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
                 if has_extra {
                     let (base, _) = extra_row(extra, batch_idx, head_idx, query_idx, m);
                     extra_base = base;
+                }
+                // s[r] = q_i · k_r and dp[r] = dO_i · v_r, d outermost.
+                #[unroll]
+                for r in 0..rows {
+                    scores[r] = 0.0f32;
+                    d_probs[r] = 0.0f32;
+                }
+                #[unroll(unroll_d)]
+                for dd in 0..d_k {
+                    let qx = q_vals[dd];
+                    #[unroll]
+                    for r in 0..rows {
+                        scores[r] += qx * k_rows[r * d_k + dd];
+                    }
+                }
+                #[unroll(unroll_d)]
+                for dd in 0..d_v {
+                    let dox = do_vals[dd];
+                    #[unroll]
+                    for r in 0..rows {
+                        d_probs[r] += dox * v_rows[r * d_v + dd];
+                    }
                 }
                 #[unroll]
                 for r in 0..rows {
@@ -481,11 +574,7 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
                     let mut p = 0.0f32;
                     let mut ds = 0.0f32;
                     if visible {
-                        let mut s = 0.0f32;
-                        #[unroll]
-                        for dd in 0..d_k {
-                            s += q_vals[dd] * k_rows[r * d_k + dd];
-                        }
+                        let mut s = scores[r];
                         let mut cap_grad = 1.0f32;
                         if capped {
                             let t = (s / softcap).tanh();
@@ -494,25 +583,25 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
                         }
                         s += added;
                         p = (s - lse_i).exp();
-                        let mut dp = 0.0f32;
-                        #[unroll]
-                        for dd in 0..d_v {
-                            dp += do_vals[dd] * v_rows[r * d_v + dd];
-                        }
-                        ds = p * (dp - delta_i) * cap_grad;
+                        ds = p * (d_probs[r] - delta_i) * cap_grad;
                     }
                     weights[r] = p;
                     d_weights[r] = ds;
                 }
-                #[unroll]
-                for r in 0..rows {
+                #[unroll(unroll_d)]
+                for dd in 0..d_v {
+                    let dox = do_vals[dd];
                     #[unroll]
-                    for dd in 0..d_v {
-                        dv_acc[r * d_v + dd] += weights[r] * do_vals[dd];
+                    for r in 0..rows {
+                        dv_acc[r * d_v + dd] += weights[r] * dox;
                     }
+                }
+                #[unroll(unroll_d)]
+                for dd in 0..d_k {
+                    let qx = q_vals[dd];
                     #[unroll]
-                    for dd in 0..d_k {
-                        dk_acc[r * d_k + dd] += d_weights[r] * q_vals[dd];
+                    for r in 0..rows {
+                        dk_acc[r * d_k + dd] += d_weights[r] * qx;
                     }
                 }
             }
@@ -526,11 +615,11 @@ pub(crate) fn flash_backward_dkdv<F: Float>(
         let key_idx = first_key + r * UNITS;
         if key_idx < m {
             let key_row_idx = kvb * m + key_idx;
-            #[unroll]
+            #[unroll(unroll_d)]
             for dd in 0..d_k {
                 dk[key_row_idx * d_k + dd] = F::cast_from(dk_acc[r * d_k + dd] * scale);
             }
-            #[unroll]
+            #[unroll(unroll_d)]
             for dd in 0..d_v {
                 dv[key_row_idx * d_v + dd] = F::cast_from(dv_acc[r * d_v + dd]);
             }

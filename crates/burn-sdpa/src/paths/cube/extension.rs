@@ -17,59 +17,15 @@ use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::{CubeCount, CubeDim};
 
 use super::backward::{flash_backward_dkdv, flash_backward_dq};
-use super::kernel::{LANES, UNITS, flash_forward};
+use super::kernel::{UNITS, flash_forward};
+use super::tile::Tiling;
 
-/// The most rows (queries, or keys in dK/dV) a unit owns, by head size (the larger of d_k and
-/// d_v): `(largest head size, rows)`, the first entry whose head size is at least the call's. More
-/// rows make every load of a key (or query) feed more multiply-adds but hold `rows · (d_k + d_v)`
-/// floats in registers. Measured on lavapipe (b = 4, h = 8, n = 1024, forward + backward,
-/// `examples/wgpu_kernel.rs` with `SDPA_CUBE_ROWS`, three runs, `docs/bench/BENCH_wgpu.md`), chosen
-/// by a rule fixed before the last two runs (the fastest median, the fewer rows within 5%): 8 rows
-/// at d = 32 (5.2% below 4 rows, the runs overlapping), 4 at d = 64 (ahead in every run) and
-/// d = 128 (10% below 2 rows; 8 did not finish compiling in 12 minutes). Larger head sizes (not
-/// measured) keep `rows · (d_k + d_v)` at most 1024 floats, d = 128's footprint at 4 rows, since
-/// twice that did not compile. Not measured on a GPU, whose registers per thread these exceed
-/// (spills).
-const ROWS_BY_HEAD_SIZE: [(usize, usize); 4] = [(32, 8), (128, 4), (256, 2), (usize::MAX, 1)];
-
-/// The rows per unit `SDPA_CUBE_ROWS` forces (1, 2, 4, 8 or 16) at every head size, to measure
-/// other settings than [`ROWS_BY_HEAD_SIZE`]'s without rebuilding; read once.
-fn forced_rows() -> Option<usize> {
-    static FORCED: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
-    *FORCED.get_or_init(|| {
-        std::env::var("SDPA_CUBE_ROWS")
-            .ok()
-            .and_then(|v| v.trim().parse::<usize>().ok())
-            .filter(|r| [1, 2, 4, 8, 16].contains(r))
-    })
-}
-
-/// Whether the kernels may share loads through plane broadcasts ([`LANES`]-wide groups) on
-/// this device: planes of at least [`LANES`] lanes and plane operations, which CubeCL reports
-/// for GPUs; Mesa's lavapipe has them (8 lanes with AVX2) though CubeCL reports no plane
-/// features for CPU devices, so it is recognised by name. Where they are missing the kernels
-/// stream the tiles through shared memory instead (the same results).
-fn plane_broadcasts(properties: &cubecl::ir::DeviceProperties) -> bool {
-    let ops = properties
-        .features
-        .plane
-        .contains(cubecl::features::Plane::Ops)
-        || properties.identity.name.contains("llvmpipe");
-    ops && properties.hardware.plane_size_min as usize >= LANES
-}
-
-/// Rows per unit for a pass over `len` rows with head size `d`: the table's (or
-/// `SDPA_CUBE_ROWS`), fewer when `len` is small, so that a short sequence does not leave most of
-/// a cube's rows idle.
-fn rows_for(len: usize, d: usize) -> usize {
-    let most = forced_rows().unwrap_or_else(|| {
-        ROWS_BY_HEAD_SIZE
-            .iter()
-            .find(|(head_size, _)| d <= *head_size)
-            .map_or(1, |(_, rows)| *rows)
-    });
-    len.div_ceil(UNITS).next_power_of_two().clamp(1, most)
-}
+/// Whether the dK/dV kernel unrolls its loops over d at every head size (the forward and dQ
+/// kernels follow `Tiling::unroll`, loops above 128). As loops, lavapipe (Mesa 22.3) returned
+/// wrong dK and dV (all but the first element of a row zero) for every key block that met three
+/// or more (head, query tile) steps, though the WGSL CubeCL generated reads right; unrolled, every
+/// case passes (`tests/library/cube_head_sizes.rs`). It costs compile time at large heads only.
+const DKDV_UNROLLED: bool = true;
 
 /// The kernels' storage type for a float dtype (they compute in f32 whatever it is);
 /// `super::blocker` lets only these three through.
@@ -111,6 +67,8 @@ pub(crate) struct CubeCall {
     pub has_alibi: bool,
     /// Keys before and after the diagonal a query sees, when bounded.
     pub window: (Option<i32>, Option<i32>),
+    /// The tiles, from the device's limits (the blocker admitted the call with this tiling).
+    pub tiling: Tiling,
 }
 
 /// The output specs: context `[b, h, n, d_v]` in q's dtype and log-sum-exp `[b, h, n]` in f32.
@@ -250,7 +208,8 @@ impl CubeKernelBackend for CubeBackend {
             dtype,
         );
         let lse = empty_device_dtype(client.clone(), device, Shape::new([b, h, n]), DType::F32);
-        let rows = rows_for(n, d_k.max(d_v));
+        let tiling = call.tiling;
+        let rows = tiling.unit_rows(n, d_k.max(d_v));
         let (left, right) = call.window;
         flash_forward::launch(
             &client,
@@ -275,7 +234,9 @@ impl CubeKernelBackend for CubeBackend {
             d_k,
             d_v,
             rows,
-            plane_broadcasts(client.properties()) && d_k % LANES == 0 && d_v % LANES == 0,
+            tiling.tile_rows,
+            tiling.planes,
+            tiling.unroll,
             call.causal,
             left.is_some(),
             right.is_some(),
@@ -338,9 +299,9 @@ impl CubeKernelBackend for CubeBackend {
         };
         let d_scores = Self::float_zeros(Shape::new(scores_shape), &device, FloatDType::F32);
         let (left, right) = call.window;
-        let planes = plane_broadcasts(client.properties()) && d_k % LANES == 0 && d_v % LANES == 0;
+        let tiling = call.tiling;
         let d = d_k.max(d_v);
-        let (dq_rows, dkdv_rows) = (rows_for(n, d), rows_for(m, d));
+        let (dq_rows, dkdv_rows) = (tiling.unit_rows(n, d), tiling.unit_rows(m, d));
         flash_backward_dq::launch(
             &client,
             grid(n.div_ceil(UNITS * dq_rows), b * h),
@@ -365,7 +326,9 @@ impl CubeKernelBackend for CubeBackend {
             d_k,
             d_v,
             dq_rows,
-            planes,
+            tiling.tile_rows,
+            tiling.planes,
+            tiling.unroll,
             call.causal,
             left.is_some(),
             right.is_some(),
@@ -400,7 +363,9 @@ impl CubeKernelBackend for CubeBackend {
             d_k,
             d_v,
             dkdv_rows,
-            planes,
+            tiling.tile_rows,
+            tiling.planes,
+            DKDV_UNROLLED,
             call.causal,
             left.is_some(),
             right.is_some(),
@@ -458,32 +423,6 @@ pub(crate) fn forward(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rows_per_unit_follow_the_table_and_shrink_for_short_sequences() {
-        if forced_rows().is_some() {
-            return; // SDPA_CUBE_ROWS overrides the table in this process
-        }
-        assert_eq!(rows_for(4096, 16), 8);
-        assert_eq!(rows_for(4096, 32), 8);
-        assert_eq!(rows_for(4096, 33), 4);
-        assert_eq!(rows_for(4096, 64), 4);
-        assert_eq!(rows_for(4096, 128), 4);
-        assert_eq!(rows_for(4096, 256), 2);
-        assert_eq!(rows_for(4096, 512), 1);
-        // One row per unit while a single cube's units cover the sequence, then doubling.
-        for d in [32, 64] {
-            assert_eq!(rows_for(1, d), 1);
-            assert_eq!(rows_for(UNITS, d), 1);
-            assert_eq!(rows_for(UNITS + 1, d), 2);
-            assert_eq!(rows_for(3 * UNITS, d), 4);
-        }
-        assert_eq!(rows_for(5 * UNITS, 32), 8);
-        assert_eq!(rows_for(5 * UNITS, 64), 4);
-        // Ordered by head size; the last entry covers every head size.
-        assert!(ROWS_BY_HEAD_SIZE.windows(2).all(|w| w[0].0 < w[1].0));
-        assert_eq!(ROWS_BY_HEAD_SIZE.last().map(|e| e.0), Some(usize::MAX));
-    }
 
     #[test]
     fn the_grid_spreads_rows_over_two_axes_past_the_axis_limit() {

@@ -1,24 +1,26 @@
 //! The flash forward pass in CubeCL: one cube of [`UNITS`] units per (batch·head, block of
 //! `UNITS · rows` queries), each unit owning `rows` query rows (rows `u`, `u + UNITS`, ...); every
 //! unit runs the online softmax of its rows over the keys in registers, then writes its context
-//! rows and log-sum-exps. The tiles of [`KEY_ROWS`] keys outside the causal band and the window
+//! rows and log-sum-exps. The tiles of `tile_rows` keys outside the causal band and the window
 //! are never visited.
 //!
-//! Each key and value row reaches the units one of two ways (a compile-time switch, `planes`):
-//! loaded once per plane of [`LANES`] lanes (each lane loads one element of every group of
-//! [`LANES`]) and handed to the other lanes by plane broadcasts, where the device has plane
-//! operations and the head sizes are multiples of [`LANES`]; else loaded by the cube's units
-//! together into shared memory, tile by tile. Several rows per unit and the broadcasts both make
-//! every load feed many multiply-adds, which is what makes the kernel fast on Mesa's lavapipe (a
-//! CPU driver, where every load from shared or global memory is a loop over the SIMD lanes); the
-//! rows per unit are chosen by the caller (`extension.rs`, measured on lavapipe only).
+//! Each key and value row reaches the units one of two ways (a compile-time switch, `planes`,
+//! chosen with `tile_rows` by `tile.rs` from the device's limits): loaded once per plane of
+//! [`LANES`] lanes (each lane loads one element of every group of [`LANES`]) and handed to the
+//! other lanes by plane broadcasts, where the device has plane operations and the head sizes are
+//! multiples of [`LANES`]; else loaded by the cube's units together into shared memory, tile by
+//! tile. Several rows per unit and the broadcasts both make every load feed many multiply-adds,
+//! which is what makes the kernel fast on Mesa's lavapipe (a CPU driver, where every load from
+//! shared or global memory is a loop over the SIMD lanes); the rows per unit are chosen by the
+//! caller (`tile.rs`, measured on lavapipe only). Every sum over d accumulates into an array
+//! indexed by the unit's rows, d outermost; the loops over d are unrolled when `unroll_d`.
 
 use cubecl::prelude::*;
 
+use super::tile::tile_len;
+
 /// Units per cube.
 pub(crate) const UNITS: usize = 32;
-/// Keys per shared-memory tile.
-pub(crate) const KEY_ROWS: usize = 32;
 
 /// Lanes of a plane (subgroup) that share one load when the kernel runs with `planes`: lane `t`
 /// loads element `t` of each group of `LANES`, and a plane broadcast hands it to the others.
@@ -173,32 +175,35 @@ pub(crate) fn read_bias(
     (visible, added, poison)
 }
 
-/// Loads rows `key_start..key_start + KEY_ROWS` of head `kv` of `src` `[.., m, d]` (keys and
-/// values of a kv head, or queries and dO of a query head) into `tile`, unit `u` loading rows
-/// `u`, `u + UNITS`, ... (zeros past `m`).
+/// Loads rows `start..start + tile_rows` of head row `head` of `src` `[.., len, d]` (keys and
+/// values of a kv head, or queries and dO of a query head) into `tile` (zeros past `len`), the
+/// cube's units loading consecutive elements (unit `u` loads elements `u`, `u + UNITS`, ...).
 #[cube]
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn load_tile<F: Float>(
     src: &Tensor<F>,
     tile: &mut Shared<[f32]>,
-    kv: usize,
-    key_start: usize,
-    m: usize,
+    head: usize,
+    start: usize,
+    len: usize,
     unit: usize,
+    #[comptime] tile_rows: usize,
     #[comptime] d: usize,
+    #[comptime] unroll_d: bool,
 ) {
-    #[unroll]
-    for load in 0..comptime!(KEY_ROWS.div_ceil(UNITS)) {
-        let key_row = unit + load * UNITS;
-        let key_idx = key_start + key_row;
-        if key_row < KEY_ROWS {
-            #[unroll]
-            for dd in 0..d {
-                let mut x = 0.0f32;
-                if key_idx < m {
-                    x = f32::cast_from(src[(kv * m + key_idx) * d + dd]);
-                }
-                tile[key_row * d + dd] = x;
+    let tile_len = comptime!(tile_rows * d);
+    let base = (head * len + start) * d;
+    // Elements of the tile that lie inside `src`'s rows (the rest are zeros).
+    let valid = (len - start) * d;
+    #[unroll(unroll_d)]
+    for load in 0..comptime!(tile_len.div_ceil(UNITS)) {
+        let idx = load * UNITS + unit;
+        if idx < tile_len {
+            let mut x = 0.0f32;
+            if idx < valid {
+                x = f32::cast_from(src[base + idx]);
             }
+            tile[idx] = x;
         }
     }
 }
@@ -213,8 +218,9 @@ pub(crate) fn broadcast_row<F: Float>(
     base: usize,
     lane: usize,
     #[comptime] d: usize,
+    #[comptime] unroll_d: bool,
 ) {
-    #[unroll]
+    #[unroll(unroll_d)]
     for chunk in 0..comptime!(d / LANES) {
         let x = f32::cast_from(src[base + chunk * LANES + lane]);
         #[unroll]
@@ -243,7 +249,8 @@ pub(crate) fn grid_row(count: usize) -> (usize, bool) {
 /// `has_extra`) holds the bias, with the masked keys at [`MASKED`] or below; `q_segments [b, n]`
 /// and `k_segments [b, m]` (read when `has_segments`) the segment ids; `slopes [h]` (read when
 /// `has_alibi`) ALiBi's. Every tensor is contiguous row-major. Launched with [`UNITS`] units per
-/// cube and `(n.div_ceil(UNITS · rows), y, z)` cubes, `y · z ≥ b · h` (see [`grid_row`]).
+/// cube and `(n.div_ceil(UNITS · rows), y, z)` cubes, `y · z ≥ b · h` (see [`grid_row`]);
+/// `tile_rows`, `planes` and `unroll_d` are the call's `tile::Tiling`.
 ///
 /// Visibility of key j to query i (c = i + `offset`, the diagonal): `j ≤ c` when `causal`,
 /// `j ≥ c − left` when `has_left`, `j ≤ c + right` when `has_right`, and the same segment.
@@ -269,7 +276,9 @@ pub(crate) fn flash_forward<F: Float>(
     #[comptime] d_k: usize,
     #[comptime] d_v: usize,
     #[comptime] rows: usize,
+    #[comptime] tile_rows: usize,
     #[comptime] planes: bool,
+    #[comptime] unroll_d: bool,
     #[comptime] causal: bool,
     #[comptime] has_left: bool,
     #[comptime] has_right: bool,
@@ -296,8 +305,8 @@ pub(crate) fn flash_forward<F: Float>(
     // Row r of this unit is query block_start + r · UNITS + unit.
     let first_query = block_start + unit;
 
-    let mut k_tile = Shared::<[f32]>::new_slice(comptime!(KEY_ROWS * d_k));
-    let mut v_tile = Shared::<[f32]>::new_slice(comptime!(KEY_ROWS * d_v));
+    let mut k_tile = Shared::<[f32]>::new_slice(comptime!(tile_len(planes, tile_rows, d_k)));
+    let mut v_tile = Shared::<[f32]>::new_slice(comptime!(tile_len(planes, tile_rows, d_v)));
 
     // The query rows, scaled, in registers: q_rows[r · d_k + dd].
     let mut q_rows = Array::<f32>::new(comptime!(rows * d_k));
@@ -322,7 +331,7 @@ pub(crate) fn flash_forward<F: Float>(
             query_state = bad_queries[bh * n + query_idx];
         }
         bad_query[r] = query_state;
-        #[unroll]
+        #[unroll(unroll_d)]
         for dd in 0..d_k {
             let mut x = 0.0f32;
             if active {
@@ -330,7 +339,7 @@ pub(crate) fn flash_forward<F: Float>(
             }
             q_rows[r * d_k + dd] = x * scale;
         }
-        #[unroll]
+        #[unroll(unroll_d)]
         for dd in 0..d_v {
             acc[r * d_v + dd] = 0.0f32;
         }
@@ -367,31 +376,65 @@ pub(crate) fn flash_forward<F: Float>(
         has_right,
     );
 
-    let tile_lo = key_lo / KEY_ROWS;
-    let tile_hi = key_hi.div_ceil(KEY_ROWS);
+    let tile_lo = key_lo / tile_rows;
+    let tile_hi = key_hi.div_ceil(tile_rows);
     let lane = UNIT_POS_PLANE as usize % LANES;
     let mut k_vals = Array::<f32>::new(d_k);
     let mut v_vals = Array::<f32>::new(d_v);
     for tile_idx in tile_lo..tile_hi {
-        let key_start = tile_idx * KEY_ROWS;
+        let key_start = tile_idx * tile_rows;
         if !planes {
-            load_tile::<F>(k, &mut k_tile, kv, key_start, m, unit, d_k);
-            load_tile::<F>(v, &mut v_tile, kv, key_start, m, unit, d_v);
+            load_tile::<F>(
+                k,
+                &mut k_tile,
+                kv,
+                key_start,
+                m,
+                unit,
+                tile_rows,
+                d_k,
+                unroll_d,
+            );
+            load_tile::<F>(
+                v,
+                &mut v_tile,
+                kv,
+                key_start,
+                m,
+                unit,
+                tile_rows,
+                d_v,
+                unroll_d,
+            );
             sync_cube();
         }
-        let key_end = min(KEY_ROWS, key_hi - key_start);
+        let key_end = min(tile_rows, key_hi - key_start);
         for key_row in 0..key_end {
             let key_idx = key_start + key_row;
             let j = key_idx as i32;
             if planes {
-                broadcast_row::<F>(k, &mut k_vals, (kv * m + key_idx) * d_k, lane, d_k);
-                broadcast_row::<F>(v, &mut v_vals, (kv * m + key_idx) * d_v, lane, d_v);
+                broadcast_row::<F>(
+                    k,
+                    &mut k_vals,
+                    (kv * m + key_idx) * d_k,
+                    lane,
+                    d_k,
+                    unroll_d,
+                );
+                broadcast_row::<F>(
+                    v,
+                    &mut v_vals,
+                    (kv * m + key_idx) * d_v,
+                    lane,
+                    d_v,
+                    unroll_d,
+                );
             } else {
-                #[unroll]
+                #[unroll(unroll_d)]
                 for dd in 0..d_k {
                     k_vals[dd] = k_tile[key_row * d_k + dd];
                 }
-                #[unroll]
+                #[unroll(unroll_d)]
                 for dd in 0..d_v {
                     v_vals[dd] = v_tile[key_row * d_v + dd];
                 }
@@ -406,7 +449,7 @@ pub(crate) fn flash_forward<F: Float>(
                 scores[r] = 0.0f32;
             }
             // s[r] = q_r · k_j: one load of k per element, `rows` multiply-adds.
-            #[unroll]
+            #[unroll(unroll_d)]
             for dd in 0..d_k {
                 let kx = k_vals[dd];
                 #[unroll]
@@ -458,7 +501,7 @@ pub(crate) fn flash_forward<F: Float>(
                 weights[r] = p;
                 corrections[r] = correction;
             }
-            #[unroll]
+            #[unroll(unroll_d)]
             for dd in 0..d_v {
                 let vx = v_vals[dd];
                 #[unroll]
@@ -478,7 +521,7 @@ pub(crate) fn flash_forward<F: Float>(
             let out_base = (bh * n + query_idx) * d_v;
             if row_sum[r] > 0.0f32 {
                 let inv = 1.0f32 / row_sum[r];
-                #[unroll]
+                #[unroll(unroll_d)]
                 for dd in 0..d_v {
                     context[out_base + dd] = F::cast_from(acc[r * d_v + dd] * inv);
                 }
@@ -489,7 +532,7 @@ pub(crate) fn flash_forward<F: Float>(
                 lse[bh * n + query_idx] = row_lse;
             } else {
                 // No visible key: a zero row, and a log-sum-exp of +∞ (the other paths' rule).
-                #[unroll]
+                #[unroll(unroll_d)]
                 for dd in 0..d_v {
                     context[out_base + dd] = F::new(0.0);
                 }

@@ -5,14 +5,19 @@
 //! windows, grouped-query heads, padding, masks and biases in any broadcast shape (with the
 //! bias's gradient), fully masked rows giving zeros; packed sequences (segment ids), ALiBi and
 //! the NaN policy of the other paths computed key by key. f32, and f16 and bf16 where the device
-//! has the type, always computed in f32. Not yet: tile sizes measured on a GPU (the rows per
-//! unit were measured on lavapipe).
+//! has the type, always computed in f32. Head sizes up to 512, d_k ≠ d_v included, in tiles
+//! sized from the device's shared memory (`tile.rs`); a call no tiling serves is refused by the
+//! blocker. Not yet: tile sizes measured on a GPU (the rows per unit were measured on lavapipe).
 
 mod autodiff;
 mod backward;
 mod extension;
 pub(crate) mod kernel;
+mod tile;
 
+use std::borrow::Cow;
+
+use burn::backend::DispatchDevice;
 use burn::tensor::{DType, FloatDType, IntDType};
 
 use burn::prelude::*;
@@ -33,8 +38,25 @@ fn storage_dtype(dtype: DType) -> Option<FloatDType> {
     }
 }
 
+/// The kernels' tiling for `call`'s head sizes on its device (a CubeCL device), or why there is
+/// none.
+fn tiling(call: &Call) -> Result<tile::Tiling, String> {
+    let device = call.input.query.device().without_autodiff();
+    let DispatchDevice::Cube(cube) = device.as_dispatch() else {
+        return Err("it runs on the CubeCL backends only".into());
+    };
+    let limits = tile::Limits::of(cube.client().properties());
+    tile::Tiling::for_device(limits, call.dims.d_k, call.dims.d_v)
+}
+
 /// Why the CubeCL kernel cannot serve `call`, if it cannot.
-pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
+pub(crate) fn blocker(call: &Call) -> Option<Cow<'static, str>> {
+    let reason = basic_blocker(call).map(Cow::Borrowed);
+    reason.or_else(|| tiling(call).err().map(Cow::Owned))
+}
+
+/// Why the CubeCL kernel cannot serve `call`, besides the device's limits.
+fn basic_blocker(call: &Call) -> Option<&'static str> {
     let input = &call.input;
     let dtype = input.query.dtype();
     let same_dtype = [&input.key, &input.value]
@@ -137,6 +159,10 @@ fn extras(
 /// key with a bad query (`kernel::POISONED`), and their context becomes NaN here (constants:
 /// no gradient flows through them). No `[n, m]` tensor is built for it.
 pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
+    let tiling = tiling(&call).map_err(|reason| AttentionError::Unsupported {
+        implementation: crate::Implementation::CubeKernel,
+        reason,
+    })?;
     let [b, h, n, m] = call.dims.scores_shape();
     let offset = call.alignment.offset(n, m);
     let window = call.input.window.and_then(|w| w.within(n, m));
@@ -155,6 +181,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
                 w.right.map(|r| to_i32(r as i64)),
             )
         }),
+        tiling,
     };
     let need_lse = call.input.need_lse;
     let (query, bad_queries) = sanitized(call.input.query.clone());
