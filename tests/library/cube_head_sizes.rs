@@ -112,20 +112,24 @@ fn auto_takes_the_kernel_up_to_512_and_a_tensor_op_path_above() {
     }
 }
 
-/// The kernel against `Naive` over many tiles and blocks at head sizes above 128 (loops over d,
-/// not unrolled), forward and backward: a causal window with grouped-query heads and n ≠ m;
+/// A labelled case: `[b, h, h_kv, n, m, d_k, d_v]`, the options added to the random input, the
+/// causal alignment.
+type Case = (
+    &'static str,
+    [usize; 7],
+    fn(AttentionInput) -> AttentionInput,
+    CausalAlignment,
+);
+
+/// The kernel against `Naive` over many tiles and blocks at head sizes above 128 (forward and dQ
+/// as loops over d, not unrolled), forward and backward: a causal window with grouped-query heads and n ≠ m;
 /// d_k ≠ d_v with padding; head sizes that are not multiples of the plane width (shared-memory
 /// tiles even where plane broadcasts are on), top-left causal with n > m.
 #[test]
 fn the_kernel_trains_like_naive_over_many_tiles_at_large_heads() {
     let device = BackendKind::Wgpu.device().expect("wgpu").autodiff();
     device.seed(37);
-    let cases: [(
-        &str,
-        [usize; 7],
-        fn(AttentionInput) -> AttentionInput,
-        CausalAlignment,
-    ); 3] = [
+    let cases: [Case; 3] = [
         (
             "d 256, causal window 8, GQA 4/2",
             [1, 4, 2, 40, 70, 256, 256],

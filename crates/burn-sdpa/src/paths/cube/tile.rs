@@ -131,7 +131,7 @@ impl Tiling {
             ));
         }
         let unroll = d_k.max(d_v) <= UNROLL_HEAD_SIZE;
-        if limits.plane_broadcasts && d_k % LANES == 0 && d_v % LANES == 0 {
+        if limits.plane_broadcasts && d_k.is_multiple_of(LANES) && d_v.is_multiple_of(LANES) {
             return Ok(Tiling {
                 tile_rows: MAX_TILE_ROWS,
                 planes: true,
