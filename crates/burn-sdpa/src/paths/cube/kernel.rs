@@ -178,6 +178,7 @@ pub(crate) fn read_bias(
 /// Loads rows `start..start + tile_rows` of head row `head` of `src` `[.., len, d]` (keys and
 /// values of a kv head, or queries and dO of a query head) into `tile` (zeros past `len`), the
 /// cube's units loading consecutive elements (unit `u` loads elements `u`, `u + UNITS`, ...).
+/// Needs `start < len` (the callers' tiles start below their range's end, which is at most `len`).
 #[cube]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn load_tile<F: Float>(
