@@ -22,9 +22,8 @@ use cubecl::prelude::*;
 
 use super::kernel::{
     LANES, Pair, UNITS, broadcast_row, extra_row, grid_row, in_band, key_range, load_tile,
-    read_bias,
+    read_bias, tile_len,
 };
-use super::tile::tile_len;
 
 /// dQ `[b, h, n, d_k]` of the forward pass with the same options (see `flash_forward`); `lse` and
 /// `delta` (D = rowsum(dO ∘ O)) are `[b, h, n]`. With `write_scores`, also the gradient of the

@@ -17,8 +17,6 @@
 
 use cubecl::prelude::*;
 
-use super::tile::tile_len;
-
 /// Units per cube.
 pub(crate) const UNITS: usize = 32;
 
@@ -173,6 +171,12 @@ pub(crate) fn read_bias(
         added -= pair.slope * f32::cast_from(distance);
     }
     (visible, added, poison)
+}
+
+/// The length of one shared tile of rows of `d` floats: one element with plane broadcasts (the
+/// kernels do not read it, and CubeCL needs a length), else `tile_rows · d`.
+pub(crate) fn tile_len(planes: bool, tile_rows: usize, d: usize) -> usize {
+    if planes { 1 } else { tile_rows * d }
 }
 
 /// Loads rows `start..start + tile_rows` of head row `head` of `src` `[.., len, d]` (keys and

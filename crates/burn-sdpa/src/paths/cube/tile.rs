@@ -162,8 +162,8 @@ impl Tiling {
     /// The shared memory the kernels allocate with this tiling, in bytes (two tiles).
     #[cfg(test)]
     pub(crate) fn shared_bytes(&self, d_k: usize, d_v: usize) -> usize {
-        (tile_len(self.planes, self.tile_rows, d_k) + tile_len(self.planes, self.tile_rows, d_v))
-            * size_of::<f32>()
+        let tile_len = |d| super::kernel::tile_len(self.planes, self.tile_rows, d);
+        (tile_len(d_k) + tile_len(d_v)) * size_of::<f32>()
     }
 
     /// Rows per unit for a pass over `len` rows with head size `d` (the larger of d_k and d_v):
@@ -186,12 +186,6 @@ impl Tiling {
     pub(crate) fn rows_forced() -> bool {
         knobs().rows.is_some()
     }
-}
-
-/// The length of one shared tile of rows of `d` floats: one element with plane broadcasts (the
-/// kernels do not read it, and CubeCL needs a length), else `tile_rows · d`.
-pub(crate) fn tile_len(planes: bool, tile_rows: usize, d: usize) -> usize {
-    if planes { 1 } else { tile_rows * d }
 }
 
 #[cfg(test)]
