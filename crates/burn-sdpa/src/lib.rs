@@ -93,10 +93,10 @@ pub use vocabulary::{AttentionPath, BackendFamily, DEFAULT_BLOCK_SIZE, Implement
 /// backward, for callers that hold their data on the host or want to tune its tiles.
 pub mod cpu_kernel {
     pub use crate::paths::cpu::backward::{
-        BACKWARD_TILES, BackwardInputs, BackwardOutputs, try_backward,
+        BACKWARD_TILES, BackwardInputs, BackwardOutputs, try_backward, try_backward_bf16,
     };
     pub use crate::paths::cpu::kernel::{
-        attention_f32, attention_f32_tiled, try_attention_f32_tiled, try_forward,
+        attention_f32, attention_f32_tiled, try_attention_f32_tiled, try_forward, try_forward_bf16,
     };
     pub use crate::paths::cpu::masking::{Alibi, Broadcast, Masking, Segments};
     pub use crate::paths::cpu::runs_in_place;
@@ -105,4 +105,5 @@ pub mod cpu_kernel {
     };
     pub use crate::paths::cpu::simd::{cpu_features, softmax_isa};
     pub use crate::paths::cpu::threads;
+    pub use crate::paths::cpu::tile_bf16::bf16_product_isa;
 }

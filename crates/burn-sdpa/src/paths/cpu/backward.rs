@@ -14,14 +14,16 @@
 
 use core::ops::Range;
 
+use burn::tensor::bf16;
 use rayon::prelude::*;
 
+use super::element::Element;
 use super::kernel::{Inputs, TileKind};
 use super::masking::Masking;
 use super::shape::check_len;
 use super::shape::{KernelShape, Tiles};
 use super::simd;
-use super::tile::{View, product};
+use super::tile::View;
 use crate::error::AttentionError;
 use crate::types::AttentionDims;
 
@@ -34,19 +36,20 @@ pub const BACKWARD_TILES: Tiles = Tiles {
 };
 
 /// What the backward pass reads: the forward's inputs, its output, the output's gradient and the
-/// log-sum-exp of every row, all row-major as in [`KernelShape`] (`lse: [b, h, n]`).
+/// log-sum-exp of every row, all row-major as in [`KernelShape`] (`lse: [b, h, n]`), stored in
+/// `T` (`f32`, or bf16 for [`try_backward_bf16`]); the log-sum-exp is always `f32`.
 #[derive(Debug, Clone, Copy)]
-pub struct BackwardInputs<'a> {
+pub struct BackwardInputs<'a, T = f32> {
     /// `[b, h, n, d_k]`
-    pub q: &'a [f32],
+    pub q: &'a [T],
     /// `[b, h_kv, m, d_k]`
-    pub k: &'a [f32],
+    pub k: &'a [T],
     /// `[b, h_kv, m, d_v]`
-    pub v: &'a [f32],
+    pub v: &'a [T],
     /// `[b, h, n, d_v]`: the forward's output.
-    pub out: &'a [f32],
+    pub out: &'a [T],
     /// `[b, h, n, d_v]`: the gradient of the loss with respect to `out`.
-    pub grad_out: &'a [f32],
+    pub grad_out: &'a [T],
     /// `[b, h, n]`: the forward's log-sum-exp (+∞ for rows with no visible key).
     pub lse: &'a [f32],
 }
@@ -73,6 +76,30 @@ pub fn try_backward(
     tiles: Tiles,
     masking: &Masking<'_>,
     inputs: BackwardInputs<'_>,
+    outputs: BackwardOutputs<'_>,
+) -> Result<(), AttentionError> {
+    backward(shape, tiles, masking, inputs, outputs)
+}
+
+/// [`try_backward`] on bf16 inputs: the products read bf16 operands (the weights and their
+/// gradient rounded to bf16 where they multiply) and sum in f32; the recomputed softmax and the
+/// gradients are f32 (the caller rounds them to its storage type).
+pub fn try_backward_bf16(
+    shape: &KernelShape,
+    tiles: Tiles,
+    masking: &Masking<'_>,
+    inputs: BackwardInputs<'_, bf16>,
+    outputs: BackwardOutputs<'_>,
+) -> Result<(), AttentionError> {
+    backward(shape, tiles, masking, inputs, outputs)
+}
+
+/// The backward pass on any element type of the kernel.
+fn backward<T: Element>(
+    shape: &KernelShape,
+    tiles: Tiles,
+    masking: &Masking<'_>,
+    inputs: BackwardInputs<'_, T>,
     outputs: BackwardOutputs<'_>,
 ) -> Result<(), AttentionError> {
     let AttentionDims {
@@ -255,7 +282,12 @@ struct Task<'a> {
 }
 
 impl Task<'_> {
-    fn run(self, forward: &Inputs<'_>, inputs: &BackwardInputs<'_>, scratch: &mut Scratch) {
+    fn run<T: Element>(
+        self,
+        forward: &Inputs<'_, T>,
+        inputs: &BackwardInputs<'_, T>,
+        scratch: &mut Scratch,
+    ) {
         let AttentionDims {
             n_heads,
             n_kv_heads,
@@ -274,7 +306,7 @@ impl Task<'_> {
         let kv = self.batch_idx * n_kv_heads + self.kv_head_idx;
         for (row, d) in scratch.d.iter_mut().enumerate() {
             let at = (row0 + row) * d_v;
-            *d = simd::dot(&inputs.grad_out[at..][..d_v], &inputs.out[at..][..d_v]);
+            *d = T::dot(&inputs.grad_out[at..][..d_v], &inputs.out[at..][..d_v]);
         }
         let Task {
             keys,
@@ -284,12 +316,21 @@ impl Task<'_> {
             mut grad_scores,
             ..
         } = self;
+        // Q_i and dO_i as right operands (of dK and dV), prepared the first time a key block
+        // needs them and kept for the others: [g · ⌈n / query_block⌉].
+        let query_blocks = n.div_ceil(tiles.query_block);
+        let mut query_rhs: Vec<Option<(T::Rhs<'_>, T::Rhs<'_>)>> =
+            (0..group * query_blocks).map(|_| None).collect();
         let mut key_start = keys.start;
         while key_start < keys.end {
             let cols = tiles.key_block.min(keys.end - key_start);
             let local = key_start - keys.start;
             let k_tile = &inputs.k[(kv * m + key_start) * d_k..][..cols * d_k];
             let v_tile = &inputs.v[(kv * m + key_start) * d_v..][..cols * d_v];
+            // K_jᵀ (of the scores), V_jᵀ (of dP) and K_j (of dQ), prepared once per key block.
+            let k_tile_t = T::prepare(forward.keys_transposed(kv, key_start, cols));
+            let v_tile_t = T::prepare(View::transposed(v_tile, d_v, cols, d_v));
+            let k_tile_rows = T::prepare(View::rows(k_tile, cols, d_k, d_k));
             let dk_tile = &mut dk[local * d_k..][..cols * d_k];
             let dv_tile = &mut dv[local * d_v..][..cols * d_v];
             for group_idx in 0..group {
@@ -305,6 +346,14 @@ impl Task<'_> {
                         let q_block = &inputs.q[at..][..rows * d_k];
                         let out_at = (row0 + row_in_group) * d_v;
                         let do_block = &inputs.grad_out[out_at..][..rows * d_v];
+                        let (q_rhs, do_rhs) = query_rhs
+                            [group_idx * query_blocks + q_start / tiles.query_block]
+                            .get_or_insert_with(|| {
+                                (
+                                    T::prepare(View::rows(q_block, rows, d_k, d_k)),
+                                    T::prepare(View::rows(do_block, rows, d_v, d_v)),
+                                )
+                            });
                         let p = &mut scratch.p[..rows * cols];
                         let dp = &mut scratch.dp[..rows * cols];
                         let capped = forward.shape.softcap.is_some();
@@ -316,6 +365,7 @@ impl Task<'_> {
                             rows,
                             key_start,
                             cols,
+                            &k_tile_t,
                             p,
                             capped.then_some(&mut scratch.cap[..]),
                         );
@@ -324,20 +374,20 @@ impl Task<'_> {
                             simd::exp_sub(p_row, inputs.lse[row0 + row_in_group + row]);
                         }
                         // dV_j [cols, d_v] += Pᵀ [cols, rows] · dO_i [rows, d_v]
-                        product(
+                        T::product_f32_lhs(
                             dv_tile,
                             d_v,
                             View::transposed(p, cols, rows, cols),
-                            View::rows(do_block, rows, d_v, d_v),
+                            do_rhs,
                             true,
                             1.0,
                         );
                         // dP [rows, cols] = dO_i [rows, d_v] · V_jᵀ [d_v, cols]
-                        product(
+                        T::product(
                             dp,
                             cols,
                             View::rows(do_block, rows, d_v, d_v),
-                            View::transposed(v_tile, d_v, cols, d_v),
+                            &v_tile_t,
                             false,
                             1.0,
                         );
@@ -361,20 +411,20 @@ impl Task<'_> {
                         let ds = &scratch.p[..rows * cols];
                         // dQ_i [rows, d_k] += scale · dS [rows, cols] · K_j [cols, d_k]
                         let dq_block = &mut dq[row_in_group * d_k..][..rows * d_k];
-                        product(
+                        T::product_f32_lhs(
                             dq_block,
                             d_k,
                             View::rows(ds, rows, cols, cols),
-                            View::rows(k_tile, cols, d_k, d_k),
+                            &k_tile_rows,
                             true,
                             scale,
                         );
                         // dK_j [cols, d_k] += scale · dSᵀ [cols, rows] · Q_i [rows, d_k]
-                        product(
+                        T::product_f32_lhs(
                             dk_tile,
                             d_k,
                             View::transposed(ds, cols, rows, cols),
-                            View::rows(q_block, rows, d_k, d_k),
+                            q_rhs,
                             true,
                             scale,
                         );

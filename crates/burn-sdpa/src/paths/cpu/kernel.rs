@@ -23,11 +23,14 @@
 //! explicit offset (key `j` is visible to query `i` when `j <= i + offset`), a local window, grouped-query heads (query head `i` reads kv head `i / (h / h_kv)`),
 //! and a zero output row (log-sum-exp +∞) for a query with no visible key.
 
+use burn::tensor::bf16;
+
+use super::element::Element;
 use super::masking::Masking;
 use super::shape::check_len;
 use super::shape::{KernelShape, Tiles};
 use super::simd;
-use super::tile::{View, product};
+use super::tile::View;
 use crate::error::AttentionError;
 use crate::types::AttentionDims;
 
@@ -84,6 +87,38 @@ pub fn try_forward(
     out: &mut [f32],
     lse: Option<&mut [f32]>,
 ) -> Result<(), AttentionError> {
+    forward(shape, tiles, masking, q, k, v, out, lse)
+}
+
+/// [`try_forward`] on bf16 data: q, k, v and the output stored in bf16; the products read bf16
+/// operands (the weights rounded to bf16 before they multiply v) and sum in f32 (on AMX tiles
+/// where the CPU has them, see `bf16_product_isa`), the softmax and the log-sum-exp are f32.
+#[allow(clippy::too_many_arguments)]
+pub fn try_forward_bf16(
+    shape: &KernelShape,
+    tiles: Tiles,
+    masking: &Masking<'_>,
+    q: &[bf16],
+    k: &[bf16],
+    v: &[bf16],
+    out: &mut [bf16],
+    lse: Option<&mut [f32]>,
+) -> Result<(), AttentionError> {
+    forward(shape, tiles, masking, q, k, v, out, lse)
+}
+
+/// The forward pass on any element type of the kernel.
+#[allow(clippy::too_many_arguments)]
+fn forward<T: Element>(
+    shape: &KernelShape,
+    tiles: Tiles,
+    masking: &Masking<'_>,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    out: &mut [T],
+    lse: Option<&mut [f32]>,
+) -> Result<(), AttentionError> {
     shape.validate(tiles, q, k, v, out)?;
     masking.validate(&shape.dims)?;
     let AttentionDims {
@@ -111,7 +146,7 @@ pub fn try_forward(
     };
     // out: [b·h, n, d_v] -> tasks of [query_block, d_v] rows, each with its (b·h, first query)
     // and its [query_block] log-sum-exp entries.
-    let mut tasks: Vec<(usize, usize, &mut [f32], &mut [f32])> = Vec::new();
+    let mut tasks: Vec<(usize, usize, &mut [T], &mut [f32])> = Vec::new();
     for (bh_idx, (head_out, head_lse)) in out.chunks_mut(n * d_v).zip(lse.chunks_mut(n)).enumerate()
     {
         let blocks = head_out
@@ -164,13 +199,13 @@ impl Scratch {
 }
 
 /// Everything a task reads.
-pub(crate) struct Inputs<'a> {
+pub(crate) struct Inputs<'a, T = f32> {
     pub shape: &'a KernelShape,
     pub tiles: Tiles,
     pub masking: &'a Masking<'a>,
-    pub q: &'a [f32],
-    pub k: &'a [f32],
-    pub v: &'a [f32],
+    pub q: &'a [T],
+    pub k: &'a [T],
+    pub v: &'a [T],
 }
 
 /// Where a tile stands against the causal diagonal and the mask.
@@ -184,7 +219,7 @@ pub(crate) enum TileKind {
     Masked,
 }
 
-impl Inputs<'_> {
+impl<T: Element> Inputs<'_, T> {
     /// Which kind the tile (queries `q_start..q_start + rows` of head (`batch_idx`,
     /// `head_idx`), keys `key_start..key_start + cols`) is.
     pub fn tile_kind(
@@ -221,10 +256,18 @@ impl Inputs<'_> {
         }
     }
 
-    /// The scores of a tile, `scores[rows, cols] = scale · q_block · k_tileᵀ`, soft-capped when
-    /// the call caps (writing the cap's derivative `1 − tanh²` into `cap_grad` when given), plus
-    /// the bias, with −∞ where the mask, the causal diagonal or the window hides a key (when
-    /// `kind` is `Masked`).
+    /// `k_tileᵀ` `[d_k, cols]`: the keys `key_start..key_start + cols` of kv head
+    /// `kv_idx` (flattened over the batch), transposed, as the scores' right operand.
+    pub fn keys_transposed(&self, kv_idx: usize, key_start: usize, cols: usize) -> View<'_, T> {
+        let AttentionDims { m, d_k, .. } = self.shape.dims;
+        let k_tile = &self.k[(kv_idx * m + key_start) * d_k..][..cols * d_k];
+        View::transposed(k_tile, d_k, cols, d_k)
+    }
+
+    /// The scores of a tile, `scores[rows, cols] = scale · q_block · k_tileᵀ` (`k_tile_t`: the
+    /// prepared [`Inputs::keys_transposed`] of the tile's keys), soft-capped when the call caps
+    /// (writing the cap's derivative `1 − tanh²` into `cap_grad` when given), plus the bias, with
+    /// −∞ where the mask, the causal diagonal or the window hides a key (when `kind` is `Masked`).
     #[allow(clippy::too_many_arguments)]
     pub fn scores(
         &self,
@@ -235,26 +278,20 @@ impl Inputs<'_> {
         rows: usize,
         key_start: usize,
         cols: usize,
+        k_tile_t: &T::Rhs<'_>,
         scores: &mut [f32],
         cap_grad: Option<&mut [f32]>,
     ) {
         let AttentionDims {
-            n_heads,
-            n_kv_heads,
-            n,
-            m,
-            d_k,
-            ..
+            n_heads, n, d_k, ..
         } = self.shape.dims;
-        let kv_idx = batch_idx * n_kv_heads + head_idx / (n_heads / n_kv_heads);
         let q_block =
             &self.q[((batch_idx * n_heads + head_idx) * n + q_start) * d_k..][..rows * d_k];
-        let k_tile = &self.k[(kv_idx * m + key_start) * d_k..][..cols * d_k];
-        product(
+        T::product(
             scores,
             cols,
             View::rows(q_block, rows, d_k, d_k),
-            View::transposed(k_tile, d_k, cols, d_k),
+            k_tile_t,
             false,
             self.shape.scale,
         );
@@ -290,7 +327,7 @@ impl Inputs<'_> {
         &self,
         bh_idx: usize,
         q_start: usize,
-        block_out: &mut [f32],
+        block_out: &mut [T],
         block_lse: &mut [f32],
         scratch: &mut Scratch,
     ) {
@@ -326,8 +363,9 @@ impl Inputs<'_> {
                 continue;
             }
             let scores = &mut scratch.scores[..rows * cols];
+            let k_tile_t = T::prepare(self.keys_transposed(kv_idx, key_start, cols));
             self.scores(
-                kind, batch_idx, head_idx, q_start, rows, key_start, cols, scores, None,
+                kind, batch_idx, head_idx, q_start, rows, key_start, cols, &k_tile_t, scores, None,
             );
             for (row, row_scores) in scores.chunks_mut(cols).enumerate() {
                 let old_max = row_max[row];
@@ -347,11 +385,11 @@ impl Inputs<'_> {
             }
             // acc [rows, d_v] += p [rows, cols] · v_tile [cols, d_v]
             let v_tile = &v_head[key_start * d_v..][..cols * d_v];
-            product(
+            T::product_f32_lhs(
                 acc,
                 d_v,
                 View::rows(scores, rows, cols, cols),
-                View::rows(v_tile, cols, d_v, d_v),
+                &T::prepare(View::rows(v_tile, cols, d_v, d_v)),
                 true,
                 1.0,
             );
@@ -369,7 +407,7 @@ impl Inputs<'_> {
             block_lse[row] = lse;
             let out_row = &mut block_out[row * d_v..][..d_v];
             for (o, a) in out_row.iter_mut().zip(&acc[row * d_v..][..d_v]) {
-                *o = a * inv;
+                *o = T::from_f32(a * inv);
             }
         }
     }

@@ -7,6 +7,7 @@
 //! serves inference through host copies of the tensors.
 
 pub mod backward;
+pub(crate) mod element;
 // NdArray is deprecated upstream since Burn 0.22; the product still serves it.
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 #[allow(deprecated)]
@@ -46,6 +47,8 @@ impl HostExtras {
 #[allow(deprecated)]
 mod host;
 // Host code of the row ops, reached through `row_ops` (the backend extension) only.
+#[cfg(test)]
+mod bf16_tests;
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 mod cross_entropy;
 pub mod kernel;
@@ -61,6 +64,7 @@ mod row_ops;
 pub(crate) mod shape;
 pub(crate) mod simd;
 mod tile;
+pub(crate) mod tile_bf16;
 
 use std::borrow::Cow;
 

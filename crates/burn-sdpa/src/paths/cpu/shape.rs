@@ -48,13 +48,13 @@ impl KernelShape {
     }
 
     /// Checks the slice lengths, the head grouping and the tile sizes against this shape.
-    pub fn validate(
+    pub fn validate<T>(
         &self,
         tiles: Tiles,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        out: &[f32],
+        q: &[T],
+        k: &[T],
+        v: &[T],
+        out: &[T],
     ) -> Result<(), AttentionError> {
         let s = &self.dims;
         if s.n_kv_heads == 0 || !s.n_heads.is_multiple_of(s.n_kv_heads) {

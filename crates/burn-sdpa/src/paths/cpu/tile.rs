@@ -2,30 +2,80 @@
 //! crate (the one Burn's Flex backend uses), single-threaded inside a kernel task.
 
 /// A matrix read from a slice with a row stride and a column stride, so that a row-major block
-/// and its transpose are the same data read two ways.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct View<'a> {
-    data: &'a [f32],
+/// and its transpose are the same data read two ways (`f32` for [`product`], bf16 or `f32` for
+/// the bf16 product of `tile_bf16.rs`).
+#[derive(Debug)]
+pub(crate) struct View<'a, T = f32> {
+    data: &'a [T],
     rows: usize,
     cols: usize,
     row_stride: usize,
     col_stride: usize,
 }
 
-impl<'a> View<'a> {
+impl<T> Clone for View<'_, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for View<'_, T> {}
+
+impl<'a, T: Copy> View<'a, T> {
     /// A row-major `[rows, cols]` block whose rows are `row_stride` apart.
-    pub fn rows(data: &'a [f32], rows: usize, cols: usize, row_stride: usize) -> Self {
+    pub fn rows(data: &'a [T], rows: usize, cols: usize, row_stride: usize) -> Self {
         Self::checked(data, rows, cols, row_stride, 1)
     }
 
     /// The transpose of a row-major `[cols, rows]` block whose rows are `row_stride` apart,
     /// read as `[rows, cols]`.
-    pub fn transposed(data: &'a [f32], rows: usize, cols: usize, row_stride: usize) -> Self {
+    pub fn transposed(data: &'a [T], rows: usize, cols: usize, row_stride: usize) -> Self {
         Self::checked(data, rows, cols, 1, row_stride)
     }
 
+    /// Rows of the matrix.
+    pub fn rows_len(&self) -> usize {
+        self.rows
+    }
+
+    /// Columns of the matrix.
+    pub fn cols_len(&self) -> usize {
+        self.cols
+    }
+
+    /// The rows as slices, when every row is contiguous (column stride 1).
+    pub fn row_major(&self) -> Option<impl Iterator<Item = &'a [T]> + use<'a, T>> {
+        let view = *self;
+        (view.col_stride == 1 && view.cols > 0).then(move || {
+            (0..view.rows).map(move |row_idx| &view.data[row_idx * view.row_stride..][..view.cols])
+        })
+    }
+
+    /// The columns as slices, when every column is contiguous (row stride 1): a transposed
+    /// row-major block.
+    pub fn col_major(&self) -> Option<impl Iterator<Item = &'a [T]> + use<'a, T>> {
+        let view = *self;
+        (view.row_stride == 1 && view.rows > 0).then(move || {
+            (0..view.cols).map(move |col_idx| &view.data[col_idx * view.col_stride..][..view.rows])
+        })
+    }
+
+    /// The element at (`row_idx`, `col_idx`).
+    ///
+    /// # Panics
+    /// Outside the matrix.
+    pub fn at(&self, row_idx: usize, col_idx: usize) -> T {
+        assert!(
+            row_idx < self.rows && col_idx < self.cols,
+            "tile view [{}, {}]: no element ({row_idx}, {col_idx})",
+            self.rows,
+            self.cols
+        );
+        self.data[row_idx * self.row_stride + col_idx * self.col_stride]
+    }
+
     fn checked(
-        data: &'a [f32],
+        data: &'a [T],
         rows: usize,
         cols: usize,
         row_stride: usize,

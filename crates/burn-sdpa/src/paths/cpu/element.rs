@@ -1,0 +1,111 @@
+//! The element types the CPU kernel stores its inputs and outputs in: `f32`, and bf16 (the
+//! products read bf16 operands and sum in f32; the softmax, the log-sum-exp, the output's
+//! accumulator and every gradient accumulator are f32).
+
+use burn::tensor::bf16;
+
+use super::simd;
+use super::tile::{View, product};
+use super::tile_bf16::{PackedRhs, product_bf16_packed};
+
+/// A storage type of the CPU kernel (`f32` or bf16): its conversion from f32, its tile products
+/// and its dot product.
+pub(crate) trait Element: Copy + Send + Sync + 'static {
+    /// A right operand prepared for the products it enters (the view itself for f32, whose
+    /// products pack their own operands; bf16 tiles packed once).
+    type Rhs<'a>;
+
+    /// This type's value nearest to `x` (round to nearest even).
+    fn from_f32(x: f32) -> Self;
+    /// `rhs` prepared for [`Element::product`] and [`Element::product_f32_lhs`].
+    fn prepare(rhs: View<'_, Self>) -> Self::Rhs<'_>;
+    /// `dst (+)= factor · lhs · rhs` on two operands of this type.
+    fn product(
+        dst: &mut [f32],
+        dst_stride: usize,
+        lhs: View<'_, Self>,
+        rhs: &Self::Rhs<'_>,
+        accumulate: bool,
+        factor: f32,
+    );
+    /// The same with an `f32` left operand (the weights P or their gradient dS), read at this
+    /// type's precision.
+    fn product_f32_lhs(
+        dst: &mut [f32],
+        dst_stride: usize,
+        lhs: View<'_, f32>,
+        rhs: &Self::Rhs<'_>,
+        accumulate: bool,
+        factor: f32,
+    );
+    /// `Σ a_i · b_i` in f32.
+    fn dot(a: &[Self], b: &[Self]) -> f32;
+}
+
+impl Element for f32 {
+    type Rhs<'a> = View<'a, f32>;
+
+    fn from_f32(x: f32) -> Self {
+        x
+    }
+    fn prepare(rhs: View<'_, f32>) -> View<'_, f32> {
+        rhs
+    }
+    fn product(
+        dst: &mut [f32],
+        dst_stride: usize,
+        lhs: View<'_, f32>,
+        rhs: &View<'_, f32>,
+        accumulate: bool,
+        factor: f32,
+    ) {
+        product(dst, dst_stride, lhs, *rhs, accumulate, factor)
+    }
+    fn product_f32_lhs(
+        dst: &mut [f32],
+        dst_stride: usize,
+        lhs: View<'_, f32>,
+        rhs: &View<'_, f32>,
+        accumulate: bool,
+        factor: f32,
+    ) {
+        product(dst, dst_stride, lhs, *rhs, accumulate, factor)
+    }
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        simd::dot(a, b)
+    }
+}
+
+impl Element for bf16 {
+    type Rhs<'a> = PackedRhs;
+
+    fn from_f32(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+    fn prepare(rhs: View<'_, bf16>) -> PackedRhs {
+        PackedRhs::new(rhs)
+    }
+    fn product(
+        dst: &mut [f32],
+        dst_stride: usize,
+        lhs: View<'_, bf16>,
+        rhs: &PackedRhs,
+        accumulate: bool,
+        factor: f32,
+    ) {
+        product_bf16_packed(dst, dst_stride, lhs, rhs, accumulate, factor)
+    }
+    fn product_f32_lhs(
+        dst: &mut [f32],
+        dst_stride: usize,
+        lhs: View<'_, f32>,
+        rhs: &PackedRhs,
+        accumulate: bool,
+        factor: f32,
+    ) {
+        product_bf16_packed(dst, dst_stride, lhs, rhs, accumulate, factor)
+    }
+    fn dot(a: &[bf16], b: &[bf16]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| x.to_f32() * y.to_f32()).sum()
+    }
+}

@@ -1,0 +1,209 @@
+//! Times the CPU attention kernel on bf16 host data against the same kernel on f32, forward
+//! and backward (no Burn tensors, no host copies), and prints which tile products the bf16
+//! kernel ran with (`amx` where the CPU has AMX-BF16 and the OS grants its tile state,
+//! `portable` otherwise; `SDPA_AMX=off` forces the portable path).
+//!
+//! ```sh
+//! cargo run --release --example cpu_kernel_bf16            # n = 1024
+//! cargo run --release --example cpu_kernel_bf16 -- 512 2048
+//! cargo run --release --example cpu_kernel_bf16 -- b=64 h=2 d=32 512   # the model's shape
+//! ```
+//!
+//! b = 4, h = 8, d = 64 by default (the `sdpa bench` sizes), inputs from a seeded N(0, 1) rounded to bf16
+//! (the f32 run reads the same values); the two types take turns in each round, the order
+//! swapped every round, and each gets the median of its rounds.
+
+use std::time::Instant;
+
+use burn::tensor::bf16;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use rand_distr::{Distribution, StandardNormal};
+use sdpa::AttentionDims;
+use sdpa::cpu_kernel::{
+    BACKWARD_TILES, BackwardInputs, BackwardOutputs, KernelShape, Masking, Tiles, bf16_product_isa,
+    cpu_features, threads, try_backward, try_backward_bf16, try_forward, try_forward_bf16,
+};
+
+/// Timed rounds per size (after one warm-up round).
+const ROUNDS: usize = 9;
+
+/// Host buffers of one size, in both types.
+struct Data {
+    shape: KernelShape,
+    q: (Vec<f32>, Vec<bf16>),
+    k: (Vec<f32>, Vec<bf16>),
+    v: (Vec<f32>, Vec<bf16>),
+    grad_out: (Vec<f32>, Vec<bf16>),
+}
+
+fn main() -> anyhow::Result<()> {
+    // Arguments: sizes n = m, and `b=B`, `h=H`, `d=D` for the other sizes.
+    let (mut b, mut h, mut d) = (4, 8, 64);
+    let mut ns = Vec::new();
+    for arg in std::env::args().skip(1) {
+        let parse = |text: &str| {
+            text.parse::<usize>()
+                .map_err(|e| anyhow::anyhow!("`{arg}`: arguments are n, b=B, h=H or d=D ({e})"))
+        };
+        match arg.split_once('=') {
+            Some(("b", value)) => b = parse(value)?,
+            Some(("h", value)) => h = parse(value)?,
+            Some(("d", value)) => d = parse(value)?,
+            _ => ns.push(parse(&arg)?),
+        }
+    }
+    let ns = if ns.is_empty() { vec![1024] } else { ns };
+    println!(
+        "cpu_kernel f32 vs bf16: b = {b}, h = {h}, d = {d}, seed 7, {ROUNDS} rounds, {} threads; \
+         CPU features: {}; bf16 tile products: {}",
+        threads(),
+        cpu_features().join(", "),
+        bf16_product_isa()
+    );
+    println!("\n| n | mode | f32 ms (GFLOP/s) | bf16 ms (GFLOP/s) | f32 / bf16 |");
+    println!("|---|---|---|---|---|");
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    for n in ns {
+        let shape = KernelShape {
+            dims: AttentionDims {
+                batch: b,
+                n_heads: h,
+                n_kv_heads: h,
+                n,
+                m: n,
+                d_k: d,
+                d_v: d,
+            },
+            scale: 1.0 / (d as f32).sqrt(),
+            causal_offset: None,
+            softcap: None,
+            window: None,
+        };
+        let len = b * h * n * d;
+        let mut normal = || {
+            let values: Vec<bf16> = (0..len)
+                .map(|_| bf16::from_f32(StandardNormal.sample(&mut rng)))
+                .collect();
+            (values.iter().map(|x| x.to_f32()).collect(), values)
+        };
+        let data = Data {
+            shape,
+            q: normal(),
+            k: normal(),
+            v: normal(),
+            grad_out: normal(),
+        };
+        // [f32, bf16] × [forward, forward + backward]
+        let mut times = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
+        for round in 0..=ROUNDS {
+            let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+            for dtype_idx in order {
+                let (forward, both) = time(&data, dtype_idx == 1)?;
+                // Round 0 is the warm-up.
+                if round > 0 {
+                    times[dtype_idx][0].push(forward);
+                    times[dtype_idx][1].push(both);
+                }
+            }
+        }
+        let flop = 4.0 * (b * h * n * n * d) as f64;
+        for (mode_idx, (mode, flop)) in [("forward", flop), ("forward + backward", 3.0 * flop)]
+            .into_iter()
+            .enumerate()
+        {
+            let f32_ms = median(&mut times[0][mode_idx]);
+            let bf16_ms = median(&mut times[1][mode_idx]);
+            println!(
+                "| {n} | {mode} | {:.1} ({:.0}) | {:.1} ({:.0}) | {:.2}× |",
+                f32_ms * 1e3,
+                flop / f32_ms / 1e9,
+                bf16_ms * 1e3,
+                flop / bf16_ms / 1e9,
+                f32_ms / bf16_ms
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Seconds of one forward pass and of one forward + backward pass, in f32 or in bf16.
+fn time(data: &Data, in_bf16: bool) -> anyhow::Result<(f64, f64)> {
+    let d = data.shape.dims;
+    let len = d.batch * d.n_heads * d.n * d.d_v;
+    let mut lse = vec![0.0f32; d.batch * d.n_heads * d.n];
+    let (mut dq, mut dk, mut dv) = (vec![0.0; len], vec![0.0; len], vec![0.0; len]);
+    let outputs = |dq, dk, dv| BackwardOutputs {
+        grad_q: dq,
+        grad_k: dk,
+        grad_v: dv,
+        grad_scores: None,
+    };
+    let (shape, masking) = (&data.shape, &Masking::default());
+    let tiles = Tiles::for_keys(d.m);
+    let start = Instant::now();
+    if in_bf16 {
+        let mut out = vec![bf16::ZERO; len];
+        try_forward_bf16(
+            shape,
+            tiles,
+            masking,
+            &data.q.1,
+            &data.k.1,
+            &data.v.1,
+            &mut out,
+            Some(&mut lse),
+        )?;
+        let forward = start.elapsed().as_secs_f64();
+        let inputs = BackwardInputs {
+            q: &data.q.1,
+            k: &data.k.1,
+            v: &data.v.1,
+            out: &out,
+            grad_out: &data.grad_out.1,
+            lse: &lse,
+        };
+        try_backward_bf16(
+            shape,
+            BACKWARD_TILES,
+            masking,
+            inputs,
+            outputs(&mut dq, &mut dk, &mut dv),
+        )?;
+        Ok((forward, start.elapsed().as_secs_f64()))
+    } else {
+        let mut out = vec![0.0f32; len];
+        try_forward(
+            shape,
+            tiles,
+            masking,
+            &data.q.0,
+            &data.k.0,
+            &data.v.0,
+            &mut out,
+            Some(&mut lse),
+        )?;
+        let forward = start.elapsed().as_secs_f64();
+        let inputs = BackwardInputs {
+            q: &data.q.0,
+            k: &data.k.0,
+            v: &data.v.0,
+            out: &out,
+            grad_out: &data.grad_out.0,
+            lse: &lse,
+        };
+        try_backward(
+            shape,
+            BACKWARD_TILES,
+            masking,
+            inputs,
+            outputs(&mut dq, &mut dk, &mut dv),
+        )?;
+        Ok((forward, start.elapsed().as_secs_f64()))
+    }
+}
+
+fn median(times: &mut [f64]) -> f64 {
+    times.sort_by(f64::total_cmp);
+    times[times.len() / 2]
+}
