@@ -85,7 +85,7 @@ pub use paths::auto::{
 };
 pub use qk_norm::{HeadNorm, QkNorm};
 pub use rope::RopeConfig;
-pub use rows::{cross_entropy, linear_rows, try_cross_entropy};
+pub use rows::{cross_entropy, layer_norm, linear_rows, try_cross_entropy};
 pub use types::{AttentionDims, CausalAlignment, ScalePolicy, Window, validate_softcap};
 pub use vocabulary::{AttentionPath, BackendFamily, DEFAULT_BLOCK_SIZE, Implementation};
 

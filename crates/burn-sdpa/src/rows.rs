@@ -1,12 +1,12 @@
 //! The row-wise layers around attention in a training step, fused on the CPU backends:
-//! [`linear_rows`] (a linear layer on `[b, s, d]`) and [`cross_entropy`] (the mean
-//! cross-entropy of `[rows, classes]` logits).
+//! [`linear_rows`] (a linear layer on `[b, s, d]`), [`layer_norm`] (over the last axis) and
+//! [`cross_entropy`] (the mean cross-entropy of `[rows, classes]` logits).
 //!
 //! On Flex and NdArray with this crate's `flex` / `ndarray` features and `f32` tensors, each is
 //! one op of this crate's backend extension with its own backward pass (no intermediate
 //! tensors, the products split over row blocks, the softmax with the kernel's vectorized
-//! `exp`); on every other backend, and for other dtypes, they are Burn's own `Linear` and
-//! `CrossEntropyLoss`, so the results agree everywhere (tested against them).
+//! `exp`); on every other backend, and for other dtypes, they are Burn's own `Linear`,
+//! `layer_norm` and `CrossEntropyLoss`, so the results agree everywhere (tested against them).
 
 use burn::nn::Linear;
 use burn::nn::loss::CrossEntropyLossConfig;
@@ -51,6 +51,52 @@ pub fn linear_rows(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
         return y.reshape([b, s, d_out]);
     }
     linear.forward(x)
+}
+
+/// The layer norm of `input` over its last axis, `(x − μ) / √(σ² + ε) · γ + β` with the biased
+/// variance: Burn's `burn::tensor::module::layer_norm` (what `nn::LayerNorm::forward` calls),
+/// with the same arguments.
+///
+/// Burn 0.22.1 composes it of generic ops, a pass over the tensor and a buffer each, forward and
+/// backward. On the CPU backends (see the module docs) it is one op with its own backward pass
+/// (one pass over the rows each way, the rows split over the thread pool).
+///
+/// ```
+/// # use burn::prelude::*;
+/// use burn::nn::LayerNormConfig;
+/// let device = Device::flex();
+/// let norm = LayerNormConfig::new(8).init(&device);
+/// let x = Tensor::<3>::random([2, 5, 8], burn::tensor::Distribution::Default, &device);
+/// let beta = norm.beta.as_ref().map(|b| b.val());
+/// let y = burn_sdpa::layer_norm(x.clone(), norm.gamma.val(), beta, 1e-5);
+/// assert!(y.all_close(norm.forward(x), Some(1e-4), Some(1e-5)));
+/// ```
+///
+/// # Shapes
+/// - input: `[..., d]`; gamma, beta: `[d]`
+/// - returns the shape of `input`
+pub fn layer_norm<const D: usize>(
+    input: Tensor<D>,
+    gamma: Tensor<1>,
+    beta: Option<Tensor<1>>,
+    epsilon: f64,
+) -> Tensor<D> {
+    #[cfg(any(feature = "flex", feature = "ndarray"))]
+    {
+        let dims = input.dims();
+        let d = dims[D - 1];
+        if gamma.dims() == [d]
+            && beta.as_ref().is_none_or(|b| b.dims() == [d])
+            && crate::paths::cpu::layer_norm_runs_in_place(&input, &gamma, beta.as_ref())
+        {
+            // [..., d] -> [rows, d] -> [..., d]
+            let rows = input.shape().num_elements() / d;
+            let y =
+                crate::paths::cpu::layer_norm_2d(input.reshape([rows, d]), gamma, beta, epsilon);
+            return y.reshape(dims);
+        }
+    }
+    burn::tensor::module::layer_norm(input, gamma, beta, epsilon)
 }
 
 /// The mean cross-entropy of `logits` against the class ids `targets`, as Burn's

@@ -130,16 +130,22 @@ impl ModelConfig {
     pub fn try_init(&self, device: &Device) -> Result<AttentionModel, ModelError> {
         self.validate()?;
         let norm = |d| {
-            self.layer_norm
-                .then(|| LayerNormConfig::new(d).init(device))
+            self.layer_norm.then(|| {
+                LayerNormConfig::new(d)
+                    .with_epsilon(LAYER_NORM_EPSILON)
+                    .init(device)
+            })
         };
         let blocks = (0..self.n_layers)
             .map(|_| {
                 Ok(Block {
                     norm_attn: norm(self.d_model),
                     attention: self.mha_config().try_init(device)?,
-                    norm_mlp: (self.mlp && self.layer_norm)
-                        .then(|| LayerNormConfig::new(self.d_model).init(device)),
+                    norm_mlp: (self.mlp && self.layer_norm).then(|| {
+                        LayerNormConfig::new(self.d_model)
+                            .with_epsilon(LAYER_NORM_EPSILON)
+                            .init(device)
+                    }),
                     mlp: self.mlp.then(|| Mlp {
                         up: LinearConfig::new(self.d_model, self.d_model * self.mlp_ratio)
                             .init(device),
@@ -280,6 +286,16 @@ pub struct AttentionModel {
     pub seq_len: usize,
 }
 
+/// The ε of every LayerNorm of the model (Burn's default, and PyTorch's).
+pub const LAYER_NORM_EPSILON: f64 = 1e-5;
+
+/// `norm` applied to `x` through the library's fused `layer_norm` (Burn's `LayerNorm::forward`
+/// elsewhere than on the CPU backends); the model's norms all have [`LAYER_NORM_EPSILON`].
+fn normalize(norm: &LayerNorm, x: Tensor<3>) -> Tensor<3> {
+    let beta = norm.beta.as_ref().map(|b| b.val());
+    burn_sdpa::layer_norm(x, norm.gamma.val(), beta, LAYER_NORM_EPSILON)
+}
+
 impl AttentionModel {
     /// The hidden states and, if `record`, each layer's attention.
     ///
@@ -299,7 +315,7 @@ impl AttentionModel {
         let mut recorded = Vec::new();
         for block in &self.blocks {
             let h = match &block.norm_attn {
-                Some(norm) => norm.forward(x.clone()),
+                Some(norm) => normalize(norm, x.clone()),
                 None => x.clone(),
             };
             if record {
@@ -331,14 +347,14 @@ impl AttentionModel {
             x = x + out.context;
             if let Some(mlp) = &block.mlp {
                 let h = match &block.norm_mlp {
-                    Some(norm) => norm.forward(x.clone()),
+                    Some(norm) => normalize(norm, x.clone()),
                     None => x.clone(),
                 };
                 x = x + linear_rows(&mlp.down, mlp.activation.forward(linear_rows(&mlp.up, h)));
             }
         }
         if let Some(norm) = &self.norm_out {
-            x = norm.forward(x);
+            x = normalize(norm, x);
         }
         (x, recorded)
     }

@@ -53,6 +53,8 @@ mod bf16_tests;
 mod cross_entropy;
 pub mod kernel;
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+mod layer_norm;
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 mod linear;
 pub(crate) mod masking;
 mod nonfinite;
@@ -145,6 +147,34 @@ pub(crate) fn linear_runs_in_place<const D: usize>(
 pub(crate) fn linear_in_place(layer: &burn::nn::Linear, x: Tensor<2>) -> Tensor<2> {
     let bias = layer.bias.as_ref().map(|b| b.val());
     row_ops::cpu_linear(x, layer.weight.val(), bias)
+}
+
+/// The layer norm of every row of `x` `[rows, d]` through the CPU backends' op (the caller has
+/// checked [`layer_norm_runs_in_place`]).
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+pub(crate) fn layer_norm_2d(
+    x: Tensor<2>,
+    gamma: Tensor<1>,
+    beta: Option<Tensor<1>>,
+    epsilon: f64,
+) -> Tensor<2> {
+    row_ops::cpu_layer_norm(x, gamma, beta, epsilon)
+}
+
+/// Whether a layer norm of `x` with `gamma` (and `beta`) runs through the CPU backends' op:
+/// Flex and NdArray with the crate's features, all tensors `f32`, nothing empty.
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+pub(crate) fn layer_norm_runs_in_place<const D: usize>(
+    x: &Tensor<D>,
+    gamma: &Tensor<1>,
+    beta: Option<&Tensor<1>>,
+) -> bool {
+    x.shape().num_elements() > 0
+        && gamma.shape().num_elements() > 0
+        && x.dtype() == DType::F32
+        && gamma.dtype() == DType::F32
+        && beta.is_none_or(|b| b.dtype() == DType::F32)
+        && runs_in_place(&x.device())
 }
 
 /// The mean cross-entropy of `logits` `[rows, classes]` against checked class ids, through the

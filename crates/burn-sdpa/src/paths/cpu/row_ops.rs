@@ -1,5 +1,6 @@
 //! The row-wise ops of a training step on the CPU backends as a Burn backend extension: the
-//! row-parallel linear layer ([`super::linear`], `cpu_linear`) and the mean cross-entropy
+//! row-parallel linear layer ([`super::linear`], `cpu_linear`), the layer norm
+//! ([`super::layer_norm`], `cpu_layer_norm`) and the mean cross-entropy
 //! ([`super::cross_entropy`], `cpu_cross_entropy`), for Flex and NdArray (reading their buffers
 //! in place) and for `Autodiff` over them, each with its own backward pass.
 
@@ -15,11 +16,15 @@ use std::sync::Arc;
 
 use super::extension::MaybeBias;
 use super::host::HostFloat;
-use super::{cross_entropy, linear};
+use super::{cross_entropy, layer_norm, linear};
 
 /// The class of every row, checked against the number of classes.
 #[derive(Debug, Clone)]
 pub(crate) struct Targets(pub Arc<Vec<usize>>);
+
+/// The ε of a layer norm.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Epsilon(pub f64);
 
 /// The ops. Calling one on a backend that is not listed panics: their callers check the device
 /// first.
@@ -34,6 +39,48 @@ pub(crate) trait CpuRowOps: Backend {
 
     /// The mean cross-entropy `[1]` of logits `[rows, classes]` against `targets`.
     fn cpu_cross_entropy(logits: FloatTensor<Self>, targets: Targets) -> FloatTensor<Self>;
+
+    /// The layer norm of every row of x `[rows, d]` with γ `[d]` (and β `[d]`) → `[rows, d]`.
+    fn cpu_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        #[extension_type] beta: MaybeBias<Self>,
+        epsilon: Epsilon,
+    ) -> FloatTensor<Self>;
+}
+
+/// The layer norm of every row of `x` on tensors of a backend the extension lists.
+///
+/// # Shapes
+/// - x: `[rows, d]`; gamma, beta: `[d]`
+/// - returns `[rows, d]`
+pub(crate) fn cpu_layer_norm(
+    x: Tensor<2>,
+    gamma: Tensor<1>,
+    beta: Option<Tensor<1>>,
+    epsilon: f64,
+) -> Tensor<2> {
+    Tensor::from_dispatch(<Dispatch as CpuRowOps>::cpu_layer_norm(
+        x.into_dispatch(),
+        gamma.into_dispatch(),
+        MaybeBias::from_option(beta.map(Tensor::into_dispatch)),
+        Epsilon(epsilon),
+    ))
+}
+
+/// The layer norm's forward on the host: y and the rows' statistics.
+fn layer_norm_forward<B: HostFloat>(
+    x: &FloatTensor<B>,
+    gamma: &FloatTensor<B>,
+    beta: Option<&FloatTensor<B>>,
+    epsilon: Epsilon,
+) -> (FloatTensor<B>, layer_norm::RowStats) {
+    let [rows, d] = x.shape().dims::<2>();
+    let read = |t| B::host(t).unwrap_or_else(|e| panic!("{e}"));
+    let (xs, gs) = (read(x), read(gamma));
+    let bs = beta.map(read);
+    let (y, stats) = layer_norm::forward(&xs, &gs, bs.as_deref(), d, epsilon.0);
+    (B::from_host(y, [rows, d], x), stats)
 }
 
 /// The mean cross-entropy of `logits` against `targets` (each below the number of classes) on
@@ -105,6 +152,15 @@ macro_rules! in_place_backend {
 
             fn cpu_cross_entropy(logits: FloatTensor<Self>, targets: Targets) -> FloatTensor<Self> {
                 cross_entropy_forward::<Self>(&logits, &targets).0
+            }
+
+            fn cpu_layer_norm(
+                x: FloatTensor<Self>,
+                gamma: FloatTensor<Self>,
+                beta: MaybeBias<Self>,
+                epsilon: Epsilon,
+            ) -> FloatTensor<Self> {
+                layer_norm_forward::<Self>(&x, &gamma, beta.as_option(), epsilon).0
             }
         }
     };
@@ -190,7 +246,96 @@ impl<B: HostFloat> Backward<B, 1> for CrossEntropyBackward {
     }
 }
 
+/// What the layer norm's backward keeps.
+#[derive(Debug, Clone)]
+struct SavedNorm<B: Backend> {
+    x: FloatTensor<B>,
+    gamma: FloatTensor<B>,
+    stats: Arc<layer_norm::RowStats>,
+}
+
+/// The layer norm's backward step, with N = 2 parents (x, γ) or 3 (and β).
+#[derive(Debug)]
+struct LayerNormBackward<const N: usize>;
+
+impl<B: HostFloat, const N: usize> Backward<B, N> for LayerNormBackward<N> {
+    type State = SavedNorm<B>;
+
+    fn backward(self, ops: Ops<Self::State, N>, grads: &mut Gradients, _: &mut Checkpointer) {
+        let grad_out = grads.consume::<B>(&ops.node);
+        let SavedNorm { x, gamma, stats } = ops.state;
+        let [rows, d] = x.shape().dims::<2>();
+        let beta_node = if N == 3 { ops.parents[2].clone() } else { None };
+        let want = [
+            ops.parents[0].is_some(),
+            ops.parents[1].is_some(),
+            beta_node.is_some(),
+        ];
+        let read = |t| B::host(t).unwrap_or_else(|e| panic!("{e}"));
+        let (xs, gs, dys) = (read(&x), read(&gamma), read(&grad_out));
+        let layer_norm::LayerNormGrads {
+            x: dx,
+            gamma: dgamma,
+            beta: dbeta,
+        } = layer_norm::backward(&xs, &gs, &stats, &dys, d, want);
+        if let (Some(node), Some(dx)) = (&ops.parents[0], dx) {
+            grads.register::<B>(node.id, B::from_host(dx, [rows, d], &x));
+        }
+        if let (Some(node), Some(dgamma)) = (&ops.parents[1], dgamma) {
+            grads.register::<B>(node.id, B::from_host(dgamma, [d], &x));
+        }
+        if let (Some(node), Some(dbeta)) = (beta_node, dbeta) {
+            grads.register::<B>(node.id, B::from_host(dbeta, [d], &x));
+        }
+    }
+}
+
 impl<B: HostFloat + CpuRowOps, C: CheckpointStrategy> CpuRowOps for Autodiff<B, C> {
+    fn cpu_layer_norm(
+        x: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: MaybeBias<Self>,
+        epsilon: Epsilon,
+    ) -> FloatTensor<Self> {
+        let (xp, gp) = (x.primitive().clone(), gamma.primitive().clone());
+        let saved = |stats| SavedNorm {
+            x: xp.clone(),
+            gamma: gp.clone(),
+            stats: Arc::new(stats),
+        };
+        match beta {
+            MaybeBias::Absent => match LayerNormBackward::<2>
+                .prepare::<C>([x.node(), gamma.node()])
+                .compute_bound()
+                .stateful()
+            {
+                OpsKind::Tracked(prep) => {
+                    let (y, stats) = layer_norm_forward::<B>(&xp, &gp, None, epsilon);
+                    prep.finish(saved(stats), y)
+                }
+                OpsKind::UnTracked(prep) => {
+                    prep.finish(layer_norm_forward::<B>(&xp, &gp, None, epsilon).0)
+                }
+            },
+            MaybeBias::Present(beta) => {
+                let bp = beta.primitive().clone();
+                match LayerNormBackward::<3>
+                    .prepare::<C>([x.node(), gamma.node(), beta.node()])
+                    .compute_bound()
+                    .stateful()
+                {
+                    OpsKind::Tracked(prep) => {
+                        let (y, stats) = layer_norm_forward::<B>(&xp, &gp, Some(&bp), epsilon);
+                        prep.finish(saved(stats), y)
+                    }
+                    OpsKind::UnTracked(prep) => {
+                        prep.finish(layer_norm_forward::<B>(&xp, &gp, Some(&bp), epsilon).0)
+                    }
+                }
+            }
+        }
+    }
+
     fn cpu_cross_entropy(logits: FloatTensor<Self>, targets: Targets) -> FloatTensor<Self> {
         let lp = logits.primitive().clone();
         match CrossEntropyBackward
