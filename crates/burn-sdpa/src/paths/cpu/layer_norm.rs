@@ -143,21 +143,26 @@ pub(crate) fn backward(
                 let g_row = &grad[row_idx * d..][..d];
                 let (mu, inv_std) = (stats.mean[row_idx], stats.inv_std[row_idx]);
                 let (mut mean_g, mut mean_gx) = (0.0f32, 0.0f32);
-                for idx in 0..d {
-                    let xhat = (x_row[idx] - mu) * inv_std;
-                    normed[idx] = xhat;
-                    dgamma[idx] += g_row[idx] * xhat;
-                    dbeta[idx] += g_row[idx];
-                    let g = g_row[idx] * gamma[idx];
+                let columns = normed
+                    .iter_mut()
+                    .zip(x_row)
+                    .zip(g_row)
+                    .zip(gamma)
+                    .zip(dgamma.iter_mut().zip(dbeta.iter_mut()));
+                for ((((xhat, &x), &dy), &scale), (dg, db)) in columns {
+                    *xhat = (x - mu) * inv_std;
+                    *dg += dy * *xhat;
+                    *db += dy;
+                    let g = dy * scale;
                     mean_g += g;
-                    mean_gx += g * xhat;
+                    mean_gx += g * *xhat;
                 }
                 if let Some(dx_block) = dx_block.as_deref_mut() {
                     let (mean_g, mean_gx) = (mean_g / d as f32, mean_gx / d as f32);
                     let dx_row = &mut dx_block[(row_idx - first) * d..][..d];
-                    for idx in 0..d {
-                        let g = g_row[idx] * gamma[idx];
-                        dx_row[idx] = (g - mean_g - normed[idx] * mean_gx) * inv_std;
+                    let columns = dx_row.iter_mut().zip(g_row).zip(gamma).zip(normed.iter());
+                    for (((dx, &dy), &scale), &xhat) in columns {
+                        *dx = (dy * scale - mean_g - xhat * mean_gx) * inv_std;
                     }
                 }
             }
