@@ -233,7 +233,7 @@ mod amx {
                 let rounded = _mm512_cvtneps_pbh(_mm512_loadu_ps(s.as_ptr()));
                 _mm256_storeu_si256(
                     d.as_mut_ptr().cast::<__m256i>(),
-                    core::mem::transmute::<_, __m256i>(rounded),
+                    core::mem::transmute::<std::arch::x86_64::__m256bh, __m256i>(rounded),
                 );
             }
         }
