@@ -17,7 +17,7 @@ use burn::tensor::bf16;
 
 use super::tile::{View, product};
 
-/// An operand element of [`product_bf16`]: bf16 itself, or f32 rounded to bf16 when packed.
+/// An operand element of the bf16 tile products: bf16 itself, or f32 rounded to bf16 when packed.
 pub(crate) trait Bf16Operand: Copy {
     /// The bits of the bf16 value this element stands for.
     fn bf16_bits(self) -> u16;
@@ -46,7 +46,7 @@ impl Bf16Operand for f32 {
     }
 }
 
-/// The instruction set [`product_bf16`] runs with on this machine: `amx` or `portable`.
+/// The instruction set the bf16 tile products run with on this machine: `amx` or `portable`.
 pub fn bf16_product_isa() -> &'static str {
     if amx::ready() { "amx" } else { "portable" }
 }
@@ -122,7 +122,9 @@ pub(crate) fn product_bf16<A: Bf16Operand, B: Bf16Operand>(
     )
 }
 
-/// [`product_bf16`] with its right operand packed beforehand.
+/// `dst = factor · lhs · rhs` (or `dst += …` when `accumulate`) with the operands rounded to
+/// bf16 and f32 products and sums, the right operand packed beforehand; `dst` is a row-major
+/// `[lhs.rows, rhs.cols]` block whose rows are `dst_stride` apart.
 ///
 /// # Panics
 /// When the inner sizes differ or `dst` is too short.
