@@ -328,7 +328,7 @@ impl Task<'_> {
             let k_tile = &inputs.k[(kv * m + key_start) * d_k..][..cols * d_k];
             let v_tile = &inputs.v[(kv * m + key_start) * d_v..][..cols * d_v];
             // K_jᵀ (of the scores), V_jᵀ (of dP) and K_j (of dQ), prepared once per key block.
-            let k_tile_t = T::prepare(forward.keys_transposed(kv, key_start, cols));
+            let k_tile_t = T::prepare(View::transposed(k_tile, d_k, cols, d_k));
             let v_tile_t = T::prepare(View::transposed(v_tile, d_v, cols, d_v));
             let k_tile_rows = T::prepare(View::rows(k_tile, cols, d_k, d_k));
             let dk_tile = &mut dk[local * d_k..][..cols * d_k];
