@@ -19,11 +19,11 @@ use burn::tensor::bf16;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
-use sdpa::AttentionDims;
 use sdpa::cpu_kernel::{
     BACKWARD_TILES, BackwardInputs, BackwardOutputs, KernelShape, Masking, Tiles, bf16_product_isa,
     cpu_features, threads, try_backward, try_backward_bf16, try_forward, try_forward_bf16,
 };
+use sdpa::{AttentionDims, AttentionError};
 
 /// Timed rounds per size (after one warm-up round).
 const ROUNDS: usize = 9;
@@ -127,80 +127,79 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The kernel's forward pass on one storage type (`try_forward` or `try_forward_bf16`).
+type Forward<T> = fn(
+    &KernelShape,
+    Tiles,
+    &Masking<'_>,
+    &[T],
+    &[T],
+    &[T],
+    &mut [T],
+    Option<&mut [f32]>,
+) -> Result<(), AttentionError>;
+
+/// The kernel's backward pass on one storage type (`try_backward` or `try_backward_bf16`).
+type Backward<T> = fn(
+    &KernelShape,
+    Tiles,
+    &Masking<'_>,
+    BackwardInputs<'_, T>,
+    BackwardOutputs<'_>,
+) -> Result<(), AttentionError>;
+
 /// Seconds of one forward pass and of one forward + backward pass, in f32 or in bf16.
 fn time(data: &Data, in_bf16: bool) -> anyhow::Result<(f64, f64)> {
-    let d = data.shape.dims;
+    let (q, k, v, grad_out) = (&data.q, &data.k, &data.v, &data.grad_out);
+    if in_bf16 {
+        let inputs = [&q.1[..], &k.1, &v.1, &grad_out.1];
+        time_as(
+            &data.shape,
+            inputs,
+            bf16::ZERO,
+            try_forward_bf16,
+            try_backward_bf16,
+        )
+    } else {
+        let inputs = [&q.0[..], &k.0, &v.0, &grad_out.0];
+        time_as(&data.shape, inputs, 0.0f32, try_forward, try_backward)
+    }
+}
+
+/// [`time`] on `[q, k, v, grad_out]` stored in `T`.
+fn time_as<T: Copy>(
+    shape: &KernelShape,
+    [q, k, v, grad_out]: [&[T]; 4],
+    zero: T,
+    forward_pass: Forward<T>,
+    backward_pass: Backward<T>,
+) -> anyhow::Result<(f64, f64)> {
+    let d = shape.dims;
     let len = d.batch * d.n_heads * d.n * d.d_v;
     let mut lse = vec![0.0f32; d.batch * d.n_heads * d.n];
     let (mut dq, mut dk, mut dv) = (vec![0.0; len], vec![0.0; len], vec![0.0; len]);
-    let outputs = |dq, dk, dv| BackwardOutputs {
-        grad_q: dq,
-        grad_k: dk,
-        grad_v: dv,
-        grad_scores: None,
-    };
-    let (shape, masking) = (&data.shape, &Masking::default());
+    let masking = &Masking::default();
     let tiles = Tiles::for_keys(d.m);
     let start = Instant::now();
-    if in_bf16 {
-        let mut out = vec![bf16::ZERO; len];
-        try_forward_bf16(
-            shape,
-            tiles,
-            masking,
-            &data.q.1,
-            &data.k.1,
-            &data.v.1,
-            &mut out,
-            Some(&mut lse),
-        )?;
-        let forward = start.elapsed().as_secs_f64();
-        let inputs = BackwardInputs {
-            q: &data.q.1,
-            k: &data.k.1,
-            v: &data.v.1,
-            out: &out,
-            grad_out: &data.grad_out.1,
-            lse: &lse,
-        };
-        try_backward_bf16(
-            shape,
-            BACKWARD_TILES,
-            masking,
-            inputs,
-            outputs(&mut dq, &mut dk, &mut dv),
-        )?;
-        Ok((forward, start.elapsed().as_secs_f64()))
-    } else {
-        let mut out = vec![0.0f32; len];
-        try_forward(
-            shape,
-            tiles,
-            masking,
-            &data.q.0,
-            &data.k.0,
-            &data.v.0,
-            &mut out,
-            Some(&mut lse),
-        )?;
-        let forward = start.elapsed().as_secs_f64();
-        let inputs = BackwardInputs {
-            q: &data.q.0,
-            k: &data.k.0,
-            v: &data.v.0,
-            out: &out,
-            grad_out: &data.grad_out.0,
-            lse: &lse,
-        };
-        try_backward(
-            shape,
-            BACKWARD_TILES,
-            masking,
-            inputs,
-            outputs(&mut dq, &mut dk, &mut dv),
-        )?;
-        Ok((forward, start.elapsed().as_secs_f64()))
-    }
+    let mut out = vec![zero; len];
+    forward_pass(shape, tiles, masking, q, k, v, &mut out, Some(&mut lse))?;
+    let forward = start.elapsed().as_secs_f64();
+    let inputs = BackwardInputs {
+        q,
+        k,
+        v,
+        out: &out,
+        grad_out,
+        lse: &lse,
+    };
+    let outputs = BackwardOutputs {
+        grad_q: &mut dq,
+        grad_k: &mut dk,
+        grad_v: &mut dv,
+        grad_scores: None,
+    };
+    backward_pass(shape, BACKWARD_TILES, masking, inputs, outputs)?;
+    Ok((forward, start.elapsed().as_secs_f64()))
 }
 
 fn median(times: &mut [f64]) -> f64 {
