@@ -1,12 +1,14 @@
 //! Times the CPU attention kernel on bf16 host data against the same kernel on f32, forward
 //! and backward (no Burn tensors, no host copies), and prints which tile products the bf16
 //! kernel ran with (`amx` where the CPU has AMX-BF16 and the OS grants its tile state,
-//! `portable` otherwise; `SDPA_AMX=off` forces the portable path).
+//! `avx512_bf16` where it has AVX512_BF16, `portable` otherwise; `SDPA_BF16_ISA=avx512_bf16` or
+//! `=portable` caps the choice).
 //!
 //! ```sh
 //! cargo run --release --example cpu_kernel_bf16            # n = 1024
 //! cargo run --release --example cpu_kernel_bf16 -- 512 2048
 //! cargo run --release --example cpu_kernel_bf16 -- b=64 h=2 d=32 512   # the model's shape
+//! cargo run --release --example cpu_kernel_bf16 -- only=bf16            # one type (to profile it)
 //! ```
 //!
 //! b = 4, h = 8, d = 64 by default (the `sdpa bench` sizes), inputs from a seeded N(0, 1) rounded to bf16
@@ -40,16 +42,21 @@ struct Data {
 fn main() -> anyhow::Result<()> {
     // Arguments: sizes n = m, and `b=B`, `h=H`, `d=D` for the other sizes.
     let (mut b, mut h, mut d) = (4, 8, 64);
+    // Which types run: [f32, bf16].
+    let mut runs = [true, true];
     let mut ns = Vec::new();
     for arg in std::env::args().skip(1) {
         let parse = |text: &str| {
-            text.parse::<usize>()
-                .map_err(|e| anyhow::anyhow!("`{arg}`: arguments are n, b=B, h=H or d=D ({e})"))
+            text.parse::<usize>().map_err(|e| {
+                anyhow::anyhow!("`{arg}`: arguments are n, b=B, h=H, d=D or only=f32|bf16 ({e})")
+            })
         };
         match arg.split_once('=') {
             Some(("b", value)) => b = parse(value)?,
             Some(("h", value)) => h = parse(value)?,
             Some(("d", value)) => d = parse(value)?,
+            Some(("only", "f32")) => runs = [true, false],
+            Some(("only", "bf16")) => runs = [false, true],
             _ => ns.push(parse(&arg)?),
         }
     }
@@ -98,7 +105,7 @@ fn main() -> anyhow::Result<()> {
         let mut times = [[Vec::new(), Vec::new()], [Vec::new(), Vec::new()]];
         for round in 0..=ROUNDS {
             let order = if round % 2 == 0 { [0, 1] } else { [1, 0] };
-            for dtype_idx in order {
+            for dtype_idx in order.into_iter().filter(|&idx| runs[idx]) {
                 let (forward, both) = time(&data, dtype_idx == 1)?;
                 // Round 0 is the warm-up.
                 if round > 0 {
@@ -204,5 +211,6 @@ fn time_as<T: Copy>(
 
 fn median(times: &mut [f64]) -> f64 {
     times.sort_by(f64::total_cmp);
-    times[times.len() / 2]
+    // NaN for a type that did not run (`only=`).
+    times.get(times.len() / 2).copied().unwrap_or(f64::NAN)
 }

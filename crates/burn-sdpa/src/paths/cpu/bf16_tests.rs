@@ -1,8 +1,7 @@
 //! The kernel on bf16 data against the f64 reference on the same (bf16-exact) values: the
 //! output and every gradient within [`ROUNDINGS`] bf16 unit roundoffs of the largest reference
 //! value of its tensor (the rule of the CubeCL kernel's half-precision tests), through the tile
-//! products this machine runs (AMX where it has them; `tile_bf16`'s own tests compare both
-//! product paths).
+//! products of every instruction set this machine has (portable, AVX512_BF16, AMX).
 
 use burn::tensor::bf16;
 
@@ -11,7 +10,7 @@ use super::kernel::try_forward_bf16;
 use super::masking::Masking;
 use super::reference::{self, data, maskings, shape};
 use super::shape::{KernelShape, Tiles};
-use super::tile_bf16::bf16_product_isa;
+use super::tile_bf16::{Bf16Isa, forcing};
 
 /// bf16's unit roundoff, 2⁻⁸.
 const U_BF16: f64 = 1.0 / 256.0;
@@ -38,7 +37,15 @@ fn relative_error(got: &[f32], want: &[f64]) -> f64 {
     err / scale
 }
 
+/// [`check_isa`] on every instruction set this machine has.
 fn check(s: KernelShape, masking: &Masking<'_>, tiles: Tiles, what: &str) {
+    for &isa in Bf16Isa::available() {
+        let _forced = forcing::force(isa);
+        check_isa(s, masking, tiles, what, isa.name());
+    }
+}
+
+fn check_isa(s: KernelShape, masking: &Masking<'_>, tiles: Tiles, what: &str, isa: &str) {
     let d = s.dims;
     let (q, q32) = bf16_exact(d.batch * d.n_heads * d.n * d.d_k, 21);
     let (k, k32) = bf16_exact(d.batch * d.n_kv_heads * d.m * d.d_k, 22);
@@ -49,7 +56,6 @@ fn check(s: KernelShape, masking: &Masking<'_>, tiles: Tiles, what: &str) {
     try_forward_bf16(&s, tiles, masking, &q, &k, &v, &mut out, Some(&mut lse)).unwrap();
     let (want_out, _, _) = reference::forward(&s, masking, &q32, &k32, &v32);
     let out32: Vec<f32> = out.iter().map(|x| x.to_f32()).collect();
-    let isa = bf16_product_isa();
     let assert_within = |name: &str, got: &[f32], want: &[f64]| {
         let err = relative_error(got, want);
         println!(

@@ -60,6 +60,18 @@ impl<'a, T: Copy> View<'a, T> {
         })
     }
 
+    /// The values from the first element on and the row stride, when every row is contiguous
+    /// (column stride 1).
+    pub fn row_major_data(&self) -> Option<(&'a [T], usize)> {
+        (self.col_stride == 1).then_some((self.data, self.row_stride))
+    }
+
+    /// The values from the first element on and the column stride, when every column is
+    /// contiguous (row stride 1): a transposed row-major block.
+    pub fn col_major_data(&self) -> Option<(&'a [T], usize)> {
+        (self.row_stride == 1).then_some((self.data, self.col_stride))
+    }
+
     /// The element at (`row_idx`, `col_idx`).
     ///
     /// # Panics
