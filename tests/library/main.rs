@@ -3,6 +3,7 @@
 
 mod auto;
 mod common;
+mod cpu_dtypes;
 mod cube;
 mod cube_dtypes;
 mod cube_head_sizes;
@@ -10,6 +11,7 @@ mod errors;
 mod extensions;
 mod golden;
 mod gradients;
+mod half_precision;
 mod kv_cache;
 mod layers;
 mod packed;

@@ -139,9 +139,10 @@ impl ScaledDotProductAttention {
     /// let device = Device::flex();
     /// let x = Tensor::<4>::zeros([1, 2, 3, 8], &device);
     /// let attn = ScaledDotProductAttentionConfig::new().init();
-    /// let input = AttentionInput::new(x.clone(), x.clone(), x);
-    /// let why = attn.why_not(&input, AttentionPath::CubeKernel).unwrap();
-    /// assert_eq!(why.as_deref(), Some("it runs on the CubeCL backends only"));
+    /// // Asking for the weights: the fused CPU kernel never forms them, Naive does.
+    /// let input = AttentionInput::new(x.clone(), x.clone(), x).need_weights();
+    /// let why = attn.why_not(&input, AttentionPath::CpuKernel).unwrap();
+    /// assert_eq!(why.as_deref(), Some("it cannot return the weights or scores"));
     /// assert_eq!(attn.why_not(&input, AttentionPath::Naive).unwrap(), None);
     /// ```
     pub fn why_not(

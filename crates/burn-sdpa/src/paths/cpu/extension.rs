@@ -13,13 +13,14 @@ use burn::backend::{
     tensor::FloatTensor,
 };
 use burn::prelude::*;
+use burn::tensor::{DType, bf16};
 
 use super::HostExtras;
 use super::backward::{BACKWARD_TILES, BackwardInputs, BackwardOutputs};
 use super::host::HostFloat;
 use super::masking::Masking;
-use super::nonfinite;
 use super::shape::{KernelShape, Tiles};
+use super::storage::Storage;
 use crate::types::AttentionDims;
 
 /// A boolean mask on the host, `[b|1, h|1, n|1, m]` row-major (true = masked out).
@@ -108,7 +109,8 @@ pub(crate) fn attention(
     ))
 }
 
-/// The forward pass on the host: (output `[b, h, n, d_v]`, log-sum-exp `[b, h, n]`).
+/// The forward pass on the host: (output `[b, h, n, d_v]`, log-sum-exp `[b, h, n]`), in the
+/// inputs' storage type (bf16 when the query is bf16, `f32` otherwise).
 ///
 /// # Panics
 /// When the kernel refuses the call; [`super::blocker`] and the module's validation have
@@ -120,20 +122,35 @@ fn forward<B: HostFloat>(
     bias: Option<&FloatTensor<B>>,
     call: &KernelCall,
 ) -> (FloatTensor<B>, Vec<f32>) {
+    if q.dtype() == DType::BF16 {
+        forward_as::<B, bf16>(q, k, v, bias, call)
+    } else {
+        forward_as::<B, f32>(q, k, v, bias, call)
+    }
+}
+
+/// [`forward`] in storage type `T`.
+fn forward_as<B: HostFloat, T: Storage>(
+    q: &FloatTensor<B>,
+    k: &FloatTensor<B>,
+    v: &FloatTensor<B>,
+    bias: Option<&FloatTensor<B>>,
+    call: &KernelCall,
+) -> (FloatTensor<B>, Vec<f32>) {
     let shape = call.shape;
     let dims = shape.dims;
-    let mut out = vec![0.0f32; dims.batch * dims.n_heads * dims.n * dims.d_v];
+    let mut out = vec![T::from_f32(0.0); dims.batch * dims.n_heads * dims.n * dims.d_v];
     let mut lse = vec![0.0f32; dims.batch * dims.n_heads * dims.n];
     let result = (|| {
-        let (qs, ks, vs) = (B::host(q)?, B::host(k)?, B::host(v)?);
-        let bias_values = bias.map(|b| B::host(b)).transpose()?;
+        let (qs, ks, vs) = (T::read::<B>(q)?, T::read::<B>(k)?, T::read::<B>(v)?);
+        let bias_values = bias.map(|b| B::host_widened(b)).transpose()?;
         let masking = call.masking(
             bias_values
                 .as_deref()
                 .zip(bias)
                 .map(|(values, b)| (values, b.shape().dims::<4>())),
         );
-        nonfinite::forward(
+        T::forward(
             &shape,
             Tiles::for_keys(dims.m).fitted_to(masking.segments.map(|seg| seg.shortest_run(dims.m))),
             &masking,
@@ -151,7 +168,7 @@ fn forward<B: HostFloat>(
         panic!("{e}");
     }
     (
-        B::from_host(out, [dims.batch, dims.n_heads, dims.n, dims.d_v], q),
+        T::tensor::<B>(out, [dims.batch, dims.n_heads, dims.n, dims.d_v], q),
         lse,
     )
 }
@@ -217,36 +234,17 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
         let mut grad_scores = bias_parent
             .as_ref()
             .map(|_| vec![0.0f32; batch * n_heads * n * m]);
-        let result = (|| {
-            let (q, k, v) = (B::host(&saved.q)?, B::host(&saved.k)?, B::host(&saved.v)?);
-            let (out, grad) = (B::host(&saved.out)?, B::host(&grad_out)?);
-            let bias_values = saved.bias.as_ref().map(|b| B::host(b)).transpose()?;
-            let masking = saved.call.masking(
-                bias_values
-                    .as_deref()
-                    .zip(saved.bias.as_ref())
-                    .map(|(values, b)| (values, b.shape().dims::<4>())),
-            );
-            nonfinite::backward(
-                &shape,
-                masking.fit(BACKWARD_TILES, dims.m),
-                &masking,
-                BackwardInputs {
-                    q: &q,
-                    k: &k,
-                    v: &v,
-                    out: &out,
-                    grad_out: &grad,
-                    lse: &saved.lse,
-                },
-                BackwardOutputs {
-                    grad_q: &mut grad_q,
-                    grad_k: &mut grad_k,
-                    grad_v: &mut grad_v,
-                    grad_scores: grad_scores.as_deref_mut(),
-                },
-            )
-        })();
+        let outputs = BackwardOutputs {
+            grad_q: &mut grad_q,
+            grad_k: &mut grad_k,
+            grad_v: &mut grad_v,
+            grad_scores: grad_scores.as_deref_mut(),
+        };
+        let result = if saved.q.dtype() == DType::BF16 {
+            backward_as::<B, bf16>(&saved, &grad_out, outputs)
+        } else {
+            backward_as::<B, f32>(&saved, &grad_out, outputs)
+        };
         if let Err(e) = result {
             panic!("{e}");
         }
@@ -254,25 +252,25 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
         if let Some(node) = node_q {
             grads.register::<B>(
                 node.id,
-                B::from_host(grad_q, [batch, n_heads, n, d_k], &saved.q),
+                B::from_host_as(grad_q, [batch, n_heads, n, d_k], &saved.q),
             );
         }
         if let Some(node) = node_k {
             grads.register::<B>(
                 node.id,
-                B::from_host(grad_k, [batch, n_kv_heads, m, d_k], &saved.k),
+                B::from_host_as(grad_k, [batch, n_kv_heads, m, d_k], &saved.k),
             );
         }
         if let Some(node) = node_v {
             grads.register::<B>(
                 node.id,
-                B::from_host(grad_v, [batch, n_kv_heads, m, d_v], &saved.v),
+                B::from_host_as(grad_v, [batch, n_kv_heads, m, d_v], &saved.v),
             );
         }
         if let (Some(node), Some(grad_scores), Some(bias)) = (bias_parent, grad_scores, &saved.bias)
         {
             // dL/dbias is the score gradient summed over the bias's broadcast axes.
-            let mut grad = B::from_host(grad_scores, [batch, n_heads, n, m], &saved.q);
+            let mut grad = B::from_host_as(grad_scores, [batch, n_heads, n, m], bias);
             for (axis, &size) in bias.shape().dims::<4>().iter().enumerate() {
                 if size == 1 {
                     grad = B::float_sum_dim(grad, axis);
@@ -281,6 +279,45 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
             grads.register::<B>(node.id, grad);
         }
     }
+}
+
+/// The backward pass of a saved forward in storage type `T`: the gradients in `f32`.
+fn backward_as<B: HostFloat, T: Storage>(
+    saved: &SavedForward<B>,
+    grad_out: &FloatTensor<B>,
+    outputs: BackwardOutputs<'_>,
+) -> Result<(), crate::error::AttentionError> {
+    let (q, k, v) = (
+        T::read::<B>(&saved.q)?,
+        T::read::<B>(&saved.k)?,
+        T::read::<B>(&saved.v)?,
+    );
+    let (out, grad) = (T::read::<B>(&saved.out)?, T::read::<B>(grad_out)?);
+    let bias_values = saved
+        .bias
+        .as_ref()
+        .map(|b| B::host_widened(b))
+        .transpose()?;
+    let masking = saved.call.masking(
+        bias_values
+            .as_deref()
+            .zip(saved.bias.as_ref())
+            .map(|(values, b)| (values, b.shape().dims::<4>())),
+    );
+    T::backward(
+        &saved.call.shape,
+        masking.fit(BACKWARD_TILES, saved.call.shape.dims.m),
+        &masking,
+        BackwardInputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            out: &out,
+            grad_out: &grad,
+            lse: &saved.lse,
+        },
+        outputs,
+    )
 }
 
 impl<B: HostFloat + CpuKernelBackend, C: CheckpointStrategy> CpuKernelBackend for Autodiff<B, C> {

@@ -65,6 +65,8 @@ mod reference;
 mod row_ops;
 pub(crate) mod shape;
 pub(crate) mod simd;
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+mod storage;
 mod tile;
 pub(crate) mod tile_bf16;
 
@@ -202,16 +204,20 @@ fn shape_of(call: &Call) -> KernelShape {
 /// Why the CPU kernel cannot serve `call`, if it cannot.
 pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
     let input = &call.input;
-    let f32_data = [&input.query, &input.key, &input.value]
-        .iter()
-        .all(|t| t.dtype() == DType::F32)
-        && input.bias.as_ref().is_none_or(|b| b.dtype() == DType::F32);
+    let all = |dtype| {
+        [&input.query, &input.key, &input.value]
+            .iter()
+            .all(|t| t.dtype() == dtype)
+    };
+    // bf16 through the backend extension on Flex (NdArray has no bf16 tensors); the module
+    // has checked that the bias has the inputs' dtype.
+    let bf16_data = all(DType::BF16) && call.kernel_in_place && call.family == BackendFamily::Flex;
     if input.need_weights || input.need_scores {
         Some("it cannot return the weights or scores")
     } else if call.dropout.is_some() {
         Some("it has no dropout")
-    } else if !f32_data {
-        Some("it computes on f32 data only")
+    } else if !(all(DType::F32) || bf16_data) {
+        Some("it computes on f32 data, and on bf16 data on Flex (through its backend extension)")
     } else if call.autodiff && !call.kernel_in_place {
         Some("its backward pass runs on Flex and NdArray only (use Chunked or Auto under autodiff)")
     } else {

@@ -37,6 +37,13 @@ fn bad_bias(x: f32) -> bool {
     x.is_nan() || x == f32::INFINITY
 }
 
+/// Whether the bias holds a value that poisons the rows that see its key (NaN or +∞).
+pub(crate) fn bias_poisons(masking: &Masking<'_>) -> bool {
+    masking
+        .bias
+        .is_some_and(|b| b.data().iter().any(|&x| bad_bias(x)))
+}
+
 /// `None` when q, k, v and the bias are finite (a −∞ bias is a mask, not a problem): the common
 /// case, one pass over the data. Otherwise the sanitized inputs and the poisoned rows.
 pub(crate) fn check(
@@ -47,8 +54,7 @@ pub(crate) fn check(
     v: &[f32],
 ) -> Option<Sanitized> {
     let bias = masking.bias.map(|b| b.data());
-    let bias_bad = bias.is_some_and(|b| b.iter().any(|&x| bad_bias(x)));
-    if !(bias_bad || has_non_finite(q) || has_non_finite(k) || has_non_finite(v)) {
+    if !(bias_poisons(masking) || has_non_finite(q) || has_non_finite(k) || has_non_finite(v)) {
         return None;
     }
     let AttentionDims {

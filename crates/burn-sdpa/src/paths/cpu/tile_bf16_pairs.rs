@@ -309,12 +309,15 @@ fn paired_lhs<'s, A: Bf16Operand>(lhs: &View<'s, A>, scratch: &'s mut Vec<u16>) 
     {
         return PairedLhs::new(bits, m, pairs, row_stride, 2);
     }
-    scratch.clear();
-    scratch.resize(m * pairs * 2, 0);
+    // Every value below is written, so the scratch is grown but never cleared.
+    if scratch.len() < m * pairs * 2 {
+        scratch.resize(m * pairs * 2, 0);
+    }
     if let Some(rows) = lhs.row_major() {
         // [m, 2·pairs], the odd column's partner zero.
         for (row, out) in rows.zip(scratch.chunks_exact_mut(2 * pairs)) {
             A::pack_run(row, &mut out[..k]);
+            out[k..].fill(0);
         }
         return PairedLhs::new(scratch, m, pairs, 2 * pairs, 2);
     }
@@ -333,8 +336,12 @@ fn paired_lhs<'s, A: Bf16Operand>(lhs: &View<'s, A>, scratch: &'s mut Vec<u16>) 
         return PairedLhs::new(scratch, m, pairs, 2, 2 * m);
     }
     for row_idx in 0..m {
-        for col_idx in 0..k {
-            scratch[row_idx * 2 * pairs + col_idx] = lhs.at(row_idx, col_idx).bf16_bits();
+        for col_idx in 0..2 * pairs {
+            scratch[row_idx * 2 * pairs + col_idx] = if col_idx < k {
+                lhs.at(row_idx, col_idx).bf16_bits()
+            } else {
+                0
+            };
         }
     }
     PairedLhs::new(scratch, m, pairs, 2 * pairs, 2)

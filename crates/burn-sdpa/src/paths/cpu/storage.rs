@@ -1,0 +1,211 @@
+//! The storage types the backend extension runs the kernel on: `f32` (Flex and NdArray) and
+//! bf16 (Flex). Each reads its tensors on the host, runs the forward and backward passes under
+//! the NaN policy (`nonfinite.rs`) and makes the output tensor; gradients are computed in `f32`
+//! and stored in the dtype of the tensor they belong to.
+//!
+//! bf16 under the policy: a bf16 call whose inputs are all finite runs the bf16 kernel; one with a
+//! NaN or an infinity (rare: the policy's own case) runs the f32 kernel on widened copies, whose
+//! output is rounded back to bf16, so both dtypes poison exactly the same rows.
+
+use std::borrow::Cow;
+
+use burn::backend::tensor::FloatTensor;
+use burn::tensor::{DType, bf16};
+
+use super::backward::{BackwardInputs, BackwardOutputs, try_backward_bf16};
+use super::element::Element;
+use super::host::HostFloat;
+use super::kernel::try_forward_bf16;
+use super::masking::Masking;
+use super::nonfinite;
+use super::shape::{KernelShape, Tiles};
+use crate::error::AttentionError;
+
+/// A storage type of the kernel on Burn tensors.
+pub(crate) trait Storage: Element {
+    /// The tensor's values in this type, row-major: borrowed when the backend holds them so,
+    /// converted (a copy) when the tensor has the other float type.
+    fn read<B: HostFloat>(tensor: &FloatTensor<B>) -> Result<Cow<'_, [Self]>, AttentionError>;
+
+    /// A tensor of this type from row-major values, on `like`'s device.
+    fn tensor<B: HostFloat>(
+        values: Vec<Self>,
+        shape: [usize; 4],
+        like: &FloatTensor<B>,
+    ) -> FloatTensor<B>;
+
+    /// The forward pass under the NaN policy: `out` and the log-sum-exp of every row.
+    #[allow(clippy::too_many_arguments)]
+    fn forward(
+        shape: &KernelShape,
+        tiles: Tiles,
+        masking: &Masking<'_>,
+        q: &[Self],
+        k: &[Self],
+        v: &[Self],
+        out: &mut [Self],
+        lse: &mut [f32],
+    ) -> Result<(), AttentionError>;
+
+    /// The backward pass under the NaN policy.
+    fn backward(
+        shape: &KernelShape,
+        tiles: Tiles,
+        masking: &Masking<'_>,
+        inputs: BackwardInputs<'_, Self>,
+        outputs: BackwardOutputs<'_>,
+    ) -> Result<(), AttentionError>;
+}
+
+impl Storage for f32 {
+    fn read<B: HostFloat>(tensor: &FloatTensor<B>) -> Result<Cow<'_, [f32]>, AttentionError> {
+        B::host_widened(tensor)
+    }
+
+    fn tensor<B: HostFloat>(
+        values: Vec<f32>,
+        shape: [usize; 4],
+        like: &FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        B::from_host(values, shape, like)
+    }
+
+    fn forward(
+        shape: &KernelShape,
+        tiles: Tiles,
+        masking: &Masking<'_>,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        out: &mut [f32],
+        lse: &mut [f32],
+    ) -> Result<(), AttentionError> {
+        nonfinite::forward(shape, tiles, masking, q, k, v, out, lse)
+    }
+
+    fn backward(
+        shape: &KernelShape,
+        tiles: Tiles,
+        masking: &Masking<'_>,
+        inputs: BackwardInputs<'_, f32>,
+        outputs: BackwardOutputs<'_>,
+    ) -> Result<(), AttentionError> {
+        nonfinite::backward(shape, tiles, masking, inputs, outputs)
+    }
+}
+
+impl Storage for bf16 {
+    fn read<B: HostFloat>(tensor: &FloatTensor<B>) -> Result<Cow<'_, [bf16]>, AttentionError> {
+        use burn::backend::TensorMetadata;
+        if tensor.dtype() == DType::BF16 {
+            B::host_bf16(tensor)
+        } else {
+            Ok(Cow::Owned(
+                B::host(tensor)?
+                    .iter()
+                    .map(|&x| bf16::from_f32(x))
+                    .collect(),
+            ))
+        }
+    }
+
+    fn tensor<B: HostFloat>(
+        values: Vec<bf16>,
+        shape: [usize; 4],
+        like: &FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        B::from_host_bf16(values, shape, like)
+    }
+
+    fn forward(
+        shape: &KernelShape,
+        tiles: Tiles,
+        masking: &Masking<'_>,
+        q: &[bf16],
+        k: &[bf16],
+        v: &[bf16],
+        out: &mut [bf16],
+        lse: &mut [f32],
+    ) -> Result<(), AttentionError> {
+        if all_finite(&[q, k, v]) && !nonfinite::bias_poisons(masking) {
+            return try_forward_bf16(shape, tiles, masking, q, k, v, out, Some(lse));
+        }
+        let mut out32 = vec![0.0f32; out.len()];
+        nonfinite::forward(
+            shape,
+            tiles,
+            masking,
+            &widen(q),
+            &widen(k),
+            &widen(v),
+            &mut out32,
+            lse,
+        )?;
+        for (o, x) in out.iter_mut().zip(out32) {
+            *o = bf16::from_f32(x);
+        }
+        Ok(())
+    }
+
+    fn backward(
+        shape: &KernelShape,
+        tiles: Tiles,
+        masking: &Masking<'_>,
+        inputs: BackwardInputs<'_, bf16>,
+        outputs: BackwardOutputs<'_>,
+    ) -> Result<(), AttentionError> {
+        if all_finite(&[inputs.q, inputs.k, inputs.v]) && !nonfinite::bias_poisons(masking) {
+            return try_backward_bf16(shape, tiles, masking, inputs, outputs);
+        }
+        let (q, k, v) = (widen(inputs.q), widen(inputs.k), widen(inputs.v));
+        let (out, grad_out) = (widen(inputs.out), widen(inputs.grad_out));
+        let widened = BackwardInputs {
+            q: &q,
+            k: &k,
+            v: &v,
+            out: &out,
+            grad_out: &grad_out,
+            lse: inputs.lse,
+        };
+        nonfinite::backward(shape, tiles, masking, widened, outputs)
+    }
+}
+
+/// Whether no value of the runs is a NaN or an infinity (all exponent bits set), in one
+/// branch-free pass per chunk.
+fn all_finite(runs: &[&[bf16]]) -> bool {
+    runs.iter().all(|run| {
+        run.chunks(1 << 12).all(|chunk| {
+            !chunk
+                .iter()
+                .fold(false, |any, x| any | (x.to_bits() & 0x7f80 == 0x7f80))
+        })
+    })
+}
+
+/// bf16 values as `f32` (exact).
+fn widen(values: &[bf16]) -> Vec<f32> {
+    values.iter().map(|x| x.to_f32()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn non_finite_bf16_values_are_found_wherever_they_are() {
+        let finite: Vec<bf16> = (0..5000)
+            .map(|i| bf16::from_f32(i as f32 - 2500.0))
+            .collect();
+        assert!(all_finite(&[&finite, &finite[..3]]));
+        for bad in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+            for at in [0, 4095, 4096, 4999] {
+                let mut run = finite.clone();
+                run[at] = bf16::from_f32(bad);
+                assert!(!all_finite(&[&finite, &run]), "{bad} at {at}");
+            }
+        }
+        // The largest finite bf16 is finite.
+        assert!(all_finite(&[&[bf16::MAX, bf16::MIN]]));
+    }
+}

@@ -1,0 +1,98 @@
+//! The CPU kernel on bf16 data (Flex): bf16 storage, f32 softmax and accumulators, so its
+//! context and gradients sit within a few bf16 roundings of an f32 `Naive` run on the same
+//! (bf16-exact) values, and closer to it than `Naive` computing in bf16 itself; `Auto` takes it
+//! for bf16 calls on Flex, for inference and training. The tile products run on the fastest
+//! instruction set this machine has (`cpu_kernel::bf16_product_isa`; the library's unit tests run
+//! every one it has). NdArray has no bf16 tensors.
+
+#![cfg(feature = "flex")]
+
+use burn::prelude::*;
+use burn::tensor::{DType, Distribution};
+use sdpa::{
+    AttentionInput, AttentionPath, Implementation, ScaledDotProductAttentionConfig, cpu_kernel,
+};
+
+use crate::common::values;
+use crate::half_precision::{Shape, U_BF16, compare};
+
+/// Head sizes below one 32-value depth tile (12) and of two full ones (64, the sizes the model
+/// and the bench use), across several of the kernel's query and key blocks.
+const SHAPES: [Shape; 2] = [(37, 53, 4, 2, 12), (300, 260, 2, 1, 64)];
+
+#[test]
+fn the_cpu_kernel_computes_bf16_in_f32_on_flex() {
+    let device = Device::flex().autodiff();
+    device.seed(13);
+    println!("bf16 tile products: {}", cpu_kernel::bf16_product_isa());
+    compare(
+        &device,
+        DType::BF16,
+        U_BF16,
+        Implementation::CpuKernel,
+        &SHAPES,
+    );
+}
+
+#[test]
+fn auto_takes_the_cpu_kernel_for_bf16_on_flex() {
+    for device in [Device::flex(), Device::flex().autodiff()] {
+        let x = Tensor::<4>::zeros([1, 2, 300, 32], (&device, DType::BF16));
+        let input = AttentionInput::new(x.clone(), x.clone(), x.clone());
+        let attention = ScaledDotProductAttentionConfig::new().init();
+        assert_eq!(
+            attention.path(&input).unwrap(),
+            AttentionPath::CpuKernel,
+            "{device:?}"
+        );
+        // With a bias (in the inputs' dtype, as the module requires), masked, causal.
+        let bias = Tensor::<4>::zeros([1, 1, 300, 300], (&device, DType::BF16));
+        let mask = Tensor::<4, Bool>::empty([1, 1, 300, 300], &device);
+        let input = input.bias(bias).mask(mask).causal();
+        assert_eq!(
+            attention.path(&input).unwrap(),
+            AttentionPath::CpuKernel,
+            "{device:?} with a bias and masks"
+        );
+    }
+}
+
+#[test]
+fn a_non_finite_bf16_input_poisons_the_rows_the_f32_kernel_poisons() {
+    let device = Device::flex();
+    device.seed(14);
+    let random = |shape: [usize; 4]| {
+        Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device).cast(DType::BF16)
+    };
+    let (q, k, v) = (
+        random([1, 2, 40, 16]),
+        random([1, 2, 50, 16]),
+        random([1, 2, 50, 16]),
+    );
+    // A NaN in key 7 of head 1: under a causal mask, the rows of head 1 that see key 7.
+    let nan = Tensor::<4>::full([1, 1, 1, 16], f32::NAN, (&device, DType::BF16));
+    let k = k.slice_assign(s![0..1, 1..2, 7..8, 0..16], nan);
+    let attention = ScaledDotProductAttentionConfig::new()
+        .with_implementation(Implementation::CpuKernel)
+        .init();
+    let run = |dtype| {
+        let input = AttentionInput::new(
+            q.clone().cast(dtype),
+            k.clone().cast(dtype),
+            v.clone().cast(dtype),
+        )
+        .causal();
+        values(attention.forward(input).context)
+    };
+    let (in_bf16, in_f32) = (run(DType::BF16), run(DType::F32));
+    let nan_rows = |xs: &[f64]| -> Vec<bool> { xs.chunks(16).map(|r| r[0].is_nan()).collect() };
+    assert_eq!(nan_rows(&in_bf16), nan_rows(&in_f32));
+    assert!(
+        nan_rows(&in_bf16).iter().any(|&bad| bad),
+        "some row is poisoned"
+    );
+    assert!(
+        nan_rows(&in_bf16).iter().any(|&bad| !bad),
+        "some row is not"
+    );
+}
