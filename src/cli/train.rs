@@ -10,7 +10,7 @@ use sdpa_model::{
 };
 
 use super::UsageError;
-use crate::{BackendKind, Implementation, QkNorm, ScalePolicy};
+use crate::{BackendKind, Implementation, Precision, QkNorm, ScalePolicy};
 
 /// `--scale inv-sqrt-dk | none | <float>`.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -79,6 +79,11 @@ pub struct TrainArgs {
     /// training speed on the whole model).
     #[arg(long)]
     pub implementation: Option<Implementation>,
+    /// The attention's compute dtype: f32, or bf16 (mixed precision: f32 parameters,
+    /// activations and optimizer; query, key and value cast to bf16 for the attention, whose
+    /// fused kernels keep the softmax and every sum in f32).
+    #[arg(long, value_parser = parse_dtype)]
+    pub dtype: Option<Precision>,
     /// Optimizer: adam or sgd.
     #[arg(long, value_parser = parse_optimizer)]
     pub optimizer: Option<OptimizerKind>,
@@ -151,6 +156,15 @@ fn parse_softcap(s: &str) -> Result<f64, String> {
         .map_err(|_| format!("expected a positive number, got `{s}`"))?;
     crate::validate_softcap(c).map_err(|e| e.to_string())?;
     Ok(c)
+}
+
+/// `--dtype`: f32 (the inputs' own dtype: the model is f32) or bf16.
+pub(crate) fn parse_dtype(s: &str) -> Result<Precision, String> {
+    match s {
+        "f32" => Ok(Precision::Inputs),
+        "bf16" => Ok(Precision::Bf16),
+        other => Err(format!("expected f32 or bf16, got `{other}`")),
+    }
 }
 
 fn parse_qk_norm(s: &str) -> Result<QkNorm, String> {
@@ -232,6 +246,7 @@ impl TrainArgs {
             c.model.attention.softcap = self.softcap;
         }
         set!(c.model.attention.implementation, self.implementation);
+        set!(c.model.attention.precision, self.dtype);
         set!(c.optimizer, self.optimizer);
         set!(c.lr, self.lr);
         set!(c.steps, self.steps);

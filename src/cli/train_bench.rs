@@ -9,7 +9,7 @@ use sdpa_model::{Phase, StepProfile, TaskConfig, TrainConfig, train_in_memory};
 use serde::Serialize;
 
 use super::UsageError;
-use crate::{BackendKind, Implementation};
+use crate::{BackendKind, Implementation, Precision};
 
 /// The benchmark's model sizes: the default model, and the same width at seq_len 512.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
@@ -58,6 +58,9 @@ pub struct TrainBenchArgs {
     /// Attention path (default: auto).
     #[arg(long)]
     pub implementation: Option<Implementation>,
+    /// The attention's compute dtype: f32 or bf16 (mixed precision, as `sdpa train --dtype`).
+    #[arg(long, value_parser = super::train::parse_dtype, default_value = "f32")]
+    pub dtype: Precision,
     /// Timed steps per round (default: 400 small, 20 large).
     #[arg(long)]
     pub steps: Option<usize>,
@@ -80,6 +83,14 @@ pub struct TrainBenchArgs {
     pub out: PathBuf,
 }
 
+/// The `--dtype` name of a precision.
+fn dtype_name(precision: Precision) -> &'static str {
+    match precision {
+        Precision::Inputs => "f32",
+        Precision::Bf16 => "bf16",
+    }
+}
+
 /// One size's result, as written to `train_<backend>_<size>.json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrainBenchResult {
@@ -89,6 +100,8 @@ pub struct TrainBenchResult {
     pub backend: String,
     /// The attention path asked for.
     pub implementation: String,
+    /// The attention's compute dtype (`f32` or `bf16`).
+    pub dtype: &'static str,
     /// The CPU's SIMD features the kernels may use (detected at run time).
     pub cpu_features: Vec<&'static str>,
     /// Threads of the CPU kernels' pool (`RAYON_NUM_THREADS` sets it).
@@ -141,6 +154,7 @@ pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<Trai
     if let Some(implementation) = args.implementation {
         config.model.attention.implementation = implementation;
     }
+    config.model.attention.precision = args.dtype;
     config.validate().map_err(|e| UsageError(e.to_string()))?;
     let device = super::open_device(args.backend)?;
     let result = train_in_memory(&config, &device, args.backend.name())?;
@@ -169,6 +183,7 @@ pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<Trai
         framework: format!("sdpa {} (burn 0.22.1)", env!("CARGO_PKG_VERSION")),
         backend: args.backend.name().into(),
         implementation: config.model.attention.implementation.to_string(),
+        dtype: dtype_name(args.dtype),
         cpu_features: crate::cpu_kernel::cpu_features(),
         threads: crate::cpu_kernel::threads(),
         size,
@@ -192,9 +207,11 @@ pub fn run(args: &TrainBenchArgs) -> anyhow::Result<bool> {
         .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", args.out.display()))?;
     for &size in &args.sizes {
         let r = bench_size(args, size)?;
+        // f32 files keep their names (the side-by-side runner reads them).
+        let suffix = if r.dtype == "f32" { "" } else { "_bf16" };
         let path = args
             .out
-            .join(format!("train_{}_{}.json", r.backend, size.name()));
+            .join(format!("train_{}_{}{suffix}.json", r.backend, size.name()));
         std::fs::write(&path, serde_json::to_string_pretty(&r)? + "\n")
             .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
         let profile = r
@@ -210,8 +227,9 @@ pub fn run(args: &TrainBenchArgs) -> anyhow::Result<bool> {
             .collect::<Vec<_>>()
             .join(", ");
         println!(
-            "sdpa {} on {}: {:.1} steps/s (rounds {rounds}); ms/step: {profile} -> {}",
+            "sdpa {} ({}) on {}: {:.1} steps/s (rounds {rounds}); ms/step: {profile} -> {}",
             size.name(),
+            r.dtype,
             r.backend,
             r.median_steps_per_s,
             path.display()

@@ -10,7 +10,8 @@
 use burn::prelude::*;
 use burn::tensor::{DType, Distribution};
 use sdpa::{
-    AttentionInput, AttentionPath, Implementation, ScaledDotProductAttentionConfig, cpu_kernel,
+    AttentionError, AttentionInput, AttentionPath, BackendKind, Implementation, Precision,
+    ScaledDotProductAttentionConfig, cpu_kernel,
 };
 
 use crate::common::values;
@@ -94,5 +95,60 @@ fn a_non_finite_bf16_input_poisons_the_rows_the_f32_kernel_poisons() {
     assert!(
         nan_rows(&in_bf16).iter().any(|&bad| !bad),
         "some row is not"
+    );
+}
+
+/// `Precision::Bf16` around f32 inputs: the call computes what the same call on the inputs cast
+/// to bf16 computes (the CPU kernel, through `Auto`), and returns the context and the gradients
+/// in f32. A device without bf16 tensors refuses it by name.
+#[test]
+fn bf16_precision_casts_f32_inputs_and_returns_f32() {
+    let device = Device::flex().autodiff();
+    device.seed(15);
+    let random = |shape: [usize; 4]| {
+        Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device).require_grad()
+    };
+    let (q, k, v) = (
+        random([2, 2, 70, 32]),
+        random([2, 2, 90, 32]),
+        random([2, 2, 90, 32]),
+    );
+    let input = AttentionInput::new(q.clone(), k.clone(), v.clone()).causal();
+    let autocast = ScaledDotProductAttentionConfig::new()
+        .with_precision(Precision::Bf16)
+        .init();
+    assert_eq!(autocast.path(&input).unwrap(), AttentionPath::CpuKernel);
+    let context = autocast.forward(input.clone()).context;
+    assert_eq!(context.dtype(), DType::F32);
+    let grads = context.clone().sum().backward();
+    let dq = q.grad(&grads).expect("a gradient");
+    assert_eq!(dq.dtype(), DType::F32);
+
+    let by_hand = ScaledDotProductAttentionConfig::new().init().forward(
+        AttentionInput::new(
+            q.clone().cast(DType::BF16),
+            k.clone().cast(DType::BF16),
+            v.clone().cast(DType::BF16),
+        )
+        .causal(),
+    );
+    assert_eq!(values(context), values(by_hand.context));
+
+    let Ok(ndarray) = BackendKind::Ndarray.device() else {
+        return; // built without NdArray
+    };
+    let x = Tensor::<4>::zeros([1, 1, 4, 8], &ndarray);
+    let err = autocast
+        .try_forward(AttentionInput::new(x.clone(), x.clone(), x))
+        .expect_err("NdArray has no bf16");
+    assert!(
+        matches!(
+            err,
+            AttentionError::InvalidConfig {
+                field: "precision",
+                ..
+            }
+        ),
+        "{err}"
     );
 }

@@ -5,11 +5,12 @@ use std::path::Path;
 use burn::module::Module;
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
-use sdpa::ScalePolicy;
+use burn::tensor::DType;
 use sdpa::model::{
     ModelError, ProgressMode, QkInit, RunOptions, TaskConfig, TaskKind, TrainConfig, TrainResult,
     init_model, train,
 };
+use sdpa::{Precision, ScalePolicy};
 
 fn device() -> Device {
     Device::flex()
@@ -80,6 +81,45 @@ fn overfitting_one_fixed_batch_drives_the_loss_near_zero() {
         model = optim.step(1e-2, model, grads);
     }
     println!("loss {first} -> {last}");
+    assert!(last < 0.05, "loss only went from {first} to {last}");
+}
+
+/// Mixed precision (`--dtype bf16`): the attention computes in bf16 between f32 projections, the
+/// parameters and their gradients stay f32, the first loss is the f32 model's within bf16's
+/// precision (not bit for bit: bf16 is really used), and the model still fits a batch.
+#[test]
+fn bf16_attention_trains_with_f32_parameters_and_gradients() {
+    let device = device().autodiff();
+    let task = TaskConfig::new().with_k(4).with_vocab(16);
+    let mut config = small_config(1, 3);
+    config.model.attention.precision = Precision::Bf16;
+    let mut model = init_model(&config.model, 3, &device).expect("model");
+    let reference = init_model(&small_config(1, 3).model, 3, &device).expect("model");
+    let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(5);
+    let batch = task.batch(&mut rng, 8, &device);
+    let out = model.forward_batch(&batch, false);
+    let first = out.loss.clone().into_scalar::<f32>();
+    let f32_first = reference
+        .forward_batch(&batch, false)
+        .loss
+        .into_scalar::<f32>();
+    assert!(
+        (first - f32_first).abs() <= 0.02 * f32_first.abs() && first != f32_first,
+        "bf16 loss {first} vs f32 {f32_first}"
+    );
+    let grads = out.loss.backward();
+    let query = &model.blocks[0].attention.query.weight;
+    assert_eq!(query.val().dtype(), DType::F32);
+    assert_eq!(query.grad(&grads).expect("a gradient").dtype(), DType::F32);
+    let mut optim = AdamConfig::new().init();
+    let mut last = first;
+    for _ in 0..300 {
+        let out = model.forward_batch(&batch, false);
+        last = out.loss.clone().into_scalar::<f32>();
+        let grads = GradientsParams::from_grads(out.loss.backward(), &model);
+        model = optim.step(1e-2, model, grads);
+    }
+    println!("bf16 loss {first} -> {last}");
     assert!(last < 0.05, "loss only went from {first} to {last}");
 }
 

@@ -195,6 +195,19 @@ impl<const D: usize> AttentionInput<D> {
         self
     }
 
+    /// Query, key, value, bias and ALiBi slopes cast to `dtype` (the masks and options as they
+    /// are): the inputs of a call computed in another precision.
+    pub(crate) fn cast_floats(self, dtype: burn::tensor::DType) -> Self {
+        Self {
+            query: self.query.cast(dtype),
+            key: self.key.cast(dtype),
+            value: self.value.cast(dtype),
+            bias: self.bias.map(|b| b.cast(dtype)),
+            alibi_slopes: self.alibi_slopes.map(|s| s.cast(dtype)),
+            ..self
+        }
+    }
+
     /// The same masks and options with other query, key and value tensors (the multi-head layer
     /// swaps its `[b, s, d_model]` inputs for the projected `[b, h, s, d_k]` heads).
     pub fn with_tensors<const E: usize>(

@@ -4,12 +4,13 @@
 use burn::module::Module;
 use burn::nn::{Dropout, DropoutConfig};
 use burn::prelude::*;
+use burn::tensor::DType;
 
 use crate::error::AttentionError;
 use crate::input::{AttentionInput, AttentionOutput, validate_input};
 use crate::options::{AttentionOptions, option_setters};
 use crate::paths::{self, call::Call};
-use crate::types::{CausalAlignment, ScalePolicy};
+use crate::types::{CausalAlignment, Precision, ScalePolicy};
 use crate::vocabulary::{AttentionPath, BackendFamily, Implementation};
 
 /// Configuration of [`ScaledDotProductAttention`]: its [`AttentionOptions`].
@@ -41,6 +42,7 @@ impl ScaledDotProductAttentionConfig {
             causal_alignment: self.options.causal_alignment,
             implementation: self.options.implementation,
             softcap: self.options.softcap,
+            precision: self.options.precision,
             dropout: DropoutConfig::new(self.options.dropout).init(),
         })
     }
@@ -84,6 +86,9 @@ pub struct ScaledDotProductAttention {
     /// The logit soft-cap `c` (scores become `c · tanh(s / c)` before bias and masks), if any.
     #[module(skip)]
     pub softcap: Option<f64>,
+    /// The dtype the attention computes in.
+    #[module(skip)]
+    pub precision: Precision,
     /// Dropout on the attention weights.
     pub dropout: Dropout,
 }
@@ -118,9 +123,17 @@ impl ScaledDotProductAttention {
     /// - padding mask: `[b, m]`; mask (bool, true = masked out) and bias: `[b|1, h|1, n|1, m]`
     /// - context: `[b, h, n, d_v]`; weights and scores: `[b, h, n, m]`
     pub fn try_forward(&self, input: AttentionInput) -> Result<AttentionOutput, AttentionError> {
+        let dtype = input.query.dtype();
         let call = self.call(input)?;
         let path = paths::resolve(self.implementation, &call)?;
-        paths::run(path, call)
+        let mut out = paths::run(path, call)?;
+        if out.context.dtype() != dtype {
+            // Computed in another precision: the outputs in the inputs' dtype.
+            out.context = out.context.cast(dtype);
+            out.weights = out.weights.map(|w| w.cast(dtype));
+            out.scores = out.scores.map(|s| s.cast(dtype));
+        }
+        Ok(out)
     }
 
     /// The path a call would take (after validating it), without running it.
@@ -162,6 +175,7 @@ impl ScaledDotProductAttention {
             dropout: self.dropout.prob,
             causal_alignment: self.causal_alignment,
             implementation: self.implementation,
+            precision: self.precision,
         }
     }
 
@@ -169,6 +183,17 @@ impl ScaledDotProductAttention {
     /// once per call.
     fn call(&self, mut input: AttentionInput) -> Result<Call, AttentionError> {
         let dims = validate_input(&input)?;
+        if self.precision == Precision::Bf16 && input.query.dtype() != DType::BF16 {
+            let device = input.query.device();
+            if !device.supports_dtype(burn::tensor::FloatDType::BF16) {
+                return Err(AttentionError::InvalidConfig {
+                    field: "precision",
+                    value: "Bf16".into(),
+                    reason: format!("this device ({device:?}) has no bf16 tensors"),
+                });
+            }
+            input = input.cast_floats(DType::BF16);
+        }
         // A side of the window that reaches past every key is no bound at all: clamping it here
         // keeps every path's position arithmetic (Int tensors included) far from overflow.
         input.window = input

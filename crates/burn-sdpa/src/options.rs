@@ -1,5 +1,5 @@
 //! [`AttentionOptions`]: the one home of the options an attention layer fixes when it is built —
-//! scale, soft-cap, dropout, causal alignment and implementation — embedded by
+//! scale, soft-cap, dropout, causal alignment, implementation and precision — embedded by
 //! [`ScaledDotProductAttentionConfig`](crate::ScaledDotProductAttentionConfig),
 //! [`MultiHeadAttentionConfig`](crate::MultiHeadAttentionConfig) and the model's config, and
 //! validated here only.
@@ -7,7 +7,7 @@
 use burn::prelude::*;
 
 use crate::error::AttentionError;
-use crate::types::{CausalAlignment, ScalePolicy, validate_softcap};
+use crate::types::{CausalAlignment, Precision, ScalePolicy, validate_softcap};
 use crate::vocabulary::Implementation;
 
 /// The options of an attention layer.
@@ -41,6 +41,10 @@ pub struct AttentionOptions {
     /// The computation path; `Auto` picks the fastest correct one.
     #[config(default = "Implementation::Auto")]
     pub implementation: Implementation,
+    /// The dtype the attention computes in: the inputs' own by default, or bf16 around f32
+    /// inputs ([`Precision::Bf16`]).
+    #[config(default = "Precision::Inputs")]
+    pub precision: Precision,
 }
 
 impl AttentionOptions {
@@ -109,6 +113,13 @@ macro_rules! option_setters {
             /// [`AttentionOptions::implementation`](crate::AttentionOptions)).
             pub fn with_implementation(mut self, implementation: $crate::Implementation) -> Self {
                 self.options.implementation = implementation;
+                self
+            }
+
+            /// Sets the dtype the attention computes in (see
+            /// [`AttentionOptions::precision`](crate::AttentionOptions)).
+            pub fn with_precision(mut self, precision: $crate::Precision) -> Self {
+                self.options.precision = precision;
                 self
             }
         }

@@ -44,6 +44,29 @@ impl ScalePolicy {
     }
 }
 
+/// The dtype the attention computes in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Precision {
+    /// The inputs' own dtype.
+    #[default]
+    Inputs,
+    /// bf16 ("autocast"): query, key, value and bias are cast to bf16 for the attention and its
+    /// outputs back to the inputs' dtype, so a model keeps f32 parameters and activations around
+    /// a bf16 attention (whose fused kernels still take the softmax and every sum in f32);
+    /// through autodiff the gradients come back in the inputs' dtype.
+    Bf16,
+}
+
+impl Precision {
+    /// The name the CLI and reports use: `inputs` or `bf16`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::Inputs => "inputs",
+            Precision::Bf16 => "bf16",
+        }
+    }
+}
+
 /// Which keys a causal query may see when the number of queries n differs from the number of
 /// keys m. For n = m both alignments are the usual lower-triangular mask.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
