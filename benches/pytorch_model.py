@@ -39,8 +39,9 @@ SIZES = {"small": (8, 64), "large": (256, 512)}
 
 
 class Block(nn.Module):
-    def __init__(self, d_model, n_heads, d_k):
+    def __init__(self, d_model, n_heads, d_k, dtype=torch.float32):
         super().__init__()
+        self.dtype = dtype
         self.norm = nn.LayerNorm(d_model, eps=1e-5)
         self.query = nn.Linear(d_model, n_heads * d_k, bias=False)
         self.key = nn.Linear(d_model, n_heads * d_k, bias=False)
@@ -54,18 +55,21 @@ class Block(nn.Module):
         # [b, s, h·d_k] -> [b, h, s, d_k]
         split = lambda t: t.view(b, s, self.n_heads, self.d_k).transpose(1, 2)
         q, k, v = split(self.query(h)), split(self.key(h)), split(self.value(h))
-        ctx = F.scaled_dot_product_attention(q, k, v)
+        # --dtype bf16: the attention alone in bf16, as `sdpa train --dtype bf16` computes it
+        # (f32 projections, parameters and optimizer around it).
+        ctx = F.scaled_dot_product_attention(q.to(self.dtype), k.to(self.dtype), v.to(self.dtype))
+        ctx = ctx.float()
         # [b, h, s, d_k] -> [b, s, h·d_k]
         ctx = ctx.transpose(1, 2).reshape(b, s, self.n_heads * self.d_k)
         return x + self.output(ctx)
 
 
 class Model(nn.Module):
-    def __init__(self, vocab, seq_len, n_classes, d_model=64, n_heads=2):
+    def __init__(self, vocab, seq_len, n_classes, d_model=64, n_heads=2, dtype=torch.float32):
         super().__init__()
         self.token = nn.Embedding(vocab, d_model)
         self.position = nn.Embedding(seq_len, d_model)
-        self.block = Block(d_model, n_heads, d_model // n_heads)
+        self.block = Block(d_model, n_heads, d_model // n_heads, dtype)
         self.norm_out = nn.LayerNorm(d_model, eps=1e-5)
         self.head = nn.Linear(d_model, n_classes)
 
@@ -94,6 +98,8 @@ def main():
     p.add_argument("--warmup", type=int, default=None)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
+                   help="the attention's compute dtype (bf16: q, k, v cast for the SDPA call)")
     p.add_argument("--out", default=".")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -101,7 +107,7 @@ def main():
     k, vocab = SIZES[a.size]
     steps = a.steps or (400 if a.size == "small" else 20)
     warmup = a.warmup if a.warmup is not None else (20 if a.size == "small" else 3)
-    model = Model(vocab, 2 * k, k)
+    model = Model(vocab, 2 * k, k, dtype=torch.bfloat16 if a.dtype == "bf16" else torch.float32)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.999), eps=1e-5)
     rng = np.random.default_rng(a.seed)
     phases = {p: 0.0 for p in ("data", "forward", "backward", "host_read", "optimizer")}
@@ -143,6 +149,7 @@ def main():
         "threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(),
         "size": a.size,
+        "dtype": a.dtype,
         "k": k,
         "vocab": vocab,
         "seq_len": 2 * k,
@@ -155,11 +162,12 @@ def main():
         "final_loss": loss,
     }
     os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, f"train_pytorch_{a.size}.json")
+    suffix = "" if a.dtype == "f32" else "_bf16"
+    path = os.path.join(a.out, f"train_pytorch_{a.size}{suffix}.json")
     with open(path, "w") as f:
         json.dump(result, f, indent=2)
     prof = ", ".join(f"{p} {v:.2f}" for p, v in result["profile_ms_per_step"].items())
-    print(f"pytorch {a.size}: {result['median_steps_per_s']:.1f} steps/s "
+    print(f"pytorch {a.size} ({a.dtype}): {result['median_steps_per_s']:.1f} steps/s "
           f"(rounds {', '.join(f'{r:.1f}' for r in rates)}); ms/step: {prof} -> {path}")
 
 

@@ -32,9 +32,9 @@ MODES = [
 ]
 
 
-def cell(b, h, n, d, masking, backward, padded_fraction, generator):
+def cell(b, h, n, d, masking, backward, padded_fraction, generator, dtype=torch.float32):
     shape = (b, h, n, d)
-    q, k, v = (torch.randn(shape, generator=generator) for _ in range(3))
+    q, k, v = (torch.randn(shape, generator=generator).to(dtype) for _ in range(3))
     if backward:
         for t in (q, k, v):
             t.requires_grad_(True)
@@ -56,7 +56,9 @@ def run_once(q, k, v, mask, masking, backward):
 
 
 def time_mode(args, n, name, backward, masking, generator):
-    q, k, v, mask = cell(args.b, args.h, n, args.d, masking, backward, args.padded_fraction, generator)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
+    q, k, v, mask = cell(args.b, args.h, n, args.d, masking, backward, args.padded_fraction, generator,
+                         dtype)
     run_once(q, k, v, mask, masking, backward)  # warm-up
     times = []
     while len(times) < args.max_reps and (len(times) < args.reps or sum(times) < args.min_total_ms):
@@ -84,6 +86,10 @@ def main():
     p.add_argument("--padded-fraction", type=float, default=0.125)
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--out", default="bench-out")
+    p.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
+                   help="q, k, v in this dtype (bf16: BENCH_pytorch_bf16.md, bench_pytorch_bf16.json)")
+    p.add_argument("--matmul", action="store_true",
+                   help="also time a 2048³ matmul in f32 and bf16 (the machine's ceiling)")
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     ns = args.n or [128, 256, 512, 1024, 2048, 4096]
@@ -95,8 +101,23 @@ def main():
             row = time_mode(args, n, name, backward, masking, generator)
             print(f"pytorch {name} n={n}: {row['median_ms']:.1f} ms, {row['gflops']:.1f} GFLOP/s", flush=True)
             rows.append(row)
+    ceilings = {}
+    if args.matmul:
+        for name, dt in (("f32", torch.float32), ("bf16", torch.bfloat16)):
+            a_mat = torch.randn(2048, 2048, generator=generator).to(dt)
+            b_mat = torch.randn(2048, 2048, generator=generator).to(dt)
+            times = []
+            for _ in range(8):
+                t = time.perf_counter()
+                a_mat @ b_mat
+                times.append(time.perf_counter() - t)
+            ceilings[name] = 2 * 2048**3 / statistics.median(times[2:]) / 1e9
+            print(f"pytorch matmul 2048³ {name}: {ceilings[name]:.0f} GFLOP/s", flush=True)
     os.makedirs(args.out, exist_ok=True)
+    suffix = "" if args.dtype == "f32" else "_bf16"
     meta = {
+        "dtype": args.dtype,
+        "matmul_2048_gflops": ceilings,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "b": args.b,
@@ -104,10 +125,10 @@ def main():
         "d": args.d,
         "padded_fraction": args.padded_fraction,
     }
-    with open(os.path.join(args.out, "bench_pytorch.json"), "w") as f:
+    with open(os.path.join(args.out, f"bench_pytorch{suffix}.json"), "w") as f:
         json.dump({"config": meta, "rows": rows}, f, indent=2)
     lines = [
-        f"## PyTorch {torch.__version__} `F.scaled_dot_product_attention`, {meta['threads']} threads "
+        f"## PyTorch {torch.__version__} `F.scaled_dot_product_attention` in {args.dtype}, {meta['threads']} threads "
         f"(b = {args.b}, h = {args.h}, d = {args.d}; median of {args.reps} to {args.max_reps} runs after a "
         f"warm-up, more runs until {args.min_total_ms:.0f} ms; padded: the last {100 * args.padded_fraction:.1f}% "
         "of the keys hidden, dense flops; causal: half the flops)",
@@ -116,9 +137,12 @@ def main():
         "|---|---|---|---|",
     ]
     lines += [f"| {r['mode']} | {r['n']} | {r['median_ms']:.1f} | {r['gflops']:.1f} |" for r in rows]
-    with open(os.path.join(args.out, "BENCH_pytorch.md"), "w") as f:
+    if ceilings:
+        lines += ["", "A 2048³ matmul (the machine's ceiling): "
+                  + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in ceilings.items()) + "."]
+    with open(os.path.join(args.out, f"BENCH_pytorch{suffix}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    print(f"wrote {args.out}/BENCH_pytorch.md and bench_pytorch.json")
+    print(f"wrote {args.out}/BENCH_pytorch{suffix}.md and bench_pytorch{suffix}.json")
 
 
 if __name__ == "__main__":

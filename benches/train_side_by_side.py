@@ -11,7 +11,9 @@ Each round runs `sdpa train-bench --rounds 1` (ours) and `benches/pytorch_model.
 ones), so that a drift of the machine's speed hits both. Each call is a fresh process that warms
 up and then times its steps. Reported: per side the median steps/s over rounds with its range,
 the ratio of the medians and the per-round ratios (paired by round), and each side's per-step
-profile (median over rounds per phase). Writes `BENCH_train.md` and `bench_train.json` into
+profile (median over rounds per phase). `--dtype bf16` runs both sides with the attention in
+bf16 (f32 elsewhere: `sdpa train-bench --dtype bf16`, `pytorch_model.py --dtype bf16`). Writes
+`BENCH_train.md` and `bench_train.json` (`BENCH_train_bf16.md`, `bench_train_bf16.json`) into
 `--out`, with the CPU's flags from /proc/cpuinfo.
 """
 
@@ -59,6 +61,7 @@ def main():
                    help="the sdpa binary (default: target/release/sdpa; CARGO_TARGET_DIR is honoured)")
     p.add_argument("--implementation", default=None, help="sdpa's --implementation")
     p.add_argument("--out", default="bench-out")
+    p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     a = p.parse_args()
     if "CARGO_TARGET_DIR" in os.environ and a.sdpa == os.path.join(ROOT, "target", "release", "sdpa"):
         a.sdpa = os.path.join(os.environ["CARGO_TARGET_DIR"], "release", "sdpa")
@@ -67,13 +70,17 @@ def main():
     results = {s: {"sdpa": [], "pytorch": []} for s in sizes}
     for r in range(a.rounds):
         for size in sizes:
-            ours = [a.sdpa, "train-bench", "--size", size, "--rounds", "1", "--out", work]
+            ours = [a.sdpa, "train-bench", "--size", size, "--rounds", "1", "--out", work,
+                    "--dtype", a.dtype]
             if a.implementation:
                 ours += ["--implementation", a.implementation]
             theirs = [sys.executable, os.path.join(HERE, "pytorch_model.py"), "--size", size,
-                      "--rounds", "1", "--threads", str(a.threads), "--seed", str(42 + r), "--out", work]
+                      "--rounds", "1", "--threads", str(a.threads), "--seed", str(42 + r), "--out", work,
+                      "--dtype", a.dtype]
             ours += ["--seed", str(42 + r)]
-            order = [("sdpa", ours, f"train_flex_{size}.json"), ("pytorch", theirs, f"train_pytorch_{size}.json")]
+            suffix = "" if a.dtype == "f32" else "_bf16"
+            order = [("sdpa", ours, f"train_flex_{size}{suffix}.json"),
+                     ("pytorch", theirs, f"train_pytorch_{size}{suffix}.json")]
             if r % 2 == 1:
                 order.reverse()
             for side, cmd, name in order:
@@ -82,9 +89,11 @@ def main():
                   f"pytorch {results[size]['pytorch'][-1]['median_steps_per_s']:.1f} steps/s", file=sys.stderr)
 
     model, flags = cpu_model_and_flags()
-    summary = {"cpu": model, "cpu_flags": flags, "threads": a.threads, "rounds": a.rounds, "sizes": {}}
+    summary = {"cpu": model, "cpu_flags": flags, "threads": a.threads, "rounds": a.rounds,
+               "dtype": a.dtype, "sizes": {}}
     lines = [
-        "# Training speed: the model against its PyTorch twin",
+        "# Training speed: the model against its PyTorch twin"
+        + ("" if a.dtype == "f32" else " (attention in bf16)"),
         "",
         f"`{' '.join(['python', 'benches/train_side_by_side.py'] + sys.argv[1:])}` on {model}, "
         f"{a.threads} threads; CPU flags: {', '.join(flags) or 'none of the SIMD ones'}.",
@@ -126,9 +135,10 @@ def main():
     lines += ["", f"Versions: {first['sdpa'][0]['framework']}; {first['pytorch'][0]['framework']} "
               f"(CPU capability {first['pytorch'][0]['cpu_capability']})."]
     os.makedirs(a.out, exist_ok=True)
-    with open(os.path.join(a.out, "bench_train.json"), "w") as f:
+    suffix = "" if a.dtype == "f32" else "_bf16"
+    with open(os.path.join(a.out, f"bench_train{suffix}.json"), "w") as f:
         json.dump(summary, f, indent=2)
-    with open(os.path.join(a.out, "BENCH_train.md"), "w") as f:
+    with open(os.path.join(a.out, f"BENCH_train{suffix}.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -40,6 +40,8 @@ struct Data {
 }
 
 fn main() -> anyhow::Result<()> {
+    // Buffers kept on the heap, as in the `sdpa` binary (src/allocator.rs).
+    sdpa::tune_allocator();
     // Arguments: sizes n = m, and `b=B`, `h=H`, `d=D` for the other sizes.
     let (mut b, mut h, mut d) = (4, 8, 64);
     // Which types run: [f32, bf16].

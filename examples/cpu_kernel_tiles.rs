@@ -25,6 +25,8 @@ use sdpa::cpu_kernel::{
 const ROUNDS: usize = 15;
 
 fn main() -> anyhow::Result<()> {
+    // Buffers kept on the heap, as in the `sdpa` binary (src/allocator.rs).
+    sdpa::tune_allocator();
     let ns: Vec<usize> = std::env::args()
         .skip(1)
         .map(|a| a.parse::<usize>())

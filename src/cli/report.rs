@@ -249,6 +249,10 @@ pub struct BenchArgs {
     /// more than once; default: all six).
     #[arg(long = "mode")]
     pub modes: Vec<String>,
+    /// Storage type of query, key and value: f32, or bf16 (writes bench_<backend>_bf16.json
+    /// and BENCH_<backend>_bf16.md).
+    #[arg(long, value_parser = ["f32", "bf16"], default_value = "f32")]
+    pub dtype: String,
 }
 
 /// `sdpa bench`: times every path on every backend asked for.
@@ -270,6 +274,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         out_dir: args.out.clone(),
     };
     let mut config = sdpa_lab::bench::BenchConfig::new(args.quick);
+    config.bf16 = args.dtype == "bf16";
     for (flag, sizes) in [
         ("--n", &args.ns),
         ("--memory-n", &args.memory_ns),

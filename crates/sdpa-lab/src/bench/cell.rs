@@ -116,6 +116,16 @@ impl Cell {
         Ok(self)
     }
 
+    /// The same cell with query, key and value in the config's storage type (bf16 when
+    /// [`BenchConfig::bf16`](super::BenchConfig::bf16)).
+    pub fn stored(mut self, config: &super::BenchConfig) -> Self {
+        if config.bf16 {
+            let bf16 = burn::tensor::DType::BF16;
+            (self.q, self.k, self.v) = (self.q.cast(bf16), self.k.cast(bf16), self.v.cast(bf16));
+        }
+        self
+    }
+
     /// The same cell with causal masking.
     pub fn causal(mut self) -> Self {
         self.causal = true;

@@ -60,6 +60,9 @@ pub struct BenchConfig {
     /// A path that materializes n×n tensors is skipped in the memory sweeps once they would
     /// exceed this many bytes.
     pub naive_limit_bytes: u64,
+    /// Query, key and value stored in bf16 (drawn in f32, then rounded) instead of f32: the
+    /// CPU kernel's bf16 path on Flex; the flop counts are the same.
+    pub bf16: bool,
 }
 
 impl BenchConfig {
@@ -81,6 +84,7 @@ impl BenchConfig {
                 memory_ns: vec![256, 512],
                 training_memory_ns: vec![256],
                 naive_limit_bytes: 1 << 30,
+                bf16: false,
             }
         } else {
             Self {
@@ -97,6 +101,7 @@ impl BenchConfig {
                 memory_ns: vec![1024, 2048, 4096, 8192, 16384, 32768],
                 training_memory_ns: vec![1024, 4096, 16384],
                 naive_limit_bytes: 12 << 30,
+                bf16: false,
             }
         }
     }
@@ -413,7 +418,7 @@ pub fn run_bench(
                 backend.device.clone()
             };
             let padded = (mode.masking == Masking::Padded).then_some(config.padded_fraction);
-            let mut cell = Cell::new(&mut rng, [b, h, n, d], padded, &device);
+            let mut cell = Cell::new(&mut rng, [b, h, n, d], padded, &device).stored(config);
             match mode.masking {
                 Masking::Causal => cell = cell.causal(),
                 Masking::Packed => cell = cell.causal().packed(PACKED_DOCUMENTS, false)?,

@@ -100,6 +100,12 @@ pub fn markdown(r: &BenchReport) -> String {
         r.config.min_total_ms,
         100.0 * r.config.padded_fraction
     );
+    if r.config.bf16 {
+        s.push_str(&format!(
+            "Query, key and value stored in bf16 (the CPU kernel's tile products run with {}).\n\n",
+            burn_sdpa::cpu_kernel::bf16_product_isa()
+        ));
+    }
     s.push_str(&format!(
         "CPU features detected at run time: {} (the CPU kernel's softmax loops run with {}).\n\n",
         if r.cpu_features.is_empty() {
@@ -175,14 +181,20 @@ fn sweep_table(rows: &[MemoryRow]) -> String {
 }
 
 /// Writes `bench_<backend>.json`, `BENCH_<backend>.md` and one GFLOP/s plot per mode under the
-/// output folder.
+/// output folder (`<backend>_bf16` for a bf16 run).
 pub fn write(r: &BenchReport, ctx: &BenchContext) -> Result<Vec<String>, LabError> {
     std::fs::create_dir_all(&ctx.out_dir).map_err(|e| LabError::io(&ctx.out_dir, e))?;
-    let json = ctx.out_dir.join(format!("bench_{}.json", r.backend));
+    // `bench_flex_bf16.json` … for a bf16 run.
+    let stem = if r.config.bf16 {
+        format!("{}_bf16", r.backend)
+    } else {
+        r.backend.clone()
+    };
+    let json = ctx.out_dir.join(format!("bench_{stem}.json"));
     let text = serde_json::to_string_pretty(r)
         .map_err(|e| LabError::Other(format!("cannot serialize the bench report: {e}")))?;
     std::fs::write(&json, text).map_err(|e| LabError::io(&json, e))?;
-    let md = ctx.out_dir.join(format!("BENCH_{}.md", r.backend));
+    let md = ctx.out_dir.join(format!("BENCH_{stem}.md"));
     std::fs::write(&md, markdown(r)).map_err(|e| LabError::io(&md, e))?;
     let mut files = vec![json.display().to_string(), md.display().to_string()];
     let timed = Mode::ALL
@@ -194,7 +206,7 @@ pub fn write(r: &BenchReport, ctx: &BenchContext) -> Result<Vec<String>, LabErro
             .chars()
             .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
             .collect();
-        let name = format!("bench_{}_{}.png", r.backend, slug.replace("__", "_"));
+        let name = format!("bench_{stem}_{}.png", slug.replace("__", "_"));
         line_plot(
             &ctx.out_dir.join(&name),
             &LinePlot {

@@ -60,7 +60,7 @@ pub(super) fn sweep(
         } else {
             backend.device.clone()
         };
-        let cell = Cell::new(rng, [1, h, n, d], None, &device);
+        let cell = Cell::new(rng, [1, h, n, d], None, &device).stored(config);
         // `auto` first: the resident high-water mark cannot see buffers a path reuses, so the
         // path with the smallest footprint runs before the others have grown the process's
         // (and, on wgpu, the device's memory pools') buffers.

@@ -13,7 +13,7 @@ use super::tile_bf16::{PackedRhs, product_bf16_packed};
 pub(crate) trait Element: Copy + Send + Sync + 'static {
     /// A right operand prepared for the products it enters (the view itself for f32, whose
     /// products pack their own operands; bf16 tiles packed once).
-    type Rhs<'a>;
+    type Rhs<'a>: Send + Sync;
 
     /// This type's value nearest to `x` (round to nearest even).
     fn from_f32(x: f32) -> Self;

@@ -164,16 +164,35 @@ fn forward<T: Element>(
         k,
         v,
     };
+    // Without a window every query block's key tiles start at 0 and follow one grid, so each
+    // (kv head, key tile)'s prepared operands (packed ones for bf16) are made once, by the first
+    // task that needs them, and shared by the head's query blocks.
+    let shared = shape.window.is_none().then(|| {
+        let tiles_per_head = m.div_ceil(tiles.key_block);
+        (0..batch * shape.dims.n_kv_heads * tiles_per_head)
+            .map(|_| std::sync::OnceLock::new())
+            .collect::<Vec<_>>()
+    });
     super::for_each_task(
         tasks,
         2 * batch * n_heads * n * m * (d_k + d_v),
         || Scratch::new(shape, tiles),
         |scratch, (bh_idx, q_start, block_out, block_lse)| {
-            inputs.query_block(bh_idx, q_start, block_out, block_lse, scratch)
+            inputs.query_block(
+                bh_idx,
+                q_start,
+                block_out,
+                block_lse,
+                scratch,
+                shared.as_deref(),
+            )
         },
     );
     Ok(())
 }
+
+/// A key tile's prepared right operands: `K_jᵀ` (of the scores) and `V_j` (of the output).
+type KeyTile<'a, T> = (<T as Element>::Rhs<'a>, <T as Element>::Rhs<'a>);
 
 /// Per-thread buffers of one query block.
 struct Scratch {
@@ -219,7 +238,7 @@ pub(crate) enum TileKind {
     Masked,
 }
 
-impl<T: Element> Inputs<'_, T> {
+impl<'a, T: Element> Inputs<'a, T> {
     /// Which kind the tile (queries `q_start..q_start + rows` of head (`batch_idx`,
     /// `head_idx`), keys `key_start..key_start + cols`) is.
     pub fn tile_kind(
@@ -258,7 +277,7 @@ impl<T: Element> Inputs<'_, T> {
 
     /// `k_tileᵀ` `[d_k, cols]`: the keys `key_start..key_start + cols` of kv head
     /// `kv_idx` (flattened over the batch), transposed, as the scores' right operand.
-    pub fn keys_transposed(&self, kv_idx: usize, key_start: usize, cols: usize) -> View<'_, T> {
+    pub fn keys_transposed(&self, kv_idx: usize, key_start: usize, cols: usize) -> View<'a, T> {
         let AttentionDims { m, d_k, .. } = self.shape.dims;
         let k_tile = &self.k[(kv_idx * m + key_start) * d_k..][..cols * d_k];
         View::transposed(k_tile, d_k, cols, d_k)
@@ -322,7 +341,19 @@ impl<T: Element> Inputs<'_, T> {
         }
     }
 
-    /// One task: queries `q_start .. q_start + rows` of flattened head `bh_idx`.
+    /// `K_jᵀ` and `V_j` of the `cols` keys from `key_start` of kv head `kv_idx`, prepared.
+    fn key_tile(&self, kv_idx: usize, key_start: usize, cols: usize) -> KeyTile<'a, T> {
+        let d_v = self.shape.dims.d_v;
+        let v_tile = &self.v[(kv_idx * self.shape.dims.m + key_start) * d_v..][..cols * d_v];
+        (
+            T::prepare(self.keys_transposed(kv_idx, key_start, cols)),
+            T::prepare(View::rows(v_tile, cols, d_v, d_v)),
+        )
+    }
+
+    /// One task: queries `q_start .. q_start + rows` of flattened head `bh_idx`; `shared`, when
+    /// given, holds every (kv head, key tile)'s prepared operands on the grid of
+    /// `tiles.key_block` (see `forward`).
     fn query_block(
         &self,
         bh_idx: usize,
@@ -330,6 +361,7 @@ impl<T: Element> Inputs<'_, T> {
         block_out: &mut [T],
         block_lse: &mut [f32],
         scratch: &mut Scratch,
+        shared: Option<&[std::sync::OnceLock<KeyTile<'a, T>>]>,
     ) {
         let AttentionDims {
             n_heads,
@@ -341,7 +373,7 @@ impl<T: Element> Inputs<'_, T> {
         let rows = block_lse.len();
         let (batch_idx, head_idx) = (bh_idx / n_heads, bh_idx % n_heads);
         let kv_idx = batch_idx * n_kv_heads + head_idx / (n_heads / n_kv_heads);
-        let v_head = &self.v[kv_idx * m * d_v..][..m * d_v];
+        let tiles_per_head = m.div_ceil(self.tiles.key_block);
 
         let acc = &mut scratch.acc[..rows * d_v];
         acc.fill(0.0);
@@ -363,9 +395,20 @@ impl<T: Element> Inputs<'_, T> {
                 continue;
             }
             let scores = &mut scratch.scores[..rows * cols];
-            let k_tile_t = T::prepare(self.keys_transposed(kv_idx, key_start, cols));
+            let own;
+            let (k_tile_t, v_tile) = match shared {
+                // On the grid (no window), key_start is a multiple of key_block; a tile the
+                // causal diagonal cuts short for this block is its own.
+                Some(shared) if cols == self.tiles.key_block.min(m - key_start) => shared
+                    [kv_idx * tiles_per_head + key_start / self.tiles.key_block]
+                    .get_or_init(|| self.key_tile(kv_idx, key_start, cols)),
+                _ => {
+                    own = self.key_tile(kv_idx, key_start, cols);
+                    &own
+                }
+            };
             self.scores(
-                kind, batch_idx, head_idx, q_start, rows, key_start, cols, &k_tile_t, scores, None,
+                kind, batch_idx, head_idx, q_start, rows, key_start, cols, k_tile_t, scores, None,
             );
             for (row, row_scores) in scores.chunks_mut(cols).enumerate() {
                 let old_max = row_max[row];
@@ -384,12 +427,11 @@ impl<T: Element> Inputs<'_, T> {
                 row_max[row] = new_max;
             }
             // acc [rows, d_v] += p [rows, cols] · v_tile [cols, d_v]
-            let v_tile = &v_head[key_start * d_v..][..cols * d_v];
             T::product_f32_lhs(
                 acc,
                 d_v,
                 View::rows(scores, rows, cols, cols),
-                &T::prepare(View::rows(v_tile, cols, d_v, d_v)),
+                v_tile,
                 true,
                 1.0,
             );
