@@ -126,3 +126,22 @@ macro_rules! option_setters {
     };
 }
 pub(crate) use option_setters;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_saved_before_the_precision_field_read_as_the_inputs_dtype() {
+        let saved = r#"{"scale": "InvSqrtDk", "softcap": null, "dropout": 0.0,
+            "causal_alignment": "BottomRight", "implementation": "Auto"}"#;
+        let options: AttentionOptions = serde_json::from_str(saved).expect("an old config");
+        assert_eq!(options.precision, Precision::Inputs);
+        let bf16 = AttentionOptions::new().with_precision(Precision::Bf16);
+        let text = serde_json::to_string(&bf16).expect("serialize");
+        let back: AttentionOptions = serde_json::from_str(&text).expect("round trip");
+        assert_eq!(back, bf16);
+        let wrong = saved.replace("\"Auto\"}", "\"Auto\", \"precision\": \"F64\"}");
+        assert!(serde_json::from_str::<AttentionOptions>(&wrong).is_err());
+    }
+}

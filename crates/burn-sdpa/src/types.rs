@@ -45,7 +45,10 @@ impl ScalePolicy {
 }
 
 /// The dtype the attention computes in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+///
+/// A config saved before this option existed has no `precision` field: it reads as
+/// [`Precision::Inputs`], what those versions computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 pub enum Precision {
     /// The inputs' own dtype.
     #[default]
@@ -55,6 +58,22 @@ pub enum Precision {
     /// a bf16 attention (whose fused kernels still take the softmax and every sum in f32);
     /// through autodiff the gradients come back in the inputs' dtype.
     Bf16,
+}
+
+impl<'de> Deserialize<'de> for Precision {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// The serialized variants.
+        #[derive(Deserialize)]
+        enum Saved {
+            Inputs,
+            Bf16,
+        }
+        // Through `Option`: serde reads a missing field (and null) as `None` only for options.
+        Ok(match Option::<Saved>::deserialize(deserializer)? {
+            None | Some(Saved::Inputs) => Precision::Inputs,
+            Some(Saved::Bf16) => Precision::Bf16,
+        })
+    }
 }
 
 impl Precision {
