@@ -10,8 +10,8 @@
 use burn::prelude::*;
 use burn::tensor::{DType, Distribution};
 use sdpa::{
-    AttentionError, AttentionInput, AttentionPath, BackendKind, Implementation, Precision,
-    ScaledDotProductAttentionConfig, cpu_kernel,
+    AttentionError, AttentionInput, AttentionPath, BackendKind, Implementation,
+    MultiHeadAttentionConfig, Precision, ScaledDotProductAttentionConfig, cpu_kernel,
 };
 
 use crate::common::values;
@@ -140,6 +140,21 @@ fn bf16_precision_casts_f32_inputs_and_returns_f32() {
     let x = Tensor::<4>::zeros([1, 1, 4, 8], &ndarray);
     let err = autocast
         .try_forward(AttentionInput::new(x.clone(), x.clone(), x))
+        .expect_err("NdArray has no bf16");
+    assert!(
+        matches!(
+            err,
+            AttentionError::InvalidConfig {
+                field: "precision",
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // The multi-head layer refuses it when it is built, before any call.
+    let err = MultiHeadAttentionConfig::new(16, 2)
+        .with_precision(Precision::Bf16)
+        .try_init(&ndarray)
         .expect_err("NdArray has no bf16");
     assert!(
         matches!(

@@ -145,6 +145,8 @@ impl MultiHeadAttentionConfig {
         let attention = ScaledDotProductAttentionConfig::new()
             .with_options(self.options.clone())
             .try_init()?;
+        // Refused here, before any parameter is made, rather than at the first call.
+        self.options.precision.check_device(device)?;
         let qk_init = self
             .qk_initializer
             .clone()

@@ -184,14 +184,7 @@ impl ScaledDotProductAttention {
     fn call(&self, mut input: AttentionInput) -> Result<Call, AttentionError> {
         let dims = validate_input(&input)?;
         if self.precision == Precision::Bf16 && input.query.dtype() != DType::BF16 {
-            let device = input.query.device();
-            if !device.supports_dtype(burn::tensor::FloatDType::BF16) {
-                return Err(AttentionError::InvalidConfig {
-                    field: "precision",
-                    value: "Bf16".into(),
-                    reason: format!("this device ({device:?}) has no bf16 tensors"),
-                });
-            }
+            self.precision.check_device(&input.query.device())?;
             input = input.cast_floats(DType::BF16);
         }
         // A side of the window that reaches past every key is no bound at all: clamping it here

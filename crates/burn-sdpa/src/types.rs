@@ -77,6 +77,19 @@ impl<'de> Deserialize<'de> for Precision {
 }
 
 impl Precision {
+    /// Whether `device` can compute in this precision: an error naming the device when it has no
+    /// bf16 tensors (NdArray; wgpu on some drivers).
+    pub fn check_device(self, device: &burn::prelude::Device) -> Result<(), AttentionError> {
+        if self == Precision::Bf16 && !device.supports_dtype(burn::tensor::FloatDType::BF16) {
+            return Err(AttentionError::InvalidConfig {
+                field: "precision",
+                value: "Bf16".into(),
+                reason: format!("this device ({device:?}) has no bf16 tensors"),
+            });
+        }
+        Ok(())
+    }
+
     /// The name the CLI and reports use: `inputs` or `bf16`.
     pub fn name(self) -> &'static str {
         match self {

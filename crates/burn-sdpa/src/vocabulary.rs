@@ -35,8 +35,9 @@ pub enum Implementation {
     /// kernel, the fallback under autodiff). Cannot return weights or apply dropout, and only
     /// knows bottom-right causal alignment.
     Fused,
-    /// This crate's query-blocked flash kernel ([`crate::cpu_kernel`]): `f32`, every mask, bias,
-    /// window and soft-cap, no weights, no dropout. On Flex and NdArray (the crate's `flex` /
+    /// This crate's query-blocked flash kernel ([`crate::cpu_kernel`]): `f32` (and bf16 on Flex,
+    /// stored in bf16, the softmax and every sum in f32), every mask, bias, window and soft-cap,
+    /// no weights, no dropout. On Flex and NdArray (the crate's `flex` /
     /// `ndarray` features) it reads their buffers in place and has its own backward pass, so it
     /// trains there; on other backends it serves inference on host copies.
     CpuKernel,

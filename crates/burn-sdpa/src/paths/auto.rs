@@ -32,7 +32,8 @@ pub struct AutoRequest {
     /// Whether `Fused` can serve the call (no weights, no active dropout, alignment it knows).
     pub fused_ok: bool,
     /// Whether [`Implementation::CpuKernel`](crate::Implementation::CpuKernel) can serve the call
-    /// (f32, no weights, no dropout; under autodiff only where it runs in place).
+    /// (f32, or bf16 on Flex; no weights, no dropout; under autodiff only where it runs in
+    /// place).
     pub cpu_kernel_ok: bool,
     /// Whether [`Implementation::CubeKernel`](crate::Implementation::CubeKernel) can serve the
     /// call (a CubeCL backend, the crate's `cube` feature, f32, no weights, no dropout).
@@ -48,8 +49,9 @@ pub struct AutoRequest {
 /// cores); the measurements behind each branch are in the README ("Attention paths and speed").
 ///
 /// - **Flex and NdArray with the kernel's backend extension**: `CpuKernel` whenever it can serve
-///   the call (f32, no weights, no dropout), for inference and training, masked or not: it was the
-///   fastest path at every measured size, forward and forward + backward.
+///   the call (f32, or bf16 on Flex; no weights, no dropout), for inference and training, masked
+///   or not: it was the fastest path at every measured size, forward and forward + backward (in
+///   bf16 too: `sdpa bench --dtype bf16`).
 /// - **CubeCL backends with the crate's `cube` feature**: `CubeKernel` whenever it can serve the
 ///   call (f32, no weights, no dropout), for inference and training. On lavapipe (a CPU driver,
 ///   the only Vulkan device measured so far) it was the fastest training path at n = 128, 512
