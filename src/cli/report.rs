@@ -249,10 +249,14 @@ pub struct BenchArgs {
     /// more than once; default: all six).
     #[arg(long = "mode")]
     pub modes: Vec<String>,
-    /// Storage type of query, key and value: f32, or bf16 (writes bench_<backend>_bf16.json
-    /// and BENCH_<backend>_bf16.md).
-    #[arg(long, value_parser = ["f32", "bf16"], default_value = "f32")]
+    /// Storage type of query, key and value: f32, bf16 or f16 (a half type writes
+    /// bench_<backend>_<dtype>.json and BENCH_<backend>_<dtype>.md).
+    #[arg(long, value_parser = ["f32", "bf16", "f16"], default_value = "f32")]
     pub dtype: String,
+    /// Time only this path (repeatable; default: every path): auto, naive, chunked, fused,
+    /// cpu_kernel, cube_kernel or baseline.
+    #[arg(long = "path")]
+    pub paths: Vec<String>,
 }
 
 /// `sdpa bench`: times every path on every backend asked for.
@@ -274,7 +278,20 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         out_dir: args.out.clone(),
     };
     let mut config = sdpa_lab::bench::BenchConfig::new(args.quick);
-    config.bf16 = args.dtype == "bf16";
+    config.dtype = args.dtype.clone();
+    let known = [
+        "auto",
+        "naive",
+        "chunked",
+        "fused",
+        "cpu_kernel",
+        "cube_kernel",
+        "baseline",
+    ];
+    if let Some(bad) = args.paths.iter().find(|p| !known.contains(&p.as_str())) {
+        return Err(UsageError(format!("--path must be one of {known:?}, got `{bad}`")).into());
+    }
+    config.paths = args.paths.clone();
     for (flag, sizes) in [
         ("--n", &args.ns),
         ("--memory-n", &args.memory_ns),

@@ -1,7 +1,7 @@
-//! The CPU kernel on bf16 data (Flex): bf16 storage, f32 softmax and accumulators, so its
-//! context and gradients sit within a few bf16 roundings of an f32 `Naive` run on the same
-//! (bf16-exact) values, and closer to it than `Naive` computing in bf16 itself; `Auto` takes it
-//! for bf16 calls on Flex, for inference and training. The tile products run on the fastest
+//! The CPU kernel on bf16 and f16 data (Flex): half-precision storage, f32 softmax and
+//! accumulators, so its context and gradients sit within a few roundings of an f32 `Naive` run on
+//! the same (exactly representable) values, and closer to it than `Naive` computing in the half
+//! type itself; `Auto` takes it for those calls on Flex, for inference and training. The tile products run on the fastest
 //! instruction set this machine has (`cpu_kernel::bf16_product_isa`; the library's unit tests run
 //! every one it has). NdArray has no bf16 tensors.
 
@@ -15,7 +15,7 @@ use sdpa::{
 };
 
 use crate::common::values;
-use crate::half_precision::{Shape, U_BF16, compare};
+use crate::half_precision::{Shape, U_BF16, U_F16, compare};
 
 /// Head sizes below one 32-value depth tile (12) and of two full ones (64, the sizes the model
 /// and the bench use), across several of the kernel's query and key blocks.
@@ -35,10 +35,30 @@ fn the_cpu_kernel_computes_bf16_in_f32_on_flex() {
     );
 }
 
+/// f16 has no product instructions here: the kernel computes f16 calls in f32 on widened copies
+/// and rounds the results once (`paths/cpu/storage.rs`), so the same rule holds with f16's
+/// unit roundoff.
 #[test]
-fn auto_takes_the_cpu_kernel_for_bf16_on_flex() {
-    for device in [Device::flex(), Device::flex().autodiff()] {
-        let x = Tensor::<4>::zeros([1, 2, 300, 32], (&device, DType::BF16));
+fn the_cpu_kernel_computes_f16_in_f32_on_flex() {
+    let device = Device::flex().autodiff();
+    device.seed(16);
+    compare(
+        &device,
+        DType::F16,
+        U_F16,
+        Implementation::CpuKernel,
+        &SHAPES,
+    );
+}
+
+#[test]
+fn auto_takes_the_cpu_kernel_for_half_precision_on_flex() {
+    for (device, dtype) in [
+        (Device::flex(), DType::BF16),
+        (Device::flex().autodiff(), DType::BF16),
+        (Device::flex().autodiff(), DType::F16),
+    ] {
+        let x = Tensor::<4>::zeros([1, 2, 300, 32], (&device, dtype));
         let input = AttentionInput::new(x.clone(), x.clone(), x.clone());
         let attention = ScaledDotProductAttentionConfig::new().init();
         assert_eq!(
@@ -47,7 +67,7 @@ fn auto_takes_the_cpu_kernel_for_bf16_on_flex() {
             "{device:?}"
         );
         // With a bias (in the inputs' dtype, as the module requires), masked, causal.
-        let bias = Tensor::<4>::zeros([1, 1, 300, 300], (&device, DType::BF16));
+        let bias = Tensor::<4>::zeros([1, 1, 300, 300], (&device, dtype));
         let mask = Tensor::<4, Bool>::empty([1, 1, 300, 300], &device);
         let input = input.bias(bias).mask(mask).causal();
         assert_eq!(

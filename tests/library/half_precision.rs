@@ -10,7 +10,6 @@ use sdpa::{AttentionInput, CausalAlignment, Implementation, ScaledDotProductAtte
 use crate::common::values;
 
 /// f16's unit roundoff, 2⁻¹¹: rounding a value x to f16 moves it by at most `U_F16 · |x|`.
-#[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
 pub const U_F16: f64 = 1.0 / 2048.0;
 /// bf16's, 2⁻⁸.
 pub const U_BF16: f64 = 1.0 / 256.0;

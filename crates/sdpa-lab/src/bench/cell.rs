@@ -116,13 +116,15 @@ impl Cell {
         Ok(self)
     }
 
-    /// The same cell with query, key and value in the config's storage type (bf16 when
-    /// [`BenchConfig::bf16`](super::BenchConfig::bf16)).
+    /// The same cell with query, key and value in the config's storage type
+    /// ([`BenchConfig::dtype`](super::BenchConfig::dtype)).
     pub fn stored(mut self, config: &super::BenchConfig) -> Self {
-        if config.bf16 {
-            let bf16 = burn::tensor::DType::BF16;
-            (self.q, self.k, self.v) = (self.q.cast(bf16), self.k.cast(bf16), self.v.cast(bf16));
-        }
+        let dtype = match config.dtype.as_str() {
+            "bf16" => burn::tensor::DType::BF16,
+            "f16" => burn::tensor::DType::F16,
+            _ => return self,
+        };
+        (self.q, self.k, self.v) = (self.q.cast(dtype), self.k.cast(dtype), self.v.cast(dtype));
         self
     }
 

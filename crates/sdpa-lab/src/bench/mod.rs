@@ -60,9 +60,11 @@ pub struct BenchConfig {
     /// A path that materializes n×n tensors is skipped in the memory sweeps once they would
     /// exceed this many bytes.
     pub naive_limit_bytes: u64,
-    /// Query, key and value stored in bf16 (drawn in f32, then rounded) instead of f32: the
-    /// CPU kernel's bf16 path on Flex; the flop counts are the same.
-    pub bf16: bool,
+    /// The storage type of query, key and value: `f32`, or `bf16` / `f16` (drawn in f32, then
+    /// rounded): the CPU kernel's half-precision paths on Flex; the flop counts are the same.
+    pub dtype: String,
+    /// The paths timed, by name (`auto`, `naive`, …); empty: every path.
+    pub paths: Vec<String>,
 }
 
 impl BenchConfig {
@@ -84,7 +86,8 @@ impl BenchConfig {
                 memory_ns: vec![256, 512],
                 training_memory_ns: vec![256],
                 naive_limit_bytes: 1 << 30,
-                bf16: false,
+                dtype: "f32".into(),
+                paths: Vec::new(),
             }
         } else {
             Self {
@@ -101,7 +104,8 @@ impl BenchConfig {
                 memory_ns: vec![1024, 2048, 4096, 8192, 16384, 32768],
                 training_memory_ns: vec![1024, 4096, 16384],
                 naive_limit_bytes: 12 << 30,
-                bf16: false,
+                dtype: "f32".into(),
+                paths: Vec::new(),
             }
         }
     }
@@ -316,6 +320,9 @@ fn time_cell(
     let mut attns = Vec::new();
     let cube = BackendFamily::of(&cell.q.device()) == BackendFamily::CubeCl;
     for (name, implementation) in paths_for(config.block_size, mode.masked(), cube) {
+        if !(config.paths.is_empty() || config.paths.iter().any(|p| p == name)) {
+            continue;
+        }
         let attn = implementation.map(module).transpose()?;
         // A path that cannot serve the cell (the CPU kernel under autodiff on a GPU backend,
         // Fused with a top-left causal mask, ...) is skipped with its reason, not the end of
@@ -400,7 +407,12 @@ pub fn run_bench(
         .iter()
         .map(|m| {
             let cube = BackendFamily::of(&backend.device) == BackendFamily::CubeCl;
-            paths_for(config.block_size, m.masked(), cube).len()
+            paths_for(config.block_size, m.masked(), cube)
+                .iter()
+                .filter(|(name, _)| {
+                    config.paths.is_empty() || config.paths.iter().any(|p| p == name)
+                })
+                .count()
         })
         .sum();
     let total = (config.ns.len() * cells
@@ -488,6 +500,9 @@ fn auto_ratios(rows: &[BenchRow], ns: &[usize]) -> (Ratios, Ratios) {
             .filter_map(|p| cell(p))
             .collect();
             let Some(auto) = cell("auto") else { continue };
+            if others.is_empty() {
+                continue; // only Auto was timed
+            }
             let best_other = others
                 .iter()
                 .map(|r| r.median_ms)

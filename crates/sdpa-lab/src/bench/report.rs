@@ -100,11 +100,15 @@ pub fn markdown(r: &BenchReport) -> String {
         r.config.min_total_ms,
         100.0 * r.config.padded_fraction
     );
-    if r.config.bf16 {
-        s.push_str(&format!(
+    match r.config.dtype.as_str() {
+        "bf16" => s.push_str(&format!(
             "Query, key and value stored in bf16 (the CPU kernel's tile products run with {}).\n\n",
             burn_sdpa::cpu_kernel::bf16_product_isa()
-        ));
+        )),
+        "f16" => s.push_str(
+            "Query, key and value stored in f16 (the CPU kernel computes in f32 on widened copies).\n\n",
+        ),
+        _ => {}
     }
     s.push_str(&format!(
         "CPU features detected at run time: {} (the CPU kernel's softmax loops run with {}).\n\n",
@@ -181,14 +185,14 @@ fn sweep_table(rows: &[MemoryRow]) -> String {
 }
 
 /// Writes `bench_<backend>.json`, `BENCH_<backend>.md` and one GFLOP/s plot per mode under the
-/// output folder (`<backend>_bf16` for a bf16 run).
+/// output folder (`<backend>_bf16` / `<backend>_f16` for a half-precision run).
 pub fn write(r: &BenchReport, ctx: &BenchContext) -> Result<Vec<String>, LabError> {
     std::fs::create_dir_all(&ctx.out_dir).map_err(|e| LabError::io(&ctx.out_dir, e))?;
     // `bench_flex_bf16.json` … for a bf16 run.
-    let stem = if r.config.bf16 {
-        format!("{}_bf16", r.backend)
-    } else {
+    let stem = if r.config.dtype == "f32" {
         r.backend.clone()
+    } else {
+        format!("{}_{}", r.backend, r.config.dtype)
     };
     let json = ctx.out_dir.join(format!("bench_{stem}.json"));
     let text = serde_json::to_string_pretty(r)

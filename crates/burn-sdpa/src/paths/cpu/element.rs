@@ -15,8 +15,8 @@ pub(crate) trait Element: Copy + Send + Sync + 'static {
     /// products pack their own operands; bf16 tiles packed once).
     type Rhs<'a>: Send + Sync;
 
-    /// This type's value nearest to `x` (round to nearest even).
-    fn from_f32(x: f32) -> Self;
+    /// `dst[i]` = this type's value nearest to `src[i]` (round to nearest even).
+    fn store(src: &[f32], dst: &mut [Self]);
     /// `rhs` prepared for [`Element::product`] and [`Element::product_f32_lhs`].
     fn prepare(rhs: View<'_, Self>) -> Self::Rhs<'_>;
     /// `dst (+)= factor · lhs · rhs` on two operands of this type.
@@ -45,8 +45,8 @@ pub(crate) trait Element: Copy + Send + Sync + 'static {
 impl Element for f32 {
     type Rhs<'a> = View<'a, f32>;
 
-    fn from_f32(x: f32) -> Self {
-        x
+    fn store(src: &[f32], dst: &mut [f32]) {
+        dst.copy_from_slice(src)
     }
     fn prepare(rhs: View<'_, f32>) -> View<'_, f32> {
         rhs
@@ -79,8 +79,8 @@ impl Element for f32 {
 impl Element for bf16 {
     type Rhs<'a> = PackedRhs;
 
-    fn from_f32(x: f32) -> Self {
-        bf16::from_f32(x)
+    fn store(src: &[f32], dst: &mut [bf16]) {
+        super::tile_bf16::round_to_bf16(src, dst)
     }
     fn prepare(rhs: View<'_, bf16>) -> PackedRhs {
         PackedRhs::new(rhs)

@@ -13,7 +13,7 @@ use burn::backend::{
     tensor::FloatTensor,
 };
 use burn::prelude::*;
-use burn::tensor::{DType, bf16};
+use burn::tensor::{DType, bf16, f16};
 
 use super::HostExtras;
 use super::backward::{BACKWARD_TILES, BackwardInputs, BackwardOutputs};
@@ -110,7 +110,7 @@ pub(crate) fn attention(
 }
 
 /// The forward pass on the host: (output `[b, h, n, d_v]`, log-sum-exp `[b, h, n]`), in the
-/// inputs' storage type (bf16 when the query is bf16, `f32` otherwise).
+/// inputs' storage type (the query's: bf16, f16 or `f32`).
 ///
 /// # Panics
 /// When the kernel refuses the call; [`super::blocker`] and the module's validation have
@@ -122,10 +122,10 @@ fn forward<B: HostFloat>(
     bias: Option<&FloatTensor<B>>,
     call: &KernelCall,
 ) -> (FloatTensor<B>, Vec<f32>) {
-    if q.dtype() == DType::BF16 {
-        forward_as::<B, bf16>(q, k, v, bias, call)
-    } else {
-        forward_as::<B, f32>(q, k, v, bias, call)
+    match q.dtype() {
+        DType::BF16 => forward_as::<B, bf16>(q, k, v, bias, call),
+        DType::F16 => forward_as::<B, f16>(q, k, v, bias, call),
+        _ => forward_as::<B, f32>(q, k, v, bias, call),
     }
 }
 
@@ -139,7 +139,7 @@ fn forward_as<B: HostFloat, T: Storage>(
 ) -> (FloatTensor<B>, Vec<f32>) {
     let shape = call.shape;
     let dims = shape.dims;
-    let mut out = vec![T::from_f32(0.0); dims.batch * dims.n_heads * dims.n * dims.d_v];
+    let mut out = vec![T::zero(); dims.batch * dims.n_heads * dims.n * dims.d_v];
     let mut lse = vec![0.0f32; dims.batch * dims.n_heads * dims.n];
     let result = (|| {
         let (qs, ks, vs) = (T::read::<B>(q)?, T::read::<B>(k)?, T::read::<B>(v)?);
@@ -240,10 +240,10 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
             grad_v: &mut grad_v,
             grad_scores: grad_scores.as_deref_mut(),
         };
-        let result = if saved.q.dtype() == DType::BF16 {
-            backward_as::<B, bf16>(&saved, &grad_out, outputs)
-        } else {
-            backward_as::<B, f32>(&saved, &grad_out, outputs)
+        let result = match saved.q.dtype() {
+            DType::BF16 => backward_as::<B, bf16>(&saved, &grad_out, outputs),
+            DType::F16 => backward_as::<B, f16>(&saved, &grad_out, outputs),
+            _ => backward_as::<B, f32>(&saved, &grad_out, outputs),
         };
         if let Err(e) = result {
             panic!("{e}");

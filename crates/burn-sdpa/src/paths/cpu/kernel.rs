@@ -447,10 +447,9 @@ impl<'a, T: Element> Inputs<'a, T> {
                 (0.0, f32::INFINITY)
             };
             block_lse[row] = lse;
-            let out_row = &mut block_out[row * d_v..][..d_v];
-            for (o, a) in out_row.iter_mut().zip(&acc[row * d_v..][..d_v]) {
-                *o = T::from_f32(a * inv);
-            }
+            let acc_row = &mut acc[row * d_v..][..d_v];
+            simd::scale(acc_row, inv);
+            T::store(acc_row, &mut block_out[row * d_v..][..d_v]);
         }
     }
 }

@@ -209,15 +209,20 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
             .iter()
             .all(|t| t.dtype() == dtype)
     };
-    // bf16 through the backend extension on Flex (NdArray has no bf16 tensors); the module
-    // has checked that the bias has the inputs' dtype.
-    let bf16_data = all(DType::BF16) && call.kernel_in_place && call.family == BackendFamily::Flex;
+    // bf16 and f16 through the backend extension on Flex (NdArray has no half-precision
+    // tensors); the module has checked that the bias has the inputs' dtype.
+    let half_data = (all(DType::BF16) || all(DType::F16))
+        && call.kernel_in_place
+        && call.family == BackendFamily::Flex;
     if input.need_weights || input.need_scores {
         Some("it cannot return the weights or scores")
     } else if call.dropout.is_some() {
         Some("it has no dropout")
-    } else if !(all(DType::F32) || bf16_data) {
-        Some("it computes on f32 data, and on bf16 data on Flex (through its backend extension)")
+    } else if !(all(DType::F32) || half_data) {
+        Some(
+            "it computes on f32 data, and on bf16 and f16 data on Flex (through its backend \
+             extension)",
+        )
     } else if call.autodiff && !call.kernel_in_place {
         Some("its backward pass runs on Flex and NdArray only (use Chunked or Auto under autodiff)")
     } else {

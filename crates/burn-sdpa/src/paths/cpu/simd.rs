@@ -79,7 +79,7 @@ pub fn softmax_isa() -> &'static str {
     "portable"
 }
 
-/// Largest element (−∞ for an empty or all −∞ slice).
+/// Largest element, NaN skipped (−∞ for an empty, all −∞ or all NaN slice).
 pub fn max(xs: &[f32]) -> f32 {
     dispatch!(max_body(xs))
 }
@@ -147,15 +147,21 @@ macro_rules! bodies {
     ($madd:expr, $(#[$attr:meta])*) => {
         $(#[$attr])*
         pub fn max_body(xs: &[f32]) -> f32 {
-            let mut lanes = [f32::NEG_INFINITY; LANES];
-            let mut chunks = xs.chunks_exact(LANES);
+            // `if x > l` rather than `f32::max`: one `max` instruction per vector instead of a
+            // NaN test and a blend (a NaN is skipped either way: it is never `>`); four
+            // independent lane sets, so that consecutive vectors do not wait on each other.
+            let larger = |a: f32, x: f32| if x > a { x } else { a };
+            let mut lanes = [[f32::NEG_INFINITY; LANES]; 4];
+            let mut chunks = xs.chunks_exact(4 * LANES);
             for chunk in &mut chunks {
-                for (l, x) in lanes.iter_mut().zip(chunk) {
-                    *l = l.max(*x);
+                for (set, part) in lanes.iter_mut().zip(chunk.chunks_exact(LANES)) {
+                    for (l, x) in set.iter_mut().zip(part) {
+                        *l = larger(*l, *x);
+                    }
                 }
             }
-            let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |a, x| a.max(*x));
-            lanes.iter().fold(tail, |a, x| a.max(*x))
+            let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |a, x| larger(a, *x));
+            lanes.iter().flatten().fold(tail, |a, x| larger(a, *x))
         }
 
         $(#[$attr])*
@@ -364,6 +370,28 @@ mod tests {
         assert_eq!(super::exp(f32::NEG_INFINITY, f32::mul_add), 0.0);
         assert_eq!(super::exp(-100.0, f32::mul_add), 0.0);
         assert_eq!(super::exp(0.0, f32::mul_add), 1.0);
+    }
+
+    #[test]
+    fn max_finds_the_largest_wherever_it_is_and_skips_nan() {
+        assert_eq!(super::max(&[]), f32::NEG_INFINITY);
+        for len in [1, 15, 16, 17, 63, 64, 65, 130] {
+            for at in 0..len {
+                let mut xs: Vec<f32> = (0..len).map(|i| -((i * 7 % 13) as f32)).collect();
+                xs[at] = 5.0;
+                if len > 1 {
+                    xs[(at + 1) % len] = f32::NAN;
+                }
+                assert_eq!(super::max(&xs), 5.0, "len {len}, largest at {at}");
+                assert_eq!(
+                    super::portable::max_body(&xs),
+                    5.0,
+                    "len {len}, largest at {at}"
+                );
+            }
+        }
+        assert_eq!(super::max(&[f32::NEG_INFINITY; 40]), f32::NEG_INFINITY);
+        assert_eq!(super::max(&[f32::NAN; 40]), f32::NEG_INFINITY);
     }
 
     #[test]

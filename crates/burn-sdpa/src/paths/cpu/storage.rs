@@ -1,19 +1,23 @@
-//! The storage types the backend extension runs the kernel on: `f32` (Flex and NdArray) and
-//! bf16 (Flex). Each reads its tensors on the host, runs the forward and backward passes under
+//! The storage types the backend extension runs the kernel on: `f32` (Flex and NdArray), bf16
+//! and f16 (Flex). Each reads its tensors on the host, runs the forward and backward passes under
 //! the NaN policy (`nonfinite.rs`) and makes the output tensor; gradients are computed in `f32`
 //! and stored in the dtype of the tensor they belong to.
 //!
 //! bf16 under the policy: a bf16 call whose inputs are all finite runs the bf16 kernel; one with a
 //! NaN or an infinity (rare: the policy's own case) runs the f32 kernel on widened copies, whose
 //! output is rounded back to bf16, so both dtypes poison exactly the same rows.
+//!
+//! f16 has no product instructions on the CPUs this was measured on (no AVX512_FP16, no AMX-FP16),
+//! and its 10-bit fraction does not fit bf16's products: an f16 call runs the f32 kernel on
+//! widened copies of its inputs (exact) and rounds the output once. It keeps f16 storage between
+//! calls and the f32 kernel's accuracy, not a speed-up.
 
 use std::borrow::Cow;
 
 use burn::backend::tensor::FloatTensor;
-use burn::tensor::{DType, bf16};
+use burn::tensor::{DType, bf16, f16};
 
 use super::backward::{BackwardInputs, BackwardOutputs, try_backward_bf16};
-use super::element::Element;
 use super::host::HostFloat;
 use super::kernel::try_forward_bf16;
 use super::masking::Masking;
@@ -22,7 +26,10 @@ use super::shape::{KernelShape, Tiles};
 use crate::error::AttentionError;
 
 /// A storage type of the kernel on Burn tensors.
-pub(crate) trait Storage: Element {
+pub(crate) trait Storage: Copy + Send + Sync + 'static {
+    /// Zero in this type.
+    fn zero() -> Self;
+
     /// The tensor's values in this type, row-major: borrowed when the backend holds them so,
     /// converted (a copy) when the tensor has the other float type.
     fn read<B: HostFloat>(tensor: &FloatTensor<B>) -> Result<Cow<'_, [Self]>, AttentionError>;
@@ -58,6 +65,10 @@ pub(crate) trait Storage: Element {
 }
 
 impl Storage for f32 {
+    fn zero() -> f32 {
+        0.0
+    }
+
     fn read<B: HostFloat>(tensor: &FloatTensor<B>) -> Result<Cow<'_, [f32]>, AttentionError> {
         B::host_widened(tensor)
     }
@@ -95,6 +106,10 @@ impl Storage for f32 {
 }
 
 impl Storage for bf16 {
+    fn zero() -> bf16 {
+        bf16::ZERO
+    }
+
     fn read<B: HostFloat>(tensor: &FloatTensor<B>) -> Result<Cow<'_, [bf16]>, AttentionError> {
         use burn::backend::TensorMetadata;
         if tensor.dtype() == DType::BF16 {
@@ -114,7 +129,7 @@ impl Storage for bf16 {
         shape: [usize; 4],
         like: &FloatTensor<B>,
     ) -> FloatTensor<B> {
-        B::from_host_bf16(values, shape, like)
+        B::from_host(values, shape, like)
     }
 
     fn forward(
@@ -130,21 +145,7 @@ impl Storage for bf16 {
         if all_finite(&[q, k, v]) && !nonfinite::bias_poisons(masking) {
             return try_forward_bf16(shape, tiles, masking, q, k, v, out, Some(lse));
         }
-        let mut out32 = vec![0.0f32; out.len()];
-        nonfinite::forward(
-            shape,
-            tiles,
-            masking,
-            &widen(q),
-            &widen(k),
-            &widen(v),
-            &mut out32,
-            lse,
-        )?;
-        for (o, x) in out.iter_mut().zip(out32) {
-            *o = bf16::from_f32(x);
-        }
-        Ok(())
+        forward_widened(shape, tiles, masking, q, k, v, out, lse)
     }
 
     fn backward(
@@ -157,17 +158,58 @@ impl Storage for bf16 {
         if all_finite(&[inputs.q, inputs.k, inputs.v]) && !nonfinite::bias_poisons(masking) {
             return try_backward_bf16(shape, tiles, masking, inputs, outputs);
         }
-        let (q, k, v) = (widen(inputs.q), widen(inputs.k), widen(inputs.v));
-        let (out, grad_out) = (widen(inputs.out), widen(inputs.grad_out));
-        let widened = BackwardInputs {
-            q: &q,
-            k: &k,
-            v: &v,
-            out: &out,
-            grad_out: &grad_out,
-            lse: inputs.lse,
-        };
-        nonfinite::backward(shape, tiles, masking, widened, outputs)
+        backward_widened(shape, tiles, masking, inputs, outputs)
+    }
+}
+
+impl Storage for f16 {
+    fn zero() -> f16 {
+        f16::ZERO
+    }
+
+    fn read<B: HostFloat>(tensor: &FloatTensor<B>) -> Result<Cow<'_, [f16]>, AttentionError> {
+        use burn::backend::TensorMetadata;
+        if tensor.dtype() == DType::F16 {
+            B::host_f16(tensor)
+        } else {
+            Ok(Cow::Owned(
+                B::host_widened(tensor)?
+                    .iter()
+                    .map(|&x| f16::from_f32(x))
+                    .collect(),
+            ))
+        }
+    }
+
+    fn tensor<B: HostFloat>(
+        values: Vec<f16>,
+        shape: [usize; 4],
+        like: &FloatTensor<B>,
+    ) -> FloatTensor<B> {
+        B::from_host(values, shape, like)
+    }
+
+    fn forward(
+        shape: &KernelShape,
+        tiles: Tiles,
+        masking: &Masking<'_>,
+        q: &[f16],
+        k: &[f16],
+        v: &[f16],
+        out: &mut [f16],
+        lse: &mut [f32],
+    ) -> Result<(), AttentionError> {
+        forward_widened(shape, tiles, masking, q, k, v, out, lse)
+    }
+
+    fn backward(
+        shape: &KernelShape,
+        tiles: Tiles,
+        masking: &Masking<'_>,
+        inputs: BackwardInputs<'_, f16>,
+        outputs: BackwardOutputs<'_>,
+    ) -> Result<(), AttentionError> {
+        backward_widened(shape, tiles, masking, inputs, outputs)
     }
 }
 
@@ -183,9 +225,84 @@ fn all_finite(runs: &[&[bf16]]) -> bool {
     })
 }
 
-/// bf16 values as `f32` (exact).
-fn widen(values: &[bf16]) -> Vec<f32> {
-    values.iter().map(|x| x.to_f32()).collect()
+/// Half-precision values as `f32` (exact).
+fn widen<T: Half>(values: &[T]) -> Vec<f32> {
+    values.iter().map(|x| x.widen()).collect()
+}
+
+/// bf16 and f16: widened to `f32` exactly, rounded from it to nearest even.
+trait Half: Copy {
+    fn widen(self) -> f32;
+    fn round(x: f32) -> Self;
+}
+
+impl Half for bf16 {
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    fn round(x: f32) -> Self {
+        bf16::from_f32(x)
+    }
+}
+
+impl Half for f16 {
+    fn widen(self) -> f32 {
+        self.to_f32()
+    }
+    fn round(x: f32) -> Self {
+        f16::from_f32(x)
+    }
+}
+
+/// The forward pass of the f32 kernel under the NaN policy on widened copies, the output
+/// rounded to `T`.
+#[allow(clippy::too_many_arguments)]
+fn forward_widened<T: Half>(
+    shape: &KernelShape,
+    tiles: Tiles,
+    masking: &Masking<'_>,
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    out: &mut [T],
+    lse: &mut [f32],
+) -> Result<(), AttentionError> {
+    let mut out32 = vec![0.0f32; out.len()];
+    nonfinite::forward(
+        shape,
+        tiles,
+        masking,
+        &widen(q),
+        &widen(k),
+        &widen(v),
+        &mut out32,
+        lse,
+    )?;
+    for (o, x) in out.iter_mut().zip(out32) {
+        *o = T::round(x);
+    }
+    Ok(())
+}
+
+/// The backward pass of the f32 kernel under the NaN policy on widened copies.
+fn backward_widened<T: Half>(
+    shape: &KernelShape,
+    tiles: Tiles,
+    masking: &Masking<'_>,
+    inputs: BackwardInputs<'_, T>,
+    outputs: BackwardOutputs<'_>,
+) -> Result<(), AttentionError> {
+    let (q, k, v) = (widen(inputs.q), widen(inputs.k), widen(inputs.v));
+    let (out, grad_out) = (widen(inputs.out), widen(inputs.grad_out));
+    let widened = BackwardInputs {
+        q: &q,
+        k: &k,
+        v: &v,
+        out: &out,
+        grad_out: &grad_out,
+        lse: inputs.lse,
+    };
+    nonfinite::backward(shape, tiles, masking, widened, outputs)
 }
 
 #[cfg(test)]

@@ -317,6 +317,25 @@ pub(crate) fn product_bf16_packed<A: Bf16Operand>(
     }
 }
 
+/// `dst[i]` = `src[i]` rounded to bf16 (nearest even), 16 values at a time with AVX512_BF16
+/// where the CPU has it, on the thread pool for long runs (a gradient rounded for a bf16
+/// parameter).
+pub(crate) fn round_to_bf16(src: &[f32], dst: &mut [bf16]) {
+    use rayon::prelude::*;
+    // SAFETY: `bf16` is `repr(transparent)` over `u16`: the same size, alignment and bits, and
+    // the slice keeps the mutable borrow's lifetime.
+    let bits =
+        unsafe { core::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<u16>(), dst.len()) };
+    const CHUNK: usize = 1 << 16;
+    if src.len() <= CHUNK {
+        pairs::round_run(src, bits);
+    } else {
+        src.par_chunks(CHUNK)
+            .zip(bits.par_chunks_mut(CHUNK))
+            .for_each(|(s, d)| pairs::round_run(s, d));
+    }
+}
+
 /// `dst[i]` = the bits of `src[i]` rounded to bf16 (nearest even).
 fn round_run_portable(src: &[f32], dst: &mut [u16]) {
     for (d, s) in dst.iter_mut().zip(src) {
