@@ -6,7 +6,8 @@
 #      the 2048³ matmul ceiling), two rounds, the order swapped in the second;
 #   2. the kernel alone on host slices, f32 against bf16 (`examples/cpu_kernel_bf16`);
 #   3. the model against its PyTorch twin, f32 and bf16 attention (`benches/train_side_by_side.py`,
-#      5 rounds each).
+#      5 rounds each);
+#   and first the CPU's own ceilings (`examples/cpu_peak`: FMA and VDPBF16PS loops).
 #
 #   cargo build --release --bins --examples
 #   python3 -m venv /tmp/torch && /tmp/torch/bin/pip install torch numpy
@@ -23,6 +24,7 @@ THREADS="${THREADS:-$(nproc)}"
 export RAYON_NUM_THREADS="$THREADS"
 mkdir -p "$OUT"
 lscpu > "$OUT/lscpu.txt"
+"$TARGET/release/examples/cpu_peak" > "$OUT/cpu_peak.log" 2>&1
 
 ours() {
     local dir="$1"

@@ -45,6 +45,12 @@ def main():
     p("# CPU speed against PyTorch: one sitting\n")
     p(f"`benches/cpu_sitting.sh PYTHON {out}` on {model} (CPU family {family}), "
       f"CPU flags: {', '.join(flags)}; tables by `python3 benches/cpu_sitting_report.py {out}`.\n")
+    peak = os.path.join(out, "cpu_peak.log")
+    if os.path.exists(peak):
+        with open(peak) as f:
+            lines = [l for l in f.read().splitlines() if "GFLOP/s" in l]
+        p("The CPU's ceilings (`cargo run --release --example cpu_peak`: loops of independent "
+          "instructions, no memory): " + "; ".join(lines) + ".\n")
     p("## The kernel, b 4, h 8, d 64, n = m = 1024\n")
     p("`sdpa bench --backend flex --n 1024 --skip-memory --mode forward --mode forward+backward "
       "[--dtype bf16]` (Burn tensors; `auto` takes `cpu_kernel`) against `benches/pytorch_sdpa.py "
