@@ -43,8 +43,9 @@ def main():
         model, family, flags = cpu_flags(f.read())
     p = print
     p("# CPU speed against PyTorch: one sitting\n")
-    p(f"`benches/cpu_sitting.sh PYTHON {out}` on {model} (CPU family {family}), "
-      f"CPU flags: {', '.join(flags)}; tables by `python3 benches/cpu_sitting_report.py {out}`.\n")
+    p(f"`benches/cpu_sitting.sh PYTHON OUT` on {model} (CPU family {family}), "
+      f"CPU flags: {', '.join(flags)}; its files are in `{out}`, the tables below come from them "
+      f"(`python3 benches/cpu_sitting_report.py {out}`).\n")
     peak = os.path.join(out, "cpu_peak.log")
     if os.path.exists(peak):
         with open(peak) as f:
