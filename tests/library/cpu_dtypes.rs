@@ -15,7 +15,7 @@ use sdpa::{
 };
 
 use crate::common::values;
-use crate::half_precision::{Shape, U_BF16, U_F16, compare};
+use crate::half_precision::{Shape, U_BF16, U_F16, compare, relative_error, run};
 
 /// Head sizes below one 32-value depth tile (12) and of two full ones (64, the sizes the model
 /// and the bench use), across several of the kernel's query and key blocks.
@@ -78,43 +78,85 @@ fn auto_takes_the_cpu_kernel_for_half_precision_on_flex() {
     }
 }
 
+/// A NaN in a value row hidden by the causal mask from the earlier queries: the policy poisons
+/// exactly the rows that see it, in bf16 as in f32 (a bare kernel would multiply the hidden
+/// key's zero weight by NaN and poison every row), forward and backward.
 #[test]
 fn a_non_finite_bf16_input_poisons_the_rows_the_f32_kernel_poisons() {
-    let device = Device::flex();
+    let device = Device::flex().autodiff();
     device.seed(14);
     let random = |shape: [usize; 4]| {
         Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device).cast(DType::BF16)
     };
+    // n = m: query i sees keys 0..=i.
     let (q, k, v) = (
         random([1, 2, 40, 16]),
-        random([1, 2, 50, 16]),
-        random([1, 2, 50, 16]),
+        random([1, 2, 40, 16]),
+        random([1, 2, 40, 16]),
     );
-    // A NaN in key 7 of head 1: under a causal mask, the rows of head 1 that see key 7.
     let nan = Tensor::<4>::full([1, 1, 1, 16], f32::NAN, (&device, DType::BF16));
-    let k = k.slice_assign(s![0..1, 1..2, 7..8, 0..16], nan);
+    let v = v.slice_assign(s![0..1, 1..2, 7..8, 0..16], nan);
     let attention = ScaledDotProductAttentionConfig::new()
         .with_implementation(Implementation::CpuKernel)
         .init();
     let run = |dtype| {
-        let input = AttentionInput::new(
-            q.clone().cast(dtype),
-            k.clone().cast(dtype),
-            v.clone().cast(dtype),
-        )
-        .causal();
-        values(attention.forward(input).context)
+        let leaf = |t: &Tensor<4>| t.clone().cast(dtype).detach().require_grad();
+        let (q, k, v) = (leaf(&q), leaf(&k), leaf(&v));
+        let context = attention
+            .forward(AttentionInput::new(q.clone(), k.clone(), v.clone()).causal())
+            .context;
+        let grads = context.clone().sum().backward();
+        (values(context), values(q.grad(&grads).expect("a gradient")))
     };
-    let (in_bf16, in_f32) = (run(DType::BF16), run(DType::F32));
+    let ((context16, dq16), (context32, dq32)) = (run(DType::BF16), run(DType::F32));
     let nan_rows = |xs: &[f64]| -> Vec<bool> { xs.chunks(16).map(|r| r[0].is_nan()).collect() };
-    assert_eq!(nan_rows(&in_bf16), nan_rows(&in_f32));
-    assert!(
-        nan_rows(&in_bf16).iter().any(|&bad| bad),
-        "some row is poisoned"
+    // Head 1's rows 7.. see the NaN; head 0 and head 1's rows 0..7 do not.
+    let expected: Vec<bool> = (0..80).map(|row| row >= 40 + 7).collect();
+    assert_eq!(nan_rows(&context16), expected, "bf16 context");
+    assert_eq!(nan_rows(&context32), expected, "f32 context");
+    assert_eq!(
+        nan_rows(&dq16),
+        nan_rows(&dq32),
+        "the query gradients' NaN rows"
     );
     assert!(
-        nan_rows(&in_bf16).iter().any(|&bad| !bad),
-        "some row is not"
+        nan_rows(&dq16)[..47].iter().all(|&bad| !bad),
+        "a row that does not see the NaN has a finite gradient"
+    );
+}
+
+/// A bias broadcast over batch, heads and queries (`[1, 1, 1, m]`) in bf16: its gradient (the
+/// score gradient summed over b·h·n rows, in f32, rounded once) within the few roundings of
+/// every other output of f32 Naive on the same values.
+#[test]
+fn a_broadcast_bf16_bias_gets_its_gradient_within_a_few_roundings() {
+    let device = Device::flex().autodiff();
+    device.seed(17);
+    let random = |shape: [usize; 4]| {
+        Tensor::<4>::random(shape, Distribution::Normal(0.0, 1.0), &device)
+            .cast(DType::BF16)
+            .cast(burn::tensor::FloatDType::F32)
+    };
+    let input = AttentionInput::new(
+        random([2, 4, 64, 32]),
+        random([2, 4, 80, 32]),
+        random([2, 4, 80, 32]),
+    )
+    .bias(random([1, 1, 1, 80]));
+    let weights = random([2, 4, 64, 32]);
+    let got = run(
+        &input,
+        &weights,
+        DType::BF16,
+        Implementation::CpuKernel,
+        None,
+    );
+    let reference = run(&input, &weights, DType::F32, Implementation::Naive, None);
+    let err = relative_error(&got[4], &reference[4]);
+    assert!(
+        err <= 4.0 * U_BF16,
+        "the bias gradient is {:.2} bf16 roundings from the f32 reference",
+        err / U_BF16
     );
 }
 

@@ -22,7 +22,7 @@ const ROUNDINGS: f64 = 4.0;
 
 /// The context and the gradients of q, k, v and the bias of the loss Σ context ∘ w, with every
 /// float input (and w) in `dtype`, through `implementation`; each as f64 values.
-fn run(
+pub fn run(
     input: &AttentionInput,
     weights: &Tensor<4>,
     dtype: DType,
@@ -59,7 +59,7 @@ fn run(
 }
 
 /// The largest |got − expected| over the largest |expected|.
-fn relative_error(got: &[f64], expected: &[f64]) -> f64 {
+pub fn relative_error(got: &[f64], expected: &[f64]) -> f64 {
     assert_eq!(got.len(), expected.len());
     let scale = expected
         .iter()

@@ -132,6 +132,7 @@ impl ScaledDotProductAttention {
             out.context = out.context.cast(dtype);
             out.weights = out.weights.map(|w| w.cast(dtype));
             out.scores = out.scores.map(|s| s.cast(dtype));
+            out.lse = out.lse.map(|l| l.cast(dtype));
         }
         Ok(out)
     }

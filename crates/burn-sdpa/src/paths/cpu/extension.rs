@@ -269,16 +269,28 @@ impl<B: HostFloat, const N: usize> Backward<B, N> for KernelBackward<N> {
         }
         if let (Some(node), Some(grad_scores), Some(bias)) = (bias_parent, grad_scores, &saved.bias)
         {
-            // dL/dbias is the score gradient summed over the bias's broadcast axes.
-            let mut grad = B::from_host_as(grad_scores, [batch, n_heads, n, m], bias);
-            for (axis, &size) in bias.shape().dims::<4>().iter().enumerate() {
-                if size == 1 {
-                    grad = B::float_sum_dim(grad, axis);
-                }
-            }
-            grads.register::<B>(node.id, grad);
+            // dL/dbias is the score gradient summed over the bias's broadcast axes, in f32, then
+            // stored in the bias's dtype (one rounding for a half-precision bias).
+            let bias_shape = bias.shape().dims::<4>();
+            let summed = sum_to_shape(&grad_scores, [batch, n_heads, n, m], bias_shape);
+            grads.register::<B>(node.id, B::from_host_as(summed, bias_shape, bias));
         }
     }
+}
+
+/// `values` `[b, h, n, m]` summed over the axes where `target` is 1 (`target`: `[b|1, h|1, n|1,
+/// m]`, the bias's shape), in f32.
+fn sum_to_shape(values: &[f32], full: [usize; 4], target: [usize; 4]) -> Vec<f32> {
+    let m = full[3];
+    let mut out = vec![0.0f32; target.iter().product()];
+    let at = |idx: usize, axis: usize| if target[axis] == 1 { 0 } else { idx };
+    for (row_idx, row) in values.chunks(m).enumerate() {
+        let (bh, n_idx) = (row_idx / full[2], row_idx % full[2]);
+        let (b_idx, h_idx) = (bh / full[1], bh % full[1]);
+        let target_row = (at(b_idx, 0) * target[1] + at(h_idx, 1)) * target[2] + at(n_idx, 2);
+        super::simd::add(&mut out[target_row * m..][..m], row);
+    }
+    out
 }
 
 /// The backward pass of a saved forward in storage type `T`: the gradients in `f32`.

@@ -164,6 +164,14 @@ pub(crate) mod forcing {
         }
     }
 
+    /// Holds the forcing lock without forcing anything: [`Bf16Isa::current`] answers the
+    /// machine's own choice until the guard drops.
+    pub(crate) fn unforced() -> Forced {
+        Forced(LOCK.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    static LOCK: Mutex<()> = Mutex::new(());
+
     /// [`Bf16Isa::current`] answers `isa` until the guard drops.
     ///
     /// # Panics

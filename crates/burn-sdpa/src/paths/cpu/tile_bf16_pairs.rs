@@ -395,6 +395,15 @@ pub(super) fn product<A: Bf16Operand>(
         "bf16 product: [{m}, {n}] with row stride {dst_stride} does not fit {} values",
         dst.len()
     );
+    if k == 0 {
+        // An empty sum: dst = 0, or dst unchanged when accumulating.
+        if !accumulate {
+            dst.chunks_mut(dst_stride)
+                .take(m)
+                .for_each(|row| row[..n].fill(0.0));
+        }
+        return;
+    }
     LHS_SCRATCH.with_borrow_mut(|scratch| {
         let a = paired_lhs(&lhs, scratch);
         #[cfg(target_arch = "x86_64")]
@@ -582,7 +591,8 @@ mod x86 {
 // Rounding f32 runs to bf16, 16 (or 2 × 16) values at a time with AVX512_BF16 where the
 // CPU has it.
 
-/// `dst[i]` = the bits of `src[i]` rounded to bf16 (nearest even).
+/// `dst[i]` = the bits of `src[i]` rounded to bf16 (nearest even; with AVX512_BF16, f32
+/// subnormals, below 1.2e-38, become ±0, as the instruction does).
 pub(super) fn round_run(src: &[f32], dst: &mut [u16]) {
     #[cfg(target_arch = "x86_64")]
     if avx512_bf16_detected() {
@@ -596,30 +606,35 @@ pub(super) fn round_run(src: &[f32], dst: &mut [u16]) {
 /// `second`'s end), for `i < first.len()`.
 pub(super) fn round_interleaved(first: &[f32], second: &[f32], dst: &mut [u16]) {
     let len = first.len().min(dst.len() / 2);
-    // The values done 16 at a time (none without the instructions).
-    let mut body = if second.len() >= len {
-        len - len % 16
-    } else {
-        0
-    };
     #[cfg(target_arch = "x86_64")]
-    if body > 0 && avx512_bf16_detected() {
-        // SAFETY: as above; `body` values of both runs and 2 · body of `dst` exist.
-        unsafe {
-            x86_round::round_interleaved(&first[..body], &second[..body], &mut dst[..2 * body])
-        };
-    } else {
-        body = 0;
+    if avx512_bf16_detected() {
+        // The body 16 pairs at a time, the tail through the same instructions, zero-padded
+        // (so that every value is rounded alike; `second` may be shorter: its missing values
+        // are 0).
+        let body = len - len % 16;
+        let done = if second.len() >= body { body } else { 0 };
+        if done > 0 {
+            // SAFETY: the CPU has the instructions (checked above); `done` values of both runs
+            // and 2 · done of `dst` exist.
+            unsafe {
+                x86_round::round_interleaved(&first[..done], &second[..done], &mut dst[..2 * done])
+            };
+        }
+        for start in (done..len).step_by(16) {
+            let count = 16.min(len - start);
+            let (mut a, mut b, mut out) = ([0.0f32; 16], [0.0f32; 16], [0u16; 32]);
+            a[..count].copy_from_slice(&first[start..start + count]);
+            let available = second.len().saturating_sub(start).min(count);
+            if available > 0 {
+                b[..available].copy_from_slice(&second[start..start + available]);
+            }
+            // SAFETY: as above, on 16-value buffers and a 32-value output.
+            unsafe { x86_round::round_interleaved(&a, &b, &mut out) };
+            dst[2 * start..2 * (start + count)].copy_from_slice(&out[..2 * count]);
+        }
+        return;
     }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        body = 0;
-    }
-    interleave_portable(
-        &first[body..len],
-        second.get(body..).unwrap_or(&[]),
-        &mut dst[2 * body..],
-    );
+    interleave_portable(&first[..len], second, &mut dst[..2 * len]);
 }
 
 fn interleave_portable(first: &[f32], second: &[f32], dst: &mut [u16]) {
@@ -656,7 +671,16 @@ mod x86_round {
                 );
             }
         }
-        super::super::round_run_portable(src_tail, dst_tail);
+        if !src_tail.is_empty() {
+            // The tail through the same instruction (zero-padded), so that every value of the
+            // run is rounded alike (it flushes f32 subnormals to zero; the portable rounding
+            // keeps them as bf16 subnormals).
+            let (mut padded, mut rounded) = ([0.0f32; 16], [0u16; 16]);
+            padded[..src_tail.len()].copy_from_slice(src_tail);
+            // SAFETY: as above, on the two 16-value buffers.
+            unsafe { round_run(&padded, &mut rounded) };
+            dst_tail.copy_from_slice(&rounded[..dst_tail.len()]);
+        }
     }
 
     /// # Safety

@@ -177,10 +177,35 @@ fn the_isas_are_those_the_cpu_reports_and_the_fastest_is_taken() {
         assert!(available.contains(&Bf16Isa::Amx));
     }
     if std::env::var("SDPA_BF16_ISA").is_err() {
-        let _serial = forcing::force(Bf16Isa::Portable);
-        drop(_serial);
+        // No other test forces an ISA while this one reads the machine's own choice.
+        let _serial = forcing::unforced();
         assert_eq!(Some(&Bf16Isa::current()), available.iter().max());
         assert_eq!(bf16_product_isa(), Bf16Isa::current().name());
+    }
+    // A zero-depth product is an empty sum.
+    for &isa in available {
+        let mut dst = [3.0f32; 6];
+        let (a, b): ([bf16; 0], [bf16; 0]) = ([], []);
+        product_bf16(
+            &mut dst,
+            3,
+            View::rows(&a, 2, 0, 0),
+            View::rows(&b, 0, 3, 3),
+            true,
+            1.0,
+            isa,
+        );
+        assert_eq!(dst, [3.0; 6], "{isa:?}");
+        product_bf16(
+            &mut dst,
+            3,
+            View::rows(&a, 2, 0, 0),
+            View::rows(&b, 0, 3, 3),
+            false,
+            1.0,
+            isa,
+        );
+        assert_eq!(dst, [0.0; 6], "{isa:?}");
     }
 }
 
@@ -191,5 +216,39 @@ fn a_forced_isa_is_the_one_the_products_take_until_its_guard_drops() {
         assert_eq!(Bf16Isa::current(), isa);
         assert_eq!(PackedRhs::new(View::rows(&[1.0f32; 4], 2, 2, 2)).isa, isa);
         drop(guard);
+    }
+}
+
+/// Every position of a run is rounded the same way (the 16-wide body and the tail), normal
+/// values to nearest even; an interleave with a shorter second run pads it with zeros.
+#[test]
+fn rounding_runs_treat_every_position_alike() {
+    for len in [1, 15, 16, 17, 33, 40] {
+        let src: Vec<f32> = (0..len)
+            .map(|i| {
+                if i % 3 == 0 {
+                    1e-39 // an f32 subnormal
+                } else {
+                    1.0 + i as f32 / 1024.0
+                }
+            })
+            .collect();
+        let mut dst = vec![0u16; len];
+        pairs::round_run(&src, &mut dst);
+        for (i, (&x, &bits)) in src.iter().zip(&dst).enumerate() {
+            if i % 3 == 0 {
+                assert_eq!(bits, dst[0], "len {len}: the subnormal at {i}");
+            } else {
+                assert_eq!(bits, bf16::from_f32(x).to_bits(), "len {len}: {x} at {i}");
+            }
+        }
+        let second = &src[..len / 2];
+        let mut pairs_out = vec![u16::MAX; 2 * len];
+        pairs::round_interleaved(&src, second, &mut pairs_out);
+        for i in 0..len {
+            assert_eq!(pairs_out[2 * i], dst[i], "len {len}: first at {i}");
+            let want = if i < second.len() { dst[i] } else { 0 };
+            assert_eq!(pairs_out[2 * i + 1], want, "len {len}: second at {i}");
+        }
     }
 }
