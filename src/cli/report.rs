@@ -250,7 +250,7 @@ pub struct BenchArgs {
     #[arg(long = "mode")]
     pub modes: Vec<String>,
     /// Storage type of query, key and value: f32, bf16 or f16 (a half type writes
-    /// bench_<backend>_<dtype>.json and BENCH_<backend>_<dtype>.md).
+    /// `bench_<backend>_<dtype>.json` and `BENCH_<backend>_<dtype>.md`).
     #[arg(long, value_parser = ["f32", "bf16", "f16"], default_value = "f32")]
     pub dtype: String,
     /// Time only this path (repeatable; default: every path): auto, naive, chunked, fused,

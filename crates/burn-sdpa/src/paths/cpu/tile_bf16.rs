@@ -21,8 +21,12 @@ use burn::tensor::bf16;
 
 use super::tile::{View, product};
 
+#[path = "tile_bf16_pack.rs"]
+mod pack;
 #[path = "tile_bf16_pairs.rs"]
 mod pairs;
+#[path = "tile_bf16_round.rs"]
+mod round;
 
 /// An operand element of the bf16 tile products: bf16 itself, or f32 rounded to bf16 when packed.
 pub(crate) trait Bf16Operand: Copy {
@@ -69,11 +73,11 @@ impl Bf16Operand for f32 {
     }
 
     fn pack_run(src: &[f32], dst: &mut [u16]) {
-        pairs::round_run(src, dst)
+        round::round_run(src, dst)
     }
 
     fn pack_interleaved(first: &[f32], second: &[f32], dst: &mut [u16]) {
-        pairs::round_interleaved(first, second, dst)
+        round::round_interleaved(first, second, dst)
     }
 }
 
@@ -208,7 +212,7 @@ pub(crate) struct PackedRhs {
 
 #[derive(Debug)]
 enum Layout {
-    /// The tiles of `tile_bf16_pairs::pack_rhs`.
+    /// The tiles of `tile_bf16_pack::pack_rhs`.
     Pairs(Vec<u16>),
     /// Row-major `[k, n]` f32 values, each exactly a bf16 value.
     Widened(Vec<f32>),
@@ -224,7 +228,7 @@ impl PackedRhs {
     pub fn for_isa<B: Bf16Operand>(rhs: View<'_, B>, isa: Bf16Isa) -> Self {
         let (rows, cols) = (rhs.rows_len(), rhs.cols_len());
         let layout = match isa {
-            Bf16Isa::Amx | Bf16Isa::Avx512Bf16 => Layout::Pairs(pairs::pack_rhs(&rhs)),
+            Bf16Isa::Amx | Bf16Isa::Avx512Bf16 => Layout::Pairs(pack::pack_rhs(&rhs)),
             Bf16Isa::Portable => Layout::Widened(widened(&rhs)),
         };
         Self {
@@ -336,11 +340,11 @@ pub(crate) fn round_to_bf16(src: &[f32], dst: &mut [bf16]) {
         unsafe { core::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<u16>(), dst.len()) };
     const CHUNK: usize = 1 << 16;
     if src.len() <= CHUNK {
-        pairs::round_run(src, bits);
+        round::round_run(src, bits);
     } else {
         src.par_chunks(CHUNK)
             .zip(bits.par_chunks_mut(CHUNK))
-            .for_each(|(s, d)| pairs::round_run(s, d));
+            .for_each(|(s, d)| round::round_run(s, d));
     }
 }
 

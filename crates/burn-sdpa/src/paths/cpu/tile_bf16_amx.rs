@@ -115,7 +115,7 @@ fn pack_lhs<A: Bf16Operand>(lhs: &View<'_, A>, row_tiles: usize, depth_tiles: us
 }
 
 /// `dst (+)= factor · lhs · b` for a right operand `b` `[k, n]` packed by
-/// [`super::pairs::pack_rhs`].
+/// `super::pack::pack_rhs`.
 pub(super) fn product<A: Bf16Operand>(
     dst: &mut [f32],
     dst_stride: usize,

@@ -234,7 +234,7 @@ fn rounding_runs_treat_every_position_alike() {
             })
             .collect();
         let mut dst = vec![0u16; len];
-        pairs::round_run(&src, &mut dst);
+        round::round_run(&src, &mut dst);
         for (i, (&x, &bits)) in src.iter().zip(&dst).enumerate() {
             if i % 3 == 0 {
                 assert_eq!(bits, dst[0], "len {len}: the subnormal at {i}");
@@ -244,7 +244,7 @@ fn rounding_runs_treat_every_position_alike() {
         }
         let second = &src[..len / 2];
         let mut pairs_out = vec![u16::MAX; 2 * len];
-        pairs::round_interleaved(&src, second, &mut pairs_out);
+        round::round_interleaved(&src, second, &mut pairs_out);
         for i in 0..len {
             assert_eq!(pairs_out[2 * i], dst[i], "len {len}: first at {i}");
             let want = if i < second.len() { dst[i] } else { 0 };
