@@ -50,7 +50,8 @@ def cell(b, h, n, d, masking, backward, padded_fraction, generator, dtype=torch.
 def run_once(q, k, v, mask, masking, backward):
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=masking == "causal")
     if backward:
-        out.sum().backward()
+        # The loss is summed in f32 for every dtype (as `sdpa bench` does).
+        out.float().sum().backward()
         for t in (q, k, v):
             t.grad = None
 

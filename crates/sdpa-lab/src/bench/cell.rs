@@ -197,6 +197,13 @@ pub fn run_once(
     };
     let device = out.device();
     if backward {
+        // The loss is summed in f32 for every storage type (as `benches/pytorch_sdpa.py` does):
+        // a half-precision sum of n·d values is neither accurate nor what the bench times.
+        let out = if out.dtype() == burn::tensor::DType::F32 {
+            out
+        } else {
+            out.cast(burn::tensor::DType::F32)
+        };
         let grads = out.sum().backward();
         for t in [&q, &k, &v] {
             let g = t

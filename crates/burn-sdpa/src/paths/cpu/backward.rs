@@ -151,15 +151,17 @@ fn backward<T: Element>(
         grad_v,
         mut grad_scores,
     } = outputs;
-    grad_q.fill(0.0);
-    grad_k.fill(0.0);
-    grad_v.fill(0.0);
-    if let Some(grad_scores) = grad_scores.as_deref_mut() {
-        grad_scores.fill(0.0);
-    }
     if grad_q.is_empty() || grad_k.is_empty() {
+        grad_q.fill(0.0);
+        grad_k.fill(0.0);
+        grad_v.fill(0.0);
+        if let Some(grad_scores) = grad_scores.as_deref_mut() {
+            grad_scores.fill(0.0);
+        }
         return Ok(());
     }
+    // Each task zeroes its own slices of the outputs before it accumulates into them (on the
+    // pool, while they are about to be written): the tasks' slices cover every output.
     let group = shape.dims.group();
     let heads = batch * n_kv_heads;
     let key_blocks = m.div_ceil(tiles.key_block);
@@ -316,6 +318,12 @@ impl Task<'_> {
             mut grad_scores,
             ..
         } = self;
+        dq.fill(0.0);
+        dk.fill(0.0);
+        dv.fill(0.0);
+        if let Some(grad_scores) = grad_scores.as_deref_mut() {
+            grad_scores.fill(0.0);
+        }
         // Q_i and dO_i as right operands (of dK and dV), prepared the first time a key block
         // needs them and kept for the others: [g · ⌈n / query_block⌉].
         let query_blocks = n.div_ceil(tiles.query_block);

@@ -106,20 +106,10 @@ impl Element for bf16 {
         product_bf16_packed(dst, dst_stride, lhs, rhs, accumulate, factor)
     }
     fn dot(a: &[bf16], b: &[bf16]) -> f32 {
-        // 16 partial sums, so that the loop vectorizes.
-        let mut sums = [0.0f32; 16];
-        let (a_chunks, b_chunks) = (a.chunks_exact(16), b.chunks_exact(16));
-        let tail: f32 = a_chunks
-            .remainder()
-            .iter()
-            .zip(b_chunks.remainder())
-            .map(|(x, y)| x.to_f32() * y.to_f32())
-            .sum();
-        for (x, y) in a_chunks.zip(b_chunks) {
-            for ((sum, x), y) in sums.iter_mut().zip(x).zip(y) {
-                *sum += x.to_f32() * y.to_f32();
-            }
+        use super::tile_bf16::Bf16Operand as _;
+        match (bf16::as_bits(a), bf16::as_bits(b)) {
+            (Some(a), Some(b)) => simd::dot_bf16(a, b),
+            _ => a.iter().zip(b).map(|(x, y)| x.to_f32() * y.to_f32()).sum(),
         }
-        sums.iter().sum::<f32>() + tail
     }
 }

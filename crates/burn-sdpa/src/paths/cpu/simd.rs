@@ -139,6 +139,11 @@ pub fn dot(xs: &[f32], ys: &[f32]) -> f32 {
     dispatch!(dot_body(xs, ys))
 }
 
+/// Σ x·y over bf16 bit patterns (each widened to f32 exactly), summed in f32.
+pub fn dot_bf16(xs: &[u16], ys: &[u16]) -> f32 {
+    dispatch!(dot_bf16_body(xs, ys))
+}
+
 /// Lanes the loops are written for (the compiler maps them onto 4, 8 or 16-wide registers).
 const LANES: usize = 16;
 
@@ -268,6 +273,27 @@ macro_rules! bodies {
             let tail: f32 = xc.remainder().iter().zip(yc.remainder()).map(|(x, y)| x * y).sum();
             tail + lanes.iter().sum::<f32>()
         }
+
+        $(#[$attr])*
+        pub fn dot_bf16_body(xs: &[u16], ys: &[u16]) -> f32 {
+            // bf16 is the high half of an f32: widening is a shift.
+            let widen = |bits: u16| f32::from_bits(u32::from(bits) << 16);
+            let mut lanes = [0.0f32; LANES];
+            let mut xc = xs.chunks_exact(LANES);
+            let mut yc = ys.chunks_exact(LANES);
+            for (x, y) in (&mut xc).zip(&mut yc) {
+                for ((l, x), y) in lanes.iter_mut().zip(x).zip(y) {
+                    *l = $madd(widen(*x), widen(*y), *l);
+                }
+            }
+            let tail: f32 = xc
+                .remainder()
+                .iter()
+                .zip(yc.remainder())
+                .map(|(x, y)| widen(*x) * widen(*y))
+                .sum();
+            tail + lanes.iter().sum::<f32>()
+        }
     };
 }
 
@@ -392,6 +418,35 @@ mod tests {
         }
         assert_eq!(super::max(&[f32::NEG_INFINITY; 40]), f32::NEG_INFINITY);
         assert_eq!(super::max(&[f32::NAN; 40]), f32::NEG_INFINITY);
+    }
+
+    #[test]
+    fn the_bf16_dot_widens_exactly_and_sums_every_element() {
+        for len in [0, 1, 15, 16, 17, 64, 100] {
+            let xs: Vec<burn::tensor::bf16> = (0..len)
+                .map(|i| burn::tensor::bf16::from_f32((i as f32 - 7.0) * 0.37))
+                .collect();
+            let ys: Vec<burn::tensor::bf16> = (0..len)
+                .map(|i| burn::tensor::bf16::from_f32(1.0 + (i % 5) as f32 * 0.25))
+                .collect();
+            let want: f64 = xs
+                .iter()
+                .zip(&ys)
+                .map(|(x, y)| f64::from(x.to_f32()) * f64::from(y.to_f32()))
+                .sum();
+            let bits =
+                |v: &[burn::tensor::bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
+            let (xb, yb) = (bits(&xs), bits(&ys));
+            for got in [
+                super::dot_bf16(&xb, &yb),
+                super::portable::dot_bf16_body(&xb, &yb),
+            ] {
+                assert!(
+                    (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0),
+                    "len {len}: {got} vs {want}"
+                );
+            }
+        }
     }
 
     #[test]
