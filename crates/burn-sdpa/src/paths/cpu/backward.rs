@@ -318,9 +318,9 @@ impl Task<'_> {
             mut grad_scores,
             ..
         } = self;
-        dq.fill(0.0);
-        dk.fill(0.0);
-        dv.fill(0.0);
+        // dK, dV and dQ are overwritten by their first product and accumulated after it (no pass
+        // zeroing them first); whatever no product reached (every tile of it hidden) is zeroed
+        // at the end. The score gradient is copied tile by tile: zeroed first, for hidden tiles.
         if let Some(grad_scores) = grad_scores.as_deref_mut() {
             grad_scores.fill(0.0);
         }
@@ -329,6 +329,8 @@ impl Task<'_> {
         let query_blocks = n.div_ceil(tiles.query_block);
         let mut query_rhs: Vec<Option<(T::Rhs<'_>, T::Rhs<'_>)>> =
             (0..group * query_blocks).map(|_| None).collect();
+        // Whether a query block's dQ rows have been written yet: [g · ⌈n / query_block⌉].
+        let mut dq_written = vec![false; group * query_blocks];
         let mut key_start = keys.start;
         while key_start < keys.end {
             let cols = tiles.key_block.min(keys.end - key_start);
@@ -341,6 +343,7 @@ impl Task<'_> {
             let k_tile_rows = T::prepare(View::rows(k_tile, cols, d_k, d_k));
             let dk_tile = &mut dk[local * d_k..][..cols * d_k];
             let dv_tile = &mut dv[local * d_v..][..cols * d_v];
+            let mut kv_written = false;
             for group_idx in 0..group {
                 let head_idx = first_head + group_idx;
                 let mut q_start = 0;
@@ -354,14 +357,13 @@ impl Task<'_> {
                         let q_block = &inputs.q[at..][..rows * d_k];
                         let out_at = (row0 + row_in_group) * d_v;
                         let do_block = &inputs.grad_out[out_at..][..rows * d_v];
-                        let (q_rhs, do_rhs) = query_rhs
-                            [group_idx * query_blocks + q_start / tiles.query_block]
-                            .get_or_insert_with(|| {
-                                (
-                                    T::prepare(View::rows(q_block, rows, d_k, d_k)),
-                                    T::prepare(View::rows(do_block, rows, d_v, d_v)),
-                                )
-                            });
+                        let block_idx = group_idx * query_blocks + q_start / tiles.query_block;
+                        let (q_rhs, do_rhs) = query_rhs[block_idx].get_or_insert_with(|| {
+                            (
+                                T::prepare(View::rows(q_block, rows, d_k, d_k)),
+                                T::prepare(View::rows(do_block, rows, d_v, d_v)),
+                            )
+                        });
                         let p = &mut scratch.p[..rows * cols];
                         let dp = &mut scratch.dp[..rows * cols];
                         let capped = forward.shape.softcap.is_some();
@@ -387,7 +389,7 @@ impl Task<'_> {
                             d_v,
                             View::transposed(p, cols, rows, cols),
                             do_rhs,
-                            true,
+                            kv_written,
                             1.0,
                         );
                         // dP [rows, cols] = dO_i [rows, d_v] · V_jᵀ [d_v, cols]
@@ -424,23 +426,39 @@ impl Task<'_> {
                             d_k,
                             View::rows(ds, rows, cols, cols),
                             &k_tile_rows,
-                            true,
+                            dq_written[block_idx],
                             scale,
                         );
+                        dq_written[block_idx] = true;
                         // dK_j [cols, d_k] += scale · dSᵀ [cols, rows] · Q_i [rows, d_k]
                         T::product_f32_lhs(
                             dk_tile,
                             d_k,
                             View::transposed(ds, cols, rows, cols),
                             q_rhs,
-                            true,
+                            kv_written,
                             scale,
                         );
+                        kv_written = true;
                     }
                     q_start += rows;
                 }
             }
+            if !kv_written {
+                // Every query of the group is hidden from these keys.
+                dk_tile.fill(0.0);
+                dv_tile.fill(0.0);
+            }
             key_start += cols;
+        }
+        // Query blocks that see none of this task's keys.
+        for (block_idx, written) in dq_written.iter().enumerate() {
+            if !written {
+                let (group_idx, q_block) = (block_idx / query_blocks, block_idx % query_blocks);
+                let q_start = q_block * tiles.query_block;
+                let rows = tiles.query_block.min(n - q_start);
+                dq[(group_idx * n + q_start) * d_k..][..rows * d_k].fill(0.0);
+            }
         }
     }
 }
