@@ -46,24 +46,75 @@ impl Outcome {
         }
     }
 
-    /// The outcome of a claim checked under several conditions: holds when it holds in all,
-    /// fails when it fails in all, conditional when it holds in some and fails in others,
-    /// undecided otherwise (some undecided and the decided ones agree, or no condition).
+    /// The outcome of a claim checked under several conditions, by one rule (stated in the
+    /// README): **holds** when it holds in every condition; **FAILS** when it fails in at least
+    /// one and holds in none; **conditional** when it holds in at least one and fails in at least
+    /// one; **undecided** otherwise (it fails nowhere and some condition could not decide it, or
+    /// there is no condition). A condition that is itself conditional counts as both a hold
+    /// and a failure.
     pub fn across(outcomes: &[Outcome]) -> Self {
-        let any = |o: Outcome| outcomes.contains(&o);
+        let tally = Tally::of(outcomes);
+        let (holds, fails) = (
+            tally.holds + tally.conditional,
+            tally.fails + tally.conditional,
+        );
         if outcomes.is_empty() {
             Outcome::Undecided
-        } else if outcomes.iter().all(|o| *o == Outcome::Holds) {
+        } else if tally.holds == outcomes.len() {
             Outcome::Holds
-        } else if outcomes.iter().all(|o| *o == Outcome::Fails) {
-            Outcome::Fails
-        } else if (any(Outcome::Holds) || any(Outcome::Conditional))
-            && (any(Outcome::Fails) || any(Outcome::Conditional))
-        {
+        } else if holds > 0 && fails > 0 {
             Outcome::Conditional
+        } else if fails > 0 {
+            Outcome::Fails
         } else {
             Outcome::Undecided
         }
+    }
+}
+
+/// How many conditions of a claim hold, fail, are conditional or undecided.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Tally {
+    /// Conditions where the claim holds.
+    pub holds: usize,
+    /// Where it fails.
+    pub fails: usize,
+    /// Where it is itself conditional.
+    pub conditional: usize,
+    /// Where the data cannot decide it.
+    pub undecided: usize,
+}
+
+impl Tally {
+    /// The tally of `outcomes`.
+    pub fn of(outcomes: &[Outcome]) -> Self {
+        let count = |o: Outcome| outcomes.iter().filter(|x| **x == o).count();
+        Self {
+            holds: count(Outcome::Holds),
+            fails: count(Outcome::Fails),
+            conditional: count(Outcome::Conditional),
+            undecided: count(Outcome::Undecided),
+        }
+    }
+
+    /// Everything counted.
+    pub fn total(&self) -> usize {
+        self.holds + self.fails + self.conditional + self.undecided
+    }
+
+    /// E.g. `holds in 3, fails in 2, undecided in 3 of 8 conditions`.
+    pub fn show(&self, unit: &str) -> String {
+        let parts: Vec<String> = [
+            (self.holds, "holds in"),
+            (self.fails, "fails in"),
+            (self.conditional, "conditional in"),
+            (self.undecided, "undecided in"),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, word)| format!("{word} {n}"))
+        .collect();
+        format!("{} of {} {unit}", parts.join(", "), self.total())
     }
 }
 
@@ -131,6 +182,29 @@ impl Claim {
             measured: measured.into(),
             outcome: Outcome::of(holds),
             conditions: Vec::new(),
+        }
+    }
+
+    /// How many of its conditions hold, fail, are conditional or undecided (`None` for a claim
+    /// decided once).
+    pub fn tally(&self) -> Option<Tally> {
+        (!self.conditions.is_empty()).then(|| {
+            Tally::of(
+                &self
+                    .conditions
+                    .iter()
+                    .map(|c| c.outcome)
+                    .collect::<Vec<_>>(),
+            )
+        })
+    }
+
+    /// Its outcome as the report prints it: the label, and for a claim over conditions how many
+    /// hold, fail and are undecided.
+    pub fn outcome_text(&self) -> String {
+        match self.tally() {
+            Some(t) => format!("**{}** ({})", self.outcome.label(), t.show("conditions")),
+            None => format!("**{}**", self.outcome.label()),
         }
     }
 
@@ -320,23 +394,23 @@ pub fn show_p(p: f64) -> String {
     }
 }
 
-/// How an experiment's measurements relate to the article, from all of its claims (the
-/// article's and the lab's), with one vocabulary applied the same way everywhere.
+/// How an experiment's measurements relate to the article: decided by the **article's** claims
+/// alone (the lab's own hypotheses are reported on their own line, [`lab_summary`]), with one
+/// vocabulary applied the same way everywhere.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub enum Verdict {
-    /// Every claim holds.
+    /// Every claim of the article holds.
     Reproduced,
-    /// Some claim of the article fails, and every claim of the lab (its corrections and
-    /// measurements) holds.
-    Corrected,
-    /// Nothing fails outright, but some claim holds only under some conditions (listed).
+    /// No claim of the article fails outright, but some holds only under some conditions.
     Conditional,
-    /// Some claims hold and some fail (a failed lab claim included).
+    /// Some claims of the article hold (or hold under conditions) and some fail.
     PartlySupported,
-    /// Claims fail and none holds.
+    /// The article's claims fail and none holds.
     NotSupported,
-    /// Nothing fails, but some claim could not be decided by this run (e.g. `--quick`).
+    /// No claim of the article fails, but some could not be decided by this run.
     Undecided,
+    /// The experiment tests no claim of the article (only the lab's own).
+    LabOnly,
 }
 
 impl Verdict {
@@ -344,36 +418,36 @@ impl Verdict {
     pub fn label(&self) -> &'static str {
         match self {
             Verdict::Reproduced => "reproduced",
-            Verdict::Corrected => "corrected",
             Verdict::Conditional => "conditional",
             Verdict::PartlySupported => "partly supported",
             Verdict::NotSupported => "not supported",
             Verdict::Undecided => "undecided",
+            Verdict::LabOnly => "no article claim",
         }
     }
 
-    /// The verdict a list of claims gives.
+    /// The verdict on the article from a list of claims (the lab's are ignored).
     pub fn from_claims(claims: &[Claim]) -> Self {
-        let has = |o: Outcome| claims.iter().any(|c| c.outcome == o);
-        let article_fails = claims
+        let article: Vec<Outcome> = claims
             .iter()
-            .any(|c| c.source.is_article() && c.outcome == Outcome::Fails);
-        let lab_all_hold = claims
-            .iter()
-            .filter(|c| !c.source.is_article())
-            .all(|c| c.outcome == Outcome::Holds);
-        if !claims.is_empty() && claims.iter().all(|c| c.outcome == Outcome::Holds) {
+            .filter(|c| c.source.is_article())
+            .map(|c| c.outcome)
+            .collect();
+        let has = |o: Outcome| article.contains(&o);
+        if article.is_empty() {
+            Verdict::LabOnly
+        } else if article.iter().all(|o| *o == Outcome::Holds) {
             Verdict::Reproduced
-        } else if !has(Outcome::Fails) && has(Outcome::Conditional) {
+        } else if has(Outcome::Fails) {
+            if has(Outcome::Holds) || has(Outcome::Conditional) {
+                Verdict::PartlySupported
+            } else {
+                Verdict::NotSupported
+            }
+        } else if has(Outcome::Conditional) {
             Verdict::Conditional
-        } else if !has(Outcome::Fails) {
-            Verdict::Undecided
-        } else if article_fails && lab_all_hold {
-            Verdict::Corrected
-        } else if has(Outcome::Holds) || has(Outcome::Conditional) {
-            Verdict::PartlySupported
         } else {
-            Verdict::NotSupported
+            Verdict::Undecided
         }
     }
 }
@@ -391,7 +465,7 @@ pub fn claims_table(claims: &[Claim]) -> String {
                 c.statement.clone(),
                 c.check.clone(),
                 c.measured.clone(),
-                format!("**{}**", c.outcome.label()),
+                c.outcome_text(),
             ]
         })
         .collect();
@@ -399,6 +473,36 @@ pub fn claims_table(claims: &[Claim]) -> String {
         &["claim by", "statement", "check", "measured", "outcome"],
         &rows,
     )
+}
+
+/// One sentence on the article's claims: what held, what failed, what is conditional or
+/// undecided ("no claim of the article" when there is none).
+pub fn article_summary(claims: &[Claim]) -> String {
+    let article: Vec<Claim> = claims
+        .iter()
+        .filter(|c| c.source.is_article())
+        .cloned()
+        .collect();
+    if article.is_empty() {
+        "no claim of the article".into()
+    } else {
+        summary(&article)
+    }
+}
+
+/// One line on the lab's own hypotheses (its corrections and added measurements), apart from
+/// the verdict on the article ("none" when the experiment adds none).
+pub fn lab_summary(claims: &[Claim]) -> String {
+    let lab: Vec<Claim> = claims
+        .iter()
+        .filter(|c| !c.source.is_article())
+        .cloned()
+        .collect();
+    if lab.is_empty() {
+        "none".into()
+    } else {
+        summary(&lab)
+    }
 }
 
 /// One sentence from the claims: what held, what failed, what is conditional or undecided.
@@ -472,10 +576,48 @@ mod tests {
         assert_eq!(Outcome::across(&[Holds, Undecided]), Undecided);
         assert_eq!(Outcome::across(&[Holds, Fails, Undecided]), Conditional);
         assert_eq!(Outcome::across(&[]), Undecided);
+        // Fails wherever it is decided and never holds: it fails (it was "undecided").
+        assert_eq!(
+            Outcome::across(&[Fails, Undecided, Fails, Undecided, Fails]),
+            Fails
+        );
+        assert_eq!(Outcome::across(&[Undecided, Undecided]), Undecided);
+        assert_eq!(Outcome::across(&[Conditional, Undecided]), Conditional);
+        assert_eq!(Outcome::across(&[Conditional, Holds]), Conditional);
     }
 
     #[test]
-    fn verdicts_follow_all_claims() {
+    fn a_claim_over_conditions_counts_them() {
+        use Outcome::*;
+        let condition = |outcome| Condition {
+            label: "c".into(),
+            measured: String::new(),
+            outcome,
+        };
+        let claim = Claim::per_condition(
+            "x",
+            Source::Lab,
+            "s",
+            "check",
+            [Fails, Undecided, Fails, Holds, Undecided, Undecided]
+                .into_iter()
+                .map(condition)
+                .collect(),
+        );
+        let tally = claim.tally().unwrap();
+        assert_eq!((tally.holds, tally.fails, tally.undecided), (1, 2, 3));
+        assert_eq!(claim.outcome, Conditional);
+        assert_eq!(
+            claim.outcome_text(),
+            "**conditional** (holds in 1, fails in 2, undecided in 3 of 6 conditions)"
+        );
+        let once = Claim::decided("y", Source::Lab, "s", "c", "m", Some(true));
+        assert_eq!(once.tally(), None);
+        assert_eq!(once.outcome_text(), "**holds**");
+    }
+
+    #[test]
+    fn verdicts_follow_the_articles_claims_alone() {
         static Q: Quote = Quote {
             section: "§1",
             zh: "",
@@ -495,19 +637,25 @@ mod tests {
         use Outcome::*;
         let v = Verdict::from_claims;
         assert_eq!(v(&[article(Holds), lab(Holds)]), Verdict::Reproduced);
-        assert_eq!(v(&[article(Fails), lab(Holds)]), Verdict::Corrected);
+        // The lab's own hypotheses never change the verdict on the article.
+        assert_eq!(v(&[article(Holds), lab(Fails)]), Verdict::Reproduced);
+        assert_eq!(v(&[article(Holds), lab(Undecided)]), Verdict::Reproduced);
+        assert_eq!(v(&[article(Fails), lab(Holds)]), Verdict::NotSupported);
         assert_eq!(
             v(&[article(Holds), article(Fails), lab(Holds)]),
-            Verdict::Corrected
-        );
-        assert_eq!(v(&[article(Fails), lab(Fails)]), Verdict::NotSupported);
-        // A failed lab claim counts: nothing is "undecided" once something failed.
-        assert_eq!(v(&[article(Holds), lab(Fails)]), Verdict::PartlySupported);
-        assert_eq!(v(&[article(Holds), lab(Undecided)]), Verdict::Undecided);
-        assert_eq!(v(&[article(Conditional), lab(Holds)]), Verdict::Conditional);
-        assert_eq!(
-            v(&[article(Conditional), lab(Fails)]),
             Verdict::PartlySupported
         );
+        assert_eq!(
+            v(&[article(Conditional), article(Fails)]),
+            Verdict::PartlySupported
+        );
+        assert_eq!(v(&[article(Conditional), lab(Fails)]), Verdict::Conditional);
+        assert_eq!(v(&[article(Holds), article(Undecided)]), Verdict::Undecided);
+        assert_eq!(v(&[lab(Holds)]), Verdict::LabOnly);
+        assert_eq!(
+            lab_summary(&[article(Holds), lab(Fails)]),
+            "0 of 1 claims hold; failed: c"
+        );
+        assert_eq!(article_summary(&[lab(Holds)]), "no claim of the article");
     }
 }

@@ -112,6 +112,8 @@ pub struct Analysis<D> {
     pub per_backend: Vec<BackendValues>,
     /// Parts that could not run, with the reason.
     pub skipped: Vec<String>,
+    /// Lines for the report's abstract, computed from this run (most experiments add none).
+    pub headline: Vec<String>,
 }
 
 impl<D> Analysis<D> {
@@ -122,7 +124,13 @@ impl<D> Analysis<D> {
             data,
             per_backend: Vec::new(),
             skipped: Vec::new(),
+            headline: Vec::new(),
         }
+    }
+
+    /// With these lines for the report's abstract.
+    pub fn with_headline(self, headline: Vec<String>) -> Self {
+        Self { headline, ..self }
     }
 }
 
@@ -209,6 +217,8 @@ pub struct Finished {
     pub per_backend: Vec<BackendValues>,
     /// Parts that could not run.
     pub skipped: Vec<String>,
+    /// Lines for the report's abstract.
+    pub headline: Vec<String>,
 }
 
 /// An experiment as the runner sees it (implemented for every [`Stages`]).
@@ -358,6 +368,7 @@ impl<S: Stages> Experiment for S {
             data,
             per_backend: analysis.per_backend,
             skipped: analysis.skipped,
+            headline: analysis.headline,
         })
     }
 }

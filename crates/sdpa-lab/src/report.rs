@@ -7,7 +7,9 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::claims::{Claim, Outcome, Source, Verdict, claims_table, short, summary};
+use crate::claims::{
+    Claim, Outcome, Source, Tally, Verdict, article_summary, claims_table, lab_summary, short,
+};
 use crate::context::LabError;
 use crate::experiment::{BackendValues, Canvas, Experiment, Finished, StoredCell};
 use crate::files::write_atomic;
@@ -30,12 +32,16 @@ pub struct ExperimentReport {
     pub name: String,
     /// A title for the report.
     pub title: String,
-    /// The verdict, from all the claims.
+    /// The verdict on the article, from the article's claims alone.
     pub verdict: Verdict,
     /// The claims.
     pub claims: Vec<Claim>,
-    /// One sentence from the claims.
+    /// One sentence from the article's claims.
     pub summary: String,
+    /// One sentence from the lab's own hypotheses (apart from the verdict).
+    pub lab: String,
+    /// Lines for the report's abstract.
+    pub headline: Vec<String>,
     /// The section (tables, plots; the claims table is added when rendering).
     pub markdown: String,
     /// The analysis, for `results.json`.
@@ -66,7 +72,9 @@ impl ExperimentReport {
             name: experiment.name().into(),
             title: experiment.title().into(),
             verdict: Verdict::from_claims(&finished.claims),
-            summary: summary(&finished.claims),
+            summary: article_summary(&finished.claims),
+            lab: lab_summary(&finished.claims),
+            headline: finished.headline,
             claims: finished.claims,
             markdown: finished.markdown,
             data: finished.data,
@@ -161,12 +169,12 @@ fn ledger(s: &mut String, r: &Report) {
             if let Source::Article(q) = &c.source {
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {} | **{}** | [{}](#{}) ({}) |",
+                    "| {} | {} | {} | {} | {} | [{}](#{}) ({}) |",
                     q.section,
                     md_cell(q.zh),
                     md_cell(q.en),
                     md_cell(&c.check),
-                    c.outcome.label(),
+                    md_cell(&c.outcome_text()),
                     e.name,
                     e.name,
                     e.verdict.label()
@@ -180,25 +188,29 @@ fn experiments_table(s: &mut String, r: &Report) {
     let _ = writeln!(s, "\n## Experiments\n");
     let _ = writeln!(
         s,
-        "Verdicts follow from all of an experiment's claims, the article's and the lab's: **reproduced** (every \
-         claim holds), **corrected** (an article claim fails and every lab claim holds), **conditional** (nothing \
-         fails outright, something holds only under some conditions), **partly supported** (some hold, some \
-         fail), **not supported** (claims fail, none holds), **undecided** (nothing fails, something could not be \
-         decided).\n"
+        "An experiment's verdict is on **the article's claims alone**: **reproduced** (every claim of the article \
+         holds), **conditional** (none fails outright, some holds only under some conditions), **partly \
+         supported** (some hold, some fail), **not supported** (they fail, none holds), **undecided** (none \
+         fails, some could not be decided), **no article claim** (the experiment tests only the lab's own). The \
+         lab's own hypotheses (its corrections and added measurements) are counted in their own column and never \
+         change the verdict. A claim checked under several conditions holds when it holds in every condition, \
+         fails when it fails in at least one and holds in none, is conditional when it holds in some and fails \
+         in others, and is undecided otherwise.\n"
     );
     let _ = writeln!(
         s,
-        "| # | experiment | verdict | claims | cells | measure time (s) |\n|---|---|---|---|---|---|"
+        "| # | experiment | verdict on the article | the article's claims | the lab's own hypotheses | cells | measure time (s) |\n|---|---|---|---|---|---|---|"
     );
     for (i, e) in r.experiments.iter().enumerate() {
         let _ = writeln!(
             s,
-            "| {} | [{}](#{}) | {} | {} | {} | {:.1} |",
+            "| {} | [{}](#{}) | {} | {} | {} | {} | {:.1} |",
             i + 1,
             e.name,
             e.name,
             e.verdict.label(),
             md_cell(&e.summary),
+            md_cell(&e.lab),
             e.cells,
             e.measure_seconds
         );
@@ -206,7 +218,7 @@ fn experiments_table(s: &mut String, r: &Report) {
     for fail in &r.failures {
         let _ = writeln!(
             s,
-            "| – | {} | **failed** | {} | – | – |",
+            "| – | {} | **failed** | {} | – | – | – |",
             fail.name,
             md_cell(&fail.error)
         );
@@ -251,7 +263,13 @@ fn section(s: &mut String, e: &ExperimentReport) {
         "\n<a id=\"{}\"></a>\n## {}: {}\n",
         e.name, e.name, e.title
     );
-    let _ = writeln!(s, "**Verdict: {}.** {}\n", e.verdict.label(), e.summary);
+    let _ = writeln!(
+        s,
+        "**Verdict on the article: {}.** {}. **The lab's own hypotheses:** {}.\n",
+        e.verdict.label(),
+        e.summary,
+        e.lab
+    );
     let _ = writeln!(s, "{}", e.markdown);
     let _ = writeln!(s, "\n**Claims.**\n\n{}", claims_table(&e.claims));
     for c in e
@@ -296,6 +314,7 @@ fn section(s: &mut String, e: &ExperimentReport) {
 pub fn markdown(r: &Report) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "# Attention, derived and measured\n");
+    abstract_lines(&mut s, r);
     let _ = writeln!(
         s,
         "Every experiment of the article *10 · Attention 的数学推导*, reproduced with the `burn-sdpa` module \
@@ -339,6 +358,46 @@ pub fn markdown(r: &Report) -> String {
         section(&mut s, e);
     }
     s
+}
+
+/// The most lines the abstract holds.
+const ABSTRACT_LINES: usize = 10;
+
+/// The abstract: the experiments' headline lines (each computed from this run), then the tally
+/// of the article's claims; at most [`ABSTRACT_LINES`] lines.
+fn abstract_lines(s: &mut String, r: &Report) {
+    let article: Vec<Outcome> = r
+        .experiments
+        .iter()
+        .flat_map(|e| &e.claims)
+        .filter(|c| c.source.is_article())
+        .map(|c| c.outcome)
+        .collect();
+    let mut lines: Vec<String> = r
+        .experiments
+        .iter()
+        .flat_map(|e| e.headline.iter().cloned())
+        .take(ABSTRACT_LINES - 1)
+        .collect();
+    if !article.is_empty() {
+        let t = Tally::of(&article);
+        lines.push(format!(
+            "**The article's claims, one by one** (the ledger below): of {} tested, {} hold, {} fail, \
+             {} hold only under some conditions and {} are undecided by this run.",
+            t.total(),
+            t.holds,
+            t.fails,
+            t.conditional,
+            t.undecided
+        ));
+    }
+    if lines.is_empty() {
+        return;
+    }
+    for line in lines {
+        let _ = writeln!(s, "- {line}");
+    }
+    let _ = writeln!(s);
 }
 
 fn list(c: &Claim, outcome: Outcome) -> String {

@@ -103,6 +103,39 @@ pub fn median_ci(values: &[f64], level: f64) -> Estimate {
     }
 }
 
+/// The median of values known only within bounds (`(lo, hi)` per value, the value inside:
+/// exact values have `lo == hi`, a value censored above has `hi = +∞`, one censored below `lo =
+/// 0` or −∞), with a conservative order-statistics interval at `level`: its lower end is the
+/// order statistic of the lower bounds and its upper end that of the upper bounds that the
+/// exact interval ([`median_ci`]) would take, so it covers the true values' median at least as
+/// often. `value` is the median of the lower bounds (the sample median is at least this);
+/// `ci90` carries the median of the upper bounds as `(value, upper)`.
+pub fn bounded_median_ci(bounds: &[(f64, f64)], level: f64) -> Estimate {
+    let mut lo: Vec<f64> = bounds.iter().map(|b| b.0).filter(|x| !x.is_nan()).collect();
+    let mut hi: Vec<f64> = bounds.iter().map(|b| b.1).filter(|x| !x.is_nan()).collect();
+    lo.sort_by(|a, b| a.total_cmp(b));
+    hi.sort_by(|a, b| a.total_cmp(b));
+    let n = lo.len().min(hi.len());
+    let alpha = 1.0 - level;
+    let mut k = 0;
+    while k < n / 2 && 2.0 * binomial_cdf(k, n, 0.5) <= alpha {
+        k += 1;
+    }
+    let (ci_lo, ci_hi) = if k == 0 {
+        (f64::NAN, f64::NAN)
+    } else {
+        (lo[k - 1], hi[n - k])
+    };
+    let (value, upper) = (super::median(&lo), super::median(&hi));
+    Estimate {
+        value,
+        lo: ci_lo,
+        hi: ci_hi,
+        n,
+        ci90: Some((value, upper)),
+    }
+}
+
 /// The decision of an equivalence claim ("A is as good as B within ±margin") by two one-sided
 /// tests, read from the difference's interval at level 1 − 2α (90% for α = 5% per side):
 /// equivalent (`Some(true)`) when it lies inside (−margin, margin); not equivalent

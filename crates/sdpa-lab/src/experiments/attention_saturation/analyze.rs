@@ -158,8 +158,8 @@ pub fn analyze(
         }
     }
     let per_backend = cross_backend(plan, cells, &corrected);
-    let m_main = if corrected.iter().any(|r| r.m == 256) {
-        256
+    let m_main = if corrected.iter().any(|r| r.m == super::ARTICLE_M) {
+        super::ARTICLE_M
     } else {
         corrected.first().map_or(0, |r| r.m)
     };
@@ -175,6 +175,7 @@ pub fn analyze(
         },
         per_backend,
         skipped: Vec::new(),
+        headline: Vec::new(),
     }
 }
 
@@ -275,6 +276,29 @@ fn lab_claims(
         -0.1,
         0.1,
     ));
+    // Scaled: the max p depends on m (the logits are N(0, 1) whatever d is, so the row's
+    // largest weight is set by how many keys share the mass).
+    let (ms, ps): (Vec<f64>, Vec<f64>) = corrected
+        .iter()
+        .filter(|r| r.scaled)
+        .flat_map(|r| r.max_p_draws.iter().map(move |p| (r.m as f64, *p)))
+        .unzip();
+    let n_ms = {
+        let mut m: Vec<usize> = corrected.iter().map(|r| r.m).collect();
+        m.sort_unstable();
+        m.dedup();
+        m.len()
+    };
+    if n_ms > 1 {
+        claims.push(Claim::below(
+            "scaled-depends-on-m",
+            Source::Lab,
+            "with 1/√d, the per-query max p falls with the number of keys m (it depends on m, not on d)",
+            "fitted exponent of the scaled max p on m, every d pooled",
+            exponent_ci(&ms, &ps),
+            0.0,
+        ));
+    }
     if let Some(r) = cell(d_max, false) {
         claims.push(Claim::below(
             "unscaled-peaked-not-one-hot",
@@ -307,7 +331,7 @@ fn lab_claims(
     claims.push(Claim::decided(
         "article-code-explains-its-numbers",
         Source::Lab,
-        "the article's numbers come from one softmax over 500 unrelated pairs: its code gives numbers like them",
+        "the article's numbers are single draws of its code (one row of 500 logits per d): its code gives numbers like them",
         "every article max p (unscaled and scaled) inside the range of the replicated draws of its d",
         replicated
             .iter()

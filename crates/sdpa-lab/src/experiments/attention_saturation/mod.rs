@@ -1,9 +1,12 @@
 //! `attention-saturation` (§6 experiment 1, Q1): the article's "unscaled vs scaled" table,
-//! recomputed correctly. The article's code takes ONE softmax across 500 unrelated q·k pairs
-//! (not a softmax over the keys of each query), and its entropy column is −b·ln b of a single
-//! number b (the mean max probability), not an entropy of a distribution. Here: n queries against
-//! m keys, a softmax over the keys of each query, through the library's module and diagnostics,
-//! over independent draws and a sweep over m, on every backend asked for.
+//! recomputed with its faults removed. The article's code takes one softmax over 500 logits
+//! q_i·k_i of independent unit-variance vectors: statistically one attention row with m = 500 keys
+//! (given q, the logits q·k_j over 500 keys are such a row). Its faults are elsewhere: a single draw
+//! per d, an "entropy" column that is −b·ln b of one number b (the max probability), and a
+//! "uniform entropy" of ln d where ln m is meant. Here: n queries against m keys, a softmax over
+//! the keys of each query, through the library's module and diagnostics, over independent draws
+//! and a sweep over m that includes the article's 500, on every backend asked for. The article's
+//! claims are decided at its own m.
 //!
 //! Cells: the article's code replicated (one per d), the corrected measurement (one per (d, m),
 //! both scalings on the same draws), and the first draw again on every other backend.
@@ -32,13 +35,19 @@ pub const ARTICLE: [(usize, f64, f64, f64, f64); 4] = [
 
 /// Draws of the article's code, per d.
 pub const REPLICATION_DRAWS: usize = 20;
+/// The article's number of logits per softmax (`torch.randn(500, d)`): its m, where its claims
+/// are decided.
+pub const ARTICLE_M: usize = 500;
+/// Keys per query of the full run: the article's 500 among powers of 4 around it (with 1/√d the
+/// max p depends on m, so a claim is only comparable at the article's m).
+pub const MS: [usize; 4] = [64, 256, ARTICLE_M, 1024];
 /// Head dimensions.
 pub const DIMS: [usize; 4] = [16, 64, 256, 1024];
 
 /// One cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum AttentionSaturationConfig {
-    /// The article's code: one softmax over 500 unrelated dot products, `draws` times.
+    /// The article's code: one softmax over 500 logits q_i·k_i (one row of m = 500), `draws` times.
     Replicate {
         /// d.
         d: usize,
@@ -189,9 +198,9 @@ impl Stages for AttentionSaturation {
         _: &[Measured<Self::Config, Self::Result>],
     ) -> Vec<Cell<Self::Config>> {
         let (ms, n, draws): (&[usize], usize, usize) = if plan.quick {
-            (&[256], 64, 4)
+            (&[ARTICLE_M], 64, 4)
         } else {
-            (&[64, 256, 1024], 256, 10)
+            (&MS, 256, 10)
         };
         let seed = plan.seed;
         let primary = plan.primary().to_string();
@@ -254,7 +263,7 @@ impl Stages for AttentionSaturation {
                 for _ in 0..*draws {
                     let q = normal_tensor(&mut r, [500, *d], device);
                     let k = normal_tensor(&mut r, [500, *d], device);
-                    // [500, d] -> [500]: 500 unrelated pairs, then ONE softmax across them (the bug).
+                    // [500, d] -> [500]: 500 logits q_i·k_i, one softmax across them (one row, m = 500).
                     let dot = (q * k).sum_dim(1).reshape([500]);
                     unscaled.push(scalar(softmax(dot.clone(), 0).max())?);
                     scaled.push(scalar(softmax(dot / (*d as f64).sqrt(), 0).max())?);

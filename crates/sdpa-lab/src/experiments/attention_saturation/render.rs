@@ -155,15 +155,17 @@ pub fn render(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<Str
         },
     )?;
     Ok(format!(
-        "**What the article computed.** `dot = (q * k).sum(-1)` has shape [500]: 500 dot products of \
-         unrelated pairs. `dot.softmax(-1)` is then ONE distribution over those 500 numbers, so its \
-         max p measures how extreme the largest of 500 draws is, not how peaked an attention row is; \
-         the column it calls entropy is −b·ln b of that single number, and its \"uniform entropy\" is \
+        "**What the article computed.** `dot = (q * k).sum(-1)` has shape [500]: 500 logits \
+         q_i·k_i of independent unit-variance vectors, and `dot.softmax(-1)` one distribution over \
+         them: statistically one attention row with m = 500 keys (given q, the logits q·k_j are \
+         such a row). What is wrong is elsewhere: each number is a single draw, \
+         the column it calls entropy is −b·ln b of one number b (the max p), and its \"uniform entropy\" is \
          ln d instead of ln 500. Our replication of that code, {} draws per d:\n\n{article_table}\n\
          **The corrected measurement.** {} queries against m keys with unit-variance components, a \
          softmax over the keys of each query, our module (scaled or not) and the library's \
-         diagnostics; means with 95% t-intervals over {} independent draws per cell. The claims are \
-         decided at m = {}.\n\n{corrected_table}\n{plot}\n",
+         diagnostics; means with 95% t-intervals over {} independent draws per cell. The article's \
+         claims are decided at its own m = {}; whether with 1/√d the max p depends on m rather than on d is \
+         decided by the lab's claims `scaled-depends-on-m` and `scaled-is-flat` below.\n\n{corrected_table}\n{plot}\n",
         super::REPLICATION_DRAWS,
         data.n,
         data.draws,

@@ -54,6 +54,7 @@ pub fn analyze(cells: &[Measured<CompareConfig, CompareResult>]) -> Analysis<Com
         data: CompareData { rows },
         per_backend,
         skipped: Vec::new(),
+        headline: Vec::new(),
     }
 }
 

@@ -75,6 +75,23 @@ pub struct GradientsData {
     /// 95% percentile bootstrap interval (draws resampled within each d; NaN ends when fewer
     /// than half the resamples cross).
     pub crossover_d: Option<Estimate>,
+    /// The primary design's ‖J‖ ratio per number of keys m (the main cells' m and the sweep's).
+    pub by_keys: Vec<KeysRow>,
+    /// The crossover per number of keys m, as [`GradientsData::crossover_d`].
+    pub crossover_by_keys: Vec<(usize, Option<Estimate>)>,
+}
+
+/// The paired ‖J‖ ratio at one (m, d) of the primary design (d_v fixed), primary backend.
+#[derive(Debug, Clone, Serialize)]
+pub struct KeysRow {
+    /// Keys (= queries).
+    pub m: usize,
+    /// d.
+    pub d: usize,
+    /// ‖J‖ unscaled / scaled, mean over draws.
+    pub jacobian: Estimate,
+    /// Every draw's unscaled ‖J‖ (the shrink-with-d fit reads them).
+    pub unscaled_draws: Vec<f64>,
 }
 
 fn row(c: &GradientsConfig, scaled: bool, draws: &[DrawValues], check: Option<f64>) -> GradientRow {
@@ -105,9 +122,43 @@ pub(super) fn primary_design<'a>(
     primary: &'a str,
     fixed: bool,
 ) -> impl Iterator<Item = &'a Measured<GradientsConfig, GradientsResult>> {
-    cells
+    cells.iter().filter(move |c| {
+        c.config.backend == primary
+            && !c.config.m_sweep
+            && (c.config.jacobian_rows.is_some() == fixed)
+    })
+}
+
+/// The primary design's cells at every number of keys (main cells and the sweep's), primary
+/// backend, grouped by m in increasing order.
+fn by_m<'a>(
+    cells: &'a Cells,
+    primary: &'a str,
+) -> Vec<(usize, Vec<&'a Measured<GradientsConfig, GradientsResult>>)> {
+    let mut groups: Vec<(usize, Vec<&Measured<GradientsConfig, GradientsResult>>)> = Vec::new();
+    let of_design = cells.iter().filter(|c| {
+        c.config.backend == primary && (c.config.m_sweep || c.config.jacobian_rows.is_some())
+    });
+    for c in of_design {
+        match groups.iter_mut().find(|(m, _)| *m == c.config.n) {
+            Some((_, g)) => g.push(c),
+            None => groups.push((c.config.n, vec![c])),
+        }
+    }
+    groups.sort_by_key(|(m, _)| *m);
+    for (_, g) in &mut groups {
+        g.sort_by_key(|c| c.config.d);
+    }
+    groups
+}
+
+/// Every draw's paired ‖J‖ ratio unscaled / scaled of one cell.
+fn jacobian_ratios(r: &GradientsResult) -> Vec<f64> {
+    r.unscaled
         .iter()
-        .filter(move |c| c.config.backend == primary && (c.config.jacobian_rows.is_some() == fixed))
+        .zip(&r.scaled)
+        .map(|(u, s)| u.jacobian_norm / s.jacobian_norm)
+        .collect()
 }
 
 fn exponent(cells: &Cells, primary: &str, fixed: bool, pick: fn(&DrawValues) -> f64) -> Estimate {
@@ -167,20 +218,17 @@ const CROSSOVER_BOOTSTRAP: (usize, u64) = (2000, 11);
 /// The crossover of the primary design's paired ‖J‖ ratios (per d, one per draw), with its
 /// bootstrap interval.
 fn crossover(cells: &Cells, primary: &str) -> Option<Estimate> {
+    crossover_of(
+        &primary_design(cells, primary, true)
+            .map(|c| (c.config.d, jacobian_ratios(&c.result)))
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// The crossover of paired ‖J‖ ratios given per d (in increasing d), with its bootstrap
+/// interval.
+fn crossover_of(per_d: &[(usize, Vec<f64>)]) -> Option<Estimate> {
     use rand::{Rng, SeedableRng};
-    let per_d: Vec<(usize, Vec<f64>)> = primary_design(cells, primary, true)
-        .map(|c| {
-            let r = &c.result;
-            (
-                c.config.d,
-                r.unscaled
-                    .iter()
-                    .zip(&r.scaled)
-                    .map(|(u, s)| u.jacobian_norm / s.jacobian_norm)
-                    .collect(),
-            )
-        })
-        .collect();
     let value = crossing(
         &per_d
             .iter()
@@ -254,7 +302,7 @@ pub(super) fn cross_backend(cells: &Cells) -> Vec<BackendValues> {
 pub fn data(plan: &Plan, cells: &Cells) -> GradientsData {
     let primary = plan.primary().to_string();
     let mut rows = Vec::new();
-    for c in cells {
+    for c in cells.iter().filter(|c| !c.config.m_sweep) {
         let (s, u) = c.result.jacobian_check.unzip();
         rows.push(row(&c.config, true, &c.result.scaled, s));
         rows.push(row(&c.config, false, &c.result.unscaled, u));
@@ -272,8 +320,32 @@ pub fn data(plan: &Plan, cells: &Cells) -> GradientsData {
             exponent(cells, &primary, false, |v| v.rms_ds),
         ),
     ];
-    let first = cells.first().map(|c| &c.config);
+    let groups = by_m(cells, &primary);
+    let by_keys = groups
+        .iter()
+        .flat_map(|(m, g)| {
+            g.iter().map(move |c| KeysRow {
+                m: *m,
+                d: c.config.d,
+                jacobian: mean_ci(&jacobian_ratios(&c.result)),
+                unscaled_draws: c.result.unscaled.iter().map(|v| v.jacobian_norm).collect(),
+            })
+        })
+        .collect();
+    let crossover_by_keys = groups
+        .iter()
+        .map(|(m, g)| {
+            let per_d: Vec<(usize, Vec<f64>)> = g
+                .iter()
+                .map(|c| (c.config.d, jacobian_ratios(&c.result)))
+                .collect();
+            (*m, crossover_of(&per_d))
+        })
+        .collect();
+    let first = cells.iter().find(|c| !c.config.m_sweep).map(|c| &c.config);
     GradientsData {
+        by_keys,
+        crossover_by_keys,
         n: first.map_or(0, |c| c.n),
         draws: first.map_or(0, |c| c.draws),
         jacobian_rows: first.and_then(|c| c.jacobian_rows).unwrap_or(0),

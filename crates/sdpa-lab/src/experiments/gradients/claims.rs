@@ -3,7 +3,7 @@
 
 use super::FIXED_D_V;
 use super::analyze::{
-    ALMOST_ZERO_RATIO, Cells, GradientRow, GradientsData, RatioRow, primary_design,
+    ALMOST_ZERO_RATIO, Cells, GradientRow, GradientsData, KeysRow, RatioRow, primary_design,
 };
 use crate::article;
 use crate::claims::{Claim, Condition, Outcome, Source, interval_below, short, show, side};
@@ -26,19 +26,38 @@ fn jacobian_points(cells: &Cells, primary: &str, scaled: bool) -> (Vec<f64>, Vec
         .unzip()
 }
 
-/// The article's two claims about the Jacobian, and where the two scalings cross.
+/// The article's two claims about the Jacobian, and, per number of keys m, how the unscaled one
+/// changes with d and where it crosses the scaled one.
 fn jacobian_claims(cells: &Cells, data: &GradientsData) -> Vec<Claim> {
-    let (xs, ys) = jacobian_points(cells, &data.primary, false);
-    let (sx, sy) = jacobian_points(cells, &data.primary, true);
     let fixed: Vec<&RatioRow> = data.ratios.iter().filter(|r| r.d_v_fixed).collect();
     let d_max = fixed.iter().map(|r| r.d).max().unwrap_or(0);
-    let mut claims = vec![Claim::below(
+    let mut ms: Vec<usize> = data.by_keys.iter().map(|r| r.m).collect();
+    ms.dedup();
+    let of_m = |m: usize| -> Vec<&KeysRow> { data.by_keys.iter().filter(|r| r.m == m).collect() };
+    // The article: the gradient through a saturated softmax vanishes. Checked where it can be
+    // seen against the alternative, per (m, d): is the unscaled Jacobian the smaller one?
+    let vanishes: Vec<Condition> = data
+        .by_keys
+        .iter()
+        .map(|r| Condition {
+            label: format!("m = {}, d = {}", r.m, r.d),
+            measured: format!("‖J‖ unscaled / scaled {}", show(r.jacobian)),
+            outcome: Outcome::of(side(r.jacobian, 1.0, true)),
+        })
+        .collect();
+    let mut claims = vec![Claim::per_condition(
         "jacobian-vanishes",
         Source::Article(&article::GRADIENT_VANISHES),
-        "without √d scaling the softmax Jacobian diag(p) − ppᵀ shrinks as d grows",
-        "fitted exponent of ‖J‖_F on d, unscaled",
-        exponent_ci(&xs, &ys),
-        0.0,
+        format!(
+            "without √d scaling the gradient through the softmax vanishes: the unscaled Jacobian diag(p) − ppᵀ is \
+             smaller than the scaled one (checked at m = {} keys and every d)",
+            ms.iter()
+                .map(|m| m.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        "‖J‖_F unscaled / scaled, paired per draw: 95% interval below 1, per (m, d)",
+        vanishes,
     )];
     if let Some(r) = fixed.iter().find(|r| r.d == d_max) {
         claims.push(Claim::below(
@@ -46,32 +65,79 @@ fn jacobian_claims(cells: &Cells, data: &GradientsData) -> Vec<Claim> {
             Source::Article(&article::GRADIENT_ALMOST_ZERO),
             format!(
                 "at d = {d_max} the unscaled softmax Jacobian is almost 0: at most {ALMOST_ZERO_RATIO} of the \
-                 scaled one (threshold fixed in advance)"
+                 scaled one (m = {}; threshold fixed in advance)",
+                data.n
             ),
             "‖J‖ unscaled / scaled, paired per draw",
             r.jacobian,
             ALMOST_ZERO_RATIO,
         ));
     }
-    if let (Some(a), Some(b)) = (fixed.first(), fixed.last()) {
-        let holds = match (side(a.jacobian, 1.0, false), side(b.jacobian, 1.0, true)) {
-            (Some(true), Some(true)) => Some(true),
-            (Some(false), _) | (_, Some(false)) => Some(false),
-            _ => None,
-        };
-        claims.push(Claim::decided(
-            "jacobian-crossover",
-            Source::Lab,
-            format!(
-                "the unscaled Jacobian is larger than the scaled one at small d and smaller at large d; they \
-                 cross at d ≈ {}",
-                data.crossover_d.map_or("–".into(), |d| d.show(0))
-            ),
-            "‖J‖ ratio unscaled / scaled: 95% interval above 1 at the smallest d, below 1 at the largest",
-            format!("d = {}: {}; d = {}: {}", a.d, show(a.jacobian), b.d, show(b.jacobian)),
-            holds,
-        ));
-    }
+    let shrinks: Vec<Condition> = ms
+        .iter()
+        .map(|&m| {
+            let (xs, ys): (Vec<f64>, Vec<f64>) = of_m(m)
+                .iter()
+                .flat_map(|r| r.unscaled_draws.iter().map(move |j| (r.d as f64, *j)))
+                .unzip();
+            let e = exponent_ci(&xs, &ys);
+            Condition {
+                label: format!("m = {m}"),
+                measured: format!("exponent {}", show(e)),
+                outcome: Outcome::of(side(e, 0.0, true)),
+            }
+        })
+        .collect();
+    claims.push(Claim::per_condition(
+        "jacobian-shrinks-with-d",
+        Source::Lab,
+        "without √d scaling the softmax Jacobian shrinks as d grows",
+        "fitted exponent of the unscaled ‖J‖_F on d: 95% interval below 0, per m",
+        shrinks,
+    ));
+    let crossings: Vec<Condition> = ms
+        .iter()
+        .map(|&m| {
+            let rows = of_m(m);
+            let (a, b) = (rows.first(), rows.last());
+            let crossover = data
+                .crossover_by_keys
+                .iter()
+                .find(|(k, _)| *k == m)
+                .and_then(|(_, e)| *e);
+            let outcome = match (a, b) {
+                (Some(a), Some(b)) => {
+                    match (side(a.jacobian, 1.0, false), side(b.jacobian, 1.0, true)) {
+                        (Some(true), Some(true)) => Outcome::Holds,
+                        (Some(false), _) | (_, Some(false)) => Outcome::Fails,
+                        _ => Outcome::Undecided,
+                    }
+                }
+                _ => Outcome::Undecided,
+            };
+            Condition {
+                label: format!("m = {m}"),
+                measured: format!(
+                    "crossover d ≈ {}; ratio {} at d = {}, {} at d = {}",
+                    crossover.map_or("–".into(), |e| e.show(0)),
+                    a.map_or("–".into(), |r| show(r.jacobian)),
+                    a.map_or(0, |r| r.d),
+                    b.map_or("–".into(), |r| show(r.jacobian)),
+                    b.map_or(0, |r| r.d),
+                ),
+                outcome,
+            }
+        })
+        .collect();
+    claims.push(Claim::per_condition(
+        "jacobian-crossover",
+        Source::Lab,
+        "the unscaled Jacobian is larger than the scaled one at small d and smaller at large d, crossing at a d \
+         that depends on m",
+        "‖J‖ ratio unscaled / scaled: 95% interval above 1 at the smallest d, below 1 at the largest, per m",
+        crossings,
+    ));
+    let (sx, sy) = jacobian_points(cells, &data.primary, true);
     claims.push(Claim::in_range(
         "scaled-jacobian-flat",
         Source::Lab,

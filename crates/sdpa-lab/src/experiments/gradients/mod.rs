@@ -7,7 +7,9 @@
 //! Two designs: the primary keeps d_v = 64 whatever d (so that the upstream gradient g·v_j,
 //! which grows like √d_v, does not ride along with d), the second is d_v = d (the lab's earlier
 //! design, kept to show how much of "∂L/∂Q grows with d" was that artifact). Each cell measures
-//! both scalings on the same draws, so ratios unscaled / scaled are paired.
+//! both scalings on the same draws, so ratios unscaled / scaled are paired. The primary design
+//! is repeated at other numbers of keys m ([`SWEEP_MS`]): whether the unscaled Jacobian is the
+//! smaller one depends on d *and* m.
 
 mod analyze;
 mod claims;
@@ -42,7 +44,15 @@ pub struct GradientsConfig {
     pub seed: u64,
     /// Backend.
     pub backend: String,
+    /// A cell of the key sweep: the primary design (d_v fixed) on the primary backend at another
+    /// number of queries = keys `n` than the main cells', without the Jacobian check.
+    #[serde(default)]
+    pub m_sweep: bool,
 }
+
+/// The numbers of keys of the sweep beside the main cells' (where the unscaled and scaled
+/// Jacobians cross depends on m).
+pub const SWEEP_MS: [usize; 2] = [64, 1024];
 
 /// One cell's measurement.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -68,6 +78,7 @@ pub fn analyze(
         data,
         per_backend,
         skipped: Vec::new(),
+        headline: Vec::new(),
     }
 }
 
@@ -93,12 +104,31 @@ impl Stages for Gradients {
         _: usize,
         _: &[Measured<GradientsConfig, GradientsResult>],
     ) -> Vec<Cell<GradientsConfig>> {
-        let (n, dims, draws, rows): (usize, &[usize], usize, usize) = if plan.quick {
-            (64, &[16, 64, 256, 1024], 3, 8)
+        let (n, dims, draws, rows, sweep): (usize, &[usize], usize, usize, &[usize]) = if plan.quick
+        {
+            (64, &[16, 64, 256, 1024], 3, 8, &[256])
         } else {
-            (256, &[16, 32, 64, 128, 256, 512, 1024], 10, 16)
+            (256, &[16, 32, 64, 128, 256, 512, 1024], 10, 16, &SWEEP_MS)
         };
         let mut cells = Vec::new();
+        for &m in sweep {
+            for &d in dims {
+                cells.push(Cell {
+                    id: format!("sweep/m{m}/d{d}/{}", plan.primary()),
+                    config: GradientsConfig {
+                        d,
+                        d_v: FIXED_D_V,
+                        n: m,
+                        draws,
+                        jacobian_rows: None,
+                        seed: plan.seed,
+                        backend: plan.primary().into(),
+                        m_sweep: true,
+                    },
+                    weight: Weight::Light,
+                });
+            }
+        }
         for &d in dims {
             for backend in &plan.backends {
                 cells.push(Cell {
@@ -111,6 +141,7 @@ impl Stages for Gradients {
                         jacobian_rows: Some(rows),
                         seed: plan.seed,
                         backend: backend.clone(),
+                        m_sweep: false,
                     },
                     weight: Weight::Light,
                 });
@@ -125,6 +156,7 @@ impl Stages for Gradients {
                     jacobian_rows: None,
                     seed: plan.seed,
                     backend: plan.primary().into(),
+                    m_sweep: false,
                 },
                 weight: Weight::Light,
             });

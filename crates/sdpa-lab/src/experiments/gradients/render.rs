@@ -76,6 +76,71 @@ fn ratios_table(data: &GradientsData) -> String {
     )
 }
 
+/// The ‖J‖ ratio per (m, d) and the crossover per m.
+fn keys_table(data: &GradientsData) -> String {
+    let mut ms: Vec<usize> = data.by_keys.iter().map(|r| r.m).collect();
+    ms.dedup();
+    let mut dims: Vec<usize> = data.by_keys.iter().map(|r| r.d).collect();
+    dims.sort_unstable();
+    dims.dedup();
+    let mut header = vec!["m".to_string(), "crossover d".to_string()];
+    header.extend(dims.iter().map(|d| format!("d = {d}")));
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    md_table(
+        &header,
+        &ms.iter()
+            .map(|&m| {
+                let crossover = data
+                    .crossover_by_keys
+                    .iter()
+                    .find(|(k, _)| *k == m)
+                    .and_then(|(_, e)| *e)
+                    .map_or("none in range".into(), |e| e.show(0));
+                let mut row = vec![m.to_string(), crossover];
+                row.extend(dims.iter().map(|&d| {
+                    data.by_keys
+                        .iter()
+                        .find(|r| r.m == m && r.d == d)
+                        .map_or("–".into(), |r| show(r.jacobian))
+                }));
+                row
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+fn keys_plot(data: &GradientsData, canvas: &mut Canvas) -> Result<String, LabError> {
+    let mut ms: Vec<usize> = data.by_keys.iter().map(|r| r.m).collect();
+    ms.dedup();
+    let series = ms
+        .iter()
+        .map(|&m| {
+            Series::with_band(
+                format!("m = {m}"),
+                data.by_keys
+                    .iter()
+                    .filter(|r| r.m == m)
+                    .map(|r| (r.d as f64, r.jacobian.value, r.jacobian.lo, r.jacobian.hi))
+                    .collect(),
+            )
+        })
+        .collect();
+    canvas.line_plot(
+        "gradients_jacobian_ratio_by_keys.png",
+        &LinePlot {
+            title: format!(
+                "‖J‖ unscaled / scaled vs d, per number of keys m, {} (95% bands; below 1: unscaled smaller)",
+                data.primary
+            ),
+            x_label: "d".into(),
+            y_label: "‖J‖ unscaled / scaled".into(),
+            log_x: true,
+            log_y: true,
+            series,
+        },
+    )
+}
+
 fn exponents_table(data: &GradientsData) -> String {
     let fixed = format!("exponent on d, d_v = {FIXED_D_V}");
     md_table(
@@ -197,6 +262,7 @@ pub fn render(data: &GradientsData, canvas: &mut Canvas) -> Result<String, LabEr
     let second: Vec<&GradientRow> = data.rows.iter().filter(|r| !r.d_v_fixed).collect();
     write_csv(data, canvas)?;
     let plots = plots(data, canvas)?;
+    let keys_plot = keys_plot(data, canvas)?;
     Ok(format!(
         "n = m = {} queries and keys, unit-variance Q, K, V and a random upstream gradient G on the context \
          (L = Σ context·G); means with 95% t-intervals over {} independent draws per cell, both scalings on the \
@@ -206,6 +272,9 @@ pub fn render(data: &GradientsData, canvas: &mut Canvas) -> Result<String, LabEr
          reaching the scores is p·(g·v_j − g·o), and g·v_j grows like √d_v: with d_v = d that growth rides along \
          with d). The d_v = d design is shown second. Exponents are least-squares slopes on log-log axes over \
          every draw.\n\n**Ratios unscaled / scaled (paired per draw, {})**\n\n{}\n\
+         **Where the unscaled Jacobian becomes the smaller one depends on the number of keys m** (primary \
+         design at m = {}; ‖J‖ unscaled / scaled, paired per draw, and the crossover d with its 95% bootstrap \
+         interval)\n\n{}\n{keys_plot}\n\n\
          **Growth exponents of the unscaled gradients, both designs**\n\n{}\n\
          **Primary design (d_v = {FIXED_D_V})**\n\n{}\n**Second design (d_v = d)**\n\n{}\n{}\n",
         data.n,
@@ -213,6 +282,12 @@ pub fn render(data: &GradientsData, canvas: &mut Canvas) -> Result<String, LabEr
         data.jacobian_rows,
         data.primary,
         ratios_table(data),
+        {
+            let mut ms: Vec<String> = data.by_keys.iter().map(|r| r.m.to_string()).collect();
+            ms.dedup();
+            ms.join(", ")
+        },
+        keys_table(data),
         exponents_table(data),
         rows_table(&primary),
         rows_table(&second),

@@ -10,7 +10,7 @@ use super::design::{Comparison, Condition, FAILED_ACCURACY, Part, Sizes};
 use super::{Role, Run, tuned_lr};
 use crate::experiment::{Measured, Plan};
 use crate::measures::training::{Arm, TrainingOutcome};
-use crate::stats::hypothesis::{holm, mcnemar_exact, median_ci, sign_test};
+use crate::stats::hypothesis::{bounded_median_ci, holm, mcnemar_exact, median_ci, sign_test};
 use crate::stats::survival::{KmMedian, Observation, km_median};
 use crate::stats::{
     Estimate, bonferroni_level, cluster_bootstrap, mean, mean_ci, mean_interval, spearman_rho,
@@ -86,10 +86,16 @@ pub struct PairStats {
     /// The same median's interval at the family-wise 90% level (Bonferroni): what the
     /// equivalence test reads.
     pub difference_tost: (f64, f64),
-    /// Median paired ratio of the steps to the target, other / reference (+∞ where only the
-    /// other never got there, 0 where only the reference never did; pairs where neither did
-    /// are left out), family-wise 95% order-statistics interval (Bonferroni).
+    /// Median paired ratio of the steps to the target, other / reference, with a run that never
+    /// got there censored at the budget: a pair where only the other never did has a ratio of
+    /// at least budget / reference steps (a lower bound, not ∞), one where only the reference
+    /// never did at most other steps / budget, one where neither did anything. `value` is the
+    /// median of the lower bounds; the family-wise 95% interval (Bonferroni) takes its lower end
+    /// from the lower bounds and its upper end from the upper bounds
+    /// ([`bounded_median_ci`]); `ci90` holds (median of lower bounds, median of upper bounds).
     pub ratio: Estimate,
+    /// Pairs whose ratio is only bounded (a member never got there).
+    pub ratio_censored: usize,
 }
 
 /// One evaluation run, flattened (CSV, mechanism plot, premise).
@@ -225,13 +231,18 @@ pub fn pair_stats(cells: &[Run], comparison: Comparison, family: usize) -> Optio
             }
         })
         .collect();
-    let ratios: Vec<f64> = pairs
-        .iter()
-        .filter(|(a, b)| !(stuck(a) && stuck(b)))
-        .map(|(a, b)| time(b) / time(a))
-        .map(|r| if r.is_nan() { 0.0 } else { r })
-        .collect();
     let budget = reference[0].config.spec.budget;
+    // Each pair's ratio as the bounds the budget allows (see `PairStats::ratio`).
+    let ratio_bounds: Vec<(f64, f64)> = pairs
+        .iter()
+        .map(|(a, b)| match (a.steps_to_target, b.steps_to_target) {
+            (Some(a), Some(b)) => (b as f64 / a as f64, b as f64 / a as f64),
+            (Some(a), None) => (budget as f64 / a as f64, f64::INFINITY),
+            (None, Some(b)) => (0.0, b as f64 / budget as f64),
+            (None, None) => (0.0, f64::INFINITY),
+        })
+        .collect();
+    let ratio_censored = count(&|(a, b)| stuck(a) || stuck(b));
     // A run that never got there is censored at the budget, a diverged one included (it
     // stopped early, but it would never have reached the target).
     let km = |arm: &[(&TrainingOutcome, &TrainingOutcome)], first: bool| {
@@ -250,7 +261,7 @@ pub fn pair_stats(cells: &[Run], comparison: Comparison, family: usize) -> Optio
     let level95 = bonferroni_level(0.95, family);
     let n_failed = count(&|(_, b)| failed(b));
     let (fail_lo, fail_hi) = wilson_interval(n_failed, n, level95);
-    let ratio = median_ci(&ratios, level95);
+    let ratio = bounded_median_ci(&ratio_bounds, level95);
     let sign_p = sign_test(other_slower, other_faster);
     let mcnemar_p = mcnemar_exact(only_reference_stuck, only_other_stuck);
     Some(PairStats {
@@ -288,6 +299,7 @@ pub fn pair_stats(cells: &[Run], comparison: Comparison, family: usize) -> Optio
             (e.lo, e.hi)
         },
         ratio,
+        ratio_censored,
     })
 }
 

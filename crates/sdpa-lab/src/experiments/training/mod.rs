@@ -13,6 +13,7 @@
 pub mod analyze;
 mod claims;
 pub mod design;
+mod headline;
 mod plot;
 mod render;
 
@@ -119,7 +120,9 @@ pub fn tuned_lr(runs: &[&Run], condition: Condition, arm: Arm, grid: &[f64]) -> 
 /// Tables and claims.
 pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<TrainingData> {
     let data = analyze::data(plan, cells);
-    Analysis::new(claims::claims(&data), data)
+    let claims = claims::claims(&data);
+    let headline = headline::lines(&data, &claims);
+    Analysis::new(claims, data).with_headline(headline)
 }
 
 /// The experiment.

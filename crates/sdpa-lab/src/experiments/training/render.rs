@@ -93,7 +93,7 @@ fn comparison_table(data: &TrainingData, part: Part) -> String {
                         show_p(s.sign_p_holm)
                     ),
                     show(s.difference),
-                    show(s.ratio),
+                    super::claims::show_ratio(s),
                 ]
             })
             .collect::<Vec<_>>(),

@@ -1,0 +1,199 @@
+//! `training`'s lines of the report's abstract: the article's question (does dividing by √d_k
+//! matter, how much, under which initialization and optimizer) answered from this run's paired
+//! statistics. Every number and every verdict word below is computed; only the words around
+//! them are fixed.
+
+use super::analyze::{PairStats, TrainingData, of_part};
+use super::claims::direction;
+use super::design::{Part, SLOW_FACTOR};
+use crate::claims::{Claim, Outcome, show_p};
+use crate::measures::training::{Arm, init_name};
+
+/// How the unscaled arm compares with 1/√d_k over a set of conditions.
+struct Direction {
+    conditions: usize,
+    later: usize,
+    sooner: usize,
+    pairs_later: usize,
+    pairs_sooner: usize,
+    /// The largest Holm-adjusted sign-test p among the conditions where it is later.
+    largest_p_later: Option<f64>,
+}
+
+impl Direction {
+    fn of(stats: &[&PairStats]) -> Self {
+        let later: Vec<&&PairStats> = stats
+            .iter()
+            .filter(|s| direction(s, true) == Outcome::Holds)
+            .collect();
+        Self {
+            conditions: stats.len(),
+            later: later.len(),
+            sooner: stats
+                .iter()
+                .filter(|s| direction(s, false) == Outcome::Holds)
+                .count(),
+            pairs_later: stats.iter().map(|s| s.other_slower).sum(),
+            pairs_sooner: stats.iter().map(|s| s.other_faster).sum(),
+            largest_p_later: later.iter().map(|s| s.sign_p_holm).reduce(f64::max),
+        }
+    }
+
+    /// `later in 8 of 8 conditions (…)`, with the split when it is not one-sided.
+    fn words(&self) -> String {
+        let p = self
+            .largest_p_later
+            .map(|p| format!(", largest Holm-adjusted p {}", show_p(p)))
+            .unwrap_or_default();
+        let mut s = if self.later == self.conditions {
+            format!("later in all {} conditions{p}", self.conditions)
+        } else {
+            format!(
+                "later in {} of {} conditions{p}",
+                self.later, self.conditions
+            )
+        };
+        if self.sooner > 0 {
+            s.push_str(&format!(", sooner in {}", self.sooner));
+        }
+        let undecided = self.conditions - self.later - self.sooner;
+        if undecided > 0 && self.later < self.conditions {
+            s.push_str(&format!(", no difference detected in {undecided}"));
+        }
+        s.push_str(&format!(
+            "; pooled over seeds {} pairs later, {} sooner",
+            self.pairs_later, self.pairs_sooner
+        ));
+        s
+    }
+
+    /// The answer's first word.
+    fn answer(&self) -> &'static str {
+        if self.conditions == 0 {
+            "not measured"
+        } else if self.later == self.conditions {
+            "yes, in every condition tested"
+        } else if self.later > 0 && self.sooner == 0 {
+            "yes, in some conditions"
+        } else if self.later > 0 {
+            "it depends on the condition"
+        } else if self.sooner > 0 {
+            "no: training without it is faster where a difference shows"
+        } else {
+            "no difference was detected"
+        }
+    }
+}
+
+/// The abstract's lines from `training` (empty when the main part did not run).
+pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
+    let main: Vec<&PairStats> = of_part(data, Part::Main)
+        .filter(|s| s.comparison.reference == Arm::Scaled && s.comparison.other == Arm::Unscaled)
+        .collect();
+    if main.is_empty() {
+        return Vec::new();
+    }
+    let all = Direction::of(&main);
+    let dims = {
+        let mut d: Vec<usize> = main.iter().map(|s| s.comparison.condition.d_k).collect();
+        d.sort_unstable();
+        d.dedup();
+        d.iter()
+            .map(|d| d.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let inits = {
+        let mut i: Vec<&str> = main
+            .iter()
+            .map(|s| init_name(s.comparison.condition.init))
+            .collect();
+        i.dedup();
+        i
+    };
+    let pairs = main.iter().map(|s| s.pairs).min().unwrap_or(0);
+    let mut out = vec![format!(
+        "**Does dividing by √d_k matter?** With Adam, {}: without it, the model reached 99% held-out \
+         accuracy {} ({} initialization × d_k {dims}; exact sign tests on {pairs} paired seeds per \
+         condition).",
+        all.answer(),
+        all.words(),
+        inits.join(" and "),
+    )];
+
+    // How much: runs that never got there, and the medians of steps.
+    let stuck_other: usize = main.iter().map(|s| s.other_km.censored).sum();
+    let stuck_reference: usize = main.iter().map(|s| s.reference_km.censored).sum();
+    let runs_other: usize = main.iter().map(|s| s.other_km.n).sum();
+    let runs_reference: usize = main.iter().map(|s| s.reference_km.n).sum();
+    let budget = main.iter().map(|s| s.budget).max().unwrap_or(0);
+    let medians = |pick: &dyn Fn(&PairStats) -> Option<f64>| {
+        let values: Vec<Option<f64>> = main.iter().map(|s| pick(s)).collect();
+        let finite: Vec<f64> = values.iter().flatten().copied().collect();
+        let beyond = values.iter().filter(|v| v.is_none()).count();
+        let range = match (
+            finite.iter().copied().reduce(f64::min),
+            finite.iter().copied().reduce(f64::max),
+        ) {
+            (Some(lo), Some(hi)) => format!("{lo}–{hi}"),
+            _ => "none".into(),
+        };
+        if beyond > 0 {
+            format!("{range}, beyond the budget in {beyond} conditions")
+        } else {
+            range
+        }
+    };
+    out.push(format!(
+        "**How much:** {stuck_other} of {runs_other} unscaled runs against {stuck_reference} of \
+         {runs_reference} scaled runs never reached 99% within {budget} steps; Kaplan–Meier \
+         medians of steps to 99% per condition: unscaled {}, scaled {}.",
+        medians(&|s| s.other_km.value),
+        medians(&|s| s.reference_km.value),
+    ));
+
+    // Under which initialization and optimizer.
+    let mut per_init = Vec::new();
+    for init in &inits {
+        let of_init: Vec<&PairStats> = main
+            .iter()
+            .copied()
+            .filter(|s| init_name(s.comparison.condition.init) == *init)
+            .collect();
+        per_init.push(format!(
+            "{init} initialization: {}",
+            Direction::of(&of_init).words()
+        ));
+    }
+    let sgd: Vec<&PairStats> = of_part(data, Part::Sgd)
+        .filter(|s| s.comparison.reference == Arm::Scaled && s.comparison.other == Arm::Unscaled)
+        .collect();
+    let sgd_words = if sgd.is_empty() {
+        String::new()
+    } else {
+        let condition = &sgd[0].comparison.condition;
+        format!(
+            " With SGD (momentum 0.9, {} initialization, d_k {}): {}.",
+            init_name(condition.init),
+            sgd.iter()
+                .map(|s| s.comparison.condition.d_k.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            Direction::of(&sgd).words()
+        )
+    };
+    out.push(format!(
+        "**Under which conditions:** {}.{sgd_words}",
+        per_init.join("; ")
+    ));
+
+    // The article's own words about training.
+    let claim = |id: &str| claims.iter().find(|c| c.id == id).map(Claim::outcome_text);
+    if let (Some(fails), Some(slow)) = (claim("fails-completely"), claim("extremely-slow")) {
+        out.push(format!(
+            "**The article's words:** «training fails completely» {fails}; «extremely slow» (at \
+             least {SLOW_FACTOR}× the steps to 99%) {slow}."
+        ));
+    }
+    out
+}
