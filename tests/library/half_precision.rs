@@ -61,6 +61,14 @@ pub fn run(
 /// The largest |got − expected| over the largest |expected|.
 pub fn relative_error(got: &[f64], expected: &[f64]) -> f64 {
     assert_eq!(got.len(), expected.len());
+    // A non-finite value fails whatever the tolerance (`max` would skip a NaN).
+    if got
+        .iter()
+        .zip(expected)
+        .any(|(g, e)| !g.is_finite() && e.is_finite())
+    {
+        return f64::INFINITY;
+    }
     let scale = expected
         .iter()
         .fold(0.0f64, |a, x| a.max(x.abs()))

@@ -381,14 +381,20 @@ fn abstract_lines(s: &mut String, r: &Report) {
         .collect();
     if !article.is_empty() {
         let t = Tally::of(&article);
+        let verb =
+            |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
         lines.push(format!(
-            "**The article's claims, one by one** (the ledger below): of {} tested, {} hold, {} fail, \
-             {} hold only under some conditions and {} are undecided by this run.",
+            "**The article's claims, one by one** (the ledger below): of {} tested, {}, {}, {} and {} by \
+             this run.",
             t.total(),
-            t.holds,
-            t.fails,
-            t.conditional,
-            t.undecided
+            verb(t.holds, "holds", "hold"),
+            verb(t.fails, "fails", "fail"),
+            verb(
+                t.conditional,
+                "holds only under some conditions",
+                "hold only under some conditions"
+            ),
+            verb(t.undecided, "is undecided", "are undecided"),
         ));
     }
     if lines.is_empty() {

@@ -160,8 +160,8 @@ fn backward<T: Element>(
         }
         return Ok(());
     }
-    // Each task zeroes its own slices of the outputs before it accumulates into them (on the
-    // pool, while they are about to be written): the tasks' slices cover every output.
+    // Each task writes its own slices of the outputs (its first product into a slice overwrites
+    // it, what no product reaches it zeroes): the tasks' slices cover every output.
     let group = shape.dims.group();
     let heads = batch * n_kv_heads;
     let key_blocks = m.div_ceil(tiles.key_block);

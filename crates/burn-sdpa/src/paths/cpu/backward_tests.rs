@@ -167,6 +167,37 @@ fn one_kv_head_splits_its_keys_across_tasks() {
 }
 
 #[test]
+fn query_blocks_a_key_range_never_reaches_get_zero_from_it() {
+    // One kv head: the keys are split into ranges (at least two whatever the thread count),
+    // and a window of 4 keys leaves most query blocks unseen by most ranges, so their dQ rows
+    // in the caller's buffer are zeroed by the task before the other ranges' dQ are added.
+    let s = KernelShape {
+        dims: AttentionDims {
+            batch: 1,
+            n_heads: 2,
+            n_kv_heads: 1,
+            n: 300,
+            m: 300,
+            d_k: 8,
+            d_v: 4,
+        },
+        scale: 0.3,
+        causal_offset: Some(0),
+        softcap: None,
+        window: Some((crate::types::Window::new(Some(4), Some(0)), 0)),
+    };
+    run(
+        s,
+        &Masking::default(),
+        Tiles {
+            query_block: 16,
+            key_block: 32,
+        },
+        false,
+    );
+}
+
+#[test]
 fn segment_and_alibi_gradients_match_the_reference() {
     use crate::paths::cpu::masking::{Alibi, Segments};
     let slopes = [0.5f32, 0.25, 0.125, 0.0625];

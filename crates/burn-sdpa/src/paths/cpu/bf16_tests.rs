@@ -26,9 +26,13 @@ fn bf16_exact(len: usize, seed: u64) -> (Vec<bf16>, Vec<f32>) {
     (values, widened)
 }
 
-/// The largest |got − want| over the largest |want|.
+/// The largest |got − want| over the largest |want| (∞ when a value is not finite: a NaN left
+/// in an output the kernel never wrote must fail, and `max` would skip it).
 fn relative_error(got: &[f32], want: &[f64]) -> f64 {
     assert_eq!(got.len(), want.len());
+    if got.iter().any(|g| !g.is_finite()) {
+        return f64::INFINITY;
+    }
     let scale = want.iter().fold(0.0f64, |a, x| a.max(x.abs())).max(1e-30);
     let err = got
         .iter()
@@ -115,6 +119,31 @@ fn bf16_outputs_and_gradients_are_within_a_few_roundings_of_the_reference() {
             }
         }
     }
+}
+
+#[test]
+fn bf16_gradients_of_keys_and_queries_no_tile_reaches_are_zero() {
+    // Top-left causal with m > n: the keys past n are hidden from every query, so their key
+    // tiles get no product (zeroed at the end of the task, not first); a window of 3 keys
+    // leaves query blocks that see none of a key range.
+    let top_left = shape(5, 300, Some(0));
+    check(
+        top_left,
+        &Masking::default(),
+        BACKWARD_TILES,
+        "top-left n 5 m 300",
+    );
+    let mut windowed = shape(130, 260, Some(130));
+    windowed.window = Some((crate::types::Window::new(Some(3), Some(0)), 130));
+    check(
+        windowed,
+        &Masking::default(),
+        Tiles {
+            query_block: 16,
+            key_block: 32,
+        },
+        "window 3",
+    );
 }
 
 #[test]

@@ -45,13 +45,10 @@ impl Direction {
             .largest_p_later
             .map(|p| format!(", largest Holm-adjusted p {}", show_p(p)))
             .unwrap_or_default();
-        let mut s = if self.later == self.conditions {
-            format!("later in all {} conditions{p}", self.conditions)
-        } else {
-            format!(
-                "later in {} of {} conditions{p}",
-                self.later, self.conditions
-            )
+        let mut s = match (self.later == self.conditions, self.conditions) {
+            (true, 1) => format!("later in the one condition{p}"),
+            (true, n) => format!("later in all {n} conditions{p}"),
+            (false, n) => format!("later in {} of {n} {}{p}", self.later, noun(n, "condition")),
         };
         if self.sooner > 0 {
             s.push_str(&format!(", sooner in {}", self.sooner));
@@ -82,6 +79,15 @@ impl Direction {
         } else {
             "no difference was detected"
         }
+    }
+}
+
+/// `word` or its plural, for `n` of them.
+fn noun(n: usize, word: &str) -> String {
+    if n == 1 {
+        word.to_string()
+    } else {
+        format!("{word}s")
     }
 }
 
@@ -139,7 +145,10 @@ pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
             _ => "none".into(),
         };
         if beyond > 0 {
-            format!("{range}, beyond the budget in {beyond} conditions")
+            format!(
+                "{range}, beyond the budget in {beyond} {}",
+                noun(beyond, "condition")
+            )
         } else {
             range
         }
