@@ -106,15 +106,24 @@ pub struct Report {
 }
 
 fn git_commit() -> String {
-    // The sources' commit, wherever the report is run from.
-    std::process::Command::new("git")
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .args(["rev-parse", "--short=12", "HEAD"])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|| "unknown".into())
+    // The sources' commit, wherever the report is run from, marked `-dirty` when tracked files
+    // differ from it (the report was then made by code that is in no commit).
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    match git(&["rev-parse", "--short=12", "HEAD"]) {
+        Some(commit) => match git(&["status", "--porcelain", "--untracked-files=no"]) {
+            Some(changes) if !changes.is_empty() => format!("{commit}-dirty"),
+            _ => commit,
+        },
+        None => "unknown".into(),
+    }
 }
 
 impl Report {
