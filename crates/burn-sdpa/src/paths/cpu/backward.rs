@@ -151,7 +151,8 @@ fn backward<T: Element>(
         grad_v,
         mut grad_scores,
     } = outputs;
-    if grad_q.is_empty() || grad_k.is_empty() {
+    if grad_q.is_empty() || grad_k.is_empty() || grad_v.is_empty() {
+        // An empty axis (d_v = 0 included: no output, so every gradient is 0).
         grad_q.fill(0.0);
         grad_k.fill(0.0);
         grad_v.fill(0.0);

@@ -227,3 +227,38 @@ fn segment_and_alibi_gradients_match_the_reference() {
         );
     }
 }
+
+#[test]
+fn a_value_width_of_zero_has_zero_gradients() {
+    // No output to differentiate: every gradient is 0 (it panicked on `chunks_mut(0)`).
+    let mut s = shape(6, 9, None);
+    s.dims.d_v = 0;
+    let d = s.dims;
+    let q = data(d.batch * d.n_heads * d.n * d.d_k, 1);
+    let k = data(d.batch * d.n_kv_heads * d.m * d.d_k, 2);
+    let lse = vec![0.0; d.batch * d.n_heads * d.n];
+    let mut grad_q = vec![f32::NAN; q.len()];
+    let mut grad_k = vec![f32::NAN; k.len()];
+    let mut grad_v: Vec<f32> = Vec::new();
+    try_backward(
+        &s,
+        BACKWARD_TILES,
+        &Masking::default(),
+        BackwardInputs {
+            q: &q,
+            k: &k,
+            v: &[],
+            out: &[],
+            grad_out: &[],
+            lse: &lse,
+        },
+        BackwardOutputs {
+            grad_q: &mut grad_q,
+            grad_k: &mut grad_k,
+            grad_v: &mut grad_v,
+            grad_scores: None,
+        },
+    )
+    .unwrap();
+    assert!(grad_q.iter().chain(&grad_k).all(|g| *g == 0.0));
+}
