@@ -57,6 +57,8 @@ mod layer_norm;
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 mod linear;
 pub(crate) mod masking;
+// Its backward is reached through the backend extension only.
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 mod nonfinite;
 #[cfg(test)]
 mod reference;
