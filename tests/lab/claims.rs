@@ -469,6 +469,7 @@ fn training_fails_unscaled_slower_when_unscaled_is_faster() {
 #[test]
 fn compare_fails_when_causality_leaks() {
     let r = compare::CompareResult {
+        ours_path: "cpu_kernel".into(),
         ours_vs_burn: 0.0,
         ours_vs_naive: 0.0,
         burn_vs_naive: 0.0,

@@ -213,10 +213,14 @@ fn gradients_autodiff_jacobian_equals_analytic_on_every_backend() {
 #[test]
 fn compare_agrees_and_causality_holds_on_every_backend() {
     let (_t, e) = run("compare", true);
-    assert_eq!(
-        e.data["rows"].as_array().expect("rows").len(),
-        BackendKind::compiled().len()
-    );
+    let rows = e.data["rows"].as_array().expect("rows");
+    assert_eq!(rows.len(), BackendKind::compiled().len());
+    // "Ours" is the path Auto takes: the CPU kernel on flex, not the naive path.
+    for row in rows {
+        if row[0] == "flex" {
+            assert_eq!(row[1]["ours_path"], "cpu_kernel", "{row}");
+        }
+    }
     assert_eq!(e.verdict, Verdict::Reproduced);
 }
 

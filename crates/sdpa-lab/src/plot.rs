@@ -218,7 +218,7 @@ where
         chart
             .draw_series(std::iter::once(Polygon::new(
                 outline,
-                color.mix(0.18).filled(),
+                color.mix(0.28).filled(),
             )))
             .map_err(|e| e.to_string())?;
     }
@@ -285,8 +285,14 @@ where
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(|e| e.to_string())?;
-    for (i, s) in plot.series.iter().enumerate() {
-        draw_series(&mut chart, plot, i, s)?;
+    // Dashed reference lines last, so that a curve lying on one (a measurement that matches
+    // its reference) does not hide it.
+    for dashed in [false, true] {
+        for (i, s) in plot.series.iter().enumerate() {
+            if s.dashed == dashed {
+                draw_series(&mut chart, plot, i, s)?;
+            }
+        }
     }
     Ok(())
 }
@@ -339,6 +345,16 @@ fn draw_legend(
     Ok(())
 }
 
+/// The base of a log axis's ticks: powers of 2 over spans up to 2¹⁰ (the lab's sizes are powers
+/// of 2, and a decade-only axis labels two or three ticks), powers of 10 beyond.
+fn log_base(lo: f64, hi: f64) -> f64 {
+    if lo > 0.0 && hi / lo <= 1024.0 {
+        2.0
+    } else {
+        10.0
+    }
+}
+
 /// Draws a line plot to a PNG file (1100 × 600: the plot, and the legend in a column beside it).
 pub fn line_plot(path: &Path, plot: &LinePlot) -> Result<(), LabError> {
     register_font();
@@ -358,16 +374,17 @@ pub fn line_plot(path: &Path, plot: &LinePlot) -> Result<(), LabError> {
     let (x0, x1) = bounds(xs, plot.log_x);
     let (y0, y1) = bounds(ys, plot.log_y);
     let r = (x0, x1, y0, y1);
+    let (bx, by) = (log_base(x0, x1), log_base(y0, y1));
     let result = match (plot.log_x, plot.log_y) {
         (true, true) => draw_lines(
             &chart_area,
             plot,
-            (x0..x1).log_scale(),
-            (y0..y1).log_scale(),
+            (x0..x1).log_scale().base(bx),
+            (y0..y1).log_scale().base(by),
             r,
         ),
-        (true, false) => draw_lines(&chart_area, plot, (x0..x1).log_scale(), y0..y1, r),
-        (false, true) => draw_lines(&chart_area, plot, x0..x1, (y0..y1).log_scale(), r),
+        (true, false) => draw_lines(&chart_area, plot, (x0..x1).log_scale().base(bx), y0..y1, r),
+        (false, true) => draw_lines(&chart_area, plot, x0..x1, (y0..y1).log_scale().base(by), r),
         (false, false) => draw_lines(&chart_area, plot, x0..x1, y0..y1, r),
     };
     result.map_err(|e| LabError::io(path, e))?;

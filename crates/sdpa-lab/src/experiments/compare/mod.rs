@@ -1,6 +1,8 @@
-//! `compare` (§6 experiment 2): our module vs Burn's built-in `attention` vs a hand-written
-//! matmul/softmax/matmul, on the same inputs; then the causality check (values after position 5
-//! replaced by 100× noise: earlier outputs unchanged, later ones changed). One cell per backend.
+//! `compare` (§6 experiment 2): our module on the path `Auto` takes (the fused kernel of the
+//! backend where one serves the call: the CPU kernel on flex and ndarray, the CubeCL kernel on
+//! wgpu) vs Burn's built-in `attention` vs a hand-written matmul/softmax/matmul, on the same
+//! inputs; then the causality check through the same path (values after position 5 replaced by
+//! 100× noise: earlier outputs unchanged, later ones changed). One cell per backend.
 
 mod analyze;
 mod render;
@@ -10,7 +12,7 @@ use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 use burn_sdpa::mask::causal_mask;
-use burn_sdpa::{AttentionInput, CausalAlignment, Implementation, ScaledDotProductAttentionConfig};
+use burn_sdpa::{AttentionInput, CausalAlignment, ScaledDotProductAttentionConfig};
 use serde::{Deserialize, Serialize};
 
 pub use analyze::{CompareData, analyze, claims};
@@ -30,6 +32,9 @@ pub struct CompareConfig {
 /// One backend's comparison.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CompareResult {
+    /// The path our module took (`Auto`'s choice on this backend).
+    #[serde(default)]
+    pub ours_path: String,
     /// max |ours − Burn's attention| (causal).
     pub ours_vs_burn: f64,
     /// max |ours − naive| (causal).
@@ -81,6 +86,11 @@ impl Stages for Compare {
         "Our module vs Burn's attention vs a hand-written one; the causality check"
     }
 
+    fn version(&self) -> u32 {
+        // 2: "ours" is the path Auto takes (it was the naive path).
+        2
+    }
+
     fn plan(
         &self,
         plan: &Plan,
@@ -103,17 +113,15 @@ impl Stages for Compare {
     fn measure(&self, c: &CompareConfig, env: &Env) -> Result<CompareResult, LabError> {
         let device = env.device(&c.backend)?;
         let [b, h, s, d] = SHAPE;
-        // Our own computation (the naive path), not the fused path that delegates to Burn.
-        let attn = ScaledDotProductAttentionConfig::new()
-            .with_implementation(Implementation::Naive)
-            .try_init()?;
+        // The path a user gets: `Auto` (the fused kernel where one serves the call).
+        let attn = ScaledDotProductAttentionConfig::new().try_init()?;
         let mut rng = rng(c.seed, 6);
         let q = normal_tensor(&mut rng, [b, h, s, d], device);
         let k = normal_tensor(&mut rng, [b, h, s, d], device);
         let v = normal_tensor(&mut rng, [b, h, s, d], device);
-        let ours = attn
-            .try_forward(AttentionInput::new(q.clone(), k.clone(), v.clone()).causal())?
-            .context;
+        let causal_input = AttentionInput::new(q.clone(), k.clone(), v.clone()).causal();
+        let ours_path = attn.path(&causal_input)?.to_string();
+        let ours = attn.try_forward(causal_input)?.context;
         let burn = attention(
             q.clone(),
             k.clone(),
@@ -137,6 +145,7 @@ impl Stages for Compare {
             .try_forward(AttentionInput::new(q, k, v2).causal())?
             .context;
         Ok(CompareResult {
+            ours_path,
             causal_early_change: max_abs(
                 ours.clone().slice(s![.., .., 0..5, ..]),
                 ours2.clone().slice(s![.., .., 0..5, ..]),

@@ -112,7 +112,11 @@ fn keys_table(data: &GradientsData) -> String {
 fn keys_plot(data: &GradientsData, canvas: &mut Canvas) -> Result<String, LabError> {
     let mut ms: Vec<usize> = data.by_keys.iter().map(|r| r.m).collect();
     ms.dedup();
-    let series = ms
+    let dims: Vec<f64> = data.by_keys.iter().map(|r| r.d as f64).collect();
+    let (d_lo, d_hi) = dims
+        .iter()
+        .fold((f64::INFINITY, 0.0f64), |(a, b), &d| (a.min(d), b.max(d)));
+    let mut series: Vec<Series> = ms
         .iter()
         .map(|&m| {
             Series::with_band(
@@ -125,11 +129,17 @@ fn keys_plot(data: &GradientsData, canvas: &mut Canvas) -> Result<String, LabErr
             )
         })
         .collect();
+    if d_hi > 0.0 {
+        series.push(Series::reference(
+            "1: equal (below: unscaled smaller)",
+            vec![(d_lo, 1.0), (d_hi, 1.0)],
+        ));
+    }
     canvas.line_plot(
         "gradients_jacobian_ratio_by_keys.png",
         &LinePlot {
             title: format!(
-                "‖J‖ unscaled / scaled vs d, per number of keys m, {} (95% bands; below 1: unscaled smaller)",
+                "‖J‖ unscaled / scaled vs d, per m, {} (95% bands)",
                 data.primary
             ),
             x_label: "d".into(),

@@ -2,7 +2,7 @@
 //! paired statistics, with the thresholds of [`super::design`].
 
 use super::analyze::{PairStats, TrainingData, of_part};
-use super::design::{ALPHA, EQUIVALENCE_STEPS, FAILED_ACCURACY, PREMISE_FACTOR, Part, SLOW_FACTOR};
+use super::design::{ALPHA, EQUIVALENCE_RATIO, FAILED_ACCURACY, PREMISE_FACTOR, Part, SLOW_FACTOR};
 use crate::article;
 use crate::claims::{Claim, Condition, Outcome, Source, inside, short, show, show_p, side};
 use crate::measures::training::{Arm, init_name, optimizer_name};
@@ -325,20 +325,23 @@ fn equivalence_claim(id: &str, statement: String, stats: &[&PairStats]) -> Claim
         Source::Lab,
         statement,
         &format!(
-            "median paired difference of the steps to 99% (a run that never got there at ±∞, pairs where \
-             neither did left out): equivalent when its order-statistics interval at family-wise 90% \
-             (Bonferroni over the claim's conditions) lies inside ±{EQUIVALENCE_STEPS} steps (TOST), not \
-             equivalent when it lies entirely beyond one end"
+            "median paired ratio of the steps to 99% (other / reference, a run that never got there censored \
+             at the budget: the ratio only bounded, as for \"extremely slow\"): equivalent when its \
+             order-statistics interval at family-wise 90% (Bonferroni over the claim's conditions) lies inside \
+             [1/{EQUIVALENCE_RATIO}, {EQUIVALENCE_RATIO}] (TOST on the log ratio), not equivalent when it lies \
+             entirely beyond one end"
         ),
         stats,
         &|s| {
+            let (lo, hi) = s.ratio_tost;
             (
-                Outcome::of(tost(s.difference_tost, EQUIVALENCE_STEPS)),
+                Outcome::of(tost((lo.ln(), hi.ln()), EQUIVALENCE_RATIO.ln())),
                 format!(
-                    "difference {} (TOST interval [{}, {}]){}",
+                    "ratio {} (TOST interval [{}, {}]); difference of steps {}{}",
+                    show_ratio(s),
+                    short(lo),
+                    short(hi),
                     show(s.difference),
-                    crate::claims::short(s.difference_tost.0),
-                    crate::claims::short(s.difference_tost.1),
                     edge_note(s)
                 ),
             )

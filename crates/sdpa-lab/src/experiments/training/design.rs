@@ -41,8 +41,12 @@ pub const FAILED_ACCURACY: f64 = 0.5;
 /// The family-wise level of every claim (two-sided): Holm's correction for its tests and
 /// Bonferroni for its intervals, across the claim's conditions.
 pub const ALPHA: f64 = 0.05;
-/// Margin of the equivalence claims ("trains as fast as"): 30 steps, three evaluations.
-pub const EQUIVALENCE_STEPS: f64 = 30.0;
+/// Margin of the equivalence claims ("trains as fast as"): the median paired ratio of steps to
+/// 99% within a factor of 1.25 either way (a quarter more or fewer steps, whatever the arm's
+/// speed). Disclosed change: until the run of commit 64d9de0 the margin was ±30 steps (three
+/// evaluations), which is generous for an arm that needs 30 steps and strict for one that needs
+/// 200; issue 30 asked for a ratio margin, and 1.25 was fixed here before any run used it.
+pub const EQUIVALENCE_RATIO: f64 = 1.25;
 /// The soft-cap of the controls part (Gemma 2 uses 50 on scaled scores; unscaled scores at
 /// d_k = 256 have std 16, so a cap of 5 is what actually bounds them).
 pub const SOFTCAP: f64 = 5.0;

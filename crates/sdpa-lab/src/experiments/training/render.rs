@@ -3,7 +3,7 @@
 
 use super::analyze::TrainingData;
 use super::design::{
-    ALPHA, EQUIVALENCE_STEPS, FAILED_ACCURACY, Part, SLOW_FACTOR, TUNING_SEED_OFFSET,
+    ALPHA, EQUIVALENCE_RATIO, FAILED_ACCURACY, Part, SLOW_FACTOR, TUNING_SEED_OFFSET,
 };
 use crate::claims::{show, show_p};
 use crate::context::LabError;
@@ -196,8 +196,8 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
          Holm's correction across each claim's conditions, α = {ALPHA}; the intervals a claim decides on are \
          family-wise over its conditions (Bonferroni). **Thresholds**: extremely slow = the median paired \
          ratio of steps at least {SLOW_FACTOR}; failed completely = held-out accuracy below {FAILED_ACCURACY} \
-         at the budget; equivalent = the median paired difference's family-wise 90% interval inside \
-         ±{EQUIVALENCE_STEPS} steps. A learning rate marked † is an end of its grid: that arm's best rate \
+         at the budget; equivalent = the median paired ratio's family-wise 90% interval inside \
+         [1/{EQUIVALENCE_RATIO}, {EQUIVALENCE_RATIO}]. A learning rate marked † is an end of its grid: that arm's best rate \
          may lie beyond it.\n\n\
          **Learning rates chosen**\n\n{}\n\
          **The article's question: 1/√d_k vs none (Adam)**\n\n{}\n\
