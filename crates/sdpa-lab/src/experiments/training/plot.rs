@@ -1,9 +1,11 @@
 //! `training`'s plots, drawn from the saved runs: the share of runs at 99% by step t, the
-//! held-out accuracy (median and quartiles over seeds), and the initial-logit mechanism.
+//! held-out accuracy (median and quartiles over seeds), the paired seeds, and the initial-logit
+//! mechanism.
 
 use sdpa_model::{OptimizerKind, QkInit};
 
 use super::analyze::{RunRow, TrainingData};
+use super::design::SLOW_FACTOR;
 use crate::context::LabError;
 use crate::experiment::Canvas;
 use crate::measures::training::{Arm, EVAL_EVERY, init_name};
@@ -142,8 +144,77 @@ pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, La
             },
         )?);
     }
+    for init in [QkInit::Default, QkInit::Unit] {
+        if let Some(link) = paired(data, init, canvas)? {
+            links.push(link);
+        }
+    }
     links.push(mechanism(data, canvas)?);
     Ok(links)
+}
+
+/// The main result seed by seed: each seed's steps to 99% with 1/√d_k (x) against the same
+/// seed without scaling (y), per d_k; a run that never got there sits just beyond the budget
+/// (hollow when either member of the pair is censored), with the lines y = x and y = 4x.
+fn paired(
+    data: &TrainingData,
+    init: QkInit,
+    canvas: &mut Canvas,
+) -> Result<Option<String>, LabError> {
+    let budget = data.sizes.budget as f64;
+    // Where a censored run is drawn: beyond every reached step.
+    let never = budget * 1.1;
+    let steps = |r: &RunRow| r.outcome.steps_to_target.map_or(never, |s| s as f64);
+    let mut series = Vec::new();
+    for (k, &d_k) in data.sizes.main_dims.iter().enumerate() {
+        let scaled = main_runs(data, init, d_k, Arm::Scaled);
+        let unscaled = main_runs(data, init, d_k, Arm::Unscaled);
+        let (mut both, mut censored) = (Vec::new(), Vec::new());
+        for a in &scaled {
+            let Some(b) = unscaled.iter().find(|b| b.seed == a.seed) else {
+                continue;
+            };
+            let point = (steps(a), steps(b));
+            if a.outcome.steps_to_target.is_some() && b.outcome.steps_to_target.is_some() {
+                both.push(point);
+            } else {
+                censored.push(point);
+            }
+        }
+        series.push(Series::scatter(format!("d_k = {d_k}"), both, false).colored(k));
+        series.push(
+            Series::scatter(format!("d_k = {d_k}, a run never at 99%"), censored, true).colored(k),
+        );
+    }
+    if series.iter().all(|s| s.points.is_empty()) {
+        return Ok(None);
+    }
+    let top = never * 1.05;
+    // Grey and purple: the d_k colours are the palette's first four.
+    series.push(Series::reference("y = x (as fast)", vec![(0.0, 0.0), (top, top)]).colored(7));
+    series.push(
+        Series::reference(
+            format!("y = {SLOW_FACTOR}x (the article's \"extremely slow\")"),
+            vec![(0.0, 0.0), (top / SLOW_FACTOR, top)],
+        )
+        .colored(4),
+    );
+    canvas
+        .line_plot(
+            &format!("training_paired_{}.png", init_name(init)),
+            &LinePlot {
+                title: format!(
+                    "Steps to 99% per seed: 1/√d_k (x) vs none (y), Adam, {} init",
+                    init_name(init)
+                ),
+                x_label: format!("steps with 1/√d_k (never: {never})"),
+                y_label: format!("steps without scaling (never: {never})"),
+                log_x: false,
+                log_y: false,
+                series,
+            },
+        )
+        .map(Some)
 }
 
 /// Steps to 99% against the initial logit std, every main run (both arms on one axis); runs
