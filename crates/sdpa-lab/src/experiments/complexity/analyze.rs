@@ -76,8 +76,12 @@ pub struct ComplexityData {
     pub reps: usize,
     /// Every row.
     pub rows: Vec<ComplexityRow>,
-    /// The n the exponents are fitted over (the three largest: fixed before this run, after an
-    /// earlier run's fit over `earlier_ns` straddled the band at a cache jump).
+    /// The n the exponents are fitted over: n ≥ 1024, where one head's n × n scores no longer
+    /// fit the caches (the three largest sizes when fewer than three are that large, as in
+    /// `--quick`). Disclosed: until commit 18ac244 this was the three largest sizes of a
+    /// doubling grid (1024, 2048, 4096), fixed after an earlier run's fit over `earlier_ns`
+    /// straddled the band; the grid now adds 1448 and 2896 so that a fit with one point per
+    /// size keeps three degrees of freedom.
     pub fit_ns: Vec<usize>,
     /// The window of that earlier run, n ≥ 512: kept beside it, since the three-largest window
     /// was chosen after seeing it.
@@ -111,10 +115,14 @@ pub fn analyze(cells: &[Measured<ComplexityConfig, ComplexityResult>]) -> Analys
     let mut ns: Vec<usize> = rows.iter().map(|r| r.n).collect();
     ns.sort();
     ns.dedup();
-    // Fixed in advance: the three largest sizes, where one head's n × n scores (≥ 1 MiB at
-    // n = 512, 4 MiB at 1024) no longer fit the caches; smaller n bend the fit (see the local
-    // exponents).
-    let fit_ns: Vec<usize> = ns.iter().rev().take(3).rev().copied().collect();
+    // n ≥ 1024, where one head's n × n scores (4 MiB at 1024) no longer fit the caches; smaller n
+    // bend the fit (see the local exponents).
+    let large: Vec<usize> = ns.iter().filter(|&&n| n >= 1024).copied().collect();
+    let fit_ns: Vec<usize> = if large.len() >= 3 {
+        large
+    } else {
+        ns.iter().rev().take(3).rev().copied().collect()
+    };
     let earlier_ns: Vec<usize> = ns.iter().filter(|&&n| n >= 512).copied().collect();
     let materialized: Vec<&ComplexityRow> = rows
         .iter()
@@ -143,6 +151,9 @@ pub fn analyze(cells: &[Measured<ComplexityConfig, ComplexityResult>]) -> Analys
     Analysis::new(claims(&data), data)
 }
 
+/// The growth exponent over `window`, one point per size: the median of its repeated timings
+/// (the repeats of one size share its cache state and minute of the machine, so they are not
+/// independent points of the fit), the interval from the scatter of the sizes about the line.
 fn fit(
     data: &ComplexityData,
     window: &[usize],
@@ -153,8 +164,10 @@ fn fit(
         .rows
         .iter()
         .filter(|r| r.path == path && window.contains(&r.n))
-        .flat_map(|r| pick(r).into_iter().map(move |y| (r.n as f64, y)))
-        .filter(|(_, y)| *y > 0.0)
+        .filter_map(|r| {
+            let values: Vec<f64> = pick(r).into_iter().filter(|y| *y > 0.0).collect();
+            (!values.is_empty()).then(|| (r.n as f64, median(&values)))
+        })
         .unzip();
     exponent_ci(&xs, &ys)
 }
@@ -206,7 +219,7 @@ pub fn claims(data: &ComplexityData) -> Vec<Claim> {
             "time-quadratic",
             Source::Article(&article::TIME_QUADRATIC),
             format!("attention's time grows as n² (fitted over {range}, band ±0.3)"),
-            "fitted exponent of the materialized path's time on n",
+            "fitted exponent of the materialized path's median time per size on n",
             fit(data, &data.fit_ns, PathKind::Materialized, |r| {
                 r.times_ms.clone()
             }),
@@ -217,11 +230,11 @@ pub fn claims(data: &ComplexityData) -> Vec<Claim> {
             "time-quadratic-earlier-window",
             Source::Lab,
             format!(
-                "the same over n ∈ {:?}, the window of the lab's earlier report: the three-largest window \
+                "the same over n ∈ {:?}, the window of the lab's earlier report (n ≥ 512): the window \
                  above was chosen after that fit straddled the band, so both are shown",
                 data.earlier_ns
             ),
-            "fitted exponent of the materialized path's time on n",
+            "fitted exponent of the materialized path's median time per size on n",
             fit(data, &data.earlier_ns, PathKind::Materialized, |r| {
                 r.times_ms.clone()
             }),
@@ -268,7 +281,7 @@ pub fn claims(data: &ComplexityData) -> Vec<Claim> {
             format!(
                 "the fastest path saves memory, not work: its time still grows as n² (fitted over {range})"
             ),
-            "fitted exponent of the fastest path's time on n",
+            "fitted exponent of the fastest path's median time per size on n",
             fit(data, &data.fit_ns, PathKind::Fastest, |r| {
                 r.times_ms.clone()
             }),

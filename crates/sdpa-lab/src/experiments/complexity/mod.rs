@@ -1,6 +1,8 @@
 //! `complexity` (Q4): time and memory of attention as the sequence grows, with the n × m weights
 //! materialized vs the fastest path available; memory counted by the lab's allocator (every
-//! heap byte a forward holds at once), growth exponents fitted over a range fixed in advance;
+//! heap byte a forward holds at once), growth exponents fitted over a range fixed in advance,
+//! one point per size (the median of its repeated timings: repeats of one size are not
+//! independent points);
 //! and the LLaMA-7B arithmetic, computed from a config. One cell per (path, n), timed alone.
 
 mod analyze;
@@ -118,7 +120,9 @@ impl Stages for Complexity {
         let ns: &[usize] = if plan.quick {
             &[128, 256, 512, 1024]
         } else {
-            &[128, 256, 512, 1024, 2048, 4096]
+            // √2 steps from 1024 on: the fit over n ≥ 1024 has five sizes (three degrees of
+            // freedom once each size is one point; it had three sizes, one degree).
+            &[128, 256, 512, 1024, 1448, 2048, 2896, 4096]
         };
         let reps = if plan.quick { 3 } else { 5 };
         ns.iter()

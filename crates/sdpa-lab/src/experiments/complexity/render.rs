@@ -116,8 +116,10 @@ pub fn render(data: &ComplexityData, canvas: &mut Canvas) -> Result<String, LabE
         "b = {b}, h = {h}, d = {d}, n = m; median of {} forward passes after a warm-up. Memory: the most heap \
          bytes one forward holds at once, counted by the `sdpa` binary's counting allocator (every allocation), \
          beside the rise of the process's resident high-water mark (blind to reused buffers). Growth exponents \
-         are fitted over n ∈ {:?} (the three largest sizes, fixed before this run but after an earlier run's fit \
-         over n ≥ 512 straddled the band, so that window's fit is a claim of its own below); the local time \
+         are fitted over n ∈ {:?} with one point per size, the median of its repeats (repeats of one size are not \
+         independent points; the interval comes from the sizes' scatter about the line). The window n ≥ 1024 was \
+         fixed after an earlier run's fit over n ≥ 512 straddled the band, so that window's fit is a claim of its \
+         own below; the local time \
          exponents of the materialized path between consecutive sizes show where cache effects bend it: {local}.\n\n{table}\n{plot}\n\n\
          **LLaMA-7B arithmetic** (batch {}, {} heads, {} tokens, {} bytes per element, {} layers): one layer's \
          attention matrices take {} bytes = {} GB ({} GiB); all {} layers {} GB ({} GiB).\n",
