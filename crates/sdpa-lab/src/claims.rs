@@ -292,7 +292,15 @@ impl Claim {
             source,
             statement,
             format!("{what}: 90% interval inside [{lo}, {hi}] (TOST at 5% per side)"),
-            format!("{what} = {}, n = {}", show(estimate), estimate.n),
+            format!(
+                "{what} = {}{}, n = {}",
+                show(estimate),
+                estimate
+                    .ci90
+                    .map(|(a, b)| format!(" (90%: [{}, {}])", short(a), short(b)))
+                    .unwrap_or_default(),
+                estimate.n
+            ),
             inside(estimate, lo, hi),
         )
     }

@@ -199,7 +199,7 @@ fn experiments_table(s: &mut String, r: &Report) {
         s,
         "An experiment's verdict is on **the article's claims alone**: **reproduced** (every claim of the article \
          holds), **conditional** (none fails outright, some holds only under some conditions), **partly \
-         supported** (some hold, some fail), **not supported** (they fail, none holds), **undecided** (none \
+         supported** (some hold or hold under some conditions, some fail), **not supported** (they fail, none holds), **undecided** (none \
          fails, some could not be decided), **no article claim** (the experiment tests only the lab's own). The \
          lab's own hypotheses (its corrections and added measurements) are counted in their own column and never \
          change the verdict. A claim checked under several conditions holds when it holds in every condition, \

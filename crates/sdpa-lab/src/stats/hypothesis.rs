@@ -107,15 +107,21 @@ pub fn median_ci(values: &[f64], level: f64) -> Estimate {
 /// exact values have `lo == hi`, a value censored above has `hi = +∞`, one censored below `lo =
 /// 0` or −∞), with a conservative order-statistics interval at `level`: its lower end is the
 /// order statistic of the lower bounds and its upper end that of the upper bounds that the
-/// exact interval ([`median_ci`]) would take, so it covers the true values' median at least as
-/// often. `value` is the median of the lower bounds (the sample median is at least this);
-/// `ci90` carries the median of the upper bounds as `(value, upper)`.
-pub fn bounded_median_ci(bounds: &[(f64, f64)], level: f64) -> Estimate {
-    let mut lo: Vec<f64> = bounds.iter().map(|b| b.0).filter(|x| !x.is_nan()).collect();
-    let mut hi: Vec<f64> = bounds.iter().map(|b| b.1).filter(|x| !x.is_nan()).collect();
+/// exact interval ([`median_ci`]) would take (sorting keeps l₍ₖ₎ ≤ x₍ₖ₎ ≤ u₍ₖ₎), so it covers the
+/// true values' median at least as often. Returns the estimate, whose `value` is the median of
+/// the lower bounds (the sample median is at least this), and the median of the upper bounds
+/// (it is at most this). A pair with a NaN bound is left out whole.
+pub fn bounded_median_ci(bounds: &[(f64, f64)], level: f64) -> (Estimate, f64) {
+    let kept: Vec<(f64, f64)> = bounds
+        .iter()
+        .copied()
+        .filter(|(lo, hi)| !lo.is_nan() && !hi.is_nan())
+        .collect();
+    let mut lo: Vec<f64> = kept.iter().map(|b| b.0).collect();
+    let mut hi: Vec<f64> = kept.iter().map(|b| b.1).collect();
     lo.sort_by(|a, b| a.total_cmp(b));
     hi.sort_by(|a, b| a.total_cmp(b));
-    let n = lo.len().min(hi.len());
+    let n = kept.len();
     let alpha = 1.0 - level;
     let mut k = 0;
     while k < n / 2 && 2.0 * binomial_cdf(k, n, 0.5) <= alpha {
@@ -126,14 +132,16 @@ pub fn bounded_median_ci(bounds: &[(f64, f64)], level: f64) -> Estimate {
     } else {
         (lo[k - 1], hi[n - k])
     };
-    let (value, upper) = (super::median(&lo), super::median(&hi));
-    Estimate {
-        value,
-        lo: ci_lo,
-        hi: ci_hi,
-        n,
-        ci90: Some((value, upper)),
-    }
+    (
+        Estimate {
+            value: super::median(&lo),
+            lo: ci_lo,
+            hi: ci_hi,
+            n,
+            ci90: None,
+        },
+        super::median(&hi),
+    )
 }
 
 /// The decision of an equivalence claim ("A is as good as B within ±margin") by two one-sided
@@ -159,6 +167,31 @@ pub fn tost(interval: (f64, f64), margin: f64) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bounded_median_covers_the_exact_one_and_opens_where_values_are_censored() {
+        let exact: Vec<f64> = (1..=20).map(f64::from).collect();
+        let bounds: Vec<(f64, f64)> = exact.iter().map(|&x| (x, x)).collect();
+        let (e, upper) = bounded_median_ci(&bounds, 0.95);
+        let want = median_ci(&exact, 0.95);
+        assert_eq!(
+            (e.value, e.lo, e.hi, upper),
+            (want.value, want.lo, want.hi, want.value)
+        );
+        // The six largest only known to be at least themselves: the lower end and the value
+        // stay, the upper end and the upper median open up to ∞ only if they reach them.
+        let censored: Vec<(f64, f64)> = exact
+            .iter()
+            .map(|&x| (x, if x > 14.0 { f64::INFINITY } else { x }))
+            .collect();
+        let (c, c_upper) = bounded_median_ci(&censored, 0.95);
+        assert_eq!((c.value, c.lo), (want.value, want.lo));
+        assert!(c.hi >= want.hi && c_upper >= want.value);
+        // A pair with a NaN bound is dropped whole (not its bounds one by one).
+        let mut with_nan = bounds.clone();
+        with_nan.push((f64::NAN, 5.0));
+        assert_eq!(bounded_median_ci(&with_nan, 0.95).0.n, 20);
+    }
 
     #[test]
     fn binomial_tails_and_exact_tests() {

@@ -89,10 +89,16 @@ pub struct PairStats {
     /// never did at most other steps / budget, one where neither did anything. `value` is the
     /// median of the lower bounds; the family-wise 95% interval (Bonferroni) takes its lower end
     /// from the lower bounds and its upper end from the upper bounds
-    /// ([`bounded_median_ci`]); `ci90` holds (median of lower bounds, median of upper bounds).
+    /// ([`bounded_median_ci`]).
     pub ratio: Estimate,
+    /// The median of the ratios' upper bounds (the sample median is at most this; ∞ when over
+    /// half the pairs are censored above).
+    pub ratio_upper_median: f64,
     /// Pairs whose ratio is only bounded (a member never got there).
     pub ratio_censored: usize,
+    /// The median paired difference's interval at the family-wise 90% level: what the earlier
+    /// ±30-step equivalence test read (shown beside the ratio test, see `EQUIVALENCE_RATIO`).
+    pub difference_tost: (f64, f64),
     /// The same median ratio's interval at the family-wise 90% level (Bonferroni), from the same
     /// bounds: what the equivalence test reads.
     pub ratio_tost: (f64, f64),
@@ -261,7 +267,7 @@ pub fn pair_stats(cells: &[Run], comparison: Comparison, family: usize) -> Optio
     let level95 = bonferroni_level(0.95, family);
     let n_failed = count(&|(_, b)| failed(b));
     let (fail_lo, fail_hi) = wilson_interval(n_failed, n, level95);
-    let ratio = bounded_median_ci(&ratio_bounds, level95);
+    let (ratio, ratio_upper_median) = bounded_median_ci(&ratio_bounds, level95);
     let sign_p = sign_test(other_slower, other_faster);
     let mcnemar_p = mcnemar_exact(only_reference_stuck, only_other_stuck);
     Some(PairStats {
@@ -295,9 +301,14 @@ pub fn pair_stats(cells: &[Run], comparison: Comparison, family: usize) -> Optio
         sign_p_holm: sign_p,
         difference: median_ci(&differences, 0.95),
         ratio,
+        ratio_upper_median,
         ratio_censored,
         ratio_tost: {
-            let e = bounded_median_ci(&ratio_bounds, bonferroni_level(0.90, family));
+            let (e, _) = bounded_median_ci(&ratio_bounds, bonferroni_level(0.90, family));
+            (e.lo, e.hi)
+        },
+        difference_tost: {
+            let e = median_ci(&differences, bonferroni_level(0.90, family));
             (e.lo, e.hi)
         },
     })

@@ -139,15 +139,16 @@ fn slow(s: &PairStats) -> (Outcome, String) {
 /// plain median and interval when none is.
 pub(super) fn show_ratio(s: &PairStats) -> String {
     let r = s.ratio;
-    match r.ci90 {
-        Some((lower, upper)) if upper > lower => format!(
+    if s.ratio_upper_median > r.value {
+        format!(
             "≥ {} (at most {}) [{}, {}]",
-            short(lower),
-            short(upper),
+            short(r.value),
+            short(s.ratio_upper_median),
             short(r.lo),
             short(r.hi)
-        ),
-        _ => show(r),
+        )
+    } else {
+        show(r)
     }
 }
 
@@ -337,11 +338,13 @@ fn equivalence_claim(id: &str, statement: String, stats: &[&PairStats]) -> Claim
             (
                 Outcome::of(tost((lo.ln(), hi.ln()), EQUIVALENCE_RATIO.ln())),
                 format!(
-                    "ratio {} (TOST interval [{}, {}]); difference of steps {}{}",
+                    "ratio {} (TOST interval [{}, {}]); difference of steps {} (under the earlier ±30-step \
+                     margin: {}){}",
                     show_ratio(s),
                     short(lo),
                     short(hi),
                     show(s.difference),
+                    Outcome::of(tost(s.difference_tost, 30.0)).label(),
                     edge_note(s)
                 ),
             )

@@ -43,10 +43,19 @@ pub const FAILED_ACCURACY: f64 = 0.5;
 pub const ALPHA: f64 = 0.05;
 /// Margin of the equivalence claims ("trains as fast as"): the median paired ratio of steps to
 /// 99% within a factor of 1.25 either way (a quarter more or fewer steps, whatever the arm's
-/// speed). Disclosed change: until the run of commit 64d9de0 the margin was ±30 steps (three
-/// evaluations), which is generous for an arm that needs 30 steps and strict for one that needs
-/// 200; issue 30 asked for a ratio margin, and 1.25 was fixed here before any run used it.
+/// speed). Disclosed change: until commit 18ac244 the margin was ±30 steps (three evaluations),
+/// generous for an arm that needs 30 steps and strict for one that needs 200; issue 30 asked for
+/// a ratio margin. 1.25 was chosen with the runs of commit 64d9de0 already seen (the report's
+/// training runs are those same runs), so it is not a margin fixed before the data: each
+/// equivalence condition also prints its outcome under the earlier ±30-step margin.
 pub const EQUIVALENCE_RATIO: f64 = 1.25;
+/// "Saturated" starting logits: the article's own level (§3.1: at d_k = 64 the unscaled
+/// logits have std 8 and "softmax is clearly saturated"). The abstract splits the article's
+/// training claims by it, by the median initial logit std of a condition's unscaled runs.
+/// Disclosed: added after the run of commit 18ac244, when a reviewer found that the claims fail
+/// only where the logits are not saturated; it changes no claim's outcome, only how the abstract
+/// reports them.
+pub const SATURATED_LOGIT_STD: f64 = 8.0;
 /// The soft-cap of the controls part (Gemma 2 uses 50 on scaled scores; unscaled scores at
 /// d_k = 256 have std 16, so a cap of 5 is what actually bounds them).
 pub const SOFTCAP: f64 = 5.0;

@@ -5,9 +5,10 @@
 
 use super::analyze::{PairStats, TrainingData, of_part};
 use super::claims::direction;
-use super::design::{Part, SLOW_FACTOR};
-use crate::claims::{Claim, Outcome, show_p};
+use super::design::{ALPHA, Part, SATURATED_LOGIT_STD, SLOW_FACTOR};
+use crate::claims::{Claim, Outcome, Tally, show_p};
 use crate::measures::training::{Arm, init_name};
+use crate::stats::median;
 
 /// How the unscaled arm compares with 1/√d_k over a set of conditions.
 struct Direction {
@@ -196,12 +197,98 @@ pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
         per_init.join("; ")
     ));
 
-    // The article's own words about training.
-    let claim = |id: &str| claims.iter().find(|c| c.id == id).map(Claim::outcome_text);
-    if let (Some(fails), Some(slow)) = (claim("fails-completely"), claim("extremely-slow")) {
+    // The caveats: the primary endpoint, and how the learning rates were chosen.
+    let primary = main
+        .iter()
+        .filter(|s| s.mcnemar_p_holm < ALPHA && s.only_other_stuck > s.only_reference_stuck)
+        .count();
+    let primary_other = main
+        .iter()
+        .filter(|s| s.mcnemar_p_holm < ALPHA && s.only_other_stuck < s.only_reference_stuck)
+        .count();
+    let edges: Vec<String> = main
+        .iter()
+        .filter(|s| s.reference_lr_at_edge || s.other_lr_at_edge)
+        .map(|s| {
+            format!(
+                "{} init, d_k = {}",
+                init_name(s.comparison.condition.init),
+                s.comparison.condition.d_k
+            )
+        })
+        .collect();
+    out.push(format!(
+        "**Caveats:** the primary endpoint, whether a run reaches 99% at all within the budget (exact \
+         McNemar on the pairs, Holm), separates the arms in {primary} of {} {} (the unscaled arm stuck more \
+         often){}; each arm's learning rate was chosen on {} tuning seeds from the grid {:?}{}.",
+        main.len(),
+        noun(main.len(), "condition"),
+        if primary_other > 0 {
+            format!(", the other way in {primary_other}")
+        } else {
+            String::new()
+        },
+        data.sizes.tuning_seeds,
+        data.sizes.adam_lrs,
+        if edges.is_empty() {
+            String::new()
+        } else {
+            format!(
+                ", at an end of the grid in {} ({})",
+                edges.len(),
+                edges.join("; ")
+            )
+        },
+    ));
+
+    // The article's own words about training, split by whether the unscaled starting logits
+    // are saturated (the article's premise).
+    let saturated = |s: &PairStats| -> Option<bool> {
+        let stds: Vec<f64> = data
+            .runs
+            .iter()
+            .filter(|r| r.condition == s.comparison.condition && r.arm == Arm::Unscaled)
+            .map(|r| r.outcome.initial.logit_std)
+            .filter(|x| x.is_finite())
+            .collect();
+        (!stds.is_empty()).then(|| median(&stds) >= SATURATED_LOGIT_STD)
+    };
+    let words = |id: &str| -> Option<String> {
+        let c = claims.iter().find(|c| c.id == id)?;
+        if c.conditions.len() != main.len() {
+            return Some(c.outcome_text());
+        }
+        let split = |want: bool| -> Vec<Outcome> {
+            c.conditions
+                .iter()
+                .zip(&main)
+                .filter(|(_, s)| saturated(s) == Some(want))
+                .map(|(k, _)| k.outcome)
+                .collect()
+        };
+        let part = |outcomes: Vec<Outcome>, where_: &str| {
+            if outcomes.is_empty() {
+                format!("no condition {where_}")
+            } else {
+                format!("{where_}: {}", Tally::of(&outcomes).show("conditions"))
+            }
+        };
+        Some(format!(
+            "{} — {}; {}",
+            c.outcome_text(),
+            part(
+                split(true),
+                &format!(
+                    "where the unscaled starting logits have std ≥ {SATURATED_LOGIT_STD} (the article's \"clearly saturated\")"
+                )
+            ),
+            part(split(false), "where they are below")
+        ))
+    };
+    if let (Some(fails), Some(slow)) = (words("fails-completely"), words("extremely-slow")) {
         out.push(format!(
-            "**The article's words:** «training fails completely» {fails}; «extremely slow» (at \
-             least {SLOW_FACTOR}× the steps to 99%) {slow}."
+            "**The article's words:** «training fails completely» {fails}. «Extremely slow» (at least \
+             {SLOW_FACTOR}× the steps to 99%) {slow}."
         ));
     }
     out
