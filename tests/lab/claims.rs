@@ -197,6 +197,24 @@ fn attention_saturation_decides_at_the_articles_m_and_tests_the_m_dependence() {
         }
         cells
     };
+    let mut with_code = cells(true);
+    // The article's code at d = 64: its scaled draws span 0.02–0.05, so its 0.0350 is a draw
+    // the code gives; unscaled, the per-query mean 0.9 is not its one-hot 0.9990.
+    with_code.push(measured(
+        "r",
+        C::Replicate {
+            d: 64,
+            draws: 3,
+            seed: 1,
+            backend: "flex".into(),
+        },
+        R::Replicate {
+            unscaled: vec![0.99, 0.999, 0.9999],
+            scaled: vec![0.02, 0.03, 0.05],
+        },
+    ));
+    let d64 = attention_saturation::analyze(&plan(true), &with_code).claims;
+    assert_eq!(outcome(&d64, "d64-table"), Outcome::Conditional);
     let claims = attention_saturation::analyze(&plan(true), &cells(true)).claims;
     // Decided at m = 500, where 0.03 is inside [0.02, 0.035].
     assert_eq!(outcome(&claims, "scaled-max-p-band"), Outcome::Holds);

@@ -62,7 +62,7 @@ pub fn render(data: &CompareData, canvas: &mut Canvas) -> Result<String, LabErro
          The article compares its hand-written attention with PyTorch's `F.scaled_dot_product_attention` and \
          prints \"完全一致\" (identical); here the built-in is Burn's `burn::tensor::module::attention`, and \
          \"ours\" is the module on the path `Auto` takes (the fused kernel of the backend where one serves \
-         the call, named in the table), so the comparison is between three different computations. The \
+         the call, named in the table), so our kernel's own computation is among those compared. The \
          causality check, through the same path, replaces the values after position 5 by 100× noise and compares the outputs before \
          and after.\n\n{table}"
     ))
