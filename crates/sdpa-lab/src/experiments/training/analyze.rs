@@ -7,14 +7,15 @@
 use serde::Serialize;
 
 use super::design::{Comparison, Condition, FAILED_ACCURACY, Part, Sizes};
+pub use super::mechanism::Mechanism;
+use super::mechanism::time;
 use super::{Role, Run, tuned_lr};
 use crate::experiment::{Measured, Plan};
 use crate::measures::training::{Arm, TrainingOutcome};
 use crate::stats::hypothesis::{bounded_median_ci, holm, mcnemar_exact, median_ci, sign_test};
 use crate::stats::survival::{KmMedian, Observation, km_median};
 use crate::stats::{
-    Estimate, bonferroni_level, cluster_bootstrap, mean, mean_ci, mean_interval, spearman_rho,
-    wilson, wilson_interval,
+    Estimate, bonferroni_level, mean, mean_ci, mean_interval, wilson, wilson_interval,
 };
 
 /// The learning rate an arm got.
@@ -142,19 +143,6 @@ pub struct PremiseRow {
     pub key_change: Estimate,
 }
 
-/// The rank correlation of the initial logit std with the steps to the target (a run that
-/// never got there ranked last) within one arm of the main part, over its d_k and seeds.
-#[derive(Debug, Clone, Serialize)]
-pub struct Mechanism {
-    /// The initialization.
-    pub init: String,
-    /// The arm.
-    pub arm: Arm,
-    /// Spearman's ρ with its family-wise 95% interval (Bonferroni over the mechanism's
-    /// conditions), a percentile bootstrap over seeds (a seed's runs resampled together).
-    pub rho: Estimate,
-}
-
 /// What `render` draws and the claims read.
 #[derive(Debug, Clone, Serialize)]
 pub struct TrainingData {
@@ -173,10 +161,6 @@ pub struct TrainingData {
 }
 
 /// A run's time to the target: the step, or +∞ when it never got there.
-fn time(o: &TrainingOutcome) -> f64 {
-    o.steps_to_target.map_or(f64::INFINITY, |s| s as f64)
-}
-
 fn failed(o: &TrainingOutcome) -> bool {
     // A diverged run (NaN accuracy) failed too.
     o.steps_to_target.is_none()
@@ -397,65 +381,6 @@ fn premise(cells: &[Run], sizes: &Sizes) -> Vec<PremiseRow> {
     out
 }
 
-/// Bootstrap resamples of the mechanism's interval, and the stream's seed.
-const BOOTSTRAP: (usize, u64) = (2000, 7);
-
-fn mechanism(cells: &[Run]) -> Vec<Mechanism> {
-    let groups: Vec<(sdpa_model::QkInit, Arm)> =
-        [sdpa_model::QkInit::Default, sdpa_model::QkInit::Unit]
-            .into_iter()
-            .flat_map(|init| [(init, Arm::Scaled), (init, Arm::Unscaled)])
-            .collect();
-    let level = bonferroni_level(0.95, groups.len());
-    let mut out = Vec::new();
-    for (init, arm) in groups.iter().copied() {
-        let rs: Vec<&Run> = cells
-            .iter()
-            .filter(|r| {
-                let s = &r.config.spec;
-                r.config.role == Role::Evaluation
-                    && s.init == init
-                    && s.optimizer == sdpa_model::OptimizerKind::Adam
-                    && s.arm == arm
-            })
-            .collect();
-        if rs.len() <= 3 {
-            continue;
-        }
-        let x: Vec<f64> = rs.iter().map(|r| r.result.initial.logit_std).collect();
-        let y: Vec<f64> = rs.iter().map(|r| time(&r.result)).collect();
-        let mut seeds: Vec<u64> = rs.iter().map(|r| r.config.spec.seed).collect();
-        seeds.sort_unstable();
-        seeds.dedup();
-        // The runs of one seed share its batches: they are resampled together.
-        let clusters: Vec<Vec<usize>> = seeds
-            .iter()
-            .map(|&seed| {
-                (0..rs.len())
-                    .filter(|&i| rs[i].config.spec.seed == seed)
-                    .collect()
-            })
-            .collect();
-        let statistic = |idx: &[usize]| {
-            let pick = |v: &[f64]| idx.iter().map(|&i| v[i]).collect::<Vec<_>>();
-            spearman_rho(&pick(&x), &pick(&y))
-        };
-        let (lo, hi) = cluster_bootstrap(&clusters, &statistic, BOOTSTRAP.0, BOOTSTRAP.1, level);
-        out.push(Mechanism {
-            init: crate::measures::training::init_name(init).into(),
-            arm,
-            rho: Estimate {
-                value: spearman_rho(&x, &y),
-                lo,
-                hi,
-                n: rs.len(),
-                ci90: None,
-            },
-        });
-    }
-    out
-}
-
 /// The tables (the claims are decided from them in `claims.rs`).
 pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
     let sizes = Sizes::new(plan.quick);
@@ -538,7 +463,7 @@ pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
         .collect();
     TrainingData {
         premise: premise(cells, &sizes),
-        mechanism: mechanism(cells),
+        mechanism: super::mechanism::mechanism(cells),
         sizes,
         tuned,
         comparisons,

@@ -14,6 +14,7 @@ pub mod analyze;
 mod claims;
 pub mod design;
 mod headline;
+mod mechanism;
 mod plot;
 mod render;
 
