@@ -486,30 +486,26 @@ pub fn claims_table(claims: &[Claim]) -> String {
 /// One sentence on the article's claims: what held, what failed, what is conditional or
 /// undecided ("no claim of the article" when there is none).
 pub fn article_summary(claims: &[Claim]) -> String {
-    let article: Vec<Claim> = claims
-        .iter()
-        .filter(|c| c.source.is_article())
-        .cloned()
-        .collect();
-    if article.is_empty() {
-        "no claim of the article".into()
-    } else {
-        summary(&article)
-    }
+    summary_of(claims, true, "no claim of the article")
 }
 
 /// One line on the lab's own hypotheses (its corrections and added measurements), apart from
 /// the verdict on the article ("none" when the experiment adds none).
 pub fn lab_summary(claims: &[Claim]) -> String {
-    let lab: Vec<Claim> = claims
+    summary_of(claims, false, "none")
+}
+
+/// [`summary`] of the article's claims (`article`) or the lab's, `empty` when there is none.
+fn summary_of(claims: &[Claim], article: bool, empty: &str) -> String {
+    let picked: Vec<Claim> = claims
         .iter()
-        .filter(|c| !c.source.is_article())
+        .filter(|c| c.source.is_article() == article)
         .cloned()
         .collect();
-    if lab.is_empty() {
-        "none".into()
+    if picked.is_empty() {
+        empty.into()
     } else {
-        summary(&lab)
+        summary(&picked)
     }
 }
 

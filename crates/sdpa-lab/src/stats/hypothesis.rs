@@ -83,11 +83,7 @@ pub fn median_ci(values: &[f64], level: f64) -> Estimate {
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     let value = super::median(&v);
-    let alpha = 1.0 - level;
-    let mut k = 0;
-    while k < n / 2 && 2.0 * binomial_cdf(k, n, 0.5) <= alpha {
-        k += 1;
-    }
+    let k = median_rank(n, level);
     // k order statistics can be dropped from each end; 0 means none: no interval.
     let (lo, hi) = if k == 0 {
         (f64::NAN, f64::NAN)
@@ -101,6 +97,17 @@ pub fn median_ci(values: &[f64], level: f64) -> Estimate {
         n,
         ci90: None,
     }
+}
+
+/// How many order statistics a distribution-free interval for the median of `n` values at
+/// `level` drops from each end (0: too few values for any interval).
+fn median_rank(n: usize, level: f64) -> usize {
+    let alpha = 1.0 - level;
+    let mut k = 0;
+    while k < n / 2 && 2.0 * binomial_cdf(k, n, 0.5) <= alpha {
+        k += 1;
+    }
+    k
 }
 
 /// The median of values known only within bounds (`(lo, hi)` per value, the value inside:
@@ -122,11 +129,7 @@ pub fn bounded_median_ci(bounds: &[(f64, f64)], level: f64) -> (Estimate, f64) {
     lo.sort_by(|a, b| a.total_cmp(b));
     hi.sort_by(|a, b| a.total_cmp(b));
     let n = kept.len();
-    let alpha = 1.0 - level;
-    let mut k = 0;
-    while k < n / 2 && 2.0 * binomial_cdf(k, n, 0.5) <= alpha {
-        k += 1;
-    }
+    let k = median_rank(n, level);
     let (ci_lo, ci_hi) = if k == 0 {
         (f64::NAN, f64::NAN)
     } else {

@@ -6,7 +6,7 @@ use burn::tensor::bf16;
 
 use super::simd;
 use super::tile::{View, product};
-use super::tile_bf16::{PackedRhs, product_bf16_packed};
+use super::tile_bf16::{PackedRhs, bf16_bits, product_bf16_packed};
 
 /// A storage type of the CPU kernel (`f32` or bf16): its conversion from f32, its tile products
 /// and its dot product.
@@ -106,10 +106,6 @@ impl Element for bf16 {
         product_bf16_packed(dst, dst_stride, lhs, rhs, accumulate, factor)
     }
     fn dot(a: &[bf16], b: &[bf16]) -> f32 {
-        use super::tile_bf16::Bf16Operand as _;
-        match (bf16::as_bits(a), bf16::as_bits(b)) {
-            (Some(a), Some(b)) => simd::dot_bf16(a, b),
-            _ => a.iter().zip(b).map(|(x, y)| x.to_f32() * y.to_f32()).sum(),
-        }
+        simd::dot_bf16(bf16_bits(a), bf16_bits(b))
     }
 }

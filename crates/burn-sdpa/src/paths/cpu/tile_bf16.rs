@@ -55,15 +55,20 @@ pub(crate) trait Bf16Operand: Copy {
     }
 }
 
+/// bf16 values as their bit patterns, in place.
+pub(crate) fn bf16_bits(values: &[bf16]) -> &[u16] {
+    // SAFETY: `bf16` is `repr(transparent)` over `u16`: the same size, alignment and bits, and
+    // the slice keeps the borrow's lifetime.
+    unsafe { core::slice::from_raw_parts(values.as_ptr().cast::<u16>(), values.len()) }
+}
+
 impl Bf16Operand for bf16 {
     fn bf16_bits(self) -> u16 {
         self.to_bits()
     }
 
     fn as_bits(values: &[bf16]) -> Option<&[u16]> {
-        // SAFETY: `bf16` is `repr(transparent)` over `u16`: the same size, alignment and bits,
-        // and the slice keeps the borrow's lifetime.
-        Some(unsafe { core::slice::from_raw_parts(values.as_ptr().cast::<u16>(), values.len()) })
+        Some(bf16_bits(values))
     }
 }
 

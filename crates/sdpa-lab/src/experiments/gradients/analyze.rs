@@ -81,6 +81,15 @@ pub struct GradientsData {
     pub crossover_by_keys: Vec<(usize, Option<Estimate>)>,
 }
 
+impl GradientsData {
+    /// The numbers of keys of the key sweep, increasing (`by_keys` is ordered by m).
+    pub fn key_counts(&self) -> Vec<usize> {
+        let mut ms: Vec<usize> = self.by_keys.iter().map(|r| r.m).collect();
+        ms.dedup();
+        ms
+    }
+}
+
 /// The paired ‖J‖ ratio at one (m, d) of the primary design (d_v fixed), primary backend.
 #[derive(Debug, Clone, Serialize)]
 pub struct KeysRow {

@@ -31,8 +31,7 @@ fn jacobian_points(cells: &Cells, primary: &str, scaled: bool) -> (Vec<f64>, Vec
 fn jacobian_claims(cells: &Cells, data: &GradientsData) -> Vec<Claim> {
     let fixed: Vec<&RatioRow> = data.ratios.iter().filter(|r| r.d_v_fixed).collect();
     let d_max = fixed.iter().map(|r| r.d).max().unwrap_or(0);
-    let mut ms: Vec<usize> = data.by_keys.iter().map(|r| r.m).collect();
-    ms.dedup();
+    let ms = data.key_counts();
     let of_m = |m: usize| -> Vec<&KeysRow> { data.by_keys.iter().filter(|r| r.m == m).collect() };
     // The article: the gradient through a saturated softmax vanishes. Checked where it can be
     // seen against the alternative, per (m, d): is the unscaled Jacobian the smaller one?

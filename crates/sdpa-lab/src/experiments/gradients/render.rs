@@ -78,8 +78,7 @@ fn ratios_table(data: &GradientsData) -> String {
 
 /// The ‖J‖ ratio per (m, d) and the crossover per m.
 fn keys_table(data: &GradientsData) -> String {
-    let mut ms: Vec<usize> = data.by_keys.iter().map(|r| r.m).collect();
-    ms.dedup();
+    let ms = data.key_counts();
     let mut dims: Vec<usize> = data.by_keys.iter().map(|r| r.d).collect();
     dims.sort_unstable();
     dims.dedup();
@@ -110,8 +109,7 @@ fn keys_table(data: &GradientsData) -> String {
 }
 
 fn keys_plot(data: &GradientsData, canvas: &mut Canvas) -> Result<String, LabError> {
-    let mut ms: Vec<usize> = data.by_keys.iter().map(|r| r.m).collect();
-    ms.dedup();
+    let ms = data.key_counts();
     let dims: Vec<f64> = data.by_keys.iter().map(|r| r.d as f64).collect();
     let (d_lo, d_hi) = dims
         .iter()
@@ -292,11 +290,11 @@ pub fn render(data: &GradientsData, canvas: &mut Canvas) -> Result<String, LabEr
         data.jacobian_rows,
         data.primary,
         ratios_table(data),
-        {
-            let mut ms: Vec<String> = data.by_keys.iter().map(|r| r.m.to_string()).collect();
-            ms.dedup();
-            ms.join(", ")
-        },
+        data.key_counts()
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(", "),
         keys_table(data),
         exponents_table(data),
         rows_table(&primary),
