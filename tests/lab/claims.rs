@@ -306,15 +306,40 @@ fn training_run(
     steps: Option<usize>,
     accuracy: f64,
 ) -> training::Run {
+    training_run_at(
+        training::Role::Evaluation,
+        3e-3,
+        arm,
+        init,
+        d_k,
+        seed,
+        steps,
+        accuracy,
+    )
+}
+
+/// [`training_run`] in a given role, at a given learning rate.
+#[allow(clippy::too_many_arguments)]
+fn training_run_at(
+    role: training::Role,
+    lr: f64,
+    arm: Arm,
+    init: QkInit,
+    d_k: usize,
+    seed: u64,
+    steps: Option<usize>,
+    accuracy: f64,
+) -> training::Run {
     let budget = 300;
     let spec = TrainingSpec {
         d_k,
         arm,
         init,
         optimizer: OptimizerKind::Adam,
-        lr: 3e-3,
+        lr,
         seed,
         budget,
+        stop_at_target: role == training::Role::Evaluation,
         backend: "flex".into(),
     };
     let layer = LayerMetrics {
@@ -329,14 +354,12 @@ fn training_run(
     };
     measured(
         "r",
-        training::TrainingCell {
-            role: training::Role::Evaluation,
-            spec,
-        },
+        training::TrainingCell { role, spec },
         TrainingOutcome {
             steps_to_target: steps,
             steps_run: steps.unwrap_or(budget),
             final_accuracy: if steps.is_some() { 0.995 } else { accuracy },
+            final_loss: if steps.is_some() { 0.05 } else { 2.0 },
             diverged_at: None,
             initial: layer,
             last: layer,
@@ -344,6 +367,7 @@ fn training_run(
                 step: 0,
                 accuracy: 0.1,
                 loss: 2.0,
+                eval_loss: 2.0,
             }],
             final_temperature: None,
         },
@@ -717,4 +741,52 @@ fn logit_control_fails_when_the_cap_saturates() {
         Outcome::Fails
     );
     assert_eq!(outcome(&claims, "cap-jacobian-shrinks"), Outcome::Fails);
+}
+
+/// The learning-rate sensitivity claims read the tuning runs seed by seed: an arm that trains at
+/// one rate of the grid where 1/√d_k trains at both is narrower in every pair; equal widths
+/// leave the claim undecided.
+#[test]
+fn training_lr_sensitivity_is_decided_by_paired_widths() {
+    // The quick design: d_k 16 is swept, over Adam rates 3e-3 and 1e-2.
+    let mut cells = Vec::new();
+    for init in [QkInit::Default, QkInit::Unit] {
+        for seed in 10_000..10_008u64 {
+            for lr in [3e-3, 1e-2] {
+                let tune = |arm, steps| {
+                    training_run_at(training::Role::Tuning, lr, arm, init, 16, seed, steps, 0.3)
+                };
+                cells.push(tune(Arm::Scaled, Some(40)));
+                // None trains at 3e-3 only.
+                cells.push(tune(Arm::Unscaled, (lr == 3e-3).then_some(40)));
+                // QK-norm as wide as 1/√d_k.
+                cells.push(tune(Arm::QkNorm, Some(50)));
+            }
+        }
+    }
+    let analysis = training::analyze(&plan(true), &cells);
+    let claims = analysis.claims;
+    assert_eq!(outcome(&claims, "lr-range-narrower-none"), Outcome::Holds);
+    assert_eq!(
+        outcome(&claims, "lr-range-narrower-qknorm"),
+        Outcome::Undecided
+    );
+    let narrower = claims
+        .iter()
+        .find(|c| c.id == "lr-range-narrower-none")
+        .expect("claim");
+    assert!(
+        narrower.measured.contains("narrower in 8, wider in 0"),
+        "{}",
+        narrower.measured
+    );
+    // The curve of the unscaled arm: its best rate is 3e-3, the range one point wide.
+    let curve = analysis
+        .data
+        .curves
+        .iter()
+        .find(|c| c.arm == Arm::Unscaled && c.condition.init == QkInit::Unit)
+        .expect("curve");
+    assert_eq!(curve.points[curve.best.expect("best")].lr, 3e-3);
+    assert_eq!(curve.width, 0.0);
 }

@@ -337,6 +337,7 @@ fn a_diverging_training_run_is_a_result_not_an_error() {
         lr: 1e6,
         seed: 1,
         budget: 60,
+        stop_at_target: true,
         backend: "flex".into(),
     };
     let env = env(false);
@@ -348,6 +349,45 @@ fn a_diverging_training_run_is_a_result_not_an_error() {
     let back: sdpa::lab::measures::training::TrainingOutcome =
         serde_json::from_str(&text).expect("back");
     assert!(back.final_accuracy.is_nan());
+}
+
+/// The intervention arm starts exactly where 1/√d_k starts (its W_Q, W_K × d_k^−¼ make the
+/// unscaled logits equal to the scaled ones, same seed and draws) and then trains differently;
+/// a sweep run (`stop_at_target: false`) trains its whole budget and reports its held-out loss.
+#[test]
+fn the_small_init_arm_starts_as_the_scaled_arm() {
+    use sdpa::lab::measures::training::{Arm, TrainingSpec, run};
+    let env = env(false);
+    let device = &env.backends[0].device;
+    for init in [sdpa::model::QkInit::Default, sdpa::model::QkInit::Unit] {
+        let spec = |arm| TrainingSpec {
+            d_k: 256,
+            arm,
+            init,
+            optimizer: sdpa::model::OptimizerKind::Adam,
+            lr: 1e-2,
+            seed: 5,
+            budget: 20,
+            stop_at_target: false,
+            backend: "flex".into(),
+        };
+        let scaled = run(&spec(Arm::Scaled), device).expect("scaled");
+        let small = run(&spec(Arm::UnscaledSmallInit), device).expect("small init");
+        let unscaled = run(&spec(Arm::Unscaled), device).expect("unscaled");
+        let (a, b) = (scaled.initial.logit_std, small.initial.logit_std);
+        assert!((a - b).abs() <= 1e-4 * a, "{init:?}: {a} vs {b}");
+        // 16 = √256 times the unscaled arm's logits from the usual initialization.
+        let ratio = unscaled.initial.logit_std / b;
+        assert!((ratio - 16.0).abs() < 1e-2, "{init:?}: {ratio}");
+        // Same start, different dynamics: the curves part after the first step.
+        let (l0, m0) = (scaled.curve[0].eval_loss, small.curve[0].eval_loss);
+        assert!((l0 - m0).abs() <= 1e-5 * l0, "{init:?}: {l0} vs {m0}");
+        let (l1, m1) = (scaled.curve[1].eval_loss, small.curve[1].eval_loss);
+        assert!((l1 - m1).abs() > 1e-4 * l1, "{init:?}: {l1} vs {m1}");
+        // The whole budget, and the held-out loss at its end.
+        assert_eq!(small.steps_run, 20);
+        assert!(small.final_loss.is_finite() && small.final_loss > 0.0);
+    }
 }
 
 #[test]

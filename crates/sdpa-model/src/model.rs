@@ -71,6 +71,11 @@ pub struct ModelConfig {
     /// Initialization of the query/key projections.
     #[config(default = "QkInit::Default")]
     pub qk_init: QkInit,
+    /// A factor on the initial query and key projection weights (1: the initialization as
+    /// `qk_init` gives it). The lab's intervention arm uses d_k^(−1/4): unscaled logits then start
+    /// exactly as 1/√d_k-scaled ones, while training keeps the unscaled gradients.
+    #[config(default = 1.0)]
+    pub qk_init_gain: f64,
     /// QK-norm of the attention heads (none by default; compared by `logit-control`).
     #[config(default = "QkNorm::None")]
     pub qk_norm: QkNorm,
@@ -104,6 +109,13 @@ impl ModelConfig {
         if self.d_k == Some(0) {
             return Err(ModelError::invalid("d_k", 0, "must be > 0"));
         }
+        if !(self.qk_init_gain.is_finite() && self.qk_init_gain > 0.0) {
+            return Err(ModelError::invalid(
+                "qk_init_gain",
+                self.qk_init_gain,
+                "must be a finite number > 0",
+            ));
+        }
         self.mha_config().validate()?;
         Ok(())
     }
@@ -116,12 +128,23 @@ impl ModelConfig {
             .with_options(self.attention.clone())
             .with_qk_norm(self.qk_norm)
             .with_bias(false);
-        if self.qk_init == QkInit::Unit {
-            // The attention input has unit-variance components after layer norm; without it,
-            // token + position embeddings (each N(0, 1)) have variance 2.
-            let var_x = if self.layer_norm { 1.0 } else { 2.0 };
-            let std = 1.0 / (self.d_model as f64 * var_x).sqrt();
-            cfg = cfg.with_qk_initializer(Some(Initializer::Normal { mean: 0.0, std }));
+        let gain = self.qk_init_gain;
+        match self.qk_init {
+            QkInit::Unit => {
+                // The attention input has unit-variance components after layer norm; without it,
+                // token + position embeddings (each N(0, 1)) have variance 2.
+                let var_x = if self.layer_norm { 1.0 } else { 2.0 };
+                let std = gain / (self.d_model as f64 * var_x).sqrt();
+                cfg = cfg.with_qk_initializer(Some(Initializer::Normal { mean: 0.0, std }));
+            }
+            // Burn's Linear default, scaled: the same draws times the gain.
+            QkInit::Default if gain != 1.0 => {
+                cfg = cfg.with_qk_initializer(Some(Initializer::KaimingUniform {
+                    gain: gain / 3.0f64.sqrt(),
+                    fan_out_only: false,
+                }));
+            }
+            QkInit::Default => {}
         }
         cfg
     }
@@ -426,6 +449,54 @@ mod tests {
                 [3, 2, task.seq_len(), task.seq_len()]
             );
             assert!(out.loss.into_scalar::<f32>().is_finite());
+        }
+    }
+
+    #[test]
+    fn qk_init_gain_scales_the_same_draws() {
+        let device = Device::flex();
+        for init in [QkInit::Default, QkInit::Unit] {
+            let weights = |gain: f64| {
+                device.seed(3);
+                let model = ModelConfig::new(16, 8, 4)
+                    .with_n_heads(1)
+                    .with_d_k(Some(64))
+                    .with_qk_init(init)
+                    .with_qk_init_gain(gain)
+                    .init(&device);
+                let a = &model.blocks[0].attention;
+                let w = |l: &Linear| l.weight.val().into_data().try_to_vec::<f32>().unwrap();
+                (
+                    w(&a.query),
+                    w(&a.key),
+                    w(&a.value),
+                    model
+                        .token_embedding
+                        .weight
+                        .val()
+                        .into_data()
+                        .try_to_vec::<f32>()
+                        .unwrap(),
+                )
+            };
+            let (q1, k1, v1, e1) = weights(1.0);
+            let (q, k, v, e) = weights(0.25);
+            for (a, b) in q1.iter().zip(&q).chain(k1.iter().zip(&k)) {
+                assert!(
+                    (b - 0.25 * a).abs() <= 1e-6 * a.abs().max(1e-3),
+                    "{init:?}: {a} {b}"
+                );
+            }
+            // The other parameters are the same draws: arms with one seed stay paired.
+            assert_eq!(v1, v, "{init:?}");
+            assert_eq!(e1, e, "{init:?}");
+        }
+        for gain in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            let e = ModelConfig::new(10, 4, 2)
+                .with_qk_init_gain(gain)
+                .try_init(&device)
+                .unwrap_err();
+            assert!(e.to_string().contains("qk_init_gain"), "{e}");
         }
     }
 

@@ -9,6 +9,7 @@ use serde::Serialize;
 use super::design::{Comparison, Condition, FAILED_ACCURACY, Part, Sizes};
 pub use super::mechanism::Mechanism;
 use super::mechanism::time;
+pub use super::sweep::{Curve, Sensitivity, SweepPoint};
 use super::{Role, Run, tuned_lr};
 use crate::experiment::{Measured, Plan};
 use crate::measures::training::{Arm, TrainingOutcome};
@@ -156,8 +157,12 @@ pub struct TrainingData {
     pub runs: Vec<RunRow>,
     /// The premise's q/k std.
     pub premise: Vec<PremiseRow>,
-    /// The mechanism.
+    /// The mechanism, within each d_k.
     pub mechanism: Vec<Mechanism>,
+    /// Every tuned arm's learning-rate curve.
+    pub curves: Vec<Curve>,
+    /// The learning-rate sensitivity of the sweep's arms against 1/√d_k.
+    pub sensitivity: Vec<Sensitivity>,
 }
 
 /// A run's time to the target: the step, or +∞ when it never got there.
@@ -461,9 +466,14 @@ pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
             }
         })
         .collect();
+    let curves = super::sweep::curves(cells, &sizes);
+    let sensitivity =
+        super::sweep::sensitivities(&curves, &sizes, &[Arm::Unscaled, Arm::InvDk, Arm::QkNorm]);
     TrainingData {
         premise: premise(cells, &sizes),
-        mechanism: super::mechanism::mechanism(cells),
+        mechanism: super::mechanism::mechanism(cells, &sizes.main_dims),
+        curves,
+        sensitivity,
         sizes,
         tuned,
         comparisons,

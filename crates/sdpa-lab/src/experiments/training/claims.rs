@@ -2,7 +2,10 @@
 //! paired statistics, with the thresholds of [`super::design`].
 
 use super::analyze::{PairStats, TrainingData, of_part};
-use super::design::{ALPHA, EQUIVALENCE_RATIO, FAILED_ACCURACY, PREMISE_FACTOR, Part, SLOW_FACTOR};
+use super::design::{
+    ALPHA, EQUIVALENCE_RATIO, FAILED_ACCURACY, PREMISE_FACTOR, Part, SENSITIVITY_FACTOR,
+    SLOW_FACTOR,
+};
 use crate::article;
 use crate::claims::{Claim, Condition, Outcome, Source, inside, short, show, show_p, side};
 use crate::measures::training::{Arm, init_name, optimizer_name};
@@ -309,6 +312,17 @@ fn premise_claims(data: &TrainingData) -> Vec<Claim> {
 }
 
 fn slower_claim(id: &str, statement: String, stats: &[&PairStats], slower: bool) -> Claim {
+    slower_claim_noted(id, statement, stats, slower, &|_| String::new())
+}
+
+/// [`slower_claim`] with `note` appended to each condition's measurement.
+fn slower_claim_noted(
+    id: &str,
+    statement: String,
+    stats: &[&PairStats],
+    slower: bool,
+    note: &dyn Fn(&PairStats) -> String,
+) -> Claim {
     over(
         id,
         Source::Lab,
@@ -316,7 +330,39 @@ fn slower_claim(id: &str, statement: String, stats: &[&PairStats], slower: bool)
         "exact sign test on the paired steps to 99% (a run that never got there ranked last), Holm across the \
          claim's conditions, α = 0.05",
         stats,
-        &|s| (direction(s, slower), sign_measured(s)),
+        &|s| {
+            (
+                direction(s, slower),
+                format!("{}{}", sign_measured(s), note(s)),
+            )
+        },
+    )
+}
+
+/// What a learned temperature could do in the budget: Adam moves θ = ln τ by about the
+/// learning rate per step whatever its gradient, so by at most ≈ lr × budget, against the
+/// ln √d_k that 1/√d_k would need; and where the runs' τ ended (median over seeds).
+fn temperature_note(data: &TrainingData, s: &PairStats) -> String {
+    let c = s.comparison.condition;
+    let lr = if s.comparison.other == Arm::Learned {
+        s.lr_other
+    } else {
+        s.lr_reference
+    };
+    let taus: Vec<f64> = data
+        .runs
+        .iter()
+        .filter(|r| r.condition == c && r.arm == Arm::Learned)
+        .filter_map(|r| r.outcome.final_temperature)
+        .collect();
+    format!(
+        "; Adam moves ln τ by ≲ lr per step: ≲ {} in {} steps at lr {lr}, against ln √d_k = {} for 1/√d_k; \
+         median final τ {} (1/√d_k = {}): the arm measures the optimizer's step as much as learnability",
+        short(lr * s.budget as f64),
+        s.budget,
+        short((c.d_k as f64).sqrt().ln()),
+        short(crate::stats::median(&taus)),
+        short(1.0 / (c.d_k as f64).sqrt())
     )
 }
 
@@ -368,17 +414,19 @@ fn beyond_the_scale(data: &TrainingData) -> Vec<Claim> {
         &select(data, Part::Temperature, Scaled, InvDk),
         true,
         ),
-        slower_claim(
-        "learned-temperature-slower",
-        "a learned temperature starting at 1 (unscaled) trains slower than a fixed 1/√d_k".into(),
-        &select(data, Part::Temperature, Scaled, Learned),
-        true,
+        slower_claim_noted(
+            "learned-temperature-slower",
+            "a learned temperature starting at 1 (unscaled) trains slower than a fixed 1/√d_k".into(),
+            &select(data, Part::Temperature, Scaled, Learned),
+            true,
+            &|s| temperature_note(data, s),
         ),
-        slower_claim(
-        "learned-temperature-rescues",
-        "a learned temperature trains faster than no scaling at all".into(),
-        &select(data, Part::Temperature, Unscaled, Learned),
-        false,
+        slower_claim_noted(
+            "learned-temperature-rescues",
+            "a learned temperature trains faster than no scaling at all".into(),
+            &select(data, Part::Temperature, Unscaled, Learned),
+            false,
+            &|s| temperature_note(data, s),
         ),
     ];
     for (id, arm, what) in [
@@ -465,19 +513,116 @@ pub fn claims(data: &TrainingData) -> Vec<Claim> {
     claims.push(Claim::per_condition(
         "initial-logits-go-with-the-delay",
         Source::Lab,
-        "within an arm, runs that start with a larger logit std take longer to 99% (an association over \
-         d_k and seeds, not a causal estimate)",
+        "within an arm and one d_k, runs that start with a larger logit std take longer to 99% (an \
+         association over seeds, not a causal estimate: the intervention arm is the causal test)",
         "Spearman's ρ of initial logit std and steps to 99% (a run that never got there ranked last) within \
-         one arm over its d_k and seeds; percentile bootstrap over seeds (a seed's runs together), \
-         family-wise 95% over the conditions (Bonferroni): holds above 0, fails below",
+         one arm and d_k over its evaluation seeds; percentile bootstrap over seeds, family-wise 95% over \
+         the conditions (Bonferroni): holds above 0, fails below",
         data.mechanism
             .iter()
             .map(|m| Condition {
-                label: format!("{} init, {}", m.init, m.arm.label()),
-                measured: format!("ρ = {}", show(m.rho)),
+                label: format!("{} init, d_k = {}, {}", m.init, m.d_k, m.arm.label()),
+                measured: format!("ρ = {} over {} runs", show(m.rho), m.rho.n),
                 outcome: Outcome::of(side(m.rho, 0.0, false)),
             })
             .collect(),
     ));
+    claims.extend(sweep_claims(data));
+    claims.extend(intervention_claims(data));
     claims
+}
+
+/// The learning-rate question of issue 30: is the unscaled arm (or 1/d_k, or QK-norm) just on
+/// another learning rate? Its range of good rates against 1/√d_k's, seed by seed; and, at each
+/// arm's own chosen rate, whether the paired evaluation runs are as fast (only a shift).
+fn sweep_claims(data: &TrainingData) -> Vec<Claim> {
+    use Arm::*;
+    let mut claims = Vec::new();
+    for arm in [Unscaled, InvDk, QkNorm] {
+        let rows: Vec<&super::sweep::Sensitivity> =
+            data.sensitivity.iter().filter(|s| s.arm == arm).collect();
+        claims.push(Claim::per_condition(
+            &format!("lr-range-narrower-{}", arm.slug()),
+            Source::Lab,
+            format!(
+                "{} trains well over a narrower range of learning rates than 1/√d_k (Wortsman et al. 2023's \
+                 learning-rate sensitivity; \"well\": median steps to 99% within {SENSITIVITY_FACTOR}× the \
+                 arm's best rate)",
+                arm.label()
+            ),
+            format!(
+                "per tuning seed and d_k of the sweep, the width (decades) of the contiguous range of rates \
+                 around that seed's best whose steps to 99% are within {SENSITIVITY_FACTOR}× of it; exact \
+                 two-sided sign test on the paired widths (same seed, same d_k), Holm over the \
+                 initializations, α = {ALPHA}: holds when narrower, fails when wider"
+            ),
+            rows.iter()
+                .map(|s| Condition {
+                    label: format!("{} init", init_name(s.init)),
+                    measured: format!(
+                        "median width {:.2} vs 1/√d_k {:.2} decades; narrower in {}, wider in {}, tied in {} \
+                         of {} pairs, p = {} (Holm: {})",
+                        s.median_width,
+                        s.reference_median_width,
+                        s.narrower,
+                        s.wider,
+                        s.pairs - s.narrower - s.wider,
+                        s.pairs,
+                        show_p(s.p),
+                        show_p(s.p_holm)
+                    ),
+                    outcome: if s.p_holm >= ALPHA {
+                        Outcome::Undecided
+                    } else {
+                        Outcome::of(Some(s.narrower > s.wider))
+                    },
+                })
+                .collect(),
+        ));
+    }
+    claims.push(equivalence_claim(
+        "unscaled-only-a-lr-shift",
+        "each arm at its own learning rate (chosen on the curve's tuning seeds), training without √d_k is as \
+         fast as with it: the difference is only a shift of the learning rate"
+            .into(),
+        &select(data, Part::Main, Scaled, Unscaled),
+    ));
+    claims.push(equivalence_claim(
+        "inv-dk-only-a-lr-shift",
+        "each at its own learning rate, 1/d_k (µP's attention scale) trains as fast as 1/√d_k"
+            .into(),
+        &select(data, Part::Temperature, Scaled, InvDk),
+    ));
+    claims
+}
+
+/// The intervention: unscaled attention whose logits start as the scaled arm's (W_Q, W_K ×
+/// d_k^(−1/4)). As fast as 1/√d_k: the start explains the delay; slower: the unscaled dynamics.
+fn intervention_claims(data: &TrainingData) -> Vec<Claim> {
+    use Arm::*;
+    let against_scaled = select(data, Part::Intervention, Scaled, UnscaledSmallInit);
+    vec![
+        slower_claim(
+            "small-init-rescues-unscaled",
+            "unscaled attention whose W_Q, W_K start × d_k^−¼ (its logits start exactly as 1/√d_k's) trains \
+             faster than unscaled attention from the usual initialization: the saturated start is part of \
+             the delay"
+                .into(),
+            &select(data, Part::Intervention, Unscaled, UnscaledSmallInit),
+            false,
+        ),
+        slower_claim(
+            "small-init-slower-than-scaled",
+            "started like 1/√d_k, unscaled attention still trains slower than 1/√d_k: the unscaled gradient \
+             dynamics, not only the start, make it harder to optimize"
+                .into(),
+            &against_scaled,
+            true,
+        ),
+        equivalence_claim(
+            "small-init-as-fast-as-scaled",
+            "started like 1/√d_k, unscaled attention trains as fast as 1/√d_k".into(),
+            &against_scaled,
+        ),
+    ]
 }

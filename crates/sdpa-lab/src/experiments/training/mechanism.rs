@@ -1,5 +1,8 @@
-//! `training`'s initial-logit mechanism: per initialization and arm, Spearman's ρ between a
-//! run's initial logit std and its steps to 99%, with a seed-clustered bootstrap interval.
+//! `training`'s initial-logit mechanism: per initialization, arm and d_k, Spearman's ρ between a
+//! run's initial logit std and its steps to 99% over the evaluation seeds, with a bootstrap
+//! interval. Within one d_k, so that the association is not carried by the differences between
+//! d_k values (which change far more than the logit std); the intervention arm
+//! (`Arm::UnscaledSmallInit`) is the causal test beside it.
 
 use serde::Serialize;
 
@@ -10,15 +13,18 @@ use crate::stats::{Estimate, bonferroni_level, cluster_bootstrap, spearman_rho};
 /// Bootstrap resamples of the mechanism's interval, and the stream's seed.
 const BOOTSTRAP: (usize, u64) = (2000, 7);
 
-pub(super) fn mechanism(cells: &[Run]) -> Vec<Mechanism> {
-    let groups: Vec<(sdpa_model::QkInit, Arm)> =
+pub(super) fn mechanism(cells: &[Run], dims: &[usize]) -> Vec<Mechanism> {
+    let groups: Vec<(sdpa_model::QkInit, Arm, usize)> =
         [sdpa_model::QkInit::Default, sdpa_model::QkInit::Unit]
             .into_iter()
-            .flat_map(|init| [(init, Arm::Scaled), (init, Arm::Unscaled)])
+            .flat_map(|init| {
+                dims.iter()
+                    .flat_map(move |&d_k| [(init, Arm::Scaled, d_k), (init, Arm::Unscaled, d_k)])
+            })
             .collect();
     let level = bonferroni_level(0.95, groups.len());
     let mut out = Vec::new();
-    for (init, arm) in groups.iter().copied() {
+    for (init, arm, d_k) in groups.iter().copied() {
         let rs: Vec<&Run> = cells
             .iter()
             .filter(|r| {
@@ -27,6 +33,7 @@ pub(super) fn mechanism(cells: &[Run]) -> Vec<Mechanism> {
                     && s.init == init
                     && s.optimizer == sdpa_model::OptimizerKind::Adam
                     && s.arm == arm
+                    && s.d_k == d_k
             })
             .collect();
         if rs.len() <= 3 {
@@ -37,7 +44,8 @@ pub(super) fn mechanism(cells: &[Run]) -> Vec<Mechanism> {
         let mut seeds: Vec<u64> = rs.iter().map(|r| r.config.spec.seed).collect();
         seeds.sort_unstable();
         seeds.dedup();
-        // The runs of one seed share its batches: they are resampled together.
+        // One run per seed here; the clusters keep the resampling by seed should a group ever
+        // hold several runs of one seed.
         let clusters: Vec<Vec<usize>> = seeds
             .iter()
             .map(|&seed| {
@@ -54,6 +62,7 @@ pub(super) fn mechanism(cells: &[Run]) -> Vec<Mechanism> {
         out.push(Mechanism {
             init: crate::measures::training::init_name(init).into(),
             arm,
+            d_k,
             rho: Estimate {
                 value: spearman_rho(&x, &y),
                 lo,
@@ -67,15 +76,17 @@ pub(super) fn mechanism(cells: &[Run]) -> Vec<Mechanism> {
 }
 
 /// The rank correlation of the initial logit std with the steps to the target (a run that
-/// never got there ranked last) within one arm of the main part, over its d_k and seeds.
+/// never got there ranked last) within one arm and d_k of the main part, over its seeds.
 #[derive(Debug, Clone, Serialize)]
 pub struct Mechanism {
     /// The initialization.
     pub init: String,
     /// The arm.
     pub arm: Arm,
+    /// d_k.
+    pub d_k: usize,
     /// Spearman's ρ with its family-wise 95% interval (Bonferroni over the mechanism's
-    /// conditions), a percentile bootstrap over seeds (a seed's runs resampled together).
+    /// conditions), a percentile bootstrap over seeds.
     pub rho: Estimate,
 }
 

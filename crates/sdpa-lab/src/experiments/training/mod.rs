@@ -17,6 +17,8 @@ mod headline;
 mod mechanism;
 mod plot;
 mod render;
+pub mod sweep;
+mod sweep_plot;
 
 use serde::{Deserialize, Serialize};
 
@@ -64,8 +66,19 @@ fn id(role: Role, spec: &TrainingSpec) -> String {
     }
 }
 
-fn spec(c: Condition, arm: Arm, lr: f64, seed: u64, sizes: &Sizes, plan: &Plan) -> TrainingSpec {
+fn spec(
+    role: Role,
+    c: Condition,
+    arm: Arm,
+    lr: f64,
+    seed: u64,
+    sizes: &Sizes,
+    plan: &Plan,
+) -> TrainingSpec {
     TrainingSpec {
+        // A tuning run is a point of its arm's learning-rate curve, which also reads the
+        // held-out loss at the budget: it trains the whole budget.
+        stop_at_target: role == Role::Evaluation,
         d_k: c.d_k,
         arm,
         init: c.init,
@@ -149,13 +162,18 @@ impl Stages for Training {
     fn plan(&self, plan: &Plan, stage: usize, earlier: &[Run]) -> Vec<Cell<TrainingCell>> {
         let sizes = Sizes::new(plan.quick);
         let mut cells = Vec::new();
-        for (condition, arm) in sizes.arms() {
+        let arms = if stage == 0 {
+            sizes.tuned_arms()
+        } else {
+            sizes.arms()
+        };
+        for (condition, arm) in arms {
             let grid = sizes.lrs(condition.optimizer);
             if stage == 0 {
                 for &lr in grid {
                     for i in 0..sizes.tuning_seeds {
                         let seed = plan.seed + TUNING_SEED_OFFSET + i as u64;
-                        let spec = spec(condition, arm, lr, seed, &sizes, plan);
+                        let spec = spec(Role::Tuning, condition, arm, lr, seed, &sizes, plan);
                         cells.push(Cell {
                             id: id(Role::Tuning, &spec),
                             config: TrainingCell {
@@ -172,7 +190,8 @@ impl Stages for Training {
                     continue;
                 };
                 for i in 0..sizes.eval_seeds {
-                    let spec = spec(condition, arm, lr, plan.seed + i as u64, &sizes, plan);
+                    let seed = plan.seed + i as u64;
+                    let spec = spec(Role::Evaluation, condition, arm, lr, seed, &sizes, plan);
                     cells.push(Cell {
                         id: id(Role::Evaluation, &spec),
                         config: TrainingCell {

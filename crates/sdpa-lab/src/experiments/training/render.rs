@@ -3,7 +3,8 @@
 
 use super::analyze::TrainingData;
 use super::design::{
-    ALPHA, EQUIVALENCE_RATIO, FAILED_ACCURACY, Part, SLOW_FACTOR, TUNING_SEED_OFFSET,
+    ALPHA, EQUIVALENCE_RATIO, FAILED_ACCURACY, Part, SENSITIVITY_FACTOR, SLOW_FACTOR,
+    TUNING_SEED_OFFSET,
 };
 use crate::claims::{show, show_p};
 use crate::context::LabError;
@@ -17,33 +18,6 @@ fn condition(c: &super::design::Condition) -> String {
         optimizer_name(c.optimizer),
         init_name(c.init),
         c.d_k
-    )
-}
-
-fn lr_table(data: &TrainingData) -> String {
-    md_table(
-        &[
-            "condition",
-            "arm",
-            "tuning: rate → (never at 99%, total steps)",
-            "chosen",
-        ],
-        &data
-            .tuned
-            .iter()
-            .map(|t| {
-                vec![
-                    condition(&t.condition),
-                    t.arm.label(),
-                    t.scores
-                        .iter()
-                        .map(|(lr, n, s)| format!("{lr} → ({n}, {s})"))
-                        .collect::<Vec<_>>()
-                        .join("; "),
-                    t.chosen.map_or("–".into(), |x| x.to_string()),
-                ]
-            })
-            .collect::<Vec<_>>(),
     )
 }
 
@@ -133,6 +107,11 @@ fn premise_table(data: &TrainingData) -> String {
 
 fn write_csv(data: &TrainingData, canvas: &mut Canvas) -> Result<(), LabError> {
     canvas.csv(
+        "training_lr_curves.csv",
+        super::sweep_plot::CSV_HEADER,
+        &super::sweep_plot::csv_rows(data),
+    )?;
+    canvas.csv(
         "training_runs.csv",
         "optimizer,init,d_k,arm,seed,lr,budget,steps_to_target,steps_run,final_accuracy,diverged_at,\
          initial_logit_std,initial_max_p,initial_saturated_fraction,initial_query_std,initial_key_std,\
@@ -174,11 +153,20 @@ fn write_csv(data: &TrainingData, canvas: &mut Canvas) -> Result<(), LabError> {
 pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabError> {
     write_csv(data, canvas)?;
     let plots = super::plot::plots(data, canvas)?;
+    let sweep_plots = super::sweep_plot::plots(data, canvas)?;
     let sizes = &data.sizes;
     let mechanism = data
         .mechanism
         .iter()
-        .map(|m| format!("{} init, {}: ρ = {}", m.init, m.arm.label(), show(m.rho)))
+        .map(|m| {
+            format!(
+                "{} init, d_k = {}, {}: ρ = {}",
+                m.init,
+                m.d_k,
+                m.arm.label(),
+                show(m.rho)
+            )
+        })
         .collect::<Vec<_>>()
         .join("; ");
     Ok(format!(
@@ -190,7 +178,9 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
          with one seed start from the same parameters and see the same batches. **Learning rates**: each arm \
          of each condition gets its own, from Adam's grid {:?} (SGD with momentum 0.9: {:?}), chosen on {} \
          tuning seeds (from seed + {TUNING_SEED_OFFSET}, never evaluation seeds) by the fewest runs short of \
-         the target, then the fewest steps. **Censoring**: a run that never reaches the target is censored at \
+         the target, then the fewest steps (a run short of it counting the budget). Tuning runs train the \
+         whole budget: they are also the **learning-rate curves** below (every tuned arm, and 1/√d_k, none, \
+         1/d_k and QK-norm at d_k {:?} for both initializations). **Censoring**: a run that never reaches the target is censored at \
          the budget, never averaged as a number: Kaplan–Meier medians (Brookmeyer–Crowley 95% intervals), \
          sign tests with it ranked last, McNemar's exact test on stuck / not stuck (the primary endpoint), \
          Holm's correction across each claim's conditions, α = {ALPHA}; the intervals a claim decides on are \
@@ -199,28 +189,44 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
          at the budget; equivalent = the median paired ratio's family-wise 90% interval inside \
          [1/{EQUIVALENCE_RATIO}, {EQUIVALENCE_RATIO}]. A learning rate marked † is an end of its grid: that arm's best rate \
          may lie beyond it.\n\n\
-         **Learning rates chosen**\n\n{}\n\
+         **Learning-rate curves** (after Wortsman et al. 2023): per arm, the best rate by the median steps \
+         to 99% over the tuning seeds (a run short of it counted as never), the seeds' range, and the range \
+         of rates whose median is within {SENSITIVITY_FACTOR}× of that best (its width in decades: the \
+         sensitivity); the best rate by the median held-out loss at step {}. Every point is in \
+         `training_lr_curves.csv`; the plots follow the table. The rate for evaluation follows the rule \
+         above on the same runs, so it can differ from the best median.\n\n{}\n{}\n\
          **The article's question: 1/√d_k vs none (Adam)**\n\n{}\n\
-         **Temperature: 1/d_k and a learned temperature (starting at 1, unscaled)**\n\n{}\n\
+         **Temperature: 1/d_k and a learned temperature (starting at 1, unscaled).** The learned \
+         temperature's θ = ln τ shares the model's Adam rate: Adam moves it by about the rate per step \
+         whatever its gradient, so within the budget it moves at most ≈ rate × {} (the claims print it per \
+         condition beside ln √d_k, what 1/√d_k would need): this arm measures the optimizer's step as much \
+         as whether the scale can be learned.\n\n{}\n\
          **Controls at d_k = {} (unit init): soft-cap {}, QK-norm**\n\n{}\n\
          **SGD (secondary)**\n\n{}\n\
+         **Intervention: unscaled, W_Q and W_K initialized × d_k^−¼** (its logits start exactly as 1/√d_k's, \
+         same seed and draws; training follows the unscaled gradients)\n\n{}\n\
          **The premise: q and k components entering attention** (std over every component, at step 0 and at \
          the end of each run; Burn's default init gives q = LN(x)·W with W ~ U(±1/√64): std 1/√3 ≈ 0.577)\n\n{}\n\
-         **Mechanism**: Spearman's ρ of the initial logit std and the steps to 99% within each arm (every \
-         d_k and seed; family-wise 95% bootstrap intervals over seeds): {mechanism}.\n\n{}\n",
+         **Mechanism**: Spearman's ρ of the initial logit std and the steps to 99% within each arm and d_k \
+         (over its evaluation seeds; family-wise 95% bootstrap intervals over seeds): {mechanism}.\n\n{}\n",
         100.0 * TARGET,
         sizes.budget,
         sizes.eval_seeds,
         sizes.adam_lrs,
         sizes.sgd_lrs,
         sizes.tuning_seeds,
-        lr_table(data),
+        sizes.sweep_dims,
+        sizes.budget,
+        super::sweep_plot::table(data),
+        sweep_plots.join("\n"),
         comparison_table(data, Part::Main),
+        sizes.budget,
         comparison_table(data, Part::Temperature),
         sizes.controls_dim,
         super::design::SOFTCAP,
         comparison_table(data, Part::Controls),
         comparison_table(data, Part::Sgd),
+        comparison_table(data, Part::Intervention),
         premise_table(data),
         plots.join("\n"),
     ))

@@ -1,0 +1,206 @@
+//! The learning-rate curves' plots and table: per initialization and d_k of the sweep, the
+//! median steps to 99% and the median held-out loss at the budget against the rate, one line
+//! per arm with the tuning seeds' range as its band.
+
+use sdpa_model::{OptimizerKind, QkInit};
+
+use super::analyze::{Curve, TrainingData};
+use crate::claims::short;
+use crate::context::LabError;
+use crate::experiment::Canvas;
+use crate::markdown::md_table;
+use crate::measures::training::init_name;
+use crate::plot::{LinePlot, Series};
+
+/// The curves of one (initialization, d_k), Adam.
+fn of(data: &TrainingData, init: QkInit, d_k: usize) -> Vec<&Curve> {
+    data.curves
+        .iter()
+        .filter(|c| {
+            c.condition.optimizer == OptimizerKind::Adam
+                && c.condition.init == init
+                && c.condition.d_k == d_k
+        })
+        .collect()
+}
+
+/// The two plots of every (initialization, d_k) of the sweep; returns their Markdown links.
+pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, LabError> {
+    let budget = data.sizes.budget as f64;
+    // Where "never" is drawn: a median (or a band's end) beyond the budget.
+    let never = budget * 1.1;
+    let clip = |y: f64| if y.is_finite() { y } else { never };
+    let mut links = Vec::new();
+    for init in [QkInit::Default, QkInit::Unit] {
+        for &d_k in &data.sizes.sweep_dims {
+            let curves = of(data, init, d_k);
+            if curves.is_empty() {
+                continue;
+            }
+            let name = init_name(init);
+            let series = |value: &dyn Fn(&super::analyze::SweepPoint) -> (f64, f64, f64)| {
+                curves
+                    .iter()
+                    .enumerate()
+                    .map(|(k, c)| {
+                        let points = c
+                            .points
+                            .iter()
+                            .filter(|p| p.seeds > 0)
+                            .map(|p| {
+                                let (v, lo, hi) = value(p);
+                                (p.lr, v, lo, hi)
+                            })
+                            .collect();
+                        Series::with_band(c.arm.label(), points).colored(k)
+                    })
+                    .collect::<Vec<_>>()
+            };
+            links.push(canvas.line_plot(
+                &format!("training_lr_steps_{name}_dk{d_k}.png"),
+                &LinePlot {
+                    title: format!(
+                        "Steps to 99% against the learning rate (Adam, {name} init, d_k = {d_k}; \
+                         median and range of {} seeds)",
+                        data.sizes.tuning_seeds
+                    ),
+                    x_label: "learning rate".into(),
+                    y_label: format!("steps to 99% (never: drawn at {never})"),
+                    log_x: true,
+                    log_y: false,
+                    series: series(&|p| (clip(p.steps.value), clip(p.steps.lo), clip(p.steps.hi))),
+                },
+            )?);
+            // A diverged run's loss is +∞: drawn at the top of the finite ones.
+            let top = curves
+                .iter()
+                .flat_map(|c| c.points.iter())
+                .flat_map(|p| [p.final_loss.value, p.final_loss.hi])
+                .filter(|v| v.is_finite())
+                .fold(1.0f64, f64::max)
+                * 2.0;
+            let floor = |v: f64| if v.is_finite() { v.max(1e-4) } else { top };
+            links.push(canvas.line_plot(
+                &format!("training_lr_loss_{name}_dk{d_k}.png"),
+                &LinePlot {
+                    title: format!(
+                        "Held-out loss after {} steps against the learning rate (Adam, {name} init, \
+                         d_k = {d_k})",
+                        data.sizes.budget
+                    ),
+                    x_label: "learning rate".into(),
+                    y_label: format!("held-out loss at step {} (diverged: drawn at the top)", budget),
+                    log_x: true,
+                    log_y: true,
+                    series: series(&|p| {
+                        (
+                            floor(p.final_loss.value),
+                            floor(p.final_loss.lo),
+                            floor(p.final_loss.hi),
+                        )
+                    }),
+                },
+            )?);
+        }
+    }
+    Ok(links)
+}
+
+/// Every tuned arm's curve in one row: the rate chosen for evaluation, the best rate, its
+/// outcome and the width of the good range.
+pub fn table(data: &TrainingData) -> String {
+    let chosen = |c: &Curve| {
+        data.tuned
+            .iter()
+            .find(|t| t.condition == c.condition && t.arm == c.arm)
+            .and_then(|t| t.chosen)
+            .map_or("– (not evaluated)".into(), |lr| lr.to_string())
+    };
+    md_table(
+        &[
+            "condition",
+            "arm",
+            "rate for evaluation",
+            "best rate (median steps)",
+            "median steps to 99% there (seeds' range)",
+            "seeds at 99% there",
+            "rates within the factor (decades)",
+            "best rate (median final loss)",
+            "median final loss there (seeds' range)",
+        ],
+        &data
+            .curves
+            .iter()
+            .map(|c| {
+                let best = c.best.map(|i| &c.points[i]);
+                let best_loss = c.best_loss.map(|i| &c.points[i]);
+                vec![
+                    format!(
+                        "{}, {} init, d_k = {}",
+                        crate::measures::training::optimizer_name(c.condition.optimizer),
+                        init_name(c.condition.init),
+                        c.condition.d_k
+                    ),
+                    c.arm.label(),
+                    chosen(c),
+                    best.map_or("– (never at 99%)".into(), |p| p.lr.to_string()),
+                    best.map_or("–".into(), |p| with_range(p.steps)),
+                    best.map_or("–".into(), |p| format!("{} of {}", p.reached, p.seeds)),
+                    c.good.map_or("–".into(), |(lo, hi)| {
+                        format!(
+                            "{lo} – {hi} ({:.1}{})",
+                            c.width,
+                            if c.good_at_edge {
+                                ", at the grid's end"
+                            } else {
+                                ""
+                            }
+                        )
+                    }),
+                    best_loss.map_or("–".into(), |p| p.lr.to_string()),
+                    best_loss.map_or("–".into(), |p| with_range(p.final_loss)),
+                ]
+            })
+            .collect::<Vec<_>>(),
+    )
+}
+
+/// `value [lo, hi]`, or the value alone when there is no interval (a single seed).
+fn with_range(e: crate::stats::Estimate) -> String {
+    if e.lo.is_nan() {
+        short(e.value)
+    } else {
+        format!("{} [{}, {}]", short(e.value), short(e.lo), short(e.hi))
+    }
+}
+
+/// Every point of every curve, for the CSV.
+pub fn csv_rows(data: &TrainingData) -> Vec<String> {
+    data.curves
+        .iter()
+        .flat_map(|c| {
+            c.points.iter().map(move |p| {
+                format!(
+                    "{},{},{},{},{},{},{},{},{},{},{},{},{}",
+                    crate::measures::training::optimizer_name(c.condition.optimizer),
+                    init_name(c.condition.init),
+                    c.condition.d_k,
+                    c.arm.slug(),
+                    p.lr,
+                    p.seeds,
+                    p.reached,
+                    p.steps.value,
+                    p.steps.lo,
+                    p.steps.hi,
+                    p.final_loss.value,
+                    p.final_loss.lo,
+                    p.final_loss.hi
+                )
+            })
+        })
+        .collect()
+}
+
+/// The CSV's header.
+pub const CSV_HEADER: &str = "optimizer,init,d_k,arm,lr,seeds,reached,median_steps,steps_lo,steps_hi,\
+                              median_final_loss,loss_lo,loss_hi";
