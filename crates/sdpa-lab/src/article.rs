@@ -116,6 +116,13 @@ pub const TRAINING_EXTREMELY_SLOW: Quote = Quote {
     en: "what happens: softmax saturates → gradients vanish → training fails completely or is extremely slow. (the 'extremely slow' half)",
 };
 
+/// Q1: the whole sentence: fails completely or is extremely slow.
+pub const TRAINING_SENTENCE: Quote = Quote {
+    section: "Q1",
+    zh: "现象：softmax 饱和 → 梯度消失 → 训练完全失效或极慢。",
+    en: "what happens: softmax saturates → gradients vanish → training fails completely or is extremely slow.",
+};
+
 /// §3.2: softmax weights sum to 1, nothing is amplified without bound.
 pub const SOFTMAX_BUDGET: Quote = Quote {
     section: "§3.2",

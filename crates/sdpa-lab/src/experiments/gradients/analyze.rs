@@ -4,7 +4,7 @@ use serde::Serialize;
 
 use super::{DrawValues, GradientsConfig, GradientsResult};
 use crate::experiment::{BackendValues, Measured, Plan};
-use crate::stats::{Estimate, exponent_ci, mean_ci};
+use crate::stats::{Estimate, bonferroni_level, exponent_ci, mean_ci, mean_interval};
 
 /// "Almost zero" (Q1: 梯度几乎为 0): the unscaled Jacobian at most a tenth of the scaled one —
 /// an order of magnitude, fixed before any run.
@@ -46,7 +46,8 @@ pub struct RatioRow {
     pub d_v_fixed: bool,
     /// d.
     pub d: usize,
-    /// ‖J‖ unscaled / scaled, mean over draws.
+    /// ‖J‖ unscaled / scaled, mean over draws, with a family-wise 95% interval (Bonferroni over
+    /// every (m, d) of the key sweep: the conditions of the `jacobian-vanishes` claim).
     pub jacobian: Estimate,
     /// RMS ∂L/∂Q unscaled / scaled.
     pub query: Estimate,
@@ -97,7 +98,8 @@ pub struct KeysRow {
     pub m: usize,
     /// d.
     pub d: usize,
-    /// ‖J‖ unscaled / scaled, mean over draws.
+    /// ‖J‖ unscaled / scaled, mean over draws, with a family-wise 95% interval (Bonferroni over
+    /// every (m, d) of the key sweep: the conditions of the `jacobian-vanishes` claim).
     pub jacobian: Estimate,
     /// Every draw's unscaled ‖J‖ (the shrink-with-d fit reads them).
     pub unscaled_draws: Vec<f64>,
@@ -330,13 +332,23 @@ pub fn data(plan: &Plan, cells: &Cells) -> GradientsData {
         ),
     ];
     let groups = by_m(cells, &primary);
+    let n_conditions: usize = groups.iter().map(|(_, g)| g.len()).sum();
+    let level = bonferroni_level(0.95, n_conditions.max(1));
     let by_keys = groups
         .iter()
         .flat_map(|(m, g)| {
             g.iter().map(move |c| KeysRow {
                 m: *m,
                 d: c.config.d,
-                jacobian: mean_ci(&jacobian_ratios(&c.result)),
+                jacobian: {
+                    let x = jacobian_ratios(&c.result);
+                    let (lo, hi) = mean_interval(&x, level);
+                    Estimate {
+                        lo,
+                        hi,
+                        ..mean_ci(&x)
+                    }
+                },
                 unscaled_draws: c.result.unscaled.iter().map(|v| v.jacobian_norm).collect(),
             })
         })

@@ -229,8 +229,9 @@ fn article_claims(main: &[&PairStats]) -> Vec<Claim> {
         ),
         over(
             "fails-or-extremely-slow",
-            Source::Lab,
-            "the article's sentence as a whole: fails completely *or* extremely slow".into(),
+            Source::Article(&article::TRAINING_SENTENCE),
+            "the article's sentence as a whole: without √d_k, training fails completely *or* is extremely slow"
+                .into(),
             "holds where either half holds, fails where both fail",
             main,
             &either,

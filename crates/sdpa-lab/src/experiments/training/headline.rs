@@ -288,10 +288,15 @@ pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
             part(split(false), "where they are below")
         ))
     };
-    if let (Some(fails), Some(slow)) = (words("fails-completely"), words("extremely-slow")) {
+    if let (Some(fails), Some(slow), Some(either)) = (
+        words("fails-completely"),
+        words("extremely-slow"),
+        words("fails-or-extremely-slow"),
+    ) {
         out.push(format!(
             "**The article's words:** «training fails completely» {fails}. «Extremely slow» (at least \
-             {SLOW_FACTOR}× the steps to 99%) {slow}."
+             {SLOW_FACTOR}× the steps to 99%) {slow}. The sentence as a whole, «fails completely or extremely \
+             slow», {either}."
         ));
     }
     out
