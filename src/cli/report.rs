@@ -37,8 +37,13 @@ pub struct LabArgs {
     #[arg(long, value_name = "I/N")]
     pub shard: Option<String>,
     /// Render REPORT.md, results.json and the plots again from DIR's saved cells (measures
-    /// nothing).
-    #[arg(long, value_name = "DIR", conflicts_with_all = ["shard", "merge"])]
+    /// nothing; renders in DIR, whose run.json says what was run: --out, --quick, --seed and
+    /// --backend do not apply).
+    #[arg(
+        long,
+        value_name = "DIR",
+        conflicts_with_all = ["shard", "merge", "out", "quick", "seed", "backends"]
+    )]
     pub render_only: Option<PathBuf>,
     /// Merge the folders of every shard of a run into --out and render the report.
     #[arg(long, value_name = "DIR", num_args = 1.., conflicts_with = "shard")]

@@ -279,13 +279,14 @@ impl TrainArgs {
     }
 }
 
-/// A wrong --out or --resume folder, or sizes that cannot fit, are bad usage (exit 2); every
-/// other error is a failed run (exit 1).
+/// A wrong --out or --resume folder, a resume that asks for another run than the saved one, or
+/// sizes that cannot fit, are bad usage (exit 2); every other error is a failed run (exit 1).
 fn usage_or_failure(e: ModelError) -> anyhow::Error {
     match e {
         ModelError::RunExists { .. }
         | ModelError::ForeignFile(_)
         | ModelError::Locked { .. }
+        | ModelError::Mismatch { .. }
         | ModelError::Link(_)
         | ModelError::TooLarge { .. } => anyhow::Error::new(UsageError(e.to_string())),
         other => anyhow::Error::new(other),

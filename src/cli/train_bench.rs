@@ -212,8 +212,8 @@ pub fn run(args: &TrainBenchArgs) -> anyhow::Result<bool> {
         let path = args
             .out
             .join(format!("train_{}_{}{suffix}.json", r.backend, size.name()));
-        std::fs::write(&path, serde_json::to_string_pretty(&r)? + "\n")
-            .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))?;
+        // Atomically, without following a link (the lab's one durable write).
+        sdpa_model::train::write_atomic(&path, serde_json::to_string_pretty(&r)? + "\n")?;
         let profile = r
             .profile_ms_per_step
             .iter()

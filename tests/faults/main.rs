@@ -5,7 +5,9 @@
 
 mod cli;
 mod golden;
+mod lab;
 mod module;
+mod resume;
 mod runs;
 mod sizes;
 mod training;

@@ -202,6 +202,10 @@ pub struct StoredCell {
     pub result: serde_json::Value,
     /// Seconds it took to measure.
     pub seconds: f64,
+    /// The run that measured it (when it started, the commit, the pid).
+    pub measured_by: String,
+    /// Read back from an earlier run's saved cell (not measured by this process).
+    pub reused: bool,
 }
 
 /// What a finished experiment hands to the report.

@@ -2,7 +2,6 @@
 //! its own (empty, or holding its manifest) and never deletes what it did not write.
 
 use std::fs;
-use std::io::Write as _;
 use std::path::Path;
 
 use crate::context::LabError;
@@ -10,29 +9,25 @@ use crate::context::LabError;
 /// The manifest that marks a folder as a lab output folder.
 pub const MANIFEST: &str = ".sdpa-lab";
 
-/// Writes `bytes` to `path` atomically: into a temporary file beside it, synced, then renamed
-/// over it. A process killed at any moment leaves the old file or the new one, never half of
-/// one (and at worst a `.tmp-` file of its own, which the next run removes).
+/// The lock file of a lab folder: one writer at a time ([`lock`]).
+pub const LOCK: &str = "lab.lock";
+
+/// Writes `bytes` to `path` atomically and durably, without following a link: the one write of
+/// training runs and the lab ([`sdpa_model::train::write_atomic`]). A process killed at any
+/// moment leaves the old file or the new one, never half of one (and at worst a `NAME.tmp` of its
+/// own, which the next run removes).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), LabError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let mut file = fs::File::create(&tmp).map_err(|e| LabError::io(&tmp, e))?;
-    file.write_all(bytes).map_err(|e| LabError::io(&tmp, e))?;
-    file.sync_all().map_err(|e| LabError::io(&tmp, e))?;
-    drop(file);
-    fs::rename(&tmp, path).map_err(|e| LabError::io(path, e))
+    sdpa_model::train::write_atomic(path, bytes).map_err(LabError::from)
 }
 
-/// Whether a file name is one of this module's temporary files.
+/// Whether a file name is one of the lab's temporary files: `NAME.tmp` of [`write_atomic`], or
+/// `.NAME.tmp-PID` of earlier versions.
 pub fn is_temporary(name: &str) -> bool {
-    name.starts_with('.') && name.contains(".tmp-")
+    name.ends_with(".tmp") || (name.starts_with('.') && name.contains(".tmp-"))
 }
 
-/// Removes the temporary files a killed run left in `dir` (only those: the lab's own).
+/// Removes the temporary files a killed run left in `dir` (only those: the lab's own, and only
+/// regular files; a link is never followed nor removed).
 pub fn remove_temporaries(dir: &Path) -> Result<(), LabError> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Ok(());
@@ -46,6 +41,68 @@ pub fn remove_temporaries(dir: &Path) -> Result<(), LabError> {
         }
     }
     Ok(())
+}
+
+/// Makes `path` a folder of the lab's own inside one of its folders: creates it when absent,
+/// accepts a real folder, and refuses a symbolic link (never followed: the lab would write and
+/// delete in its target) or anything else.
+pub fn own_dir(path: &Path) -> Result<(), LabError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => Err(LabError::Usage(format!(
+            "{} is a symbolic link where the lab keeps its own folder: refusing to follow it \
+             (remove the link)",
+            path.display()
+        ))),
+        Ok(meta) if meta.is_dir() => Ok(()),
+        Ok(_) => Err(LabError::Usage(format!(
+            "{} is not a folder, where the lab keeps one: move it away",
+            path.display()
+        ))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match fs::create_dir(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(LabError::io(path, e)),
+            _ => own_dir_exists(path),
+        },
+        Err(e) => Err(LabError::io(path, e)),
+    }
+}
+
+/// After a create, what is at `path` must be a real folder.
+fn own_dir_exists(path: &Path) -> Result<(), LabError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.is_dir() && !meta.file_type().is_symlink() => Ok(()),
+        _ => Err(LabError::Usage(format!(
+            "{} is not a folder of the lab's own",
+            path.display()
+        ))),
+    }
+}
+
+/// Takes the lab's lock of its folder `dir` (one writer at a time, as for training runs: the same
+/// lock, see [`sdpa_model::train::DirLock`]); another live writer is a usage error naming it.
+pub fn lock(dir: &Path) -> Result<sdpa_model::train::DirLock, LabError> {
+    match sdpa_model::train::DirLock::acquire_named(dir, LOCK, "lab run") {
+        Ok((lock, note)) => {
+            if let Some(note) = note {
+                eprintln!("note: {note}");
+            }
+            Ok(lock)
+        }
+        Err(e @ sdpa_model::ModelError::Locked { .. }) => Err(LabError::Usage(e.to_string())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Refuses a folder that is not a lab folder (no manifest): `--render-only` and `--merge`'s
+/// shards read only what the lab wrote, and never write into a user's folder.
+pub fn require_own(dir: &Path) -> Result<(), LabError> {
+    match fs::symlink_metadata(dir.join(MANIFEST)) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        _ => Err(LabError::Usage(format!(
+            "{} is not a folder the lab wrote (it has no {MANIFEST} manifest): give the output \
+             folder of `sdpa report` or `sdpa exp`",
+            dir.display()
+        ))),
+    }
 }
 
 /// Makes `dir` the lab's: creates it, or accepts it when it is empty or already holds the

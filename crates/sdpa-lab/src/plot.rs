@@ -183,6 +183,48 @@ fn bounds(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
     }
 }
 
+/// The points of `s` a plot's axes can show (positive where an axis is logarithmic).
+fn usable(plot: &LinePlot, a: f64, b: f64) -> bool {
+    a.is_finite() && b.is_finite() && (!plot.log_x || a > 0.0) && (!plot.log_y || b > 0.0)
+}
+
+/// The shaded band of series `i`, lighter when many bands overlap.
+fn draw_band<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    plot: &LinePlot,
+    i: usize,
+    s: &Series,
+) -> Result<(), String>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate<From = (f64, f64)>,
+{
+    let color = COLORS[s.color.unwrap_or(i) % COLORS.len()];
+    let band: Vec<(f64, f64, f64)> = s
+        .band
+        .iter()
+        .copied()
+        .filter(|(x, lo, hi)| usable(plot, *x, *lo) && usable(plot, *x, *hi))
+        .collect();
+    let banded = plot.series.iter().filter(|s| s.band.len() >= 2).count();
+    let alpha = if banded <= 2 { 0.28 } else { 0.14 };
+    if band.len() >= 2 {
+        let outline: Vec<(f64, f64)> = band
+            .iter()
+            .map(|(x, _, hi)| (*x, *hi))
+            .chain(band.iter().rev().map(|(x, lo, _)| (*x, *lo)))
+            .collect();
+        chart
+            .draw_series(std::iter::once(Polygon::new(
+                outline,
+                color.mix(alpha).filled(),
+            )))
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+/// The line (or markers) of series `i`.
 fn draw_series<'a, DB, CT>(
     chart: &mut ChartContext<'a, DB, CT>,
     plot: &LinePlot,
@@ -194,34 +236,12 @@ where
     CT: CoordTranslate<From = (f64, f64)>,
 {
     let color = COLORS[s.color.unwrap_or(i) % COLORS.len()];
-    let usable = |a: f64, b: f64| {
-        a.is_finite() && b.is_finite() && (!plot.log_x || a > 0.0) && (!plot.log_y || b > 0.0)
-    };
     let pts: Vec<(f64, f64)> = s
         .points
         .iter()
         .copied()
-        .filter(|(a, b)| usable(*a, *b))
+        .filter(|(a, b)| usable(plot, *a, *b))
         .collect();
-    let band: Vec<(f64, f64, f64)> = s
-        .band
-        .iter()
-        .copied()
-        .filter(|(x, lo, hi)| usable(*x, *lo) && usable(*x, *hi))
-        .collect();
-    if band.len() >= 2 {
-        let outline: Vec<(f64, f64)> = band
-            .iter()
-            .map(|(x, _, hi)| (*x, *hi))
-            .chain(band.iter().rev().map(|(x, lo, _)| (*x, *lo)))
-            .collect();
-        chart
-            .draw_series(std::iter::once(Polygon::new(
-                outline,
-                color.mix(0.28).filled(),
-            )))
-            .map_err(|e| e.to_string())?;
-    }
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
     if s.markers_only {
         let style = if s.hollow {
@@ -285,8 +305,12 @@ where
         .light_line_style(RGBColor(235, 235, 235))
         .draw()
         .map_err(|e| e.to_string())?;
-    // Dashed reference lines last, so that a curve lying on one (a measurement that matches
-    // its reference) does not hide it.
+    // Every band first, so that no band covers another series' line; dashed reference lines
+    // last, so that a curve lying on one (a measurement that matches its reference) does not
+    // hide it.
+    for (i, s) in plot.series.iter().enumerate() {
+        draw_band(&mut chart, plot, i, s)?;
+    }
     for dashed in [false, true] {
         for (i, s) in plot.series.iter().enumerate() {
             if s.dashed == dashed {
@@ -355,10 +379,39 @@ fn log_base(lo: f64, hi: f64) -> f64 {
     }
 }
 
+/// Draws into an RGB buffer of `size` with `draw`, then writes it to `path` as a PNG, atomically
+/// (a kill leaves the old plot or the new one, never a truncated file; no link is followed).
+fn draw_png(
+    path: &Path,
+    size: (u32, u32),
+    draw: impl FnOnce(DrawingArea<BitMapBackend<'_>, Shift>) -> Result<(), LabError>,
+) -> Result<(), LabError> {
+    let mut pixels = vec![0u8; size.0 as usize * size.1 as usize * 3];
+    draw(BitMapBackend::with_buffer(&mut pixels, size).into_drawing_area())?;
+    let mut bytes = Vec::new();
+    {
+        let mut encoder = png::Encoder::new(&mut bytes, size.0, size.1);
+        encoder.set_color(png::ColorType::Rgb);
+        encoder.set_depth(png::BitDepth::Eight);
+        let mut writer = encoder.write_header().map_err(|e| LabError::io(path, e))?;
+        writer
+            .write_image_data(&pixels)
+            .map_err(|e| LabError::io(path, e))?;
+    }
+    crate::files::write_atomic(path, &bytes)
+}
+
 /// Draws a line plot to a PNG file (1100 × 600: the plot, and the legend in a column beside it).
 pub fn line_plot(path: &Path, plot: &LinePlot) -> Result<(), LabError> {
     register_font();
-    let root = BitMapBackend::new(path, (1100, 600)).into_drawing_area();
+    draw_png(path, (1100, 600), |root| line_plot_on(path, plot, root))
+}
+
+fn line_plot_on(
+    path: &Path,
+    plot: &LinePlot,
+    root: DrawingArea<BitMapBackend<'_>, Shift>,
+) -> Result<(), LabError> {
     root.fill(&WHITE).map_err(|e| LabError::io(path, e))?;
     let (chart_area, legend_area) = root.split_horizontally(800);
     let xs = plot
@@ -443,9 +496,21 @@ pub fn heatmap(
     y_label: &str,
 ) -> Result<(), LabError> {
     register_font();
+    draw_png(path, (860, 720), |root| {
+        heatmap_on(path, title, matrix, x_label, y_label, root)
+    })
+}
+
+fn heatmap_on(
+    path: &Path,
+    title: &str,
+    matrix: &[Vec<f64>],
+    x_label: &str,
+    y_label: &str,
+    root: DrawingArea<BitMapBackend<'_>, Shift>,
+) -> Result<(), LabError> {
     let rows = matrix.len();
     let cols = matrix.first().map_or(0, |r| r.len());
-    let root = BitMapBackend::new(path, (860, 720)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| LabError::io(path, e))?;
     let (map_area, bar_area) = root.split_horizontally(760);
     let flip = |i: f64| (rows as f64 - 1.0) - i;

@@ -84,7 +84,56 @@ impl RunRecord {
                 dir.display()
             ))
         })?;
-        serde_json::from_str(&text).map_err(|e| LabError::io(&path, e))
+        let record: Self = serde_json::from_str(&text).map_err(|e| {
+            LabError::Usage(format!(
+                "{}: {e}: not a run record the lab wrote (run the report again to rewrite it)",
+                path.display()
+            ))
+        })?;
+        record.validate(&path)?;
+        Ok(record)
+    }
+
+    /// Checks every field read back from disk, naming the file and the field: a run record edited
+    /// by hand is refused, never trusted into a panic.
+    pub fn validate(&self, path: &Path) -> Result<(), LabError> {
+        let bad = |field: &str, why: String| {
+            Err(LabError::Usage(format!(
+                "{}: field `{field}` {why} (run the report again to rewrite it)",
+                path.display()
+            )))
+        };
+        if let Some(shard) = self.shard
+            && (shard.count == 0 || shard.index >= shard.count)
+        {
+            return bad(
+                "shard",
+                format!(
+                    "is index {} of count {}: a shard needs 0 ≤ index < count",
+                    shard.index, shard.count
+                ),
+            );
+        }
+        if self.plan.backends.is_empty() {
+            return bad(
+                "plan.backends",
+                "is empty: a run has at least one backend".into(),
+            );
+        }
+        if let Some(b) = self.plan.backends.iter().find(|b| b.trim().is_empty()) {
+            return bad("plan.backends", format!("holds an empty name {b:?}"));
+        }
+        if self.experiments.is_empty() {
+            return bad(
+                "experiments",
+                "is empty: a run has at least one experiment".into(),
+            );
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = self.experiments.iter().find(|e| !seen.insert(e.as_str())) {
+            return bad("experiments", format!("names `{dup}` twice"));
+        }
+        Ok(())
     }
 
     /// Writes `DIR/run.json`.

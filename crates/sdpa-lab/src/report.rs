@@ -58,6 +58,9 @@ pub struct ExperimentReport {
     pub cells: usize,
     /// Seconds the cells took to measure (summed over cells, whichever process measured them).
     pub measure_seconds: f64,
+    /// Cells read back from earlier runs' saved cells rather than measured by this process, per
+    /// measuring run (when it started, its commit, its pid), in the order first met.
+    pub reused_from: Vec<(String, usize)>,
 }
 
 impl ExperimentReport {
@@ -84,6 +87,7 @@ impl ExperimentReport {
             skipped: finished.skipped,
             cells: cells.len(),
             measure_seconds: cells.iter().map(|c| c.seconds).sum(),
+            reused_from: reused_from(cells.iter().filter(|c| c.reused).map(|c| &c.measured_by)),
         }
     }
 }
@@ -105,7 +109,21 @@ pub struct Report {
     pub failures: Vec<Failure>,
 }
 
-fn git_commit() -> String {
+/// Counts per run, in the order first met.
+fn reused_from<'a>(runs: impl Iterator<Item = &'a String>) -> Vec<(String, usize)> {
+    let mut out: Vec<(String, usize)> = Vec::new();
+    for run in runs {
+        match out.iter_mut().find(|(r, _)| r == run) {
+            Some((_, n)) => *n += 1,
+            None => out.push((run.clone(), 1)),
+        }
+    }
+    out
+}
+
+/// The sources' git commit (12 hex digits), `-dirty` when tracked files differ from it,
+/// `unknown` outside a git checkout.
+pub fn git_commit() -> String {
     // The sources' commit, wherever the report is run from, marked `-dirty` when tracked files
     // differ from it (the report was then made by code that is in no commit).
     let git = |args: &[&str]| {
@@ -332,12 +350,33 @@ pub fn markdown(r: &Report) -> String {
          experiment's verdict follows from its claims.\n"
     );
     let plan = &r.run.plan;
+    let cells: usize = r.experiments.iter().map(|e| e.cells).sum();
+    let reused = reused_from(
+        r.experiments
+            .iter()
+            .flat_map(|e| e.reused_from.iter())
+            .flat_map(|(run, n)| std::iter::repeat_n(run, *n)),
+    );
+    let n_reused: usize = reused.iter().map(|(_, n)| n).sum();
+    let provenance = if n_reused == 0 {
+        format!("all {cells} cells measured by this process")
+    } else {
+        format!(
+            "{} of {cells} cells measured by this process, {n_reused} reused from saved cells ({})",
+            cells - n_reused,
+            reused
+                .iter()
+                .map(|(run, n)| format!("{n} measured by the run of {run}"))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    };
     let _ = writeln!(
         s,
-        "Backends: {} (primary: {}) · seed {} · {} sizes · commit `{}` · {:.0} s of measurement summed over \
-         the cells (heavy cells run one per core) · this process {:.1} s. All numbers are in `results.json`, \
-         every measured cell in `cells/`, CSV files beside this report; `sdpa report --render-only {{this \
-         folder}}` renders it again from the saved cells.\n",
+        "Backends: {} (primary: {}) · seed {} · {} sizes · commit `{}` · {provenance} · {:.0} s of measurement \
+         summed over the cells (heavy cells run one per core) · this process {:.1} s. All numbers are in \
+         `results.json`, every measured cell in `cells/`, CSV files beside this report; `sdpa report \
+         --render-only {{this folder}}` renders it again from the saved cells.\n",
         plan.backends.join(", "),
         plan.primary(),
         plan.seed,

@@ -66,13 +66,15 @@ pub enum ModelError {
         "{0} was not written by a training run: refusing to remove it (move it away or choose another --out)"
     )]
     ForeignFile(PathBuf),
-    /// Another process holds the run directory.
+    /// Another process holds the directory.
     #[error(
-        "{dir} is in use by another training run ({holder}): one process at a time may write a run directory (its lock is {lock})"
+        "{dir} is in use by another {what} ({holder}): one process at a time may write it (its lock is {lock})"
     )]
     Locked {
-        /// The run directory.
+        /// The directory.
         dir: PathBuf,
+        /// What kind of writer holds it ("training run", "lab run").
+        what: String,
         /// Who holds it: pid and host, as the lock file says.
         holder: String,
         /// The lock file.

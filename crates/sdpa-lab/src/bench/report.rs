@@ -197,9 +197,10 @@ pub fn write(r: &BenchReport, ctx: &BenchContext) -> Result<Vec<String>, LabErro
     let json = ctx.out_dir.join(format!("bench_{stem}.json"));
     let text = serde_json::to_string_pretty(r)
         .map_err(|e| LabError::Other(format!("cannot serialize the bench report: {e}")))?;
-    std::fs::write(&json, text).map_err(|e| LabError::io(&json, e))?;
+    // Atomically and without following a link, as every file of the lab.
+    crate::files::write_atomic(&json, text.as_bytes())?;
     let md = ctx.out_dir.join(format!("BENCH_{stem}.md"));
-    std::fs::write(&md, markdown(r)).map_err(|e| LabError::io(&md, e))?;
+    crate::files::write_atomic(&md, markdown(r).as_bytes())?;
     let mut files = vec![json.display().to_string(), md.display().to_string()];
     let timed = Mode::ALL
         .map(Mode::name)

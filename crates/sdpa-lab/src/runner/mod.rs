@@ -179,8 +179,16 @@ impl CellSource for Measuring<'_> {
             let root = self.dir.join(if owned { "cells" } else { "support" });
             let key = CellKey::of(experiment, cell);
             match cache::load(&root, &key, cell)? {
-                Some(stored) => got[position] = Some(stored),
-                None => jobs.push((position, root, cell.clone())),
+                cache::Loaded::Cell(stored) => got[position] = Some(stored),
+                cache::Loaded::Missing => jobs.push((position, root, cell.clone())),
+                cache::Loaded::Damaged(why) => {
+                    eprintln!(
+                        "note: cell {}/{} is damaged ({why}): measuring it again",
+                        experiment.name(),
+                        cell.id
+                    );
+                    jobs.push((position, root, cell.clone()));
+                }
             }
         }
         for (position, stored) in self.measure_all(experiment, jobs)? {
@@ -207,18 +215,32 @@ impl CellSource for Reading<'_> {
         let mut got = Vec::with_capacity(planned.len());
         for cell in planned {
             let key = CellKey::of(experiment, cell);
+            let name = format!("{}/{}", experiment.name(), cell.id);
             let mut found: Vec<(&PathBuf, StoredCell)> = Vec::new();
+            let mut other_code = None;
             for dir in self.sources {
-                if let Some(stored) = cache::load(&dir.join("cells"), &key, cell)? {
-                    found.push((dir, stored));
+                match cache::load(&dir.join("cells"), &key, cell)? {
+                    cache::Loaded::Cell(stored) => found.push((dir, stored)),
+                    cache::Loaded::Missing => {
+                        other_code = other_code.or(cache::other_key(&dir.join("cells"), &key));
+                    }
+                    cache::Loaded::Damaged(why) => {
+                        return Err(LabError::Usage(format!(
+                            "cell {name} is damaged ({why}): run the report again with the same \
+                             arguments (not --render-only) to measure it again"
+                        )));
+                    }
                 }
             }
-            let name = format!("{}/{}", experiment.name(), cell.id);
             match found.len() {
                 0 => {
+                    let why = other_code.map_or_else(
+                        || "is missing from".to_string(),
+                        |differs| format!("was measured under another key ({differs}) in"),
+                    );
                     return Err(LabError::Usage(format!(
-                        "cell {name} is missing from {}: run the report (or that shard) again with \
-                         the same arguments to finish it",
+                        "cell {name} {why} {}: run the report (or that shard) again with the same \
+                         arguments to measure it",
                         self.sources
                             .iter()
                             .map(|d| d.join("cells").display().to_string())
@@ -243,8 +265,9 @@ impl CellSource for Reading<'_> {
                 // The saved bytes themselves: the merged folder reads exactly what was measured.
                 let from = cache::path(&dir.join("cells"), &key);
                 let to = cache::path(&into.join("cells"), &key);
+                files::own_dir(&into.join("cells"))?;
                 if let Some(parent) = to.parent() {
-                    fs::create_dir_all(parent).map_err(|e| LabError::io(parent, e))?;
+                    files::own_dir(parent)?;
                 }
                 let bytes = fs::read(&from).map_err(|e| LabError::io(&from, e))?;
                 files::write_atomic(&to, &bytes)?;
@@ -294,14 +317,8 @@ pub fn run(
     let started = Instant::now();
     let out = &options.out;
     files::claim_folder(out)?;
-    for sub in ["cells", "support"] {
-        let dir = out.join(sub);
-        if let Ok(entries) = fs::read_dir(&dir) {
-            for e in entries.flatten() {
-                files::remove_temporaries(&e.path())?;
-            }
-        }
-    }
+    let _lock = files::lock(out)?;
+    clean(out)?;
     let record = RunRecord {
         plan: options.plan.clone(),
         experiments: experiments.iter().map(|e| e.name().to_string()).collect(),
@@ -343,9 +360,32 @@ pub fn run(
         .map(|r| RunOutcome::Report(Box::new(r)))
 }
 
+/// Under the lab's lock: checks that the lab's subfolders of `out` are its own (no link is
+/// followed) and removes the temporary files a killed run left there and at the top.
+fn clean(out: &Path) -> Result<(), LabError> {
+    files::remove_temporaries(out)?;
+    for sub in ["cells", "support"] {
+        let dir = out.join(sub);
+        if fs::symlink_metadata(&dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            continue;
+        }
+        files::own_dir(&dir)?;
+        let entries = fs::read_dir(&dir).map_err(|e| LabError::io(&dir, e))?;
+        for e in entries {
+            let e = e.map_err(|e| LabError::io(&dir, e))?;
+            files::own_dir(&e.path())?;
+            files::remove_temporaries(&e.path())?;
+        }
+    }
+    Ok(())
+}
+
 /// Renders `dir`'s report again from its saved cells, measuring nothing.
 pub fn render_only(registry: &[&dyn Experiment], dir: &Path) -> Result<Report, LabError> {
     let started = Instant::now();
+    files::require_own(dir)?;
+    let _lock = files::lock(dir)?;
+    clean(dir)?;
     let record = RunRecord::read(dir)?;
     if let Some(shard) = record.shard {
         return Err(LabError::Usage(format!(
@@ -369,6 +409,9 @@ pub fn merge(
     out: &Path,
 ) -> Result<Report, LabError> {
     let started = Instant::now();
+    for d in shards {
+        files::require_own(d)?;
+    }
     let records: Vec<RunRecord> = shards
         .iter()
         .map(|d| RunRecord::read(d))
@@ -404,7 +447,21 @@ pub fn merge(
             "shard {missing}/{count} is missing from --merge"
         )));
     }
+    // The merged folder is a new one: never a shard's (its cells would be read and overwritten).
+    let same = |a: &Path, b: &Path| match (fs::canonicalize(a), fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    };
+    if let Some(shard) = shards.iter().find(|d| same(d, out)) {
+        return Err(LabError::Usage(format!(
+            "--out {} is one of the shards being merged ({}): merge into a new folder",
+            out.display(),
+            shard.display()
+        )));
+    }
     files::claim_folder(out)?;
+    let _lock = files::lock(out)?;
+    clean(out)?;
     let record = RunRecord {
         shard: None,
         ..first.clone()

@@ -114,7 +114,7 @@ fn config_mismatch(
                 for (k, va) in x {
                     // The budget may grow, and the attention path computes the same function.
                     if (prefix.is_empty() && k == "steps")
-                        || (prefix == "model" && k == "implementation")
+                        || (prefix == "model.attention" && k == "implementation")
                     {
                         continue;
                     }
@@ -337,6 +337,10 @@ pub(crate) fn read_metrics(
             format!("the rows stop before step {due}"),
         ));
     }
+    // The row of an earlier budget's last step (recorded because it was the last, not a
+    // `log_every`-th) is not one this run records when it goes on past it: dropped, so that a run
+    // extended on resume writes the rows an uninterrupted run of the new budget writes.
+    rows.retain(|r| r.step.is_multiple_of(log_every) || r.step + 1 == config.steps);
     Ok(rows)
 }
 
@@ -363,7 +367,7 @@ pub(crate) fn save_checkpoint(
         state.optim_checksum = Some(checksum(&optim_path)?);
         let state_path = tmp.join("state.json");
         state.state_checksum = None;
-        write_atomic(&state_path, &with_own_checksum(&json(&state, &state_path)?))
+        write_atomic(&state_path, with_own_checksum(&json(&state, &state_path)?))
     })
 }
 

@@ -23,8 +23,8 @@ pub(crate) const CHECKPOINT_DIRS: [&str; 3] = ["checkpoint", "checkpoint.tmp", "
 /// The lock file a run holds while it writes its directory (see `lock`).
 pub(crate) const LOCK_FILE: &str = "run.lock";
 
-/// The temporary name a file is written under before its rename.
-fn temp_name(name: &str) -> String {
+/// The temporary name a file is written under before its rename ([`write_atomic`]).
+pub fn temp_name(name: &str) -> String {
     format!("{name}.tmp")
 }
 
@@ -88,9 +88,14 @@ fn sync(path: &Path) -> Result<(), ModelError> {
         .map_err(|e| ModelError::io(path, e))
 }
 
-/// Writes `text` to `path` so that a crash leaves either the old file or the new one: the text
-/// goes to a temporary file, which is synced, renamed over `path`, and the directory synced.
-pub(crate) fn write_atomic(path: &Path, text: &str) -> Result<(), ModelError> {
+/// Writes `bytes` to `path` so that a crash leaves either the old file or the new one: they go to
+/// a temporary file beside it (`NAME.tmp`, created exclusively after removing whatever is at that
+/// name, so that no link is followed), which is synced, renamed over `path` (a link at `path` is
+/// replaced, never written through), and the directory synced. The one durable write of training
+/// runs and of the lab (its cells, reports, plots and bench files). Two processes must not write
+/// one path at once: the callers hold their directory's [`DirLock`](super::lock::DirLock).
+pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), ModelError> {
+    let text = bytes.as_ref();
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -107,7 +112,7 @@ pub(crate) fn write_atomic(path: &Path, text: &str) -> Result<(), ModelError> {
         .create_new(true)
         .open(&tmp)
         .map_err(|e| ModelError::io(&tmp, e))?;
-    file.write_all(text.as_bytes())
+    file.write_all(text)
         .and_then(|()| file.sync_all())
         .map_err(|e| ModelError::io(&tmp, e))?;
     fs::rename(&tmp, path).map_err(|e| ModelError::io(path, e))?;

@@ -1,12 +1,17 @@
-//! One writer per run directory: an advisory lock on `run.lock`, held for the whole run, and
-//! the checks that make a directory a run's own before it writes ([`take_dir`]).
+//! One writer per directory: an advisory lock held for the whole run, and the checks that make a
+//! directory a run's own before it writes ([`take_dir`]). Training runs lock their run directory
+//! with it, and the lab its output folders ([`DirLock`] is public for that: one lock code).
 //!
 //! The lock is the operating system's (`flock` on Unix, `LockFileEx` on Windows, through
 //! [`File::try_lock`]): the kernel drops it when the holder dies, SIGKILL included, so a lock is
-//! never left held by a dead process on the same machine. The file also names its holder (pid and
-//! host) for the message a second writer gets, and is emptied when a run ends normally: a lock
-//! file that still names a holder but can be taken belongs to a run that was killed, and the
-//! taker says so. On another host the holder cannot be checked, so such a lock is refused.
+//! never left held by a dead process on the same machine. On Unix the directory itself is locked
+//! as well as its lock file, so that deleting the lock file (`rm run.lock`) does not let a second
+//! writer in while the first still runs; where a directory cannot be locked (Windows), the taker
+//! checks after locking that the file it locked is still the one at the lock file's name. The file
+//! names its holder (pid and host) for the message a second writer gets, and is emptied when a run
+//! ends normally: a lock file that still names a holder but can be taken belongs to a run that was
+//! killed, and the taker says so. On another host the holder cannot be checked, so such a lock is
+//! refused.
 
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
@@ -18,12 +23,18 @@ use super::files::{
 };
 use crate::error::ModelError;
 
-/// The lock of a run directory; released (and its file emptied) when dropped.
+/// The lock of a directory (a training run's, or a lab folder); released (and its file emptied)
+/// when dropped.
 #[derive(Debug)]
-pub(crate) struct RunLock {
+pub struct DirLock {
     file: File,
     path: PathBuf,
+    /// The directory itself, locked (Unix).
+    _dir: Option<File>,
 }
+
+/// A training run's lock.
+pub(crate) type RunLock = DirLock;
 
 /// This machine's name, as the lock file records it.
 fn host() -> String {
@@ -57,59 +68,158 @@ fn holder(text: &str) -> Option<(String, Option<String>)> {
 fn holder_words(text: &str) -> String {
     holder(text).map_or_else(
         || "a process that has not yet written its name".to_string(),
-        |(pid, host)| format!("pid {pid} on host {}", host.as_deref().unwrap_or("unknown")),
+        |(pid, host)| {
+            format!(
+                "pid {} on host {}",
+                printable(&pid),
+                printable(host.as_deref().unwrap_or("unknown"))
+            )
+        },
     )
 }
 
-impl RunLock {
-    /// Takes the lock of `dir` (which must exist), or says who holds it. Returns a note for the
-    /// user when the lock of a killed run was taken over.
-    pub fn acquire(dir: &Path) -> Result<(Self, Option<String>), ModelError> {
-        let path = dir.join(LOCK_FILE);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(|e| ModelError::io(&path, e))?;
-        let mut text = String::new();
-        match file.try_lock() {
-            Ok(()) => {}
-            Err(TryLockError::WouldBlock) => {
-                let _ = file.read_to_string(&mut text);
-                return Err(ModelError::Locked {
-                    dir: dir.to_path_buf(),
-                    holder: holder_words(&text),
-                    lock: path,
-                });
+/// A name read from a lock file, safe to print: control characters (an ANSI escape, a newline)
+/// are shown escaped, never sent to the terminal.
+fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
             }
-            Err(TryLockError::Error(e)) => return Err(ModelError::io(&path, e)),
+        })
+        .collect()
+}
+
+/// A lock file's text (any bytes: a file that is not UTF-8 is read lossily, never an error).
+fn read_text(file: &mut File) -> String {
+    let mut bytes = Vec::new();
+    let _ = file.seek(SeekFrom::Start(0));
+    let _ = file.read_to_end(&mut bytes);
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// Locks the directory `dir` itself (Unix; elsewhere `None`), or says who holds it.
+fn lock_dir(dir: &Path, lock: &Path, what: &str) -> Result<Option<File>, ModelError> {
+    #[cfg(unix)]
+    {
+        let handle = File::open(dir).map_err(|e| ModelError::io(dir, e))?;
+        match handle.try_lock() {
+            Ok(()) => Ok(Some(handle)),
+            Err(TryLockError::WouldBlock) => {
+                let text = fs::read(lock)
+                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                    .unwrap_or_default();
+                Err(ModelError::Locked {
+                    dir: dir.to_path_buf(),
+                    what: what.to_string(),
+                    holder: holder_words(&text),
+                    lock: lock.to_path_buf(),
+                })
+            }
+            Err(TryLockError::Error(e)) => Err(ModelError::io(dir, e)),
         }
-        file.read_to_string(&mut text)
-            .map_err(|e| ModelError::io(&path, e))?;
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (dir, lock, what);
+        Ok(None)
+    }
+}
+
+/// Whether `file` is the file now at `path` (same device and inode on Unix).
+fn still_at(file: &File, path: &Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        match (file.metadata(), fs::symlink_metadata(path)) {
+            (Ok(a), Ok(b)) => a.dev() == b.dev() && a.ino() == b.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = file;
+        path.is_file()
+    }
+}
+
+impl DirLock {
+    /// Takes the lock of the training run directory `dir` (which must exist), or says who holds
+    /// it. Returns a note for the user when the lock of a killed run was taken over.
+    pub(crate) fn acquire(dir: &Path) -> Result<(Self, Option<String>), ModelError> {
+        Self::acquire_named(dir, LOCK_FILE, "training run")
+    }
+
+    /// Takes the lock of `dir` (which must exist) through its lock file `name`, or says who holds
+    /// it; `what` names the kind of writer in the message a second one gets ("training run", "lab
+    /// run"). Returns a note for the user when the lock of a killed process was taken over.
+    pub fn acquire_named(
+        dir: &Path,
+        name: &str,
+        what: &str,
+    ) -> Result<(Self, Option<String>), ModelError> {
+        let path = dir.join(name);
+        let dir_lock = lock_dir(dir, &path, what)?;
+        let locked = |text: &str| ModelError::Locked {
+            dir: dir.to_path_buf(),
+            what: what.to_string(),
+            holder: holder_words(text),
+            lock: path.clone(),
+        };
+        // Open, lock, and check that the locked file is still the one at `path`: a file unlinked
+        // (or replaced) between the open and the lock is no lock at all.
+        let mut file = loop {
+            let mut file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(|e| ModelError::io(&path, e))?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(TryLockError::WouldBlock) => return Err(locked(&read_text(&mut file))),
+                Err(TryLockError::Error(e)) => return Err(ModelError::io(&path, e)),
+            }
+            if still_at(&file, &path) {
+                break file;
+            }
+        };
+        let text = read_text(&mut file);
         let me = host();
         let note = match holder(&text) {
             None => None,
             Some((pid, host)) if host.as_deref().is_none_or(|h| h == me) => Some(format!(
-                "took over the lock of pid {pid} (a run killed before it could release {}): \
+                "took over the lock of pid {} (a process killed before it could release {}): \
                  it no longer holds it",
+                printable(&pid),
                 path.display()
             )),
             Some((pid, host)) => {
-                let host = host.unwrap_or_default();
+                let host = printable(&host.unwrap_or_default());
                 return Err(ModelError::Locked {
                     dir: dir.to_path_buf(),
+                    what: what.to_string(),
                     holder: format!(
-                        "pid {pid} on host {host}, which this machine ({me}) cannot check; if \
-                         that run is over, empty or delete {}",
+                        "pid {} on host {host}, which this machine ({}) cannot check: it may still \
+                         be running there. Once you know it has ended, empty {} (for example \
+                         `: > {}`) and start again",
+                        printable(&pid),
+                        printable(&me),
+                        path.display(),
                         path.display()
                     ),
                     lock: path,
                 });
             }
         };
-        let lock = Self { file, path };
+        let lock = Self {
+            file,
+            path,
+            _dir: dir_lock,
+        };
         lock.write(&format!("pid {}\nhost {me}\nend\n", std::process::id()))?;
         Ok((lock, note))
     }
@@ -130,8 +240,15 @@ impl RunLock {
 /// error names it). `sdpa train --resume` calls it before it reads the run's configuration.
 pub fn check_run_dir(dir: &Path) -> Result<(), ModelError> {
     refuse_links(dir)?;
-    let path = dir.join(LOCK_FILE);
-    let file = match File::open(&path) {
+    check_unlocked(dir, LOCK_FILE, "training run")
+}
+
+/// Checks, without writing anything, that no process holds the lock of `dir` taken through its
+/// lock file `name` (see [`DirLock::acquire_named`]); the error names the holder.
+pub fn check_unlocked(dir: &Path, name: &str, what: &str) -> Result<(), ModelError> {
+    let path = dir.join(name);
+    drop(lock_dir(dir, &path, what)?);
+    let mut file = match File::open(&path) {
         Ok(file) => file,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(ModelError::io(&path, e)),
@@ -141,19 +258,17 @@ pub fn check_run_dir(dir: &Path) -> Result<(), ModelError> {
             let _ = file.unlock();
             Ok(())
         }
-        Err(TryLockError::WouldBlock) => {
-            let text = fs::read_to_string(&path).unwrap_or_default();
-            Err(ModelError::Locked {
-                dir: dir.to_path_buf(),
-                holder: holder_words(&text),
-                lock: path,
-            })
-        }
+        Err(TryLockError::WouldBlock) => Err(ModelError::Locked {
+            dir: dir.to_path_buf(),
+            what: what.to_string(),
+            holder: holder_words(&read_text(&mut file)),
+            lock: path,
+        }),
         Err(TryLockError::Error(e)) => Err(ModelError::io(&path, e)),
     }
 }
 
-impl Drop for RunLock {
+impl Drop for DirLock {
     fn drop(&mut self) {
         // A run that ends (or fails) normally leaves an empty lock file: nothing to take over.
         let _ = self.write("");

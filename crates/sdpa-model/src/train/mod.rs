@@ -33,7 +33,8 @@ use burn_sdpa::read_back;
 use serde::{Deserialize, Serialize};
 
 pub use config::{OptimizerKind, TrainConfig};
-pub use lock::check_run_dir;
+pub use files::{temp_name, write_atomic};
+pub use lock::{DirLock, check_run_dir, check_unlocked};
 pub use memory::{available_memory, check_fits};
 pub use profile::{Phase, StepProfile};
 

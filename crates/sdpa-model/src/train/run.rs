@@ -130,7 +130,7 @@ impl<'a> Run<'a> {
         let csv = if persist {
             fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
             let config_path = dir.join("config.json");
-            write_atomic(&config_path, &json(config, &config_path)?)?;
+            write_atomic(&config_path, json(config, &config_path)?)?;
             let mut text = csv_header(config.model.n_layers);
             text.push('\n');
             for m in &history {
@@ -408,7 +408,7 @@ impl<'a> Run<'a> {
     /// Writes `summary.json`.
     fn write_summary(&self, summary: &TrainSummary) -> Result<(), ModelError> {
         let path = self.options.out_dir.join("summary.json");
-        write_atomic(&path, &json(summary, &path)?)
+        write_atomic(&path, json(summary, &path)?)
     }
 
     /// Stops a run whose loss or gradient is not finite: the summary says so and the last good

@@ -59,13 +59,12 @@ pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, La
             links.push(canvas.line_plot(
                 &format!("training_lr_steps_{name}_dk{d_k}.png"),
                 &LinePlot {
-                    title: format!(
-                        "Steps to 99% against the learning rate (Adam, {name} init, d_k = {d_k}; \
-                         median and range of {} seeds)",
+                    title: format!("Steps to 99% vs learning rate: Adam, {name} init, d_k = {d_k}"),
+                    x_label: "learning rate".into(),
+                    y_label: format!(
+                        "steps to 99%: median, range of {} seeds (never: {never})",
                         data.sizes.tuning_seeds
                     ),
-                    x_label: "learning rate".into(),
-                    y_label: format!("steps to 99% (never: drawn at {never})"),
                     log_x: true,
                     log_y: false,
                     series: series(&|p| (clip(p.steps.value), clip(p.steps.lo), clip(p.steps.hi))),
@@ -79,17 +78,26 @@ pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, La
                 .filter(|v| v.is_finite())
                 .fold(1.0f64, f64::max)
                 * 2.0;
-            let floor = |v: f64| if v.is_finite() { v.max(1e-4) } else { top };
+            // A loss is positive; a zero (never seen) cannot sit on the log axis and is left out.
+            let floor = |v: f64| {
+                if !v.is_finite() {
+                    top
+                } else if v > 0.0 {
+                    v
+                } else {
+                    f64::NAN
+                }
+            };
             links.push(canvas.line_plot(
                 &format!("training_lr_loss_{name}_dk{d_k}.png"),
                 &LinePlot {
                     title: format!(
-                        "Held-out loss after {} steps against the learning rate (Adam, {name} init, \
-                         d_k = {d_k})",
-                        data.sizes.budget
+                        "Held-out loss vs learning rate: Adam, {name} init, d_k = {d_k}"
                     ),
                     x_label: "learning rate".into(),
-                    y_label: format!("held-out loss at step {} (diverged: drawn at the top)", budget),
+                    y_label: format!(
+                        "held-out loss at step {budget}: median, range (diverged: top)"
+                    ),
                     log_x: true,
                     log_y: true,
                     series: series(&|p| {
@@ -144,7 +152,7 @@ pub fn table(data: &TrainingData) -> String {
                     c.arm.label(),
                     chosen(c),
                     best.map_or("– (never at 99%)".into(), |p| p.lr.to_string()),
-                    best.map_or("–".into(), |p| with_range(p.steps)),
+                    best.map_or("–".into(), |p| steps_range(p.steps)),
                     best.map_or("–".into(), |p| format!("{} of {}", p.reached, p.seeds)),
                     c.good.map_or("–".into(), |(lo, hi)| {
                         format!(
@@ -171,6 +179,22 @@ fn with_range(e: crate::stats::Estimate) -> String {
         short(e.value)
     } else {
         format!("{} [{}, {}]", short(e.value), short(e.lo), short(e.hi))
+    }
+}
+
+/// Steps (whole numbers, ∞ for never) as `median [lo, hi]`.
+fn steps_range(e: crate::stats::Estimate) -> String {
+    let n = |x: f64| {
+        if x.is_finite() {
+            format!("{x:.0}")
+        } else {
+            short(x)
+        }
+    };
+    if e.lo.is_nan() {
+        n(e.value)
+    } else {
+        format!("{} [{}, {}]", n(e.value), n(e.lo), n(e.hi))
     }
 }
 
