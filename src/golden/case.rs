@@ -332,6 +332,39 @@ impl GoldenCase {
                 "alibi_slopes must be {h} finite numbers (one per query head), got {slopes:?}"
             )));
         }
+        self.check_tolerance(path, &tensors[4..])
+    }
+
+    /// A tolerance must be able to fail: finite, not negative, and tight enough that an output
+    /// of zeros would not pass every expected tensor (`|0 − want| <= abs + rel·|want|` for every
+    /// element means the comparison cannot tell the result from nothing).
+    fn check_tolerance(
+        &self,
+        path: &str,
+        expected: &[(&str, &JsonTensor)],
+    ) -> Result<(), GoldenError> {
+        let Tolerance { abs, rel } = self.tolerance;
+        let err = |reason: String| GoldenError {
+            path: path.to_string(),
+            reason,
+            unsupported: false,
+        };
+        if !(abs.is_finite() && rel.is_finite() && abs >= 0.0 && rel >= 0.0) {
+            return Err(err(format!(
+                "tolerance abs = {abs}, rel = {rel}: both must be finite and ≥ 0"
+            )));
+        }
+        let zeros_pass = expected
+            .iter()
+            .flat_map(|(_, t)| t.data.iter())
+            .all(|w| w.abs() <= abs + rel * w.abs());
+        if zeros_pass {
+            return Err(err(format!(
+                "tolerance abs = {abs}, rel = {rel} cannot fail: an output of zeros would pass every \
+                 expected tensor (every |expected| ≤ abs + rel·|expected|); give a tolerance that can \
+                 tell a wrong result"
+            )));
+        }
         Ok(())
     }
 }

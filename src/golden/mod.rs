@@ -103,9 +103,21 @@ pub fn run_case(
         input = input.window(left, right);
     }
     if let Some(seg) = &case.segments {
+        // Segment ids are only compared for equality: each is replaced by its rank among the
+        // case's distinct ids, so that ids anywhere in i64 (the format allows them) fit the
+        // backend's integers and mean exactly the same.
+        let mut distinct: Vec<i64> = seg.query.concat();
+        distinct.extend(seg.key.concat());
+        distinct.sort_unstable();
+        distinct.dedup();
         let ids = |rows: &[Vec<i64>]| {
             let len = rows.first().map_or(0, Vec::len);
-            Tensor::<2, Int>::from_data(TensorData::new(rows.concat(), [rows.len(), len]), &device)
+            let ranks: Vec<i64> = rows
+                .concat()
+                .iter()
+                .map(|x| distinct.partition_point(|d| d < x) as i64)
+                .collect();
+            Tensor::<2, Int>::from_data(TensorData::new(ranks, [rows.len(), len]), &device)
         };
         input = input.segments(ids(&seg.query), ids(&seg.key));
     }

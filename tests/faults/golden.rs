@@ -143,3 +143,82 @@ fn a_case_whose_text_holds_a_newline_prints_one_line() {
     assert!(printed.lines().all(|l| !l.starts_with("ok")), "{printed}");
     assert!(printed.contains("0 passed, 1 failed"), "{printed}");
 }
+
+fn case_from(folder: &str, name: &str) -> Value {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let text =
+        std::fs::read_to_string(root.join("tests/data").join(folder).join(name)).expect("case");
+    serde_json::from_str(&text).expect("json")
+}
+
+/// Valid inputs the format allows pass (or are refused with a typed error) the same way on every
+/// path, and a tolerance that cannot fail is refused (issue 31).
+#[test]
+fn the_golden_runner_takes_every_valid_input_and_refuses_a_tolerance_that_cannot_fail() {
+    let dir = tempfile::tempdir().expect("tmp");
+    // Segment ids beyond ±2³¹ mean what small ones mean (only equality counts).
+    let mut far = case_from("golden-extensions2", "segments_packed.json");
+    let shift = |rows: &Value, by: i64| -> Value {
+        json!(
+            rows.as_array()
+                .expect("rows")
+                .iter()
+                .map(|r| r
+                    .as_array()
+                    .expect("a row")
+                    .iter()
+                    .map(|x| x.as_i64().expect("an id") * by + (1i64 << 40))
+                    .collect::<Vec<i64>>())
+                .collect::<Vec<_>>()
+        )
+    };
+    let segments = far["segments"].clone();
+    far["segments"]["query"] = shift(&segments["query"], 3);
+    far["segments"]["key"] = shift(&segments["key"], 3);
+    write(dir.path(), "a_far_segments.json", &far);
+    let mut negative = case_from("golden-extensions2", "segments_packed.json");
+    negative["segments"]["query"] = shift(&segments["query"], -(1i64 << 41));
+    negative["segments"]["key"] = shift(&segments["key"], -(1i64 << 41));
+    write(dir.path(), "b_negative_segments.json", &negative);
+    // An ALiBi slope that is finite in f64 but not in f32: refused by the library, by name.
+    let mut slope = case_from("golden-extensions2", "alibi.json");
+    slope["alibi_slopes"][0] = json!(1e39);
+    write(dir.path(), "c_huge_slope.json", &slope);
+    // A tolerance under which anything passes.
+    let mut loose = plain_case();
+    loose["tolerance"] = json!({"abs": 1e300, "rel": 0.0});
+    loose["expected"]["context"]["data"][0] = json!(1e6);
+    write(dir.path(), "d_loose.json", &loose);
+    let mut negative_tol = plain_case();
+    negative_tol["tolerance"] = json!({"abs": -1.0, "rel": 0.0});
+    write(dir.path(), "e_negative_tolerance.json", &negative_tol);
+    for implementation in ["auto", "naive", "fused", "cpu_kernel"] {
+        let out = sdpa(&[
+            "golden",
+            &arg(dir.path()),
+            "--backend",
+            "flex",
+            "--implementation",
+            implementation,
+        ]);
+        let printed = text(&out);
+        assert_eq!(code(&out), Some(1), "{implementation}: {printed}");
+        assert!(
+            printed.contains("2 passed, 3 failed"),
+            "{implementation}: {printed}"
+        );
+        assert!(!printed.contains("panicked"), "{implementation}: {printed}");
+        assert!(
+            printed.contains("alibi_slopes"),
+            "{implementation}: {printed}"
+        );
+        assert!(
+            printed.contains("cannot fail"),
+            "{implementation}: {printed}"
+        );
+        assert!(
+            printed.contains("must be finite and ≥ 0"),
+            "{implementation}: {printed}"
+        );
+    }
+}

@@ -8,6 +8,7 @@ mod golden;
 mod lab;
 mod module;
 mod resume;
+mod rope;
 mod runs;
 mod sizes;
 mod training;

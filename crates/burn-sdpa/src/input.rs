@@ -2,8 +2,8 @@
 //! validated sizes ([`AttentionDims`]).
 
 use burn::prelude::*;
-use burn::tensor::Element;
 use burn::tensor::kind::Basic;
+use burn::tensor::{DType, Element};
 
 use crate::error::AttentionError;
 use crate::types::{AttentionDims, Window};
@@ -418,7 +418,32 @@ pub fn validate_input(input: &AttentionInput) -> Result<AttentionDims, Attention
         });
     }
     check_dtypes_and_devices(input)?;
+    if let Some(slopes) = &input.alibi_slopes {
+        check_alibi_range(slopes, input.query.dtype())?;
+    }
     Ok(dims)
+}
+
+/// The ALiBi slopes must be finite numbers of the computation's dtype (the query's): a slope
+/// beyond its range is ±∞ there, which one path would turn into NaN and another into a finite
+/// wrong context. One rule, checked before any path runs.
+fn check_alibi_range(slopes: &Tensor<1>, dtype: DType) -> Result<(), AttentionError> {
+    let values: Vec<f64> = read_back("ALiBi slopes", slopes.clone())?;
+    let max = match dtype {
+        DType::F16 => 65504.0,
+        DType::F64 => f64::MAX,
+        _ => f64::from(f32::MAX),
+    };
+    match values.iter().find(|v| !(v.is_finite() && v.abs() <= max)) {
+        None => Ok(()),
+        Some(bad) => Err(AttentionError::InvalidConfig {
+            field: "alibi_slopes",
+            value: format!("{bad}"),
+            reason: format!(
+                "every slope must be a finite number of the computation's dtype {dtype:?} (|slope| ≤ {max:e})"
+            ),
+        }),
+    }
 }
 
 /// Reads a tensor back to the host as a `Vec<E>` (converting the element type), or says which

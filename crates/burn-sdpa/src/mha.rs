@@ -320,8 +320,20 @@ impl MultiHeadAttention {
             key = norm.forward(key);
         }
         if let Some(rope) = &self.rope {
-            query = rotate_rows(rope, query, starts, counts)?;
-            key = rotate_rows(rope, key, starts, counts)?;
+            // Queries sit where the causal mask and ALiBi place them: query i at key position
+            // i + offset (offset m − n under the default bottom-right alignment, 0 top-left).
+            // Rotary scores depend on the difference of positions only, so a negative offset
+            // (n > m, bottom-right) moves the keys forward instead of the queries back.
+            let n = input.query.dims()[1];
+            let offset = self.attention.causal_alignment.offset(n, m);
+            let shifted = |by: i64| -> Vec<usize> {
+                starts
+                    .iter()
+                    .map(|&s| s + by.max(0).unsigned_abs() as usize)
+                    .collect()
+            };
+            query = rotate_rows(rope, query, &shifted(offset), counts)?;
+            key = rotate_rows(rope, key, &shifted(-offset), counts)?;
         }
         Ok((query, key, value))
     }

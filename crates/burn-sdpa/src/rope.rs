@@ -82,38 +82,38 @@ pub(crate) fn rotate_rows(
     starts: &[usize],
     counts: Option<&[usize]>,
 ) -> Result<Tensor<4>, AttentionError> {
-    let len = x.dims()[2];
+    let [b, _, len, _] = x.dims();
     let max = rope.freq_complex.dims()[0];
     let fits = |start: usize| start.checked_add(len).is_some_and(|end| end <= max);
-    let shared = starts.iter().all(|&s| s == starts[0]);
-    match starts {
-        [] => Ok(x),
-        [start] => rotate(rope, x, *start),
-        _ if shared && (counts.is_none() || fits(starts[0])) => rotate(rope, x, starts[0]),
-        _ => {
-            let rows = starts
-                .iter()
-                .enumerate()
-                .map(|(r, &start)| {
-                    // [b, h, len, d_k] -> [1, h, len, d_k], row r
-                    let row = x.clone().slice(s![r..r + 1, .., .., ..]);
-                    match counts.map(|c| c[r]) {
-                        Some(count) if !fits(start) && count < len => {
-                            // The row's tokens rotated, its padding left as it is.
-                            let tokens = row.clone().slice(s![.., .., 0..count, ..]);
-                            let padding = row.slice(s![.., .., count..len, ..]);
-                            let tokens = if count > 0 {
-                                vec![rotate(rope, tokens, start)?]
-                            } else {
-                                vec![]
-                            };
-                            Ok(Tensor::cat([tokens, vec![padding]].concat(), 2))
-                        }
-                        _ => rotate(rope, row, start),
-                    }
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            Ok(Tensor::cat(rows, 0))
-        }
+    if starts.is_empty() {
+        return Ok(x);
     }
+    // Row r's start: one for every row, or one per row.
+    let start_of = |r: usize| starts[if starts.len() == 1 { 0 } else { r }];
+    let shared = starts.iter().all(|&s| s == starts[0]);
+    if shared && (counts.is_none() || fits(starts[0])) {
+        return rotate(rope, x, starts[0]);
+    }
+    let rows = (0..b)
+        .map(|r| {
+            let start = start_of(r);
+            // [b, h, len, d_k] -> [1, h, len, d_k], row r
+            let row = x.clone().slice(s![r..r + 1, .., .., ..]);
+            match counts.and_then(|c| c.get(r).copied()) {
+                Some(count) if !fits(start) && count < len => {
+                    // The row's tokens rotated, its padding left as it is.
+                    let tokens = row.clone().slice(s![.., .., 0..count, ..]);
+                    let padding = row.slice(s![.., .., count..len, ..]);
+                    let tokens = if count > 0 {
+                        vec![rotate(rope, tokens, start)?]
+                    } else {
+                        vec![]
+                    };
+                    Ok(Tensor::cat([tokens, vec![padding]].concat(), 2))
+                }
+                _ => rotate(rope, row, start),
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Tensor::cat(rows, 0))
 }

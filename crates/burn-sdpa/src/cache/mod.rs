@@ -251,6 +251,20 @@ impl MhaCache {
                 other_device: format!("{:?}", old_key.device()),
             });
         }
+        // A cache holding tokens stores them in one dtype: new keys or values of another would
+        // fail inside the slot assignment, so they are refused here, by name.
+        for (what, old, new) in [
+            ("cached keys", old_key.dtype(), key.dtype()),
+            ("cached values", old_value.dtype(), value.dtype()),
+        ] {
+            if old != new {
+                return Err(AttentionError::DtypeMismatch {
+                    query: format!("{new:?}"),
+                    other: what,
+                    other_dtype: format!("{old:?}"),
+                });
+            }
+        }
         Ok(())
     }
 
@@ -304,5 +318,41 @@ fn grown(old: Option<Tensor<4>>, like: &Tensor<4>, capacity: usize) -> Tensor<4>
             fresh.slice_assign(s![.., .., 0..slots, ..], old)
         }
         None => fresh,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use burn::tensor::DType;
+
+    /// New keys or values of another dtype than the cache's tokens are refused by name, never
+    /// passed on to the slot assignment (issue 31).
+    #[test]
+    fn a_call_in_another_dtype_is_refused_by_name() {
+        let device = Device::flex();
+        let stored = Tensor::<4>::zeros([1, 2, 4, 8], &device);
+        let mut cache = MhaCache::new();
+        cache.key = Some(stored.clone());
+        cache.value = Some(stored);
+        cache.lengths = vec![3];
+        let new = Tensor::<4>::zeros([1, 2, 1, 8], (&device, DType::F16));
+        let e = cache.check_heads(&new, &new).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                AttentionError::DtypeMismatch {
+                    other: "cached keys",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        let same = Tensor::<4>::zeros([1, 2, 1, 8], &device);
+        assert!(cache.check_heads(&same, &same).is_ok());
+        // An empty cache takes any dtype (it lets its slots go).
+        cache.lengths.clear();
+        assert!(cache.check_heads(&new, &new).is_ok());
+        assert!(cache.key.is_none());
     }
 }
