@@ -54,7 +54,7 @@ pub struct LabArgs {
 #[derive(Args, Debug, Clone)]
 pub struct ExpArgs {
     /// The experiments to run (see --list).
-    #[arg(required_unless_present = "list")]
+    #[arg(required_unless_present_any = ["list", "render_only"])]
     pub names: Vec<String>,
     /// List the experiments.
     #[arg(long)]
@@ -202,6 +202,13 @@ pub fn exp(args: &ExpArgs) -> anyhow::Result<bool> {
             println!("{:<22} {}", e.name(), e.title());
         }
         return Ok(true);
+    }
+    if args.lab.render_only.is_some() && !args.names.is_empty() {
+        return Err(UsageError(format!(
+            "--render-only renders what the folder's run.json names; drop the experiment names ({})",
+            args.names.join(" ")
+        ))
+        .into());
     }
     let mut experiments = Vec::new();
     for name in &args.names {

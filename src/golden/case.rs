@@ -336,14 +336,24 @@ impl GoldenCase {
     }
 
     /// A tolerance must be able to fail: finite, not negative, and tight enough that an output
-    /// of zeros would not pass every expected tensor (`|0 − want| <= abs + rel·|want|` for every
-    /// element means the comparison cannot tell the result from nothing).
+    /// of zeros would not pass any expected tensor that is not all zeros (`|0 − want| <= abs +
+    /// rel·|want|` for every element of it means the comparison cannot tell that result from
+    /// nothing).
     fn check_tolerance(
         &self,
         path: &str,
         expected: &[(&str, &JsonTensor)],
     ) -> Result<(), GoldenError> {
         let Tolerance { abs, rel } = self.tolerance;
+        // 1e300 as `1e300`, not three hundred digits.
+        let num = |x: f64| {
+            if x != 0.0 && x.is_finite() && (x.abs() >= 1e6 || x.abs() < 1e-4) {
+                format!("{x:e}")
+            } else {
+                format!("{x}")
+            }
+        };
+        let (abs_text, rel_text) = (num(abs), num(rel));
         let err = |reason: String| GoldenError {
             path: path.to_string(),
             reason,
@@ -351,19 +361,20 @@ impl GoldenCase {
         };
         if !(abs.is_finite() && rel.is_finite() && abs >= 0.0 && rel >= 0.0) {
             return Err(err(format!(
-                "tolerance abs = {abs}, rel = {rel}: both must be finite and ≥ 0"
+                "tolerance abs = {abs_text}, rel = {rel_text}: both must be finite and ≥ 0"
             )));
         }
-        let zeros_pass = expected
-            .iter()
-            .flat_map(|(_, t)| t.data.iter())
-            .all(|w| w.abs() <= abs + rel * w.abs());
-        if zeros_pass {
-            return Err(err(format!(
-                "tolerance abs = {abs}, rel = {rel} cannot fail: an output of zeros would pass every \
-                 expected tensor (every |expected| ≤ abs + rel·|expected|); give a tolerance that can \
-                 tell a wrong result"
-            )));
+        // Per expected tensor (one that is all zeros passes zeros whatever the tolerance).
+        for (what, t) in expected {
+            let nonzero = t.data.iter().any(|w| *w != 0.0);
+            let zeros_pass = t.data.iter().all(|w| w.abs() <= abs + rel * w.abs());
+            if nonzero && zeros_pass {
+                return Err(err(format!(
+                    "tolerance abs = {abs_text}, rel = {rel_text} cannot fail on {what}: an output of zeros would \
+                     pass it (every |expected| ≤ abs + rel·|expected|); give a tolerance that can tell a \
+                     wrong result"
+                )));
+            }
         }
         Ok(())
     }

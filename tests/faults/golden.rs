@@ -189,6 +189,10 @@ fn the_golden_runner_takes_every_valid_input_and_refuses_a_tolerance_that_cannot
     loose["tolerance"] = json!({"abs": 1e300, "rel": 0.0});
     loose["expected"]["context"]["data"][0] = json!(1e6);
     write(dir.path(), "d_loose.json", &loose);
+    // Loose for one tensor only: the expected weights all below abs, so zeros would pass them.
+    let mut one_loose = plain_case();
+    one_loose["tolerance"] = json!({"abs": 1.5, "rel": 0.0});
+    write(dir.path(), "f_one_tensor_loose.json", &one_loose);
     let mut negative_tol = plain_case();
     negative_tol["tolerance"] = json!({"abs": -1.0, "rel": 0.0});
     write(dir.path(), "e_negative_tolerance.json", &negative_tol);
@@ -204,7 +208,11 @@ fn the_golden_runner_takes_every_valid_input_and_refuses_a_tolerance_that_cannot
         let printed = text(&out);
         assert_eq!(code(&out), Some(1), "{implementation}: {printed}");
         assert!(
-            printed.contains("2 passed, 3 failed"),
+            printed.contains("2 passed, 4 failed"),
+            "{implementation}: {printed}"
+        );
+        assert!(
+            printed.contains("cannot fail on expected.weights") && printed.contains("abs = 1e300"),
             "{implementation}: {printed}"
         );
         assert!(!printed.contains("panicked"), "{implementation}: {printed}");

@@ -406,3 +406,74 @@ fn every_subcommand_keeps_to_the_labs_own_folders() {
     ]);
     assert_eq!(code(&out), Some(0), "{}", text(&out));
 }
+
+/// Second pass of an attacker's review: a shard count read from disk sizes nothing, the lock
+/// file must be the lab's own, a user's `notes.tmp` survives, and names beside --render-only are
+/// refused.
+#[cfg(unix)]
+#[test]
+fn what_the_lab_reads_back_is_checked_before_it_is_trusted() {
+    let root = tempfile::tempdir().expect("tmp");
+    let shards: Vec<PathBuf> = (0..2).map(|i| root.path().join(format!("s{i}"))).collect();
+    for (i, s) in shards.iter().enumerate() {
+        let shard = format!("{i}/2");
+        let o = sdpa(&[
+            "exp",
+            "dot-std",
+            "--quick",
+            "--plain",
+            "--shard",
+            &shard,
+            "--out",
+            &arg(s),
+        ]);
+        assert_eq!(code(&o), Some(0), "{}", text(&o));
+    }
+    for s in &shards {
+        let path = s.join("run.json");
+        let mut v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).expect("run.json")).expect("json");
+        v["shard"]["count"] = serde_json::json!(u64::MAX);
+        std::fs::write(&path, serde_json::to_string(&v).expect("json")).expect("write");
+    }
+    let out = sdpa(&[
+        "report",
+        "--merge",
+        &arg(&shards[0]),
+        &arg(&shards[1]),
+        "--out",
+        &arg(&root.path().join("m")),
+    ]);
+    assert_eq!(code(&out), Some(2), "{}", text(&out));
+    // A lab.lock hard-linked to a user's file, or a FIFO there: refused, the file intact.
+    let dir = root.path().join("r");
+    assert_eq!(code(&dot_std(&dir)), Some(0));
+    let user = root.path().join("user-file");
+    std::fs::write(&user, "important").expect("write");
+    std::fs::remove_file(dir.join("lab.lock")).expect("rm");
+    std::fs::hard_link(&user, dir.join("lab.lock")).expect("link");
+    let out = render_only(&dir);
+    assert_eq!(code(&out), Some(2), "{}", text(&out));
+    assert_eq!(std::fs::read_to_string(&user).expect("user"), "important");
+    std::fs::remove_file(dir.join("lab.lock")).expect("rm");
+    let fifo = Command::new("mkfifo")
+        .arg(dir.join("lab.lock"))
+        .status()
+        .expect("mkfifo");
+    assert!(fifo.success());
+    let started = Instant::now();
+    let out = render_only(&dir);
+    assert_eq!(code(&out), Some(2), "{}", text(&out));
+    assert!(started.elapsed() < Duration::from_secs(30));
+    std::fs::remove_file(dir.join("lab.lock")).expect("rm");
+    // A user's notes.tmp is not a lab temporary.
+    std::fs::write(dir.join("notes.tmp"), "mine").expect("write");
+    assert_eq!(code(&render_only(&dir)), Some(0));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("notes.tmp")).expect("notes"),
+        "mine"
+    );
+    // Experiment names beside --render-only would be ignored: refused.
+    let out = sdpa(&["exp", "saturation", "--render-only", &arg(&dir)]);
+    assert_eq!(code(&out), Some(2), "{}", text(&out));
+}

@@ -776,9 +776,19 @@ fn training_lr_sensitivity_is_decided_by_paired_widths() {
         .find(|c| c.id == "lr-range-narrower-none")
         .expect("claim");
     assert!(
-        narrower.measured.contains("narrower in 8, wider in 0"),
+        narrower.measured.contains("worse in 8, better in 0"),
         "{}",
         narrower.measured
+    );
+    // Wortsman et al.'s sensitivity on the final loss: the unscaled arm's loss at 1e-2 is the
+    // initial one (never trained), 1/√d_k's is low at both rates.
+    assert_eq!(
+        outcome(&claims, "lr-sensitivity-higher-none"),
+        Outcome::Holds
+    );
+    assert_eq!(
+        outcome(&claims, "lr-sensitivity-higher-qknorm"),
+        Outcome::Undecided
     );
     // The curve of the unscaled arm: its best rate is 3e-3, the range one point wide.
     let curve = analysis
@@ -788,5 +798,5 @@ fn training_lr_sensitivity_is_decided_by_paired_widths() {
         .find(|c| c.arm == Arm::Unscaled && c.condition.init == QkInit::Unit)
         .expect("curve");
     assert_eq!(curve.points[curve.best.expect("best")].lr, 3e-3);
-    assert_eq!(curve.width, 0.0);
+    assert_eq!(curve.width, 0);
 }

@@ -36,9 +36,10 @@ fn cells(dir: &Path) -> BTreeMap<PathBuf, (serde_json::Value, SystemTime)> {
         for f in std::fs::read_dir(&exp).expect("experiment folder") {
             let f = f.expect("entry").path();
             // A killed run's half-written temporary is not a saved cell (the next run removes it).
-            if f.file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with('.'))
-            {
+            if f.file_name().is_some_and(|n| {
+                let n = n.to_string_lossy();
+                n.starts_with('.') || n.ends_with(".tmp")
+            }) {
                 continue;
             }
             let text = std::fs::read_to_string(&f).expect("cell");
@@ -46,9 +47,12 @@ fn cells(dir: &Path) -> BTreeMap<PathBuf, (serde_json::Value, SystemTime)> {
             let mtime = std::fs::metadata(&f)
                 .and_then(|m| m.modified())
                 .expect("mtime");
+            // `{"checksum": …, "cell": {"key", "seconds", "result", "measured_by"}}`
+            let result = v["cell"]["result"].clone();
+            assert!(!result.is_null(), "{}: no result", f.display());
             out.insert(
                 f.strip_prefix(&root).expect("under").to_path_buf(),
-                (v["result"].clone(), mtime),
+                (result, mtime),
             );
         }
     }

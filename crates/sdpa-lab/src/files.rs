@@ -20,10 +20,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), LabError> {
     sdpa_model::train::write_atomic(path, bytes).map_err(LabError::from)
 }
 
-/// Whether a file name is one of the lab's temporary files: `NAME.tmp` of [`write_atomic`], or
-/// `.NAME.tmp-PID` of earlier versions.
+/// Whether a file name is one of the lab's temporary files: `NAME.tmp` of [`write_atomic`] for a
+/// file the lab writes (JSON, Markdown, CSV, PNG, its manifest), or `.NAME.tmp-PID` of earlier
+/// versions; a user's `notes.tmp` is not.
 pub fn is_temporary(name: &str) -> bool {
-    name.ends_with(".tmp") || (name.starts_with('.') && name.contains(".tmp-"))
+    let own = |stem: &str| {
+        stem == MANIFEST
+            || [".json", ".md", ".csv", ".png"]
+                .iter()
+                .any(|ext| stem.ends_with(ext))
+    };
+    name.strip_suffix(".tmp").is_some_and(own) || (name.starts_with('.') && name.contains(".tmp-"))
 }
 
 /// Removes the temporary files a killed run left in `dir` (only those: the lab's own, and only
@@ -80,6 +87,7 @@ fn own_dir_exists(path: &Path) -> Result<(), LabError> {
 /// Takes the lab's lock of its folder `dir` (one writer at a time, as for training runs: the same
 /// lock, see [`sdpa_model::train::DirLock`]); another live writer is a usage error naming it.
 pub fn lock(dir: &Path) -> Result<sdpa_model::train::DirLock, LabError> {
+    use sdpa_model::ModelError;
     match sdpa_model::train::DirLock::acquire_named(dir, LOCK, "lab run") {
         Ok((lock, note)) => {
             if let Some(note) = note {
@@ -87,7 +95,9 @@ pub fn lock(dir: &Path) -> Result<sdpa_model::train::DirLock, LabError> {
             }
             Ok(lock)
         }
-        Err(e @ sdpa_model::ModelError::Locked { .. }) => Err(LabError::Usage(e.to_string())),
+        Err(e @ (ModelError::Locked { .. } | ModelError::Link(_) | ModelError::ForeignFile(_))) => {
+            Err(LabError::Usage(e.to_string()))
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -132,6 +142,11 @@ pub fn claim_folder(dir: &Path) -> Result<(), LabError> {
                 let name = entry.file_name().to_string_lossy().to_string();
                 if name == MANIFEST {
                     return Ok(());
+                }
+                // The manifest being written by another lab run starting on this folder (or left
+                // by one killed then): the lab's own, not the user's.
+                if name == format!("{MANIFEST}.tmp") {
+                    continue;
                 }
                 others.push(name);
             }

@@ -53,6 +53,9 @@ impl std::fmt::Display for Shard {
     }
 }
 
+/// The largest `run.json` the lab reads (its own are a few hundred bytes).
+const MAX_RUN_JSON: u64 = 1 << 20;
+
 /// `run.json`: what a folder's run was asked for (what `--render-only` and `--merge` re-plan
 /// from).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,6 +80,17 @@ impl RunRecord {
     /// Reads `DIR/run.json`.
     pub fn read(dir: &Path) -> Result<Self, LabError> {
         let path = Self::path(dir);
+        // A regular file of sane size: a FIFO would block, a link to /dev/zero never end.
+        match fs::symlink_metadata(&path) {
+            Ok(meta) if !meta.is_file() || meta.len() > MAX_RUN_JSON => {
+                return Err(LabError::Usage(format!(
+                    "{}: not a run record the lab wrote (not a regular file of at most {MAX_RUN_JSON} \
+                     bytes)",
+                    path.display()
+                )));
+            }
+            _ => {}
+        }
         let text = fs::read_to_string(&path).map_err(|e| {
             LabError::Usage(format!(
                 "{}: {e} (is {} the output folder of `sdpa report`?)",
@@ -122,6 +136,15 @@ impl RunRecord {
         }
         if let Some(b) = self.plan.backends.iter().find(|b| b.trim().is_empty()) {
             return bad("plan.backends", format!("holds an empty name {b:?}"));
+        }
+        let mut backends = std::collections::HashSet::new();
+        if let Some(dup) = self
+            .plan
+            .backends
+            .iter()
+            .find(|b| !backends.insert(b.as_str()))
+        {
+            return bad("plan.backends", format!("names `{dup}` twice"));
         }
         if self.experiments.is_empty() {
             return bad(

@@ -130,13 +130,13 @@ fn decode(text: &str) -> Result<Option<&str>, String> {
     else {
         return Err("it is not laid out as the lab writes a cell".into());
     };
-    let actual = fnv_hex(body.as_bytes());
-    if actual == saved {
+    if fnv_hex(body.as_bytes()) == saved {
         Ok(Some(body))
     } else {
+        // The right value is not printed: the message is no recipe for a forged cell.
         Err(format!(
-            "its checksum {saved} does not match its contents ({actual}): edited or damaged after \
-             it was measured"
+            "its checksum {saved} does not match its contents: edited or damaged after it was \
+             measured"
         ))
     }
 }
@@ -231,15 +231,13 @@ pub fn load(root: &Path, key: &CellKey, cell: &PlannedCell) -> Result<Loaded, La
         }
         Err(e) => return Err(LabError::io(&path, e)),
     };
+    // The file at this key's own name (the name holds the key's hash) must be a cell as the lab
+    // writes it; anything else there was put or rewritten by something else.
     let body = match decode(&text) {
         Ok(Some(body)) => body,
-        // A cell of an earlier format, or another program's JSON: not this key's.
-        Ok(None) if serde_json::from_str::<serde_json::Value>(&text).is_ok() => {
-            return Ok(Loaded::Missing);
-        }
         Ok(None) => {
             return Ok(Loaded::Damaged(format!(
-                "{} is not a cell the lab wrote",
+                "{} is not laid out as the lab writes a cell",
                 path.display()
             )));
         }
@@ -370,7 +368,12 @@ mod tests {
         );
         assert_eq!(decode(&text), Ok(Some(body)));
         assert_eq!(decode(&format!("{text}\n")), Ok(Some(body)));
-        // One digit changed, or the layout changed: refused.
+        // One digit changed, or the layout changed: refused, and the right checksum not told.
+        assert!(
+            !decode(&text.replace("0.1", "0.2"))
+                .unwrap_err()
+                .contains(&fnv_hex(body.replace("0.1", "0.2").as_bytes()))
+        );
         assert!(decode(&text.replace("0.1", "0.2")).is_err());
         assert!(decode(&text.replace(",\"cell\":", ", \"cell\":")).is_err());
         assert!(decode(&text[..20]).is_err());

@@ -411,6 +411,9 @@ pub fn merge(
     let started = Instant::now();
     for d in shards {
         files::require_own(d)?;
+        // A shard still being written would be read half done.
+        sdpa_model::train::check_unlocked(d, files::LOCK, "lab run")
+            .map_err(|e| LabError::Usage(e.to_string()))?;
     }
     let records: Vec<RunRecord> = shards
         .iter()
@@ -420,7 +423,9 @@ pub fn merge(
         return Err(LabError::Usage("--merge needs the shards' folders".into()));
     };
     let count = first.shard.map_or(0, |s| s.count);
-    let mut seen = vec![false; count];
+    // Nothing is sized by a count read from disk: the indices given are gathered, and the first
+    // one missing below the count is named.
+    let mut seen = std::collections::BTreeSet::new();
     for (dir, r) in shards.iter().zip(&records) {
         let Some(shard) = r.shard else {
             return Err(LabError::Usage(format!(
@@ -435,14 +440,14 @@ pub fn merge(
                 shards[0].display()
             )));
         }
-        if std::mem::replace(&mut seen[shard.index], true) {
+        if !seen.insert(shard.index) {
             return Err(LabError::Usage(format!(
                 "shard {shard} is given twice ({})",
                 dir.display()
             )));
         }
     }
-    if let Some(missing) = seen.iter().position(|s| !s) {
+    if let Some(missing) = (0..=shards.len()).find(|i| *i < count && !seen.contains(i)) {
         return Err(LabError::Usage(format!(
             "shard {missing}/{count} is missing from --merge"
         )));

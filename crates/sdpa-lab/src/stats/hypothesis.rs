@@ -160,7 +160,9 @@ pub fn tost(interval: (f64, f64), margin: f64) -> Option<bool> {
     }
     if lo > -margin && hi < margin {
         Some(true)
-    } else if lo >= margin || hi <= -margin {
+    } else if lo > margin || hi < -margin {
+        // Not equivalent only when the interval lies strictly beyond a margin: an end on the
+        // margin itself cannot exclude a difference of exactly the margin.
         Some(false)
     } else {
         None
@@ -249,7 +251,10 @@ mod tests {
         assert_eq!(tost((-10.0, 20.0), 50.0), Some(true));
         // Entirely beyond the margin: the difference exceeds it.
         assert_eq!(tost((60.0, 260.0), 50.0), Some(false));
-        assert_eq!(tost((-f64::INFINITY, -50.0), 50.0), Some(false));
+        assert_eq!(tost((-f64::INFINITY, -50.5), 50.0), Some(false));
+        // An end on the margin is not beyond it.
+        assert_eq!(tost((-f64::INFINITY, -50.0), 50.0), None);
+        assert_eq!(tost((50.0, 90.0), 50.0), None);
         // Significantly different from 0 but partly inside the margin: undecided.
         assert_eq!(tost((20.0, f64::INFINITY), 30.0), None);
         assert_eq!(tost((-30.0, 90.0), 50.0), None);

@@ -14,7 +14,7 @@
 //! refused.
 
 use std::fs::{self, File, OpenOptions, TryLockError};
-use std::io::{Read as _, Seek as _, SeekFrom, Write as _};
+use std::io::{Read, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
 use super::RunOptions;
@@ -92,12 +92,40 @@ fn printable(text: &str) -> String {
         .collect()
 }
 
-/// A lock file's text (any bytes: a file that is not UTF-8 is read lossily, never an error).
+/// The most of a lock file that is read (the lab's own hold a pid and a host name).
+const MAX_LOCK_TEXT: u64 = 4096;
+
+/// A lock file's text (any bytes: a file that is not UTF-8 is read lossily, never an error; at
+/// most [`MAX_LOCK_TEXT`] bytes of it).
 fn read_text(file: &mut File) -> String {
     let mut bytes = Vec::new();
     let _ = file.seek(SeekFrom::Start(0));
-    let _ = file.read_to_end(&mut bytes);
+    let _ = Read::take(&mut *file, MAX_LOCK_TEXT).read_to_end(&mut bytes);
     String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// The lock file must be absent or a regular file with no other name: a link would be followed, a
+/// FIFO would block, and a hard link's other name (a user's file) would be emptied.
+fn check_lock_file(path: &Path) -> Result<(), ModelError> {
+    let meta = match fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(ModelError::io(path, e)),
+    };
+    if meta.file_type().is_symlink() {
+        return Err(ModelError::Link(path.to_path_buf()));
+    }
+    if !meta.is_file() {
+        return Err(ModelError::ForeignFile(path.to_path_buf()));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        if meta.nlink() > 1 {
+            return Err(ModelError::ForeignFile(path.to_path_buf()));
+        }
+    }
+    Ok(())
 }
 
 /// Locks the directory `dir` itself (Unix; elsewhere `None`), or says who holds it.
@@ -108,8 +136,8 @@ fn lock_dir(dir: &Path, lock: &Path, what: &str) -> Result<Option<File>, ModelEr
         match handle.try_lock() {
             Ok(()) => Ok(Some(handle)),
             Err(TryLockError::WouldBlock) => {
-                let text = fs::read(lock)
-                    .map(|b| String::from_utf8_lossy(&b).into_owned())
+                let text = File::open(lock)
+                    .map(|mut f| read_text(&mut f))
                     .unwrap_or_default();
                 Err(ModelError::Locked {
                     dir: dir.to_path_buf(),
@@ -161,6 +189,7 @@ impl DirLock {
         what: &str,
     ) -> Result<(Self, Option<String>), ModelError> {
         let path = dir.join(name);
+        check_lock_file(&path)?;
         let dir_lock = lock_dir(dir, &path, what)?;
         let locked = |text: &str| ModelError::Locked {
             dir: dir.to_path_buf(),
@@ -247,6 +276,7 @@ pub fn check_run_dir(dir: &Path) -> Result<(), ModelError> {
 /// lock file `name` (see [`DirLock::acquire_named`]); the error names the holder.
 pub fn check_unlocked(dir: &Path, name: &str, what: &str) -> Result<(), ModelError> {
     let path = dir.join(name);
+    check_lock_file(&path)?;
     drop(lock_dir(dir, &path, what)?);
     let mut file = match File::open(&path) {
         Ok(file) => file,

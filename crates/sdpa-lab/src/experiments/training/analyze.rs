@@ -9,7 +9,7 @@ use serde::Serialize;
 use super::design::{Comparison, Condition, FAILED_ACCURACY, Part, Sizes};
 pub use super::mechanism::Mechanism;
 use super::mechanism::time;
-pub use super::sweep::{Curve, Sensitivity, SweepPoint};
+pub use super::sweep::{Curve, SeedMeasure, Sensitivity, SweepPoint};
 use super::{Role, Run, tuned_lr};
 use crate::experiment::{Measured, Plan};
 use crate::measures::training::{Arm, TrainingOutcome};
@@ -161,7 +161,8 @@ pub struct TrainingData {
     pub mechanism: Vec<Mechanism>,
     /// Every tuned arm's learning-rate curve.
     pub curves: Vec<Curve>,
-    /// The learning-rate sensitivity of the sweep's arms against 1/√d_k.
+    /// The sweep's arms against 1/√d_k, seed by seed: widths, learning-rate sensitivity, loss at
+    /// the best rate.
     pub sensitivity: Vec<Sensitivity>,
 }
 
@@ -467,8 +468,21 @@ pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
         })
         .collect();
     let curves = super::sweep::curves(cells, &sizes);
-    let sensitivity =
-        super::sweep::sensitivities(&curves, &sizes, &[Arm::Unscaled, Arm::InvDk, Arm::QkNorm]);
+    let sensitivity = [
+        SeedMeasure::Width,
+        SeedMeasure::LrSensitivity,
+        SeedMeasure::LossAtBest,
+    ]
+    .into_iter()
+    .flat_map(|measure| {
+        super::sweep::sensitivities(
+            &curves,
+            &sizes,
+            &[Arm::Unscaled, Arm::InvDk, Arm::QkNorm],
+            measure,
+        )
+    })
+    .collect();
     TrainingData {
         premise: premise(cells, &sizes),
         mechanism: super::mechanism::mechanism(cells, &sizes.main_dims),

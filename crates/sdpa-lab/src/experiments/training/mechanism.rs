@@ -63,6 +63,7 @@ pub(super) fn mechanism(cells: &[Run], dims: &[usize]) -> Vec<Mechanism> {
             init: crate::measures::training::init_name(init).into(),
             arm,
             d_k,
+            logit_std_cv: crate::stats::std(&x) / crate::stats::mean(&x),
             rho: Estimate {
                 value: spearman_rho(&x, &y),
                 lo,
@@ -85,6 +86,9 @@ pub struct Mechanism {
     pub arm: Arm,
     /// d_k.
     pub d_k: usize,
+    /// The coefficient of variation of the initial logit std over the seeds: how much the
+    /// association has to work with (within one d_k, little).
+    pub logit_std_cv: f64,
     /// Spearman's ρ with its family-wise 95% interval (Bonferroni over the mechanism's
     /// conditions), a percentile bootstrap over seeds.
     pub rho: Estimate,

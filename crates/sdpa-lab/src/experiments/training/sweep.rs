@@ -2,9 +2,10 @@
 //! proxies for large-scale Transformer training instabilities"): for every tuned arm, the steps
 //! to 99% and the held-out loss at the budget against the learning rate, over the tuning seeds
 //! (which are never evaluation seeds). Each arm's best rate, its outcome with an interval, and
-//! the width of the rate range that trains within [`SENSITIVITY_FACTOR`] of that best; and, per
-//! seed, the same width, so that two arms' widths can be compared pair by pair (a seed starts
-//! both arms from the same parameters and batches).
+//! the width of the rate range that trains within [`SENSITIVITY_FACTOR`] of that best, in grid
+//! steps; and, per tuning seed, three numbers that two arms compare pair by pair (a seed starts
+//! both arms from the same parameters and batches): that width, Wortsman et al.'s learning-rate
+//! sensitivity on the final held-out loss, and the final loss at the arm's best rate.
 
 use serde::Serialize;
 
@@ -54,34 +55,92 @@ pub struct Curve {
     pub good: Option<(f64, f64)>,
     /// Whether that range reaches an end of the grid (the true range may be wider).
     pub good_at_edge: bool,
-    /// log₁₀(highest / lowest) of `good`, in decades (0 when there is no best).
-    pub width: f64,
-    /// The same width per tuning seed, from that seed's own steps at each rate (a seed that
-    /// never reached 99% at any rate has width 0).
-    pub seed_widths: Vec<(u64, f64)>,
+    /// The number of grid steps `good` spans (0: one rate; the grid's steps are ×3 and ×3.33,
+    /// about half a decade each). Counted in steps, not decades, so that a range moved along the
+    /// grid keeps its width.
+    pub width: usize,
+    /// Per tuning seed: the same width from that seed's own steps at each rate (`None` when the
+    /// seed never reached 99% at any rate: not a width, counted apart), Wortsman et al.'s
+    /// learning-rate sensitivity (see [`lr_sensitivity`]) and the final held-out loss at the
+    /// curve's best rate by loss.
+    pub seeds: Vec<SeedMeasures>,
 }
 
-/// One arm's sensitivity against 1/√d_k's, per initialization: the per-seed widths paired over
-/// seeds and the d_k of [`Sizes::sweep_dims`].
+/// One tuning seed's numbers over an arm's grid.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct SeedMeasures {
+    /// The seed.
+    pub seed: u64,
+    /// Width in grid steps of its range within [`SENSITIVITY_FACTOR`] of its best steps.
+    pub width: Option<usize>,
+    /// [`lr_sensitivity`] of its final losses.
+    pub lr_sensitivity: f64,
+    /// Its final loss at the curve's best rate by median loss (+∞ when it diverged there).
+    pub loss_at_best: f64,
+}
+
+/// Wortsman et al. 2023's learning-rate sensitivity of one run's final losses over the grid:
+/// the mean over rates of min(L(rate), L₀) − L*, where L₀ is the loss at initialization (a rate
+/// that diverges or gets worse than the start counts as no progress at all) and L* the best loss
+/// over the grid. 0 when every rate reaches the best; larger when fewer rates train well. No
+/// threshold is involved.
+pub fn lr_sensitivity(losses: &[f64], initial: f64) -> f64 {
+    let capped: Vec<f64> = losses
+        .iter()
+        .map(|&l| {
+            if l.is_finite() {
+                l.min(initial)
+            } else {
+                initial
+            }
+        })
+        .collect();
+    let best = capped.iter().copied().fold(f64::INFINITY, f64::min);
+    if capped.is_empty() || !best.is_finite() {
+        return f64::NAN;
+    }
+    capped.iter().map(|l| l - best).sum::<f64>() / capped.len() as f64
+}
+
+/// What a paired comparison of tuning seeds compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub enum SeedMeasure {
+    /// The width in grid steps of the rates within the factor of the seed's best steps (higher
+    /// is better); pairs where either seed never reached 99% at any rate are left out.
+    Width,
+    /// Wortsman et al.'s learning-rate sensitivity on the final loss (lower is better).
+    LrSensitivity,
+    /// The final loss at the arm's best rate (lower is better).
+    LossAtBest,
+}
+
+/// One arm against 1/√d_k on one [`SeedMeasure`], per initialization: the tuning seeds paired
+/// over seeds and the d_k of [`Sizes::sweep_dims`].
 #[derive(Debug, Clone, Serialize)]
 pub struct Sensitivity {
     /// The initialization.
     pub init: sdpa_model::QkInit,
     /// The arm compared with 1/√d_k.
     pub arm: Arm,
-    /// Pairs (seed, d_k) with both widths.
+    /// What is compared.
+    pub measure: SeedMeasure,
+    /// Pairs (seed, d_k) with both values.
     pub pairs: usize,
-    /// Pairs where the arm's range is narrower.
-    pub narrower: usize,
-    /// Pairs where it is wider.
-    pub wider: usize,
-    /// Median width of the arm, in decades.
-    pub median_width: f64,
-    /// Median width of 1/√d_k.
-    pub reference_median_width: f64,
+    /// Pairs where the arm is worse (narrower, more sensitive, higher loss).
+    pub worse: usize,
+    /// Pairs where it is better.
+    pub better: usize,
+    /// The arm's median value.
+    pub median: f64,
+    /// 1/√d_k's median value over the same pairs.
+    pub reference_median: f64,
+    /// Seeds (× d_k) left out because the arm never reached 99% at any rate ([`SeedMeasure::Width`]).
+    pub never_arm: usize,
+    /// Those left out because 1/√d_k never did.
+    pub never_reference: usize,
     /// Exact two-sided sign test.
     pub p: f64,
-    /// Holm-adjusted over the initializations.
+    /// Holm-adjusted over every (arm, initialization) of the measure.
     pub p_holm: f64,
 }
 
@@ -122,11 +181,11 @@ fn argmin(values: &[f64]) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-/// Width in decades of the good range around a curve's best.
-fn width(grid: &[f64], values: &[f64]) -> f64 {
-    argmin(values).map_or(0.0, |best| {
+/// Width in grid steps of the good range around the best, `None` when nothing reached 99%.
+fn width(values: &[f64]) -> Option<usize> {
+    argmin(values).map(|best| {
         let (lo, hi) = good_range(values, best);
-        (grid[hi] / grid[lo]).log10()
+        hi - lo
     })
 }
 
@@ -195,26 +254,43 @@ pub fn curve(cells: &[Run], condition: Condition, arm: Arm, grid: &[f64]) -> Opt
             (
                 Some((grid[lo], grid[hi])),
                 grid.len() > 1 && (lo == 0 || hi + 1 == grid.len()),
-                (grid[hi] / grid[lo]).log10(),
+                hi - lo,
             )
         }
-        None => (None, false, 0.0),
+        None => (None, false, 0),
     };
-    let mut seeds: Vec<u64> = runs.iter().map(|r| r.config.spec.seed).collect();
-    seeds.sort_unstable();
-    seeds.dedup();
-    let seed_widths = seeds
+    let best_loss = argmin(&losses);
+    let mut seed_ids: Vec<u64> = runs.iter().map(|r| r.config.spec.seed).collect();
+    seed_ids.sort_unstable();
+    seed_ids.dedup();
+    let seeds = seed_ids
         .iter()
         .map(|&seed| {
-            let values: Vec<f64> = grid
+            let of_seed: Vec<Option<&&Run>> = grid
                 .iter()
-                .map(|&lr| {
-                    at(lr)
-                        .find(|r| r.config.spec.seed == seed)
-                        .map_or(f64::INFINITY, |r| steps(r))
-                })
+                .map(|&lr| at(lr).find(|r| r.config.spec.seed == seed))
                 .collect();
-            (seed, width(grid, &values))
+            let step_values: Vec<f64> = of_seed
+                .iter()
+                .map(|r| r.map_or(f64::INFINITY, |r| steps(r)))
+                .collect();
+            let loss_values: Vec<f64> = of_seed
+                .iter()
+                .map(|r| r.map_or(f64::INFINITY, |r| loss(r)))
+                .collect();
+            // The loss at initialization: the first held-out evaluation (step 0), the same for
+            // every rate of the seed.
+            let initial = of_seed
+                .iter()
+                .flatten()
+                .find_map(|r| r.result.curve.first().map(|p| p.eval_loss))
+                .unwrap_or(f64::NAN);
+            SeedMeasures {
+                seed,
+                width: width(&step_values),
+                lr_sensitivity: lr_sensitivity(&loss_values, initial),
+                loss_at_best: best_loss.map_or(f64::NAN, |i| loss_values[i]),
+            }
         })
         .collect();
     Some(Curve {
@@ -222,11 +298,11 @@ pub fn curve(cells: &[Run], condition: Condition, arm: Arm, grid: &[f64]) -> Opt
         arm,
         points,
         best,
-        best_loss: argmin(&losses),
+        best_loss,
         good,
         good_at_edge,
         width: curve_width,
-        seed_widths,
+        seeds,
     })
 }
 
@@ -239,12 +315,16 @@ pub fn curves(cells: &[Run], sizes: &Sizes) -> Vec<Curve> {
         .collect()
 }
 
-/// The sensitivity of each of `arms` against 1/√d_k, per initialization, over the sweep's d_k
-/// (Holm over the initializations, within one arm).
-pub fn sensitivities(curves: &[Curve], sizes: &Sizes, arms: &[Arm]) -> Vec<Sensitivity> {
+/// Each of `arms` against 1/√d_k on `measure`, per initialization, over the sweep's d_k (Holm
+/// over every (arm, initialization) of the measure).
+pub fn sensitivities(
+    curves: &[Curve],
+    sizes: &Sizes,
+    arms: &[Arm],
+    measure: SeedMeasure,
+) -> Vec<Sensitivity> {
     let mut out = Vec::new();
     for &arm in arms {
-        let mut rows = Vec::new();
         for init in [sdpa_model::QkInit::Default, sdpa_model::QkInit::Unit] {
             let of = |a: Arm, d_k: usize| {
                 curves.iter().find(|c| {
@@ -255,40 +335,60 @@ pub fn sensitivities(curves: &[Curve], sizes: &Sizes, arms: &[Arm]) -> Vec<Sensi
                 })
             };
             let (mut mine, mut theirs) = (Vec::new(), Vec::new());
+            let (mut never_arm, mut never_reference) = (0, 0);
             for &d_k in &sizes.sweep_dims {
                 let (Some(a), Some(r)) = (of(arm, d_k), of(Arm::Scaled, d_k)) else {
                     continue;
                 };
-                for &(seed, w) in &a.seed_widths {
-                    if let Some(&(_, wr)) = r.seed_widths.iter().find(|(s, _)| *s == seed) {
-                        mine.push(w);
-                        theirs.push(wr);
+                for x in &a.seeds {
+                    let Some(y) = r.seeds.iter().find(|y| y.seed == x.seed) else {
+                        continue;
+                    };
+                    // Oriented so that larger is worse.
+                    let pair = match measure {
+                        SeedMeasure::Width => match (x.width, y.width) {
+                            (Some(a), Some(b)) => Some((-(a as f64), -(b as f64))),
+                            (a, b) => {
+                                never_arm += usize::from(a.is_none());
+                                never_reference += usize::from(b.is_none());
+                                None
+                            }
+                        },
+                        SeedMeasure::LrSensitivity => Some((x.lr_sensitivity, y.lr_sensitivity)),
+                        SeedMeasure::LossAtBest => Some((x.loss_at_best, y.loss_at_best)),
+                    };
+                    if let Some((a, b)) = pair.filter(|(a, b)| !a.is_nan() && !b.is_nan()) {
+                        mine.push(a);
+                        theirs.push(b);
                     }
                 }
             }
-            if mine.is_empty() {
+            if mine.is_empty() && never_arm + never_reference == 0 {
                 continue;
             }
-            let narrower = mine.iter().zip(&theirs).filter(|(a, b)| a < b).count();
-            let wider = mine.iter().zip(&theirs).filter(|(a, b)| a > b).count();
-            let p = sign_test(narrower, wider);
-            rows.push(Sensitivity {
+            let worse = mine.iter().zip(&theirs).filter(|(a, b)| a > b).count();
+            let better = mine.iter().zip(&theirs).filter(|(a, b)| a < b).count();
+            let p = sign_test(worse, better);
+            let unorient = |v: f64| if measure == SeedMeasure::Width { -v } else { v };
+            out.push(Sensitivity {
                 init,
                 arm,
+                measure,
                 pairs: mine.len(),
-                narrower,
-                wider,
-                median_width: crate::stats::median(&mine),
-                reference_median_width: crate::stats::median(&theirs),
+                worse,
+                better,
+                median: unorient(crate::stats::median(&mine)),
+                reference_median: unorient(crate::stats::median(&theirs)),
+                never_arm,
+                never_reference,
                 p,
                 p_holm: p,
             });
         }
-        let adjusted = holm(&rows.iter().map(|r| r.p).collect::<Vec<_>>());
-        for (r, p) in rows.iter_mut().zip(adjusted) {
-            r.p_holm = p;
-        }
-        out.extend(rows);
+    }
+    let adjusted = holm(&out.iter().map(|r| r.p).collect::<Vec<_>>());
+    for (r, p) in out.iter_mut().zip(adjusted) {
+        r.p_holm = p;
     }
     out
 }
@@ -299,16 +399,23 @@ mod tests {
 
     #[test]
     fn the_good_range_is_contiguous_around_the_best() {
-        let grid = [1e-4, 1e-3, 1e-2, 1e-1];
-        // Best 20 at 1e-2; 1e-3 within 2× (40), 1e-4 not (60), 1e-1 never.
+        // Best 20 at index 2; index 1 within 2× (40), index 0 not (60), index 3 never.
         let v = [60.0, 40.0, 20.0, f64::INFINITY];
         assert_eq!(good_range(&v, 2), (1, 2));
-        assert!((width(&grid, &v) - 1.0).abs() < 1e-12);
-        // A gap breaks the range: 1e-4 is within 2× but 1e-3 is not.
+        assert_eq!(width(&v), Some(1));
+        // A gap breaks the range: index 0 is within 2× but index 1 is not.
         let v = [30.0, 50.0, 20.0, 35.0];
         assert_eq!(good_range(&v, 2), (2, 3));
-        // Nothing reached: no best, width 0.
-        assert_eq!(width(&grid, &[f64::INFINITY; 4]), 0.0);
+        // Nothing reached: no width at all (not a width of 0).
+        assert_eq!(width(&[f64::INFINITY; 4]), None);
         assert_eq!(argmin(&[f64::INFINITY, 3.0, 3.0]), Some(1));
+    }
+
+    #[test]
+    fn lr_sensitivity_is_the_mean_excess_over_the_best_capped_at_the_start() {
+        // Best 0.1; 2.0 is worse than the start (1.0): capped there; NaN (diverged) too.
+        let s = lr_sensitivity(&[0.1, 0.3, 2.0, f64::NAN], 1.0);
+        assert!((s - (0.0 + 0.2 + 0.9 + 0.9) / 4.0).abs() < 1e-12, "{s}");
+        assert_eq!(lr_sensitivity(&[0.5, 0.5], 1.0), 0.0);
     }
 }

@@ -5,6 +5,7 @@
 use sdpa_model::{OptimizerKind, QkInit};
 
 use super::analyze::{Curve, TrainingData};
+use super::design::SWEEP_ARMS;
 use crate::claims::short;
 use crate::context::LabError;
 use crate::experiment::Canvas;
@@ -12,14 +13,19 @@ use crate::markdown::md_table;
 use crate::measures::training::init_name;
 use crate::plot::{LinePlot, Series};
 
-/// The curves of one (initialization, d_k), Adam.
+/// The curves of the four arms the sweep asks for ([`SWEEP_ARMS`]) at one (initialization,
+/// d_k), Adam (the other tuned arms' curves are in the table and the CSV: eight translucent
+/// bands on one plot hide each other).
 fn of(data: &TrainingData, init: QkInit, d_k: usize) -> Vec<&Curve> {
-    data.curves
+    SWEEP_ARMS
         .iter()
-        .filter(|c| {
-            c.condition.optimizer == OptimizerKind::Adam
-                && c.condition.init == init
-                && c.condition.d_k == d_k
+        .filter_map(|&arm| {
+            data.curves.iter().find(|c| {
+                c.arm == arm
+                    && c.condition.optimizer == OptimizerKind::Adam
+                    && c.condition.init == init
+                    && c.condition.d_k == d_k
+            })
         })
         .collect()
 }
@@ -38,22 +44,40 @@ pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, La
                 continue;
             }
             let name = init_name(init);
-            let series = |value: &dyn Fn(&super::analyze::SweepPoint) -> (f64, f64, f64)| {
+            // Per arm: the median line through the rates where it is finite (with the seeds' range
+            // as its band), and hollow markers where it is not (most seeds never reached 99%, or
+            // diverged), drawn at the top: never joined to the others by a line.
+            let series = |value: &dyn Fn(&super::analyze::SweepPoint) -> (f64, f64, f64),
+                          finite: &dyn Fn(&super::analyze::SweepPoint) -> bool,
+                          at_top: f64| {
                 curves
                     .iter()
                     .enumerate()
-                    .map(|(k, c)| {
-                        let points = c
-                            .points
-                            .iter()
-                            .filter(|p| p.seeds > 0)
+                    .flat_map(|(k, c)| {
+                        let seen = c.points.iter().filter(|p| p.seeds > 0);
+                        let points = seen
+                            .clone()
+                            .filter(|p| finite(p))
                             .map(|p| {
                                 let (v, lo, hi) = value(p);
                                 (p.lr, v, lo, hi)
                             })
                             .collect();
-                        Series::with_band(c.arm.label(), points).colored(k)
+                        let never: Vec<(f64, f64)> = seen
+                            .filter(|p| !finite(p))
+                            .map(|p| (p.lr, at_top))
+                            .collect();
+                        [
+                            Series::with_band(c.arm.label(), points).colored(k),
+                            Series::scatter(
+                                format!("{}: median never", c.arm.label()),
+                                never,
+                                true,
+                            )
+                            .colored(k),
+                        ]
                     })
+                    .filter(|s| !s.points.is_empty())
                     .collect::<Vec<_>>()
             };
             links.push(canvas.line_plot(
@@ -67,7 +91,11 @@ pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, La
                     ),
                     log_x: true,
                     log_y: false,
-                    series: series(&|p| (clip(p.steps.value), clip(p.steps.lo), clip(p.steps.hi))),
+                    series: series(
+                        &|p| (clip(p.steps.value), clip(p.steps.lo), clip(p.steps.hi)),
+                        &|p| p.steps.value.is_finite(),
+                        never,
+                    ),
                 },
             )?);
             // A diverged run's loss is +∞: drawn at the top of the finite ones.
@@ -100,13 +128,17 @@ pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, La
                     ),
                     log_x: true,
                     log_y: true,
-                    series: series(&|p| {
-                        (
-                            floor(p.final_loss.value),
-                            floor(p.final_loss.lo),
-                            floor(p.final_loss.hi),
-                        )
-                    }),
+                    series: series(
+                        &|p| {
+                            (
+                                floor(p.final_loss.value),
+                                floor(p.final_loss.lo),
+                                floor(p.final_loss.hi),
+                            )
+                        },
+                        &|p| p.final_loss.value.is_finite(),
+                        top,
+                    ),
                 },
             )?);
         }
@@ -117,22 +149,39 @@ pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, La
 /// Every tuned arm's curve in one row: the rate chosen for evaluation, the best rate, its
 /// outcome and the width of the good range.
 pub fn table(data: &TrainingData) -> String {
+    // The evaluation runs' Kaplan–Meier median at the chosen rate, beside the tuning seeds'
+    // selected best (the best of 7 medians of 5 seeds is optimistic).
+    let km = |c: &Curve| {
+        data.comparisons.iter().find_map(|s| {
+            let x = &s.comparison;
+            (x.condition == c.condition).then_some(())?;
+            if x.reference == c.arm {
+                Some(s.reference_km.show(s.budget as f64))
+            } else if x.other == c.arm {
+                Some(s.other_km.show(s.budget as f64))
+            } else {
+                None
+            }
+        })
+    };
     let chosen = |c: &Curve| {
         data.tuned
             .iter()
             .find(|t| t.condition == c.condition && t.arm == c.arm)
             .and_then(|t| t.chosen)
-            .map_or("– (not evaluated)".into(), |lr| lr.to_string())
+            .map_or("– (not evaluated)".into(), |lr| {
+                format!("{lr} ({})", km(c).unwrap_or_else(|| "–".into()))
+            })
     };
     md_table(
         &[
             "condition",
             "arm",
-            "rate for evaluation",
-            "best rate (median steps)",
-            "median steps to 99% there (seeds' range)",
+            "rate for evaluation (its evaluation KM median)",
+            "selected best rate (median steps)",
+            "median steps to 99% there (seeds' range; selected)",
             "seeds at 99% there",
-            "rates within the factor (decades)",
+            "rates within the factor (grid steps)",
             "best rate (median final loss)",
             "median final loss there (seeds' range)",
         ],
