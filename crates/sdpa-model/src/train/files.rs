@@ -93,7 +93,7 @@ fn sync(path: &Path) -> Result<(), ModelError> {
 /// name, so that no link is followed), which is synced, renamed over `path` (a link at `path` is
 /// replaced, never written through), and the directory synced. The one durable write of training
 /// runs and of the lab (its cells, reports, plots and bench files). Two processes must not write
-/// one path at once: the callers hold their directory's [`DirLock`](super::lock::DirLock).
+/// one path at once: the callers hold their directory's lock (`DirLock`).
 pub fn write_atomic(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), ModelError> {
     let text = bytes.as_ref();
     let name = path

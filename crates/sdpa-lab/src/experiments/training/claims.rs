@@ -2,12 +2,9 @@
 //! paired statistics, with the thresholds of [`super::design`].
 
 use super::analyze::{PairStats, TrainingData, of_part};
-use super::design::{
-    ALPHA, EQUIVALENCE_RATIO, FAILED_ACCURACY, PREMISE_FACTOR, Part, SENSITIVITY_FACTOR,
-    SLOW_FACTOR,
-};
+use super::design::{ALPHA, EQUIVALENCE_RATIO, FAILED_ACCURACY, Part, SLOW_FACTOR};
 use crate::article;
-use crate::claims::{Claim, Condition, Outcome, Source, inside, short, show, show_p, side};
+use crate::claims::{Claim, Condition, Outcome, Source, short, show, show_p, side};
 use crate::measures::training::{Arm, init_name, optimizer_name};
 use crate::stats::hypothesis::tost;
 
@@ -93,7 +90,12 @@ fn over(
     Claim::per_condition(id, source, statement, check, conditions)
 }
 
-fn select(data: &TrainingData, part: Part, reference: Arm, other: Arm) -> Vec<&PairStats> {
+pub(super) fn select(
+    data: &TrainingData,
+    part: Part,
+    reference: Arm,
+    other: Arm,
+) -> Vec<&PairStats> {
     of_part(data, part)
         .filter(|s| s.comparison.reference == reference && s.comparison.other == other)
         .collect()
@@ -239,80 +241,12 @@ fn article_claims(main: &[&PairStats]) -> Vec<Claim> {
     ]
 }
 
-/// The premise of §6: q/k component std near 1 after LayerNorm and training; and right after
-/// projection, of the order of 1/√d_in.
-fn premise_claims(data: &TrainingData) -> Vec<Claim> {
-    let (lo, hi) = (1.0 / PREMISE_FACTOR, PREMISE_FACTOR);
-    let conditions: Vec<Condition> = data
-        .premise
-        .iter()
-        .filter(|p| {
-            p.arm == Arm::Scaled && p.condition.optimizer == sdpa_model::OptimizerKind::Adam
-        })
-        .map(|p| {
-            let outcomes = [inside(p.query_final, lo, hi), inside(p.key_final, lo, hi)];
-            Condition {
-                label: format!(
-                    "{} init, d_k = {}",
-                    init_name(p.condition.init),
-                    p.condition.d_k
-                ),
-                measured: format!(
-                    "after training: query std {}, key std {} (at initialization {}, {}; training \
-                     changed them ×{}, ×{})",
-                    show(p.query_final),
-                    show(p.key_final),
-                    show(p.query_initial),
-                    show(p.key_initial),
-                    show(p.query_change),
-                    show(p.key_change)
-                ),
-                outcome: Outcome::across(&outcomes.map(Outcome::of)),
-            }
-        })
-        .collect();
-    let mut claims = vec![Claim::per_condition(
-        "premise-std-near-one",
-        Source::Article(&article::PREMISE_STD_ONE),
-        format!(
-            "after LayerNorm and training, the q and k components entering attention have std close to 1 \
-             (within a factor {PREMISE_FACTOR}), in the trained model (1/√d_k arm, Adam)"
-        ),
-        "interval of the mean final q std and k std over seeds inside [0.5, 2] (TOST), per condition, \
-         family-wise 90% over every condition's q and k (Bonferroni); the band holds at initialization \
-         too, so the change training made is shown beside it",
-        conditions,
-    )];
-    let d_in = 64.0f64;
-    let claims_premise_projected = data
-        .premise
-        .iter()
-        .find(|p| p.arm == Arm::Scaled && p.condition.init == sdpa_model::QkInit::Default);
-    if let Some(p) = claims_premise_projected {
-        let target = 1.0 / d_in.sqrt();
-        // How far off the order of magnitude is: the factor between the measured std and
-        // 1/√d_in, reported beside the fixed factor-2 band.
-        let factor = (p.query_initial.value / target).max(target / p.query_initial.value);
-        claims.push(Claim::in_range(
-            "projected-std-of-order-inv-sqrt-d-in",
-            Source::Article(&article::PROJECTED_STD_SMALL),
-            format!(
-                "right after the W_Q projection (Burn's default initialization, d_in = {d_in}), q's components \
-                 have std of the order of 1/√d_in = {target:.3} (within a factor 2)"
-            ),
-            &format!(
-                "query std at initialization ({factor:.1}× 1/√d_in; \"of the order\" read as within a \
-                 factor 2)"
-            ),
-            p.query_initial,
-            target / 2.0,
-            target * 2.0,
-        ));
-    }
-    claims
-}
-
-fn slower_claim(id: &str, statement: String, stats: &[&PairStats], slower: bool) -> Claim {
+pub(super) fn slower_claim(
+    id: &str,
+    statement: String,
+    stats: &[&PairStats],
+    slower: bool,
+) -> Claim {
     slower_claim_noted(id, statement, stats, slower, &|_| String::new())
 }
 
@@ -376,7 +310,7 @@ fn temperature_note(data: &TrainingData, s: &PairStats) -> String {
     )
 }
 
-fn equivalence_claim(id: &str, statement: String, stats: &[&PairStats]) -> Claim {
+pub(super) fn equivalence_claim(id: &str, statement: String, stats: &[&PairStats]) -> Claim {
     over(
         id,
         Source::Lab,
@@ -472,7 +406,7 @@ pub fn claims(data: &TrainingData) -> Vec<Claim> {
     use Arm::*;
     let main = select(data, Part::Main, Scaled, Unscaled);
     let mut claims = article_claims(&main);
-    claims.extend(premise_claims(data));
+    claims.extend(super::premise::premise_claims(data));
     claims.push(slower_claim(
         "unscaled-slower",
         "without √d_k the model reaches 99% later than with it (Adam, each arm at its own learning rate)".into(),
@@ -545,160 +479,5 @@ pub fn claims(data: &TrainingData) -> Vec<Claim> {
             })
             .collect(),
     ));
-    claims.extend(sweep_claims(data));
-    claims.extend(intervention_claims(data));
     claims
-}
-
-/// The learning-rate question of issue 30: is the unscaled arm (or 1/d_k, or QK-norm) just on
-/// another learning rate? Its range of good rates against 1/√d_k's, seed by seed; and, at each
-/// arm's own chosen rate, whether the paired evaluation runs are as fast (only a shift).
-fn sweep_claims(data: &TrainingData) -> Vec<Claim> {
-    use super::sweep::SeedMeasure;
-    use Arm::*;
-    let mut claims = Vec::new();
-    for (measure, id, what, check) in [
-        (
-            SeedMeasure::LrSensitivity,
-            "lr-sensitivity-higher",
-            "is more sensitive to the learning rate than 1/√d_k (Wortsman et al. 2023's learning-rate \
-             sensitivity: the mean over the grid of the final held-out loss above the best rate's, each \
-             rate's loss capped at the loss at initialization)"
-                .to_string(),
-            "per tuning seed and d_k of the sweep, the learning-rate sensitivity of its final held-out losses \
-             over the 7 rates (no threshold involved); exact two-sided sign test on the paired values (same \
-             seed, same d_k), Holm over every arm and initialization of this measure, α = 0.05: holds when \
-             higher, fails when lower"
-                .to_string(),
-        ),
-        (
-            SeedMeasure::Width,
-            "lr-range-narrower",
-            format!(
-                "trains well over a narrower range of learning rates than 1/√d_k (\"well\": steps to 99% within \
-                 {SENSITIVITY_FACTOR}× the seed's best rate)"
-            ),
-            format!(
-                "per tuning seed and d_k of the sweep, the number of grid steps of the contiguous range of rates \
-                 around that seed's best whose steps to 99% are within {SENSITIVITY_FACTOR}× of it (grid steps, \
-                 not decades: the grid alternates ×3 and ×3.33, and a range moved along it keeps its width; a \
-                 seed that never reached 99% at any rate has no width and its pair is counted apart); exact \
-                 two-sided sign test on the paired widths, Holm over every arm and initialization of this \
-                 measure, α = 0.05: holds when narrower, fails when wider"
-            ),
-        ),
-        (
-            SeedMeasure::LossAtBest,
-            "best-loss-higher",
-            "reaches a higher final held-out loss than 1/√d_k, each at its own best rate (the curve's best \
-             median final loss)"
-                .to_string(),
-            "per tuning seed and d_k of the sweep, the final held-out loss at the arm's best rate against \
-             1/√d_k's at its own (both rates selected on the same seeds' medians); exact two-sided sign test, \
-             Holm over every arm and initialization of this measure, α = 0.05: holds when higher, fails when \
-             lower"
-                .to_string(),
-        ),
-    ] {
-        for arm in [Unscaled, InvDk, QkNorm] {
-            let rows: Vec<&super::sweep::Sensitivity> = data
-                .sensitivity
-                .iter()
-                .filter(|s| s.arm == arm && s.measure == measure)
-                .collect();
-            if rows.is_empty() {
-                continue;
-            }
-            claims.push(Claim::per_condition(
-                &format!("{id}-{}", arm.slug()),
-                Source::Lab,
-                format!("{} {what}", arm.label()),
-                check.clone(),
-                rows.iter()
-                    .map(|s| {
-                        let never = if measure == SeedMeasure::Width {
-                            format!(
-                                "; never at 99% at any rate (left out): {} {}, 1/√d_k {}",
-                                arm.label(),
-                                s.never_arm,
-                                s.never_reference
-                            )
-                        } else {
-                            String::new()
-                        };
-                        Condition {
-                            label: format!("{} init", init_name(s.init)),
-                            measured: format!(
-                                "median {} vs 1/√d_k {}; worse in {}, better in {}, tied in {} of {} pairs, \
-                                 p = {} (Holm: {}){never}",
-                                short(s.median),
-                                short(s.reference_median),
-                                s.worse,
-                                s.better,
-                                s.pairs - s.worse - s.better,
-                                s.pairs,
-                                show_p(s.p),
-                                show_p(s.p_holm)
-                            ),
-                            outcome: if s.p_holm >= ALPHA {
-                                Outcome::Undecided
-                            } else {
-                                Outcome::of(Some(s.worse > s.better))
-                            },
-                        }
-                    })
-                    .collect(),
-            ));
-        }
-    }
-    claims.push(equivalence_claim(
-        "unscaled-only-a-lr-shift",
-        "each arm at its own learning rate (chosen on the curve's tuning seeds), training without √d_k is as \
-         fast as with it: the difference is only a shift of the learning rate (steps to 99% are read every \
-         10 steps, so where 1/√d_k needs few steps only ties are within the margin; the final-loss claims \
-         above answer the same question without that limit)"
-            .into(),
-        &select(data, Part::Main, Scaled, Unscaled),
-    ));
-    claims.push(equivalence_claim(
-        "inv-dk-only-a-lr-shift",
-        "each at its own learning rate, 1/d_k (µP's attention scale) trains as fast as 1/√d_k"
-            .into(),
-        &select(data, Part::Temperature, Scaled, InvDk),
-    ));
-    claims
-}
-
-/// The intervention: unscaled attention whose logits start as the scaled arm's (W_Q, W_K ×
-/// d_k^(−1/4)). As fast as 1/√d_k: the start explains the delay; slower: the unscaled dynamics.
-fn intervention_claims(data: &TrainingData) -> Vec<Claim> {
-    use Arm::*;
-    let against_scaled = select(data, Part::Intervention, Scaled, UnscaledSmallInit);
-    vec![
-        slower_claim(
-            "small-init-rescues-unscaled",
-            "unscaled attention whose W_Q, W_K start × d_k^−¼ (its logits start exactly as 1/√d_k's) trains \
-             faster than unscaled attention from the usual initialization: the saturated start is part of \
-             the delay (under Adam, unscaled attention is 1/√d_k with W_Q, W_K both initialized and stepped \
-             d_k^¼ larger; this arm keeps the larger step and undoes the larger start)"
-                .into(),
-            &select(data, Part::Intervention, Unscaled, UnscaledSmallInit),
-            false,
-        ),
-        slower_claim(
-            "small-init-slower-than-scaled",
-            "started like 1/√d_k, unscaled attention still trains slower than 1/√d_k, each at its own rate. \
-             Read with Adam's invariance to a gradient's scale (ε aside): this arm is 1/√d_k with W_Q and W_K \
-             stepped d_k^¼ faster than the other parameters, so what separates it from 1/√d_k is the query \
-             and key projections' effective learning rate, not the gradient's size"
-                .into(),
-            &against_scaled,
-            true,
-        ),
-        equivalence_claim(
-            "small-init-as-fast-as-scaled",
-            "started like 1/√d_k, unscaled attention trains as fast as 1/√d_k".into(),
-            &against_scaled,
-        ),
-    ]
 }

@@ -16,8 +16,10 @@ pub mod design;
 mod headline;
 mod mechanism;
 mod plot;
+mod premise;
 mod render;
 pub mod sweep;
+mod sweep_claims;
 mod sweep_plot;
 
 use serde::{Deserialize, Serialize};
@@ -134,7 +136,9 @@ pub fn tuned_lr(runs: &[&Run], condition: Condition, arm: Arm, grid: &[f64]) -> 
 /// Tables and claims.
 pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<TrainingData> {
     let data = analyze::data(plan, cells);
-    let claims = claims::claims(&data);
+    let mut claims = claims::claims(&data);
+    claims.extend(sweep_claims::sweep_claims(&data));
+    claims.extend(sweep_claims::intervention_claims(&data));
     let headline = headline::lines(&data, &claims);
     Analysis::new(claims, data).with_headline(headline)
 }
