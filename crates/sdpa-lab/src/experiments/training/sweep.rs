@@ -30,7 +30,7 @@ pub struct SweepPoint {
     pub reached: usize,
     /// Median steps to 99% over the seeds, a run that never got there counted as +∞ (so a
     /// median of +∞ means most never did), with the order-statistics interval
-    /// ([`POINT_LEVEL`]).
+    /// (90%: the range of five seeds).
     pub steps: Estimate,
     /// Median held-out loss at the budget (a diverged run +∞), same interval.
     pub final_loss: Estimate,
