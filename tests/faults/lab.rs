@@ -3,7 +3,7 @@
 //! renders, and folders the lab does not own — through the real `sdpa` binary.
 
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::{arg, code, sdpa, text};
@@ -30,13 +30,27 @@ fn cells(dir: &Path, experiment: &str) -> Vec<PathBuf> {
 }
 
 fn spawn(args: &[&str]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_sdpa"))
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn")
+    crate::runs::spawn(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+}
+
+/// `sdpa exp dot-std --quick` as shards 0/2 and 1/2, into `root/s0` and `root/s1`.
+fn two_shards(root: &Path) -> Vec<PathBuf> {
+    let shards: Vec<PathBuf> = (0..2).map(|i| root.join(format!("s{i}"))).collect();
+    for (i, s) in shards.iter().enumerate() {
+        let shard = format!("{i}/2");
+        let o = sdpa(&[
+            "exp",
+            "dot-std",
+            "--quick",
+            "--plain",
+            "--shard",
+            &shard,
+            "--out",
+            &arg(s),
+        ]);
+        assert_eq!(code(&o), Some(0), "{}", text(&o));
+    }
+    shards
 }
 
 /// Waits until `path` holds text (a lock naming its holder), or a minute passes.
@@ -365,21 +379,7 @@ fn every_subcommand_keeps_to_the_labs_own_folders() {
     let out = sdpa(&["report", "--render-only", &arg(&dir), "--out", &arg(&user)]);
     assert_eq!(code(&out), Some(2), "{}", text(&out));
     // --merge into one of its shards: refused, the shard untouched.
-    let shards: Vec<PathBuf> = (0..2).map(|i| root.path().join(format!("s{i}"))).collect();
-    for (i, s) in shards.iter().enumerate() {
-        let shard = format!("{i}/2");
-        let o = sdpa(&[
-            "exp",
-            "dot-std",
-            "--quick",
-            "--plain",
-            "--shard",
-            &shard,
-            "--out",
-            &arg(s),
-        ]);
-        assert_eq!(code(&o), Some(0), "{}", text(&o));
-    }
+    let shards = two_shards(root.path());
     let before = std::fs::read_to_string(shards[0].join("run.json")).expect("run.json");
     let out = sdpa(&[
         "report",
@@ -414,21 +414,7 @@ fn every_subcommand_keeps_to_the_labs_own_folders() {
 #[test]
 fn what_the_lab_reads_back_is_checked_before_it_is_trusted() {
     let root = tempfile::tempdir().expect("tmp");
-    let shards: Vec<PathBuf> = (0..2).map(|i| root.path().join(format!("s{i}"))).collect();
-    for (i, s) in shards.iter().enumerate() {
-        let shard = format!("{i}/2");
-        let o = sdpa(&[
-            "exp",
-            "dot-std",
-            "--quick",
-            "--plain",
-            "--shard",
-            &shard,
-            "--out",
-            &arg(s),
-        ]);
-        assert_eq!(code(&o), Some(0), "{}", text(&o));
-    }
+    let shards = two_shards(root.path());
     for s in &shards {
         let path = s.join("run.json");
         let mut v: serde_json::Value =

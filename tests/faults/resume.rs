@@ -2,36 +2,10 @@
 //! that are not what the lab wrote, and resumes that change only what may change.
 
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
 
+use crate::runs::{spawn, wait_for_rows};
 use crate::training::{metrics, resume_args, run, train_args};
 use crate::{code, text};
-
-fn spawn(args: &[String]) -> Child {
-    Command::new(env!("CARGO_BIN_EXE_sdpa"))
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn")
-}
-
-/// Waits until `dir/metrics.csv` holds `rows` rows.
-fn wait_for_rows(dir: &Path, rows: usize) {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(120) {
-        let have = std::fs::read_to_string(dir.join("metrics.csv"))
-            .map(|t| t.lines().count().saturating_sub(1))
-            .unwrap_or(0);
-        if have >= rows {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    panic!("{} never reached {rows} rows", dir.display());
-}
 
 #[test]
 fn deleting_the_lock_file_does_not_let_a_second_writer_in() {

@@ -10,7 +10,7 @@ use crate::training::{checkpoint_step, metrics, resume_args, run, train_args};
 use crate::{arg, code, text};
 
 /// Starts `sdpa` with `args` in the background.
-fn spawn(args: &[String]) -> Child {
+pub(crate) fn spawn(args: &[String]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_sdpa"))
         .args(args)
         .env("XDG_RUNTIME_DIR", std::env::temp_dir())
@@ -21,7 +21,7 @@ fn spawn(args: &[String]) -> Child {
 }
 
 /// Waits until `dir/metrics.csv` holds `rows` rows (or two minutes pass).
-fn wait_for_rows(dir: &Path, rows: usize) {
+pub(crate) fn wait_for_rows(dir: &Path, rows: usize) {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(120) {
         let have = std::fs::read_to_string(dir.join("metrics.csv"))

@@ -186,6 +186,11 @@ fn bounds(values: impl Iterator<Item = f64>, log: bool) -> (f64, f64) {
     }
 }
 
+/// The colour of series `i`: its own palette index, or its position.
+fn color_of(s: &Series, i: usize) -> RGBColor {
+    COLORS[s.color.unwrap_or(i) % COLORS.len()]
+}
+
 /// The points of `s` a plot's axes can show (positive where an axis is logarithmic).
 fn usable(plot: &LinePlot, a: f64, b: f64) -> bool {
     a.is_finite() && b.is_finite() && (!plot.log_x || a > 0.0) && (!plot.log_y || b > 0.0)
@@ -202,7 +207,7 @@ where
     DB: DrawingBackend + 'a,
     CT: CoordTranslate<From = (f64, f64)>,
 {
-    let color = COLORS[s.color.unwrap_or(i) % COLORS.len()];
+    let color = color_of(s, i);
     let band: Vec<(f64, f64, f64)> = s
         .band
         .iter()
@@ -238,7 +243,7 @@ where
     DB: DrawingBackend + 'a,
     CT: CoordTranslate<From = (f64, f64)>,
 {
-    let color = COLORS[s.color.unwrap_or(i) % COLORS.len()];
+    let color = color_of(s, i);
     let pts: Vec<(f64, f64)> = s
         .points
         .iter()
@@ -334,7 +339,7 @@ fn draw_legend(
         if s.label.is_empty() {
             continue;
         }
-        let color = COLORS[s.color.unwrap_or(i) % COLORS.len()];
+        let color = color_of(s, i);
         let sample: Vec<(i32, i32)> = vec![(6, y), (34, y)];
         if s.markers_only {
             let style = if s.hollow {
