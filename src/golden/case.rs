@@ -1,5 +1,5 @@
-//! The golden case files: their format (with the optional extension fields `softcap` and
-//! `window`), the checks that run before anything is allocated, and loading. Unknown fields are
+//! The golden case files: their format (with the optional extension fields `softcap`, `window`,
+//! `segments`, `alibi_slopes`, `sinks` and `quiet_softmax`), the checks that run before anything is allocated, and loading. Unknown fields are
 //! refused, so a case written for a newer format never passes by being half read.
 
 use std::fmt;
@@ -41,6 +41,9 @@ pub struct Expected {
     pub grad_key: JsonTensor,
     /// ... to the value.
     pub grad_value: JsonTensor,
+    /// Extension: ... to the attention sinks, `[h]` (present exactly when the case has sinks).
+    #[serde(default)]
+    pub grad_sinks: Option<Vec<f64>>,
 }
 
 /// A case passes when `|got − want| <= abs + rel · |want|` everywhere.
@@ -86,6 +89,13 @@ pub struct GoldenCase {
     /// Extension: ALiBi slopes, one per query head.
     #[serde(default)]
     pub alibi_slopes: Option<Vec<f64>>,
+    /// Extension: attention sinks, one learned logit per query head in every row's softmax
+    /// denominator (they take no value and carry a gradient).
+    #[serde(default)]
+    pub sinks: Option<Vec<f64>>,
+    /// Extension: quiet softmax, a constant zero logit in every row's denominator.
+    #[serde(default)]
+    pub quiet_softmax: Option<bool>,
     /// The upstream gradient of the context.
     pub grad_out: JsonTensor,
     /// The reference results.
@@ -120,7 +130,7 @@ pub struct GoldenError {
 /// The comparison of one tensor.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TensorCheck {
-    /// `context`, `weights`, `grad_query`, `grad_key` or `grad_value`.
+    /// `context`, `weights`, `grad_query`, `grad_key`, `grad_value` or `grad_sinks`.
     pub name: &'static str,
     /// Largest |got − want|.
     pub max_abs_err: f64,
@@ -332,7 +342,48 @@ impl GoldenCase {
                 "alibi_slopes must be {h} finite numbers (one per query head), got {slopes:?}"
             )));
         }
-        self.check_tolerance(path, &tensors[4..])
+        if let Some(sinks) = &self.sinks
+            && (sinks.len() != h || sinks.iter().any(|s| !s.is_finite()))
+        {
+            return Err(err(format!(
+                "sinks must be {h} finite numbers (one per query head), got {sinks:?}"
+            )));
+        }
+        match (&self.sinks, &self.expected.grad_sinks) {
+            (Some(_), None) => {
+                return Err(err(
+                    "a case with sinks must give expected.grad_sinks, their gradient".into(),
+                ));
+            }
+            (None, Some(_)) => {
+                return Err(err(
+                    "expected.grad_sinks is given but the case has no sinks".into(),
+                ));
+            }
+            (Some(_), Some(grad)) if grad.len() != h => {
+                return Err(err(format!(
+                    "expected.grad_sinks must hold {h} values (one per query head), got {}",
+                    grad.len()
+                )));
+            }
+            _ => {}
+        }
+        if self.sinks.is_some() && self.quiet_softmax == Some(true) {
+            return Err(err(
+                "a case has either sinks or quiet_softmax: quiet softmax is the sink 0 on every \
+                 head"
+                    .into(),
+            ));
+        }
+        let grad_sinks = self.expected.grad_sinks.as_ref().map(|grad| JsonTensor {
+            shape: vec![1, 1, 1, grad.len()],
+            data: grad.clone(),
+        });
+        let mut expected = tensors[4..].to_vec();
+        if let Some(grad) = &grad_sinks {
+            expected.push(("expected.grad_sinks", grad));
+        }
+        self.check_tolerance(path, &expected)
     }
 
     /// A tolerance must be able to fail: finite, not negative, and tight enough that an output

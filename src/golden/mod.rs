@@ -83,6 +83,7 @@ pub fn run_case(
     let config = ScaledDotProductAttentionConfig::new()
         .with_scale(scale)
         .with_softcap(case.softcap)
+        .with_quiet_softmax(case.quiet_softmax.unwrap_or(false))
         .with_causal_alignment(alignment);
     let attn = config
         .clone()
@@ -127,6 +128,15 @@ pub fn run_case(
             TensorData::new(values, [slopes.len()]),
             &device,
         ));
+    }
+    // [h], a parameter: its gradient is checked.
+    let sinks = case.sinks.as_ref().map(|sinks| {
+        let values: Vec<f32> = sinks.iter().map(|&x| x as f32).collect();
+        let t = Tensor::<1>::from_data(TensorData::new(values, [sinks.len()]), &device);
+        if inference_only { t } else { t.require_grad() }
+    });
+    if let Some(sinks) = &sinks {
+        input = input.sinks(sinks.clone());
     }
     if let Some(mask) = &case.mask {
         check_len(path, "mask", &mask.shape, mask.data.len())?;
@@ -188,10 +198,23 @@ pub fn run_case(
             &case.expected.grad_value,
         ),
     ];
-    let checks = results
+    let mut checks = results
         .into_iter()
         .map(|(name, got, want)| compare(path, case, name, got, want))
         .collect::<Result<Vec<_>, _>>()?;
+    if let (Some(sinks), Some(want)) = (&sinks, &case.expected.grad_sinks) {
+        let h = want.len();
+        // [h] -> [1, 1, 1, h], compared as the other tensors are.
+        let got = sinks
+            .grad(&grads)
+            .ok_or_else(|| err("no gradient for the sinks".into()))?
+            .reshape([1, 1, 1, h]);
+        let want = JsonTensor {
+            shape: vec![1, 1, 1, h],
+            data: want.clone(),
+        };
+        checks.push(compare(path, case, "grad_sinks", got, &want)?);
+    }
     Ok(CaseReport {
         name: case.name.clone(),
         checks,

@@ -27,7 +27,7 @@ use crate::cube::assert_trains_like_naive;
 pub(crate) fn head_size_files() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/data/golden-head-sizes");
     let files = golden::case_files(&dir).expect("head-size golden folder");
-    assert_eq!(files.len(), 22, "{}", dir.display());
+    assert_eq!(files.len(), 25, "{}", dir.display());
     files
 }
 

@@ -1,6 +1,7 @@
 //! Every golden case (PyTorch, float64) passes forward and backward on every compiled backend:
 //! the base cases (`sdpa/`), the soft-cap and window cases (`extensions/`), the packed-sequence
-//! and ALiBi cases (`extensions2/`) and the head sizes 96 to 512 (`tests/data/golden-head-sizes`,
+//! and ALiBi cases (`extensions2/`), the quiet-softmax and attention-sink cases (`extensions3/`,
+//! their sinks' gradients checked too) and the head sizes 96 to 512 (`tests/data/golden-head-sizes`,
 //! generated in the repository by its `generate.py`).
 
 use std::path::PathBuf;
@@ -22,15 +23,16 @@ fn golden_dir(shared: &str, vendored: &str) -> PathBuf {
     }
 }
 
-/// Every case file of the folders: at least the 12 base cases, the 5 + 4 extension cases and the
-/// 22 head-size cases.
+/// Every case file of the folders: at least the 12 base cases, the 5 + 4 + 4 extension cases and
+/// the 25 head-size cases.
 fn golden_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
     for (shared, vendored, at_least) in [
         ("sdpa", "golden", 12),
         ("extensions", "golden-extensions", 5),
         ("extensions2", "golden-extensions2", 4),
-        ("head-sizes", "golden-head-sizes", 22),
+        ("extensions3", "golden-extensions3", 4),
+        ("head-sizes", "golden-head-sizes", 25),
     ] {
         let dir = golden_dir(shared, vendored);
         let found = golden::case_files(&dir).expect("golden folder");
@@ -152,9 +154,10 @@ fn every_golden_case_passes_on_every_backend_cpu_kernel() {
         "failing golden cases (CpuKernel):\n{}",
         failures.join("\n")
     );
-    // flex and ndarray are on by default: at least their 2 × (12 + 5 + 4 + 22) cases ran backward.
+    // flex and ndarray are on by default: at least their 2 × (12 + 5 + 4 + 4 + 25) cases ran
+    // backward.
     assert!(
-        with_gradients >= 86,
+        with_gradients >= 100,
         "only {with_gradients} cases ran backward"
     );
 }
@@ -186,8 +189,17 @@ fn vendored_copy_matches_the_cases_it_was_copied_from() {
         alibi += usize::from(case.alibi_slopes.is_some());
     }
     assert_eq!((packed, alibi), (2, 2));
+    let files = golden::case_files(&root.join("tests/data/golden-extensions3")).expect("vendored");
+    assert_eq!(files.len(), 4);
+    let (mut quiet, mut sinks) = (0, 0);
+    for f in files {
+        let case = golden::load_case(&f).unwrap_or_else(|e| panic!("{e}"));
+        quiet += usize::from(case.quiet_softmax == Some(true));
+        sinks += usize::from(case.sinks.is_some() && case.expected.grad_sinks.is_some());
+    }
+    assert_eq!((quiet, sinks), (2, 2));
     let files = golden::case_files(&root.join("tests/data/golden-head-sizes")).expect("vendored");
-    assert_eq!(files.len(), 22);
+    assert_eq!(files.len(), 25);
     let mut head_sizes = std::collections::BTreeSet::new();
     for f in files {
         let case = golden::load_case(&f).unwrap_or_else(|e| panic!("{e}"));

@@ -20,3 +20,4 @@ mod properties;
 mod reference;
 mod rope;
 mod rows;
+mod sinks;

@@ -49,6 +49,9 @@ pub struct AttentionInput<const D: usize = 4> {
     /// ALiBi: one slope per query head, `[h]`; the bias `−slope_h · |c − j|` on the causal
     /// diagonal is added to the scaled scores (constants, no gradient).
     pub alibi_slopes: Option<Tensor<1>>,
+    /// Attention sinks: one learned logit per query head, `[h]`, that joins every row's softmax
+    /// denominator and takes no value (see [`sinks`](Self::sinks)); it carries a gradient.
+    pub sinks: Option<Tensor<1>>,
     /// Return the attention weights.
     pub need_weights: bool,
     /// Return the scaled scores (plus bias, before masking), e.g. for logit statistics.
@@ -81,6 +84,7 @@ impl<const D: usize> AttentionInput<D> {
             window: None,
             segments: None,
             alibi_slopes: None,
+            sinks: None,
             need_weights: false,
             need_scores: false,
             need_lse: false,
@@ -116,6 +120,28 @@ impl<const D: usize> AttentionInput<D> {
     /// FlashAttention's `alibi_slopes`), added to the scaled, soft-capped scores with the bias.
     pub fn alibi(mut self, slopes: Tensor<1>) -> Self {
         self.alibi_slopes = Some(slopes);
+        self
+    }
+
+    /// Attention sinks (gpt-oss, StreamingLLM's learned form, FlashAttention 3's `sink`): one
+    /// logit per query head, `[h]`, that joins the softmax denominator of every row of its head
+    /// and takes no value, `p_ij = exp(s_ij) / (exp(sink_h) + Σ_j' exp(s_ij'))` over the visible
+    /// keys (`s` the final scores: scaled, soft-capped, with bias and ALiBi). A row's weights
+    /// then sum to less than 1, and a row with no visible key has a zero context. The sinks are
+    /// usually parameters: their gradient flows on every path. A sink of −∞ is no sink; NaN or
+    /// +∞ makes every row of its head NaN (the policy for non-finite inputs). For a constant sink
+    /// of 0 on every head, use the option [`Softmax::Quiet`](crate::Softmax) instead.
+    ///
+    /// ```
+    /// # use burn::prelude::*;
+    /// # use burn_sdpa::AttentionInput;
+    /// # let device = Device::flex();
+    /// let x = Tensor::<4>::zeros([1, 2, 3, 4], &device);
+    /// let sinks = Tensor::<1>::from_data([0.5, -1.0], &device);
+    /// let input = AttentionInput::new(x.clone(), x.clone(), x).sinks(sinks);
+    /// ```
+    pub fn sinks(mut self, sinks: Tensor<1>) -> Self {
+        self.sinks = Some(sinks);
         self
     }
 
@@ -204,6 +230,7 @@ impl<const D: usize> AttentionInput<D> {
             value: self.value.cast(dtype),
             bias: self.bias.map(|b| b.cast(dtype)),
             alibi_slopes: self.alibi_slopes.map(|s| s.cast(dtype)),
+            sinks: self.sinks.map(|s| s.cast(dtype)),
             ..self
         }
     }
@@ -227,6 +254,7 @@ impl<const D: usize> AttentionInput<D> {
             window: self.window,
             segments: self.segments,
             alibi_slopes: self.alibi_slopes,
+            sinks: self.sinks,
             need_weights: self.need_weights,
             need_scores: self.need_scores,
             need_lse: self.need_lse,
@@ -310,6 +338,23 @@ fn check_dtypes_and_devices(input: &AttentionInput) -> Result<(), AttentionError
             return Err(AttentionError::DeviceMismatch {
                 query: describe(&query_device, query_autodiff),
                 other: name,
+                other_device: describe(&device, autodiff),
+            });
+        }
+    }
+    if let Some(sinks) = &input.sinks {
+        if sinks.dtype() != input.query.dtype() {
+            return Err(AttentionError::DtypeMismatch {
+                query: format!("{:?}", input.query.dtype()),
+                other: "attention sinks",
+                other_dtype: format!("{:?}", sinks.dtype()),
+            });
+        }
+        let (device, autodiff) = (sinks.device(), sinks.is_autodiff());
+        if device != query_device || autodiff != query_autodiff {
+            return Err(AttentionError::DeviceMismatch {
+                query: describe(&query_device, query_autodiff),
+                other: "attention sinks",
                 other_device: describe(&device, autodiff),
             });
         }
@@ -415,6 +460,15 @@ pub fn validate_input(input: &AttentionInput) -> Result<AttentionDims, Attention
             what: "ALiBi slopes",
             expected: format!("[h] = [{}]", dims.n_heads),
             got: slopes.dims().to_vec(),
+        });
+    }
+    if let Some(sinks) = &input.sinks
+        && sinks.dims() != [dims.n_heads]
+    {
+        return Err(AttentionError::Shape {
+            what: "attention sinks",
+            expected: format!("[h] = [{}]", dims.n_heads),
+            got: sinks.dims().to_vec(),
         });
     }
     check_dtypes_and_devices(input)?;

@@ -86,7 +86,9 @@ pub use paths::auto::{
 pub use qk_norm::{HeadNorm, QkNorm};
 pub use rope::RopeConfig;
 pub use rows::{cross_entropy, layer_norm, linear_rows, try_cross_entropy};
-pub use types::{AttentionDims, CausalAlignment, Precision, ScalePolicy, Window, validate_softcap};
+pub use types::{
+    AttentionDims, CausalAlignment, Precision, ScalePolicy, Softmax, Window, validate_softcap,
+};
 pub use vocabulary::{AttentionPath, BackendFamily, DEFAULT_BLOCK_SIZE, Implementation};
 
 /// The CPU flash kernel on host slices (what [`Implementation::CpuKernel`] runs), forward and

@@ -66,6 +66,10 @@ pub struct MultiHeadAttentionConfig {
     /// Rotary positions of queries and keys (after QK-norm); none by default.
     #[config(default = "None")]
     pub rope: Option<RopeConfig>,
+    /// Learned attention sinks: one logit per query head in every row's softmax denominator
+    /// (gpt-oss; see [`AttentionInput::sinks`]), starting at 0. `false` by default.
+    #[config(default = false)]
+    pub sinks: bool,
 }
 
 option_setters!(MultiHeadAttentionConfig);
@@ -168,6 +172,9 @@ impl MultiHeadAttentionConfig {
                 .learned_temperature
                 .map(|t| Initializer::Constant { value: t.ln() }.init([1], device)),
             rope: self.rope.as_ref().map(|rope| rope.init(d_k, device)),
+            sinks: self
+                .sinks
+                .then(|| Initializer::Zeros.init([self.n_heads], device)),
             attention,
             d_model: self.d_model,
             n_heads: self.n_heads,
@@ -206,6 +213,8 @@ pub struct MultiHeadAttention {
     pub log_temperature: Option<Param<Tensor<1>>>,
     /// Rotary positions of queries and keys, if configured.
     pub rope: Option<RotaryEncoding>,
+    /// The learned attention sinks `[n_heads]`, if configured.
+    pub sinks: Option<Param<Tensor<1>>>,
     /// The attention core.
     pub attention: ScaledDotProductAttention,
     /// Model width.
@@ -353,9 +362,18 @@ impl MultiHeadAttention {
             Some(factor) => query * factor.reshape([1, 1, 1, 1]),
             None => query,
         };
-        let out = self
-            .attention
-            .try_forward(input.with_tensors(query, key, value))?;
+        let mut input = input.with_tensors(query, key, value);
+        if let Some(sinks) = &self.sinks {
+            if input.sinks.is_some() {
+                return Err(AttentionError::InvalidConfig {
+                    field: "sinks",
+                    value: "an input's sinks".into(),
+                    reason: "the layer has its own learned sinks; give the input none".into(),
+                });
+            }
+            input.sinks = Some(sinks.val());
+        }
+        let out = self.attention.try_forward(input)?;
         // [b, h, n, d_v] -> [b, n, h, d_v] -> [b, n, h·d_v]
         let context = out
             .context

@@ -10,7 +10,7 @@ use crate::error::AttentionError;
 use crate::input::{AttentionInput, AttentionOutput, validate_input};
 use crate::options::{AttentionOptions, option_setters};
 use crate::paths::{self, call::Call};
-use crate::types::{CausalAlignment, Precision, ScalePolicy};
+use crate::types::{CausalAlignment, Precision, ScalePolicy, Softmax};
 use crate::vocabulary::{AttentionPath, BackendFamily, Implementation};
 
 /// Configuration of [`ScaledDotProductAttention`]: its [`AttentionOptions`].
@@ -43,6 +43,7 @@ impl ScaledDotProductAttentionConfig {
             implementation: self.options.implementation,
             softcap: self.options.softcap,
             precision: self.options.precision,
+            softmax: self.options.softmax,
             dropout: DropoutConfig::new(self.options.dropout).init(),
         })
     }
@@ -89,6 +90,9 @@ pub struct ScaledDotProductAttention {
     /// The dtype the attention computes in.
     #[module(skip)]
     pub precision: Precision,
+    /// The row normalization (standard or quiet softmax).
+    #[module(skip)]
+    pub softmax: Softmax,
     /// Dropout on the attention weights.
     pub dropout: Dropout,
 }
@@ -177,6 +181,7 @@ impl ScaledDotProductAttention {
             causal_alignment: self.causal_alignment,
             implementation: self.implementation,
             precision: self.precision,
+            softmax: self.softmax,
         }
     }
 
@@ -193,6 +198,24 @@ impl ScaledDotProductAttention {
         input.window = input
             .window
             .and_then(|window| window.within(dims.n, dims.m));
+        let learned_sinks = input.sinks.is_some();
+        if self.softmax == Softmax::Quiet {
+            if input.sinks.is_some() {
+                return Err(AttentionError::InvalidConfig {
+                    field: "softmax",
+                    value: "Quiet".into(),
+                    reason: "the call also has attention sinks: quiet softmax is the sink 0 on \
+                             every head, so use one or the other"
+                        .into(),
+                });
+            }
+            // The constant zero logit of every head: a sink without a gradient.
+            let device = input.query.device();
+            input.sinks = Some(Tensor::zeros(
+                [dims.n_heads],
+                (&device, input.query.dtype()),
+            ));
+        }
         let options = self.options();
         options.validate()?;
         let scale = options.scale_factor(dims.d_k)?;
@@ -210,6 +233,7 @@ impl ScaledDotProductAttention {
             family,
             autodiff,
             kernel_in_place: paths::cpu::in_place_on(family),
+            learned_sinks,
             input,
         })
     }

@@ -1,5 +1,5 @@
 //! [`AttentionOptions`]: the one home of the options an attention layer fixes when it is built —
-//! scale, soft-cap, dropout, causal alignment, implementation and precision — embedded by
+//! scale, soft-cap, dropout, causal alignment, implementation, precision and softmax — embedded by
 //! [`ScaledDotProductAttentionConfig`](crate::ScaledDotProductAttentionConfig),
 //! [`MultiHeadAttentionConfig`](crate::MultiHeadAttentionConfig) and the model's config, and
 //! validated here only.
@@ -7,7 +7,7 @@
 use burn::prelude::*;
 
 use crate::error::AttentionError;
-use crate::types::{CausalAlignment, Precision, ScalePolicy, validate_softcap};
+use crate::types::{CausalAlignment, Precision, ScalePolicy, Softmax, validate_softcap};
 use crate::vocabulary::Implementation;
 
 /// The options of an attention layer.
@@ -45,6 +45,11 @@ pub struct AttentionOptions {
     /// inputs ([`Precision::Bf16`]).
     #[config(default = "Precision::Inputs")]
     pub precision: Precision,
+    /// The row normalization: standard softmax by default, or quiet softmax
+    /// ([`Softmax::Quiet`], Burn's `quiet_softmax`). A learned logit per head instead is an
+    /// input: [`AttentionInput::sinks`](crate::AttentionInput::sinks).
+    #[config(default = "Softmax::Standard")]
+    pub softmax: Softmax,
 }
 
 impl AttentionOptions {
@@ -116,6 +121,24 @@ macro_rules! option_setters {
                 self
             }
 
+            /// Sets the row normalization (see
+            /// [`AttentionOptions::softmax`](crate::AttentionOptions)).
+            pub fn with_softmax(mut self, softmax: $crate::Softmax) -> Self {
+                self.options.softmax = softmax;
+                self
+            }
+
+            /// Quiet softmax on or off, as burn-nn's `quiet_softmax` flag (see
+            /// [`Softmax::Quiet`](crate::Softmax)).
+            pub fn with_quiet_softmax(mut self, quiet_softmax: bool) -> Self {
+                self.options.softmax = if quiet_softmax {
+                    $crate::Softmax::Quiet
+                } else {
+                    $crate::Softmax::Standard
+                };
+                self
+            }
+
             /// Sets the dtype the attention computes in (see
             /// [`AttentionOptions::precision`](crate::AttentionOptions)).
             pub fn with_precision(mut self, precision: $crate::Precision) -> Self {
@@ -132,12 +155,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn options_saved_before_the_precision_field_read_as_the_inputs_dtype() {
+    fn options_saved_before_the_precision_field_read_as_the_inputs_dtype_with_the_standard_softmax()
+    {
         let saved = r#"{"scale": "InvSqrtDk", "softcap": null, "dropout": 0.0,
             "causal_alignment": "BottomRight", "implementation": "Auto"}"#;
         let options: AttentionOptions = serde_json::from_str(saved).expect("an old config");
         assert_eq!(options.precision, Precision::Inputs);
-        let bf16 = AttentionOptions::new().with_precision(Precision::Bf16);
+        assert_eq!(options.softmax, Softmax::Standard);
+        let bf16 = AttentionOptions::new()
+            .with_precision(Precision::Bf16)
+            .with_softmax(Softmax::Quiet);
         let text = serde_json::to_string(&bf16).expect("serialize");
         let back: AttentionOptions = serde_json::from_str(&text).expect("round trip");
         assert_eq!(back, bf16);

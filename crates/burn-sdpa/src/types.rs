@@ -44,6 +44,37 @@ impl ScalePolicy {
     }
 }
 
+/// The normalization of each row of scores.
+///
+/// A config saved before this option existed has no `softmax` field: it reads as
+/// [`Softmax::Standard`], what those versions computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub enum Softmax {
+    /// softmax(s): the weights of a row with a visible key sum to 1.
+    #[default]
+    Standard,
+    /// Quiet softmax ("softmax₁", Miller 2023; Burn's `quiet_softmax`): a constant zero logit
+    /// joins every row's denominator, `p_ij = exp(s_ij) / (1 + Σ_j' exp(s_ij'))`, so that a
+    /// head can attend to nothing (a sink of 0 on every head, without a gradient).
+    Quiet,
+}
+
+impl<'de> Deserialize<'de> for Softmax {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        /// The serialized variants.
+        #[derive(Deserialize)]
+        enum Saved {
+            Standard,
+            Quiet,
+        }
+        // Through `Option`: serde reads a missing field (and null) as `None` only for options.
+        Ok(match Option::<Saved>::deserialize(deserializer)? {
+            None | Some(Saved::Standard) => Softmax::Standard,
+            Some(Saved::Quiet) => Softmax::Quiet,
+        })
+    }
+}
+
 /// The dtype the attention computes in.
 ///
 /// A config saved before this option existed has no `precision` field: it reads as

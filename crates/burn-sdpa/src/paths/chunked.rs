@@ -44,6 +44,15 @@ pub(crate) fn context(call: &Call, block_size: usize) -> (Tensor<4>, Option<Tens
     let mut run_max: Option<Tensor<4>> = None;
     let mut run_sum: Option<Tensor<4>> = None;
     let mut acc: Option<Tensor<4>> = None;
+    if let Some(sinks) = &call.input.sinks {
+        // Every row starts with its head's sink: one term exp(sink − max), no value.
+        // [b, h_kv, g·n, 1]
+        let sinks = super::sinks::per_grouped_row(sinks, &call.dims).cast(dtype);
+        let max = super::sinks::start_max(sinks.clone());
+        run_sum = Some((sinks - max.clone()).exp());
+        run_max = Some(max);
+        acc = Some(Tensor::zeros([b, h_kv, group * n, d_v], (&device, dtype)));
+    }
     let reachable = call.reachable_keys();
     let mut start = reachable.start;
     while start < reachable.end {

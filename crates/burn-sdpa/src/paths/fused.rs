@@ -41,16 +41,6 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
     let [b, h, n, m] = call.dims.scores_shape();
     let (h_kv, d_k, d_v) = (call.dims.n_kv_heads, call.dims.d_k, call.dims.d_v);
     let group = call.dims.group();
-    let expand_heads = |t: Tensor<4>, d: usize| {
-        if group == 1 {
-            t
-        } else {
-            // [b, h_kv, m, d] -> [b, h_kv, 1, m, d] -> [b, h_kv, g, m, d] -> [b, h, m, d]
-            t.unsqueeze_dim::<5>(2)
-                .expand([b, h_kv, group, m, d])
-                .reshape([b, h, m, d])
-        }
-    };
     let window = call.input.window.map(|window| {
         let device = call.input.query.device();
         // [n, m] -> [1, 1, n, m]
@@ -81,7 +71,43 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         .need_lse
         .then(|| super::chunked::context(&call, LSE_BLOCK).1)
         .flatten();
-    let input = call.input;
+    let mut input = call.input;
+    let (mut mask, mut bias) = (mask, bias);
+    if let Some(sinks) = input.sinks.take() {
+        // The sink as one more key in front: a zero key and value, its logit in the bias (Burn's
+        // op adds the bias after the soft-cap, and cap(0) = 0), never hidden (a −∞ sink is
+        // masked instead). With bottom-right alignment the real keys keep their diagonal.
+        let device = input.query.device();
+        let dtype = input.query.dtype();
+        // [h] -> [1, h, 1, 1] -> [b, h, n, 1]
+        let sinks = super::sinks::per_head(&sinks, &call.dims).cast(dtype);
+        let absent = sinks.clone().is_inf();
+        let column = sinks.mask_fill(absent.clone(), 0.0).expand([b, h, n, 1]);
+        let absent = absent.expand([b, h, n, 1]);
+        let rest = bias.unwrap_or_else(|| Tensor::zeros([b, h, n, m], (&device, dtype)));
+        bias = Some(Tensor::cat(vec![column, rest], 3));
+        let open = mask.unwrap_or_else(|| Tensor::full([b, h, n, m], false, &device));
+        mask = Some(Tensor::cat(vec![absent, open], 3));
+        // [b, h_kv, m, d] -> [b, h_kv, 1 + m, d]
+        let zero_row = |t: Tensor<4>| {
+            let [tb, th, _, td] = t.dims();
+            Tensor::cat(vec![Tensor::zeros([tb, th, 1, td], (&device, dtype)), t], 2)
+        };
+        input.key = zero_row(input.key);
+        input.value = zero_row(input.value);
+    }
+    // m, or 1 + m with a sink key.
+    let m = input.key.dims()[2];
+    let expand_heads = |t: Tensor<4>, d: usize| {
+        if group == 1 {
+            t
+        } else {
+            // [b, h_kv, m, d] -> [b, h_kv, 1, m, d] -> [b, h_kv, g, m, d] -> [b, h, m, d]
+            t.unsqueeze_dim::<5>(2)
+                .expand([b, h_kv, group, m, d])
+                .reshape([b, h, m, d])
+        }
+    };
     let options = AttentionModuleOptions {
         // An explicit scale disables CubeCL's flash kernel: pass None for 1/√d_k, which is
         // Burn's default.

@@ -16,6 +16,7 @@ pub(crate) mod cube;
 pub(crate) mod fused;
 pub(crate) mod naive;
 pub(crate) mod nonfinite;
+pub(crate) mod sinks;
 
 use std::borrow::Cow;
 
@@ -44,6 +45,27 @@ pub(crate) fn blocker(path: AttentionPath, call: &Call) -> Option<Cow<'static, s
 /// kernel applies it on its host data itself, the CubeCL kernel key by key; the tensor-op paths
 /// run between its two halves).
 pub(crate) fn run(path: AttentionPath, call: Call) -> Result<AttentionOutput, AttentionError> {
+    let (mut call, bad_sinks) = sinks::sanitize(call);
+    // The kernels' backward passes differentiate q, k and v: the sinks' gradient is attached
+    // from their log-sum-exp (see `sinks`).
+    let kernel = matches!(path, AttentionPath::CpuKernel | AttentionPath::CubeKernel);
+    let sink_gradient = (kernel && sinks::tracked(&call)).then(|| {
+        let asked = call.input.need_lse;
+        call.input.need_lse = true;
+        (call.input.sinks.clone(), asked)
+    });
+    let mut out = run_path(path, call)?;
+    if let Some((Some(sinks), asked)) = sink_gradient
+        && let Some(lse) = out.lse.take()
+    {
+        out.context = sinks::attach_gradient(out.context, lse.clone(), sinks);
+        out.lse = asked.then_some(lse);
+    }
+    Ok(bad_sinks.apply(out))
+}
+
+/// [`run`] on `path`, the sinks' policy aside.
+fn run_path(path: AttentionPath, call: Call) -> Result<AttentionOutput, AttentionError> {
     match path {
         AttentionPath::CpuKernel => cpu::run(call),
         AttentionPath::Naive => tensor_ops(call, naive::run),

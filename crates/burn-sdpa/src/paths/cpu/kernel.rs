@@ -379,8 +379,14 @@ impl<'a, T: Element> Inputs<'a, T> {
         acc.fill(0.0);
         let row_max = &mut scratch.row_max[..rows];
         let row_sum = &mut scratch.row_sum[..rows];
-        row_max.fill(f32::NEG_INFINITY);
-        row_sum.fill(0.0);
+        // A sink starts every row of its head with one term e^(sink − max) = 1 at max = sink (no
+        // term for a sink of −∞, which is no sink).
+        let sink = self
+            .masking
+            .sinks
+            .map_or(f32::NEG_INFINITY, |s| s[head_idx]);
+        row_max.fill(sink);
+        row_sum.fill(if sink == f32::NEG_INFINITY { 0.0 } else { 1.0 });
 
         // Keys some query of the block sees under the causal mask and the window: from the
         // first row's start to the last row's end.

@@ -116,6 +116,10 @@ pub struct Masking<'a> {
     pub segments: Option<Segments<'a>>,
     /// ALiBi slopes, added to the scores with the bias.
     pub alibi: Option<Alibi<'a>>,
+    /// Attention sinks, `[h]`: a logit per query head in every row's softmax denominator that
+    /// takes no value (finite, or −∞ for no sink; the module turns NaN and +∞ into poisoned
+    /// rows before the kernel runs).
+    pub sinks: Option<&'a [f32]>,
 }
 
 impl<'a> Masking<'a> {
@@ -129,6 +133,7 @@ impl<'a> Masking<'a> {
             bias: self.bias.map(|bias| Broadcast::new(values, bias.shape)),
             segments: self.segments,
             alibi: self.alibi,
+            sinks: self.sinks,
         }
     }
 
@@ -182,6 +187,9 @@ impl<'a> Masking<'a> {
         }
         if let Some(alibi) = &self.alibi {
             check_len("ALiBi slopes", alibi.slopes.len(), [1, 1, 1, dims.n_heads])?;
+        }
+        if let Some(sinks) = self.sinks {
+            check_len("attention sinks", sinks.len(), [1, 1, 1, dims.n_heads])?;
         }
         Ok(())
     }

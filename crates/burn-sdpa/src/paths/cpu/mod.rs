@@ -19,6 +19,8 @@ pub(crate) struct HostExtras {
     pub segments: Option<(Vec<i64>, Vec<i64>)>,
     /// `[h]` slopes and the diagonal's offset.
     pub alibi: Option<(Vec<f32>, i64)>,
+    /// `[h]` attention sinks.
+    pub sinks: Option<Vec<f32>>,
 }
 
 impl HostExtras {
@@ -40,6 +42,7 @@ impl HostExtras {
                 slopes,
                 offset: *offset,
             }),
+            sinks: self.sinks.as_deref(),
         }
     }
 }
@@ -232,7 +235,7 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
     }
 }
 
-/// Segment ids and ALiBi slopes of `call` on the host (small: `[b, n + m]` and `[h]`).
+/// Segment ids, ALiBi slopes and sinks of `call` on the host (small: `[b, n + m]` and `[h]`).
 fn host_extras(call: &Call) -> Result<HostExtras, AttentionError> {
     let segments = call
         .input
@@ -257,7 +260,17 @@ fn host_extras(call: &Call) -> Result<HostExtras, AttentionError> {
             ))
         })
         .transpose()?;
-    Ok(HostExtras { segments, alibi })
+    let sinks = call
+        .input
+        .sinks
+        .as_ref()
+        .map(|sinks| read_back::<f32, 1, Float>("the attention sinks", sinks.clone()))
+        .transpose()?;
+    Ok(HostExtras {
+        segments,
+        alibi,
+        sinks,
+    })
 }
 
 /// The kernel's log-sum-exp `[b, h, n]` as the module returns it: −∞ (not the kernel's +∞) for
@@ -292,9 +305,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
     let extras = host_extras(&call)?;
     #[cfg(any(feature = "flex", feature = "ndarray"))]
     if call.kernel_in_place {
-        let lse_out = call
-            .input
-            .need_lse
+        let lse_out = (call.input.need_lse || super::sinks::tracked(&call))
             .then(|| std::sync::Arc::new(std::sync::Mutex::new(Vec::new())));
         let kernel_call = extension::KernelCall {
             shape,

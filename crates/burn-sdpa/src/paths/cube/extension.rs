@@ -63,8 +63,11 @@ pub(crate) struct CubeCall {
     pub has_extra: bool,
     /// Whether the segment ids are given (else they are placeholders).
     pub has_segments: bool,
-    /// Whether ALiBi's slopes are given (else a placeholder).
+    /// Whether ALiBi's slopes are given (else zeros).
     pub has_alibi: bool,
+    /// Whether the sinks are given (else zeros; the forward kernel reads them, the backward
+    /// kernels need only the log-sum-exp, which includes them).
+    pub has_sinks: bool,
     /// Keys before and after the diagonal a query sees, when bounded.
     pub window: (Option<i32>, Option<i32>),
     /// The tiles, from the device's limits (the blocker admitted the call with this tiling).
@@ -133,7 +136,7 @@ pub(crate) trait CubeKernelBackend: Backend {
     /// (context `[b, h, n, d_v]` in q's dtype, log-sum-exp `[b, h, n]` in f32, +3e38 for a row
     /// with no visible key); `extra` `[b|1, h|1, n|1, m]` (f32) is the bias with the masked keys
     /// at −3e38 or −∞, `q_segments [b, n]` and `k_segments [b, m]` (I32) the segment ids and
-    /// `slopes [h]` (f32) ALiBi's, each a `[1]`-shaped placeholder when the call has none;
+    /// `slopes [2·h]` (f32) ALiBi's slopes then the sinks (zeros where absent);
     /// `bad_keys [b, h_kv, m]` and `bad_queries [b, h, n]` (f32) are 1 where q, k or v held a
     /// non-finite value (zeroed before the call): such rows get the log-sum-exp
     /// `kernel::POISONED`.
@@ -244,6 +247,7 @@ impl CubeKernelBackend for CubeBackend {
             call.has_extra,
             call.has_segments,
             call.has_alibi,
+            call.has_sinks,
             storage(dtype),
         );
         (context, lse)
@@ -380,8 +384,8 @@ impl CubeKernelBackend for CubeBackend {
 }
 
 /// The extra inputs of one call besides q, k, v: the bias (f32, with the masks), the segment
-/// ids (I32) and ALiBi's slopes (f32), each a placeholder the kernels do not read when absent
-/// (`CubeCall::has_extra`, `has_segments`, `has_alibi`).
+/// ids (I32), ALiBi's slopes and the sinks (f32), each a placeholder the kernels do not read
+/// when absent (`CubeCall::has_extra`, `has_segments`, `has_alibi`, `has_sinks`).
 pub(crate) struct Extras {
     /// `[b|1, h|1, n|1, m]`.
     pub extra: Tensor<4>,
@@ -389,7 +393,7 @@ pub(crate) struct Extras {
     pub q_segments: Tensor<2, Int>,
     /// `[b, m]`.
     pub k_segments: Tensor<2, Int>,
-    /// `[h]`.
+    /// `[2·h]`: ALiBi's slopes, then the attention sinks (zeros where absent).
     pub slopes: Tensor<1>,
     /// `[b, h_kv, m]`, 1 where a key or value row held a non-finite value.
     pub bad_keys: Tensor<3>,

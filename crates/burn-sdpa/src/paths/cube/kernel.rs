@@ -252,8 +252,9 @@ pub(crate) fn grid_row(count: usize) -> (usize, bool) {
 /// head i / group). Everything is computed in f32 whatever `F` is (f32, f16 or bf16): loads are
 /// widened, only the context is rounded to `F`. `extra` `[b|1, h|1, n|1, m]` (read when
 /// `has_extra`) holds the bias, with the masked keys at [`MASKED`] or below; `q_segments [b, n]`
-/// and `k_segments [b, m]` (read when `has_segments`) the segment ids; `slopes [h]` (read when
-/// `has_alibi`) ALiBi's. Every tensor is contiguous row-major. Launched with [`UNITS`] units per
+/// and `k_segments [b, m]` (read when `has_segments`) the segment ids; `slopes [2, h]` ALiBi's
+/// (row 0, read when `has_alibi`) and the attention sinks (row 1, read when `has_sinks`: finite
+/// or −∞). Every tensor is contiguous row-major. Launched with [`UNITS`] units per
 /// cube and `(n.div_ceil(UNITS · rows), y, z)` cubes, `y · z ≥ b · h` (see [`grid_row`]);
 /// `tile_rows`, `planes` and `unroll_d` are the call's `tile::Tiling`.
 ///
@@ -291,6 +292,7 @@ pub(crate) fn flash_forward<F: Float>(
     #[comptime] has_extra: bool,
     #[comptime] has_segments: bool,
     #[comptime] has_alibi: bool,
+    #[comptime] has_sinks: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = q.shape(2);
@@ -325,6 +327,17 @@ pub(crate) fn flash_forward<F: Float>(
     // 1 where the row is poisoned by a key it sees; its own query's state.
     let mut poisoned = Array::<f32>::new(rows);
     let mut bad_query = Array::<f32>::new(rows);
+    // A sink starts every row of its head with one term e^(sink − max) = 1 at max = sink (a sink
+    // of −∞ is none).
+    let mut start_max = <f32 as Float>::new(HIDDEN);
+    let mut start_sum = 0.0f32;
+    if has_sinks {
+        let sink = slopes[n_heads + head_idx];
+        if sink > HIDDEN {
+            start_max = sink;
+            start_sum = 1.0f32;
+        }
+    }
     #[unroll]
     for r in 0..rows {
         let query_idx = first_query + r * UNITS;
@@ -348,8 +361,8 @@ pub(crate) fn flash_forward<F: Float>(
         for dd in 0..d_v {
             acc[r * d_v + dd] = 0.0f32;
         }
-        row_max[r] = HIDDEN;
-        row_sum[r] = 0.0f32;
+        row_max[r] = start_max;
+        row_sum[r] = start_sum;
         let mut segment = 0i32;
         if has_segments && active {
             segment = q_segments[batch_idx * n + query_idx];

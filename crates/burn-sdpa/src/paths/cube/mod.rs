@@ -120,12 +120,13 @@ fn flags(t: Tensor<3, Bool>) -> Tensor<3> {
 }
 
 /// The inputs the kernels read besides q, k, v (whose non-finite rows `bad_keys` and
-/// `bad_queries` flag), with the flags that say which of the bias, segments and slopes are real.
+/// `bad_queries` flag), with the flags that say which of the bias, segments, slopes and sinks
+/// are real.
 fn extras(
     call: &Call,
     bad_keys: Tensor<3>,
     bad_queries: Tensor<3>,
-) -> (extension::Extras, [bool; 3]) {
+) -> (extension::Extras, [bool; 4]) {
     let input = &call.input;
     let device = input.query.device();
     let extra = extra(call);
@@ -135,18 +136,35 @@ fn extras(
             segments.key.clone().cast(IntDType::I32),
         )
     });
+    let h = call.dims.n_heads;
     let slopes = input
         .alibi_slopes
         .as_ref()
         .map(|slopes| slopes.clone().detach().cast(FloatDType::F32));
-    let present = [extra.is_some(), segments.is_some(), slopes.is_some()];
+    // Constants for the forward kernel: the sinks' gradient is attached by `paths::run`.
+    let sinks = input
+        .sinks
+        .as_ref()
+        .map(|sinks| sinks.clone().detach().cast(FloatDType::F32));
+    let present = [
+        extra.is_some(),
+        segments.is_some(),
+        slopes.is_some(),
+        sinks.is_some(),
+    ];
+    let zeros = || Tensor::<1>::zeros([h], (&device, DType::F32));
+    // [h] + [h] -> [2·h]: the slopes, then the sinks.
+    let per_head = Tensor::cat(
+        vec![slopes.unwrap_or_else(zeros), sinks.unwrap_or_else(zeros)],
+        0,
+    );
     let no_ids = || Tensor::<2, Int>::zeros([1, 1], (&device, DType::I32));
     let (q_segments, k_segments) = segments.unwrap_or_else(|| (no_ids(), no_ids()));
     let extras = extension::Extras {
         extra: extra.unwrap_or_else(|| Tensor::zeros([1, 1, 1, 1], (&device, DType::F32))),
         q_segments,
         k_segments,
-        slopes: slopes.unwrap_or_else(|| Tensor::zeros([1], (&device, DType::F32))),
+        slopes: per_head,
         bad_keys,
         bad_queries,
     };
@@ -175,6 +193,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         has_extra: false,
         has_segments: false,
         has_alibi: false,
+        has_sinks: false,
         window: window.map_or((None, None), |w| {
             (
                 w.left.map(|l| to_i32(l as i64)),
@@ -187,7 +206,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
     let (query, bad_queries) = sanitized(call.input.query.clone());
     let (key, bad_key_rows) = sanitized(call.input.key.clone());
     let (value, bad_value_rows) = sanitized(call.input.value.clone());
-    let (extras, [has_extra, has_segments, has_alibi]) = extras(
+    let (extras, [has_extra, has_segments, has_alibi, has_sinks]) = extras(
         &call,
         flags(bad_key_rows.bool_or(bad_value_rows)),
         flags(bad_queries),
@@ -196,6 +215,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         has_extra,
         has_segments,
         has_alibi,
+        has_sinks,
         ..cube_call
     };
     let dtype = query.dtype();
