@@ -7,6 +7,7 @@ mod cpu_dtypes;
 mod cube;
 mod cube_dtypes;
 mod cube_head_sizes;
+mod drop_in;
 mod errors;
 mod extensions;
 mod golden;

@@ -59,6 +59,7 @@ mod lse;
 pub mod mask;
 mod mha;
 mod module;
+pub mod nn;
 mod options;
 mod paths;
 mod qk_norm;

@@ -1,0 +1,33 @@
+//! Drop-in replacements for burn-nn's attention layers: the same config names and defaults, the
+//! same input and output fields, the same parameter names (a record saved from
+//! `burn::nn::attention::MultiHeadAttention` or `burn::nn::transformer::TransformerEncoder` loads
+//! unchanged), computed by this crate's [`ScaledDotProductAttention`](crate::ScaledDotProductAttention)
+//! so that `Auto`'s fused kernels serve them. Changing the `use` line is the whole change:
+//!
+//! ```
+//! # use burn::prelude::*;
+//! // use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderInput};
+//! use burn_sdpa::nn::transformer::{TransformerEncoderConfig, TransformerEncoderInput};
+//! # let device = Device::flex();
+//! let encoder = TransformerEncoderConfig::new(64, 128, 4, 2).init(&device);
+//! let x = Tensor::<3>::zeros([2, 10, 64], &device);
+//! let y = encoder.forward(TransformerEncoderInput::new(x));
+//! assert_eq!(y.dims(), [2, 10, 64]);
+//! ```
+//!
+//! What differs from burn-nn, on purpose:
+//! - [`attention::MhaOutput::weights`] is an `Option`, `None` unless asked for with
+//!   [`attention::MhaInput::need_weights`]: computing them would keep every call on the
+//!   materializing path.
+//! - The configs have optional extras burn-nn lacks (grouped-query heads and the module's
+//!   [`AttentionOptions`](crate::AttentionOptions): scale, soft-cap, implementation, precision);
+//!   left at their defaults, the layers compute what burn-nn's compute.
+//!
+//! What is matched although it is odd (see the semantics table of the README): masked keys get
+//! burn-nn's `min_float` (−10⁴ by default) rather than −∞, so a query whose keys are all masked
+//! averages every value uniformly (this crate's own layers give a zero row); with
+//! `norm_first`, the encoder normalizes the attention's input with `norm_2` and the feed-forward's
+//! with `norm_1`, as burn-nn does.
+
+pub mod attention;
+pub mod transformer;

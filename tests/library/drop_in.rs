@@ -1,0 +1,227 @@
+//! The drop-in layers of `burn_sdpa::nn` against burn-nn's own: a record saved from one loads
+//! unchanged into the other (Burn's `.bpk` files, both ways), and the two give the same outputs
+//! (≤ 1e-5 at f32) and the same gradients on the same inputs, masks (a fully masked row
+//! included), quiet softmax and both layer-norm placements included, on every backend.
+
+use burn::module::Module;
+use burn::nn::attention as burn_attention;
+use burn::nn::transformer as burn_transformer;
+use burn::prelude::*;
+use burn::tensor::{Distribution, TensorData};
+use sdpa::nn::{attention, transformer};
+
+use crate::common::{devices, max_abs_diff, values};
+
+/// A file path in a fresh temporary folder (removed with the returned guard).
+fn temp_file(name: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let path = dir.path().join(name);
+    (dir, path)
+}
+
+/// `[b, s]` padding: batch row 1 hides its last 2 keys.
+fn mask_pad(b: usize, s: usize, device: &Device) -> Tensor<2, Bool> {
+    let hidden: Vec<bool> = (0..b * s).map(|i| i / s == 1 && i % s >= s - 2).collect();
+    Tensor::from_data(TensorData::new(hidden, [b, s]), device)
+}
+
+/// `[b, n, m]` causal mask with every key of query 0 of batch row 0 hidden too (a row that sees
+/// nothing: burn-nn averages the values uniformly there).
+fn mask_attn(b: usize, n: usize, m: usize, device: &Device) -> Tensor<3, Bool> {
+    let hidden: Vec<bool> = (0..b * n * m)
+        .map(|idx| {
+            let (row, j) = (idx / m, idx % m);
+            let (batch_idx, i) = (row / n, row % n);
+            j > i || (batch_idx == 0 && i == 0)
+        })
+        .collect();
+    Tensor::from_data(TensorData::new(hidden, [b, n, m]), device)
+}
+
+#[test]
+fn a_burn_nn_attention_record_loads_into_the_drop_in_layer_and_gives_the_same_outputs() {
+    let (b, s, d_model, h) = (2, 6, 16, 4);
+    for (backend, device) in devices() {
+        let training = device.clone().autodiff();
+        training.seed(3);
+        for quiet in [false, true] {
+            let theirs = burn_attention::MultiHeadAttentionConfig::new(d_model, h)
+                .with_dropout(0.0)
+                .with_quiet_softmax(quiet)
+                .init(&training);
+            let (_dir, path) = temp_file("mha");
+            theirs
+                .clone()
+                .save_file(&path)
+                .expect("burn-nn's record saved");
+            // A fresh drop-in layer (its own random parameters) loads burn-nn's record.
+            let ours = attention::MultiHeadAttentionConfig::new(d_model, h)
+                .with_dropout(0.0)
+                .with_quiet_softmax(quiet)
+                .init(&training)
+                .load_file(&path);
+            let x = Tensor::<3>::random([b, s, d_model], Distribution::Normal(0.0, 1.0), &training)
+                .require_grad();
+            let (pad, attn) = (mask_pad(b, s, &training), mask_attn(b, s, s, &training));
+            let want = theirs.forward(
+                burn_attention::MhaInput::self_attn(x.clone())
+                    .mask_pad(pad.clone())
+                    .mask_attn(attn.clone()),
+            );
+            let got = ours.forward(
+                attention::MhaInput::self_attn(x.clone())
+                    .mask_pad(pad.clone())
+                    .mask_attn(attn.clone())
+                    .need_weights(),
+            );
+            let label = format!("{backend}, quiet {quiet}");
+            let diff = max_abs_diff(&values(got.context.clone()), &values(want.context.clone()));
+            assert!(diff <= 1e-5, "{label}: context differs by {diff}");
+            let weights = got.weights.expect("asked for");
+            let diff = max_abs_diff(&values(weights), &values(want.weights));
+            assert!(diff <= 1e-5, "{label}: weights differ by {diff}");
+            // Without the weights the layer takes a fused path: the same context.
+            let fused = ours.forward(
+                attention::MhaInput::self_attn(x.clone())
+                    .mask_pad(pad)
+                    .mask_attn(attn),
+            );
+            assert!(fused.weights.is_none());
+            let diff = max_abs_diff(
+                &values(fused.context.clone()),
+                &values(want.context.clone()),
+            );
+            assert!(diff <= 1e-5, "{label}: fused context differs by {diff}");
+            // The same gradients, for the input and for a parameter.
+            let g_theirs = (want.context * 1.5).sum().backward();
+            let g_ours = (fused.context * 1.5).sum().backward();
+            let dx = |g| values(x.grad(g).expect("input gradient"));
+            let diff = max_abs_diff(&dx(&g_ours), &dx(&g_theirs));
+            assert!(diff <= 1e-5, "{label}: input gradients differ by {diff}");
+            let dq_ours = values(ours.query.weight.grad(&g_ours).expect("dW_q"));
+            let dq_theirs = values(theirs.query.weight.grad(&g_theirs).expect("dW_q"));
+            let diff = max_abs_diff(&dq_ours, &dq_theirs);
+            assert!(
+                diff <= 1e-5,
+                "{label}: query weight gradients differ by {diff}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_drop_in_record_loads_back_into_burn_nn() {
+    let device = Device::flex();
+    device.seed(4);
+    let config = transformer::TransformerEncoderConfig::new(16, 32, 4, 2).with_dropout(0.0);
+    let ours = config.init(&device);
+    let (_dir, path) = temp_file("encoder");
+    ours.clone()
+        .save_file(&path)
+        .expect("the drop-in record saved");
+    let theirs = burn_transformer::TransformerEncoderConfig::new(16, 32, 4, 2)
+        .with_dropout(0.0)
+        .init(&device)
+        .load_file(&path);
+    let x = Tensor::<3>::random([2, 5, 16], Distribution::Normal(0.0, 1.0), &device);
+    let want = theirs.forward(burn_transformer::TransformerEncoderInput::new(x.clone()));
+    let got = ours.forward(transformer::TransformerEncoderInput::new(x));
+    let diff = max_abs_diff(&values(got), &values(want));
+    assert!(diff <= 1e-5, "encoder outputs differ by {diff}");
+}
+
+#[test]
+fn a_burn_nn_encoder_record_gives_the_same_outputs_and_gradients_in_the_drop_in_encoder() {
+    let (b, s, d_model) = (2, 7, 16);
+    for (backend, device) in devices() {
+        let training = device.clone().autodiff();
+        training.seed(5);
+        for norm_first in [false, true] {
+            let theirs = burn_transformer::TransformerEncoderConfig::new(d_model, 32, 4, 2)
+                .with_dropout(0.0)
+                .with_norm_first(norm_first)
+                .init(&training);
+            let (_dir, path) = temp_file("encoder");
+            theirs
+                .clone()
+                .save_file(&path)
+                .expect("burn-nn's record saved");
+            let ours = transformer::TransformerEncoderConfig::new(d_model, 32, 4, 2)
+                .with_dropout(0.0)
+                .with_norm_first(norm_first)
+                .init(&training)
+                .load_file(&path);
+            let x = Tensor::<3>::random([b, s, d_model], Distribution::Normal(0.0, 1.0), &training)
+                .require_grad();
+            let (pad, attn) = (mask_pad(b, s, &training), mask_attn(b, s, s, &training));
+            let want = theirs.forward(
+                burn_transformer::TransformerEncoderInput::new(x.clone())
+                    .mask_pad(pad.clone())
+                    .mask_attn(attn.clone()),
+            );
+            let got = ours.forward(
+                transformer::TransformerEncoderInput::new(x.clone())
+                    .mask_pad(pad)
+                    .mask_attn(attn),
+            );
+            let label = format!("{backend}, norm_first {norm_first}");
+            let diff = max_abs_diff(&values(got.clone()), &values(want.clone()));
+            assert!(diff <= 1e-5, "{label}: outputs differ by {diff}");
+            let g_theirs = want.powi_scalar(2).sum().backward();
+            let g_ours = got.powi_scalar(2).sum().backward();
+            let diff = max_abs_diff(
+                &values(x.grad(&g_ours).expect("dx")),
+                &values(x.grad(&g_theirs).expect("dx")),
+            );
+            assert!(diff <= 1e-4, "{label}: input gradients differ by {diff}");
+            let gamma = |layers: &burn::nn::LayerNorm, g| values(layers.gamma.grad(g).expect("dγ"));
+            let diff = max_abs_diff(
+                &gamma(&ours.layers[1].norm_2, &g_ours),
+                &gamma(&theirs.layers[1].norm_2, &g_theirs),
+            );
+            assert!(
+                diff <= 1e-4,
+                "{label}: layer-norm gradients differ by {diff}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_causal_flag_equals_burn_nn_with_its_autoregressive_mask() {
+    let device = Device::flex();
+    device.seed(6);
+    let theirs = burn_transformer::TransformerEncoderConfig::new(16, 32, 4, 1)
+        .with_dropout(0.0)
+        .init(&device);
+    let ours = transformer::TransformerEncoderConfig::new(16, 32, 4, 1)
+        .with_dropout(0.0)
+        .init(&device)
+        .load_record(theirs.clone().into_record());
+    let x = Tensor::<3>::random([2, 9, 16], Distribution::Normal(0.0, 1.0), &device);
+    let mask = burn_attention::generate_autoregressive_mask(2, 9, &device);
+    let want =
+        theirs.forward(burn_transformer::TransformerEncoderInput::new(x.clone()).mask_attn(mask));
+    let got = ours.forward(transformer::TransformerEncoderInput::new(x).causal());
+    let diff = max_abs_diff(&values(got), &values(want));
+    assert!(diff <= 1e-5, "causal outputs differ by {diff}");
+}
+
+#[test]
+fn the_drop_in_configs_refuse_what_they_cannot_match_by_name() {
+    let device = Device::flex();
+    let e = attention::MultiHeadAttentionConfig::new(16, 3)
+        .try_init(&device)
+        .unwrap_err();
+    assert!(e.to_string().contains("n_heads"), "{e}");
+    let e = attention::MultiHeadAttentionConfig::new(16, 4)
+        .with_min_float(-1.0)
+        .try_init(&device)
+        .unwrap_err();
+    assert!(e.to_string().contains("min_float"), "{e}");
+    let e = attention::MultiHeadAttentionConfig::new(16, 4)
+        .with_attention(Some(sdpa::AttentionOptions::new().with_dropout(0.2)))
+        .try_init(&device)
+        .unwrap_err();
+    assert!(e.to_string().contains("`dropout`"), "{e}");
+}
