@@ -225,3 +225,86 @@ fn the_drop_in_configs_refuse_what_they_cannot_match_by_name() {
         .unwrap_err();
     assert!(e.to_string().contains("`dropout`"), "{e}");
 }
+
+#[test]
+fn autoregressive_inference_with_the_cache_equals_the_full_causal_forward_and_burn_nn() {
+    let (b, s, d_model) = (2, 6, 16);
+    for (backend, device) in devices() {
+        device.seed(8);
+        let theirs = burn_transformer::TransformerEncoderConfig::new(d_model, 32, 4, 2)
+            .with_dropout(0.0)
+            .with_norm_first(true)
+            .init(&device);
+        let ours = transformer::TransformerEncoderConfig::new(d_model, 32, 4, 2)
+            .with_dropout(0.0)
+            .with_norm_first(true)
+            .init(&device)
+            .load_record(theirs.clone().into_record());
+        let x = Tensor::<3>::random([b, s, d_model], Distribution::Normal(0.0, 1.0), &device);
+        let full =
+            values(ours.forward(transformer::TransformerEncoderInput::new(x.clone()).causal()));
+        let (mut cache, mut burn_cache) = (
+            ours.new_autoregressive_cache(),
+            theirs.new_autoregressive_cache(),
+        );
+        // One token at a time (burn-nn's cache takes one new row per call), the whole sequence
+        // so far each call.
+        for end in 1..=s {
+            let prefix = x.clone().slice(s![.., 0..end, ..]);
+            let mask = burn_attention::generate_autoregressive_mask(b, end, &device);
+            let got = ours.forward_autoregressive_inference(
+                transformer::TransformerEncoderInput::new(prefix.clone()).mask_attn(mask.clone()),
+                &mut cache,
+            );
+            assert_eq!(got.dims(), [b, end, d_model], "{backend}");
+            let want = theirs.forward_autoregressive_inference(
+                burn_transformer::TransformerEncoderInput::new(prefix).mask_attn(mask),
+                &mut burn_cache,
+            );
+            let diff = max_abs_diff(&values(got.clone()), &values(want));
+            assert!(
+                diff <= 1e-5,
+                "{backend}, {end} rows: burn-nn's cached output differs by {diff}"
+            );
+            // The rows so far equal the full causal forward's.
+            let got = values(got);
+            for batch_idx in 0..b {
+                let row = |v: &[f64], len: usize| {
+                    v[batch_idx * len * d_model..][..end * d_model].to_vec()
+                };
+                let diff = max_abs_diff(&row(&got, end), &row(&full, s));
+                assert!(
+                    diff <= 1e-5,
+                    "{backend}, {end} rows: differs from the full forward by {diff}"
+                );
+            }
+        }
+        // Several rows per call (the drop-in cache takes any number).
+        let mut cache = ours.new_autoregressive_cache();
+        for end in [2, 5, 6] {
+            let prefix = x.clone().slice(s![.., 0..end, ..]);
+            let got = values(ours.forward_autoregressive_inference(
+                transformer::TransformerEncoderInput::new(prefix).causal(),
+                &mut cache,
+            ));
+            for batch_idx in 0..b {
+                let row = |v: &[f64], len: usize| {
+                    v[batch_idx * len * d_model..][..end * d_model].to_vec()
+                };
+                let diff = max_abs_diff(&row(&got, end), &row(&full, s));
+                assert!(
+                    diff <= 1e-5,
+                    "{backend}, {end} rows at once: differs by {diff}"
+                );
+            }
+        }
+        // A shorter sequence than the cache holds is refused by name.
+        let e = ours
+            .try_forward_autoregressive_inference(
+                transformer::TransformerEncoderInput::new(x.slice(s![.., 0..2, ..])),
+                &mut cache,
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("cached encoder input"), "{e}");
+    }
+}

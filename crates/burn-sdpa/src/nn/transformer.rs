@@ -8,7 +8,7 @@ use burn::nn::transformer::{PositionWiseFeedForward, PositionWiseFeedForwardConf
 use burn::nn::{Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig};
 use burn::prelude::*;
 
-use super::attention::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use super::attention::{MhaCache, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use crate::error::AttentionError;
 use crate::options::AttentionOptions;
 use crate::rows::{layer_norm, linear_rows};
@@ -239,6 +239,34 @@ impl TransformerEncoderLayer {
         x: Tensor<3>,
         input: &TransformerEncoderInput,
     ) -> Result<Tensor<3>, AttentionError> {
+        self.try_forward_with(x, |residual| {
+            Ok(self.mha.try_forward(input.attention(residual))?.context)
+        })
+    }
+
+    /// The layer on new rows `x` `[b, t, d_model]` whose keys and values join `cache` (the masks
+    /// of `input` cover every key; its `mask_attn` has the new rows only).
+    fn try_forward_rows(
+        &self,
+        x: Tensor<3>,
+        input: &TransformerEncoderInput,
+        cache: &mut MhaCache,
+    ) -> Result<Tensor<3>, AttentionError> {
+        self.try_forward_with(x, |residual| {
+            Ok(self
+                .mha
+                .try_forward_rows(input.attention(residual), cache)?
+                .context)
+        })
+    }
+
+    /// The layer around `attend` (the self-attention of the normalized or raw residual
+    /// stream), with burn-nn's order of norms, residuals and dropouts.
+    fn try_forward_with(
+        &self,
+        x: Tensor<3>,
+        attend: impl FnOnce(Tensor<3>) -> Result<Tensor<3>, AttentionError>,
+    ) -> Result<Tensor<3>, AttentionError> {
         let norm = |norm: &LayerNorm, x: Tensor<3>| {
             layer_norm(
                 x,
@@ -252,17 +280,7 @@ impl TransformerEncoderLayer {
         } else {
             x.clone()
         };
-        let mut attention = MhaInput::self_attn(residual);
-        if let Some(mask_pad) = &input.mask_pad {
-            attention = attention.mask_pad(mask_pad.clone());
-        }
-        if let Some(mask_attn) = &input.mask_attn {
-            attention = attention.mask_attn(mask_attn.clone());
-        }
-        if input.causal {
-            attention = attention.causal();
-        }
-        let residual = self.mha.try_forward(attention)?.context;
+        let residual = attend(residual)?;
         let mut x = x + self.dropout.forward(residual);
         let residual = if self.norm_first {
             norm(&self.norm_1, x.clone())
@@ -276,6 +294,107 @@ impl TransformerEncoderLayer {
             x = norm(&self.norm_2, x);
         }
         Ok(x)
+    }
+}
+
+impl TransformerEncoderInput {
+    /// The self-attention input of `x` with these masks.
+    fn attention(&self, x: Tensor<3>) -> MhaInput {
+        let mut attention = MhaInput::self_attn(x);
+        if let Some(mask_pad) = &self.mask_pad {
+            attention = attention.mask_pad(mask_pad.clone());
+        }
+        if let Some(mask_attn) = &self.mask_attn {
+            attention = attention.mask_attn(mask_attn.clone());
+        }
+        if self.causal {
+            attention = attention.causal();
+        }
+        attention
+    }
+}
+
+/// burn-nn's encoder cache for autoregressive inference (see
+/// [`TransformerEncoder::forward_autoregressive_inference`]).
+#[derive(Debug, Clone)]
+pub struct TransformerEncoderAutoregressiveCache {
+    layers: Vec<MhaCache>,
+    output: Option<Tensor<3>>,
+    rows: usize,
+}
+
+impl TransformerEncoder {
+    /// An empty cache for [`forward_autoregressive_inference`](Self::forward_autoregressive_inference).
+    pub fn new_autoregressive_cache(&self) -> TransformerEncoderAutoregressiveCache {
+        TransformerEncoderAutoregressiveCache {
+            layers: self
+                .layers
+                .iter()
+                .map(|_| MhaCache::autoregressive())
+                .collect(),
+            output: None,
+            rows: 0,
+        }
+    }
+
+    /// burn-nn's autoregressive inference: `input` holds the whole sequence so far and its
+    /// masks; only the rows past the previous call's go through the layers (their keys and
+    /// values join each layer's cache), and the output of every row is returned. Equals
+    /// [`forward`](Self::forward) when the attention is causal (a causal `mask_attn`, or
+    /// [`TransformerEncoderInput::causal`]).
+    ///
+    /// # Shapes
+    /// - as [`forward`](Self::forward)
+    ///
+    /// # Panics
+    /// With the message of [`try_forward_autoregressive_inference`](Self::try_forward_autoregressive_inference)'s error.
+    pub fn forward_autoregressive_inference(
+        &self,
+        input: TransformerEncoderInput,
+        cache: &mut TransformerEncoderAutoregressiveCache,
+    ) -> Tensor<3> {
+        self.try_forward_autoregressive_inference(input, cache)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`forward_autoregressive_inference`](Self::forward_autoregressive_inference), or says
+    /// which input does not fit the cache.
+    pub fn try_forward_autoregressive_inference(
+        &self,
+        input: TransformerEncoderInput,
+        cache: &mut TransformerEncoderAutoregressiveCache,
+    ) -> Result<Tensor<3>, AttentionError> {
+        let [b, s, d_model] = input.tensor.dims();
+        let start = cache.rows;
+        if s < start || cache.layers.len() != self.layers.len() {
+            return Err(AttentionError::Shape {
+                what: "cached encoder input",
+                expected: format!(
+                    "[b, s ≥ {start}, d_model] into a cache of {} layers",
+                    self.layers.len()
+                ),
+                got: vec![b, s, d_model],
+            });
+        }
+        // [b, s, d] -> [b, s − start, d]; [b, s, s] -> [b, s − start, s]
+        let mut x = input.tensor.clone().slice(s![.., start..s, ..]);
+        let rows_input = TransformerEncoderInput {
+            mask_attn: input
+                .mask_attn
+                .clone()
+                .map(|mask| mask.slice(s![.., start..s, ..])),
+            ..input
+        };
+        for (layer, layer_cache) in self.layers.iter().zip(&mut cache.layers) {
+            x = layer.try_forward_rows(x, &rows_input, layer_cache)?;
+        }
+        let output = match cache.output.take() {
+            Some(old) => Tensor::cat(vec![old, x], 1),
+            None => x,
+        };
+        cache.output = Some(output.clone());
+        cache.rows = s;
+        Ok(output)
     }
 }
 
