@@ -1,6 +1,6 @@
 //! burn-nn's `TransformerEncoder` as a drop-in layer: its config, fields and records, with the
-//! attention of [`super::attention::MultiHeadAttention`] and the CPU backends' row ops for the
-//! layer norms and linear layers.
+//! attention of [`MultiHeadAttention`] and the CPU backends' row ops for the layer norms and
+//! linear layers.
 
 use burn::module::Module;
 use burn::nn::activation::ActivationConfig;
@@ -8,10 +8,10 @@ use burn::nn::transformer::{PositionWiseFeedForward, PositionWiseFeedForwardConf
 use burn::nn::{Dropout, DropoutConfig, Initializer, LayerNorm, LayerNormConfig};
 use burn::prelude::*;
 
-use super::attention::{MhaCache, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use super::{feed_forward, norm};
 use crate::error::AttentionError;
+use crate::nn::attention::{MhaCache, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use crate::options::AttentionOptions;
-use crate::rows::{layer_norm, linear_rows};
 
 /// Configuration of [`TransformerEncoder`]: burn-nn's fields and defaults, plus this crate's
 /// optional attention options.
@@ -267,14 +267,7 @@ impl TransformerEncoderLayer {
         x: Tensor<3>,
         attend: impl FnOnce(Tensor<3>) -> Result<Tensor<3>, AttentionError>,
     ) -> Result<Tensor<3>, AttentionError> {
-        let norm = |norm: &LayerNorm, x: Tensor<3>| {
-            layer_norm(
-                x,
-                norm.gamma.val(),
-                norm.beta.as_ref().map(|b| b.val()),
-                self.layer_norm_eps,
-            )
-        };
+        let norm = |layer: &LayerNorm, x: Tensor<3>| norm(layer, x, self.layer_norm_eps);
         let residual = if self.norm_first {
             norm(&self.norm_2, x.clone())
         } else {
@@ -396,15 +389,4 @@ impl TransformerEncoder {
         cache.rows = s;
         Ok(output)
     }
-}
-
-/// burn-nn's position-wise feed-forward with this crate's row-parallel linear layers.
-///
-/// # Shapes
-/// - x: `[b, s, d_model]`; returns `[b, s, d_model]`
-pub(crate) fn feed_forward(pwff: &PositionWiseFeedForward, x: Tensor<3>) -> Tensor<3> {
-    let x = linear_rows(&pwff.linear_inner, x);
-    let x = pwff.activation.forward(x);
-    let x = pwff.dropout.forward(x);
-    linear_rows(&pwff.linear_outer, x)
 }
