@@ -12,8 +12,8 @@
 //! same seeded synthetic batches with Adam (dropout 0: on the attention weights it would keep the
 //! drop-in layer on the materializing path), and the losses are compared step for step. Then
 //! training steps per second at each sequence length, burn-nn and drop-in alternating, rounds
-//! reported with their median. The text generator finally generates with and without the
-//! encoder's cache.
+//! reported with their median. The trained text generators finally generate greedily, with and
+//! without the encoder's autoregressive cache.
 
 use std::time::Instant;
 
@@ -130,6 +130,36 @@ macro_rules! burn_examples {
                     .with_pad_tokens(Some(vec![self.pad_token]))
                     .init(&logits.device())
                     .forward(logits, targets.reshape([b * s]))
+            }
+        }
+
+        impl TextGenerationModel {
+            /// Greedy generation of `new_tokens` after `prompt` `[b, s]`, with the encoder's
+            /// autoregressive cache (one new row per call) or a full forward per token: every
+            /// row's tokens, prompt included.
+            pub fn generate(&self, prompt: Tensor<2, Int>, new_tokens: usize, cached: bool) -> Vec<i64> {
+                let mut tokens = prompt;
+                let mut cache = self.transformer.new_autoregressive_cache();
+                for _ in 0..new_tokens {
+                    let [b, s] = tokens.dims();
+                    let device = tokens.device();
+                    let mask_pad = tokens.clone().equal_elem(self.pad_token as i64);
+                    let mask_attn = generate_autoregressive_mask(b, s, &device);
+                    let embedding = embed(&self.embedding_token, &self.embedding_pos, tokens.clone());
+                    let input = TransformerEncoderInput::new(embedding)
+                        .mask_pad(mask_pad)
+                        .mask_attn(mask_attn);
+                    let encoded = if cached {
+                        self.transformer.forward_autoregressive_inference(input, &mut cache)
+                    } else {
+                        self.transformer.forward(input)
+                    };
+                    // [b, s, d_model] -> [b, 1, d_model] -> [b, 1, vocab] -> [b, 1]
+                    let last = encoded.slice(s![.., s - 1..s, ..]);
+                    let next = self.output.forward(last).argmax(2).reshape([b, 1]);
+                    tokens = Tensor::cat(vec![tokens, next], 1);
+                }
+                tokens.into_data().convert::<i64>().try_into_vec().expect("token ids")
             }
         }
 
@@ -395,9 +425,28 @@ fn main() {
     let (_, a) = train(c_theirs, 0, args.steps, 128, &device);
     let (_, b) = train(c_ours, 0, args.steps, 128, &device);
     line(compare("text classification", a, b));
-    let (_, a) = train(g_theirs, 0, args.steps, 128, &device);
-    let (_, b) = train(g_ours, 0, args.steps, 128, &device);
+    let (g_theirs, a) = train(g_theirs, 0, args.steps, 128, &device);
+    let (g_ours, b) = train(g_ours, 0, args.steps, 128, &device);
     line(compare("text generation", a, b));
+    line(String::new());
+    // Greedy generation from the trained text generators: 2 prompts of 8 tokens, 24 new ones.
+    let inference = Device::flex();
+    let mut rng = ChaCha8Rng::seed_from_u64(99);
+    let (prompt, _) = generation_batch(&mut rng, 2, 8, &inference);
+    let (g_theirs, g_ours) = (g_theirs.valid(), g_ours.valid());
+    let runs = [
+        ("burn-nn, full forward per token", g_theirs.generate(prompt.clone(), 24, false)),
+        ("burn-nn, its cache", g_theirs.generate(prompt.clone(), 24, true)),
+        ("drop-in, full forward per token", g_ours.generate(prompt.clone(), 24, false)),
+        ("drop-in, its cache", g_ours.generate(prompt, 24, true)),
+    ];
+    line("## Greedy generation (2 prompts of 8 tokens, 24 new tokens)".into());
+    line(String::new());
+    for (name, tokens) in &runs {
+        line(format!("- {name}: {tokens:?}"));
+    }
+    let same = runs.iter().all(|(_, t)| *t == runs[0].1);
+    line(format!("- the same tokens in all four: **{same}**"));
     line(String::new());
     line(format!(
         "## Training steps per second ({} steps per round, {} rounds, alternating)",

@@ -525,3 +525,39 @@ fn the_decoders_cache_equals_its_full_causal_forward_and_burn_nn() {
         }
     }
 }
+
+#[test]
+fn rotary_positions_in_the_drop_in_encoder_keep_burn_nn_records_and_cached_inference_exact() {
+    let (b, s, d_model) = (2, 6, 16);
+    let device = Device::flex();
+    device.seed(11);
+    let theirs = jittered(
+        burn_transformer::TransformerEncoderConfig::new(d_model, 32, 4, 2)
+            .with_dropout(0.0)
+            .init(&device),
+    );
+    let config = transformer::TransformerEncoderConfig::new(d_model, 32, 4, 2).with_dropout(0.0);
+    let plain = config.init(&device).load_record(theirs.clone().into_record());
+    let rotary = config
+        .with_rope(Some(sdpa::RopeConfig::new(64)))
+        .init(&device)
+        .load_record(theirs.into_record());
+    let x = Tensor::<3>::random([b, s, d_model], Distribution::Normal(0.0, 1.0), &device);
+    let input = || transformer::TransformerEncoderInput::new(x.clone()).causal();
+    let full = values(rotary.forward(input()));
+    // The rotation is on: it changes the output.
+    assert!(max_scaled_diff(&full, &values(plain.forward(input()))) > 1e-3);
+    let mut cache = rotary.new_autoregressive_cache();
+    for end in [1, 2, 4, 6] {
+        let prefix = x.clone().slice(s![.., 0..end, ..]);
+        let got = values(rotary.forward_autoregressive_inference(
+            transformer::TransformerEncoderInput::new(prefix).causal(),
+            &mut cache,
+        ));
+        for batch_idx in 0..b {
+            let row = |v: &[f64], len: usize| v[batch_idx * len * d_model..][..end * d_model].to_vec();
+            let diff = max_scaled_diff(&row(&got, end), &row(&full, s));
+            assert!(diff <= 1e-5, "{end} rows: cached rotary output differs by {diff}");
+        }
+    }
+}

@@ -2,13 +2,14 @@
 //! [`ScaledDotProductAttention`].
 
 use burn::module::Module;
-use burn::nn::{Dropout, DropoutConfig, Gelu, Initializer, Linear, LinearConfig};
+use burn::nn::{Dropout, DropoutConfig, Gelu, Initializer, Linear, LinearConfig, RotaryEncoding};
 use burn::prelude::*;
 
 use crate::error::AttentionError;
 use crate::input::AttentionInput;
 use crate::module::ScaledDotProductAttention;
 use crate::options::AttentionOptions;
+use crate::rope::{RopeConfig, rotate_rows};
 use crate::rows::linear_rows;
 use crate::types::Softmax;
 
@@ -67,6 +68,10 @@ pub struct MultiHeadAttentionConfig {
     /// implementation and precision; `None` is burn-nn's computation on `Auto`'s fastest path.
     /// Its dropout and softmax must stay at their defaults: the fields above set them.
     pub attention: Option<AttentionOptions>,
+    /// Extra (not in burn-nn): rotary positions of queries and keys (query i at position i, key j
+    /// at j; cached calls continue at the positions the cache has seen, so that cached decoding
+    /// equals the full forward). Its tables are not parameters: records stay burn-nn's.
+    pub rope: Option<RopeConfig>,
 }
 
 impl MultiHeadAttentionConfig {
@@ -113,7 +118,11 @@ impl MultiHeadAttentionConfig {
                  `quiet_softmax` fields",
             );
         }
-        Ok((self.d_model / self.n_heads, n_kv))
+        let d_k = self.d_model / self.n_heads;
+        if let Some(rope) = &self.rope {
+            rope.validate(d_k)?;
+        }
+        Ok((d_k, n_kv))
     }
 
     /// The attention core's options: `attention` (or the defaults) with the config's dropout
@@ -155,6 +164,7 @@ impl MultiHeadAttentionConfig {
             quiet_softmax: self.quiet_softmax,
             n_kv_heads: n_kv,
             options,
+            rope: self.rope.as_ref().map(|rope| rope.init(d_k, device)),
         })
     }
 
@@ -199,6 +209,8 @@ pub struct MultiHeadAttention {
     /// The attention core's options (not in burn-nn's records: rebuilt from the config).
     #[module(skip)]
     pub options: AttentionOptions,
+    /// Rotary positions, if configured (their tables are constants, not in the records).
+    pub rope: Option<RotaryEncoding>,
 }
 
 /// The inputs of [`MultiHeadAttention`]: burn-nn's `MhaInput` (query `[b, n, d_model]`, key and
@@ -275,6 +287,8 @@ pub struct MhaCache {
     output: Option<Tensor<3>>,
     rows: usize,
     batch: usize,
+    /// Query rows attended so far (the next one's rotary position).
+    queries: usize,
 }
 
 impl MhaCache {
@@ -286,6 +300,7 @@ impl MhaCache {
             output: None,
             rows: 0,
             batch: 0,
+            queries: 0,
         }
     }
 
@@ -357,7 +372,19 @@ impl MultiHeadAttention {
         let query = self.heads(&self.query, input.query.clone(), self.n_heads);
         let key = self.heads(&self.key, input.key.clone(), self.n_kv_heads);
         let value = self.heads(&self.value, input.value.clone(), self.n_kv_heads);
+        // Query i at position i, key j at j (a cached call continues at the cache's positions).
+        let query = self.rotate(query, 0)?;
+        let key = self.rotate(key, 0)?;
         self.attend(input, query, key, value)
+    }
+
+    /// `x` `[b, heads, s, d_k]` rotated as positions `start..start + s` when the layer has rotary
+    /// positions.
+    fn rotate(&self, x: Tensor<4>, start: usize) -> Result<Tensor<4>, AttentionError> {
+        match &self.rope {
+            Some(rope) => rotate_rows(rope, x, &[start], None),
+            None => Ok(x),
+        }
     }
 
     /// `x` `[b, s, d_model]` projected by `linear` and split into `count` heads,
@@ -502,7 +529,10 @@ impl MultiHeadAttention {
             mask_attn,
         } = input;
         let [b, t, _] = input.query.dims();
+        // The new queries continue at the cache's positions.
         let query = self.heads(&self.query, input.query.clone(), self.n_heads);
+        let query = self.rotate(query, cache.queries)?;
+        let cached_keys = cache.key.as_ref().map_or(0, |k| k.dims()[2]);
         let (key, value) = match cache.kind {
             CacheKind::Autoregressive => {
                 if input.key.dims()[1] != t {
@@ -513,6 +543,7 @@ impl MultiHeadAttention {
                     });
                 }
                 let key = self.heads(&self.key, input.key.clone(), self.n_kv_heads);
+                let key = self.rotate(key, cached_keys)?;
                 let value = self.heads(&self.value, input.value.clone(), self.n_kv_heads);
                 let append = |old: Option<Tensor<4>>, new: Tensor<4>| match old {
                     Some(old) => Tensor::cat(vec![old, new], 2),
@@ -526,11 +557,12 @@ impl MultiHeadAttention {
             CacheKind::Memory => match (cache.key.take(), cache.value.take()) {
                 (Some(key), Some(value)) if key.dims()[2] == input.key.dims()[1] => (key, value),
                 _ => (
-                    self.heads(&self.key, input.key.clone(), self.n_kv_heads),
+                    self.rotate(self.heads(&self.key, input.key.clone(), self.n_kv_heads), 0)?,
                     self.heads(&self.value, input.value.clone(), self.n_kv_heads),
                 ),
             },
         };
+        cache.queries += t;
         cache.key = Some(key.clone());
         cache.value = Some(value.clone());
         let m = key.dims()[2];

@@ -12,6 +12,7 @@ use super::{feed_forward, norm};
 use crate::error::AttentionError;
 use crate::nn::attention::{MhaCache, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use crate::options::AttentionOptions;
+use crate::rope::RopeConfig;
 
 /// Configuration of [`TransformerEncoder`]: burn-nn's fields and defaults, plus this crate's
 /// optional attention options.
@@ -61,6 +62,9 @@ pub struct TransformerEncoderConfig {
     /// Extra (not in burn-nn): the attention core's options (see
     /// [`MultiHeadAttentionConfig::attention`]).
     pub attention: Option<AttentionOptions>,
+    /// Extra (not in burn-nn): rotary positions in every attention (see
+    /// [`MultiHeadAttentionConfig::rope`]).
+    pub rope: Option<RopeConfig>,
 }
 
 impl TransformerEncoderConfig {
@@ -72,6 +76,7 @@ impl TransformerEncoderConfig {
             .with_quiet_softmax(self.quiet_softmax)
             .with_n_kv_heads(self.n_kv_heads)
             .with_attention(self.attention.clone())
+            .with_rope(self.rope.clone())
     }
 
     /// Builds the encoder, or says which setting is wrong.
