@@ -354,29 +354,6 @@ fn args() -> Args {
     args
 }
 
-/// The x86 features that decide the CPU paths, as detected at run time.
-fn cpu_features() -> String {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let features = [
-            ("avx2", std::arch::is_x86_feature_detected!("avx2")),
-            ("fma", std::arch::is_x86_feature_detected!("fma")),
-            ("avx512f", std::arch::is_x86_feature_detected!("avx512f")),
-            ("avx512bf16", std::arch::is_x86_feature_detected!("avx512bf16")),
-            ("amx-bf16", std::arch::is_x86_feature_detected!("amx-bf16")),
-        ];
-        features
-            .iter()
-            .map(|(name, on)| format!("{name} {}", if *on { "yes" } else { "no" }))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        std::env::consts::ARCH.to_string()
-    }
-}
-
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
@@ -410,9 +387,11 @@ fn main() {
          examples' models (`text-classification`, `text-generation`) written once and compiled \
          twice, only the `use` line changed; the drop-in models load the burn-nn models' initial \
          records; a step is a forward, a backward and an Adam step. flex, {} threads; CPU \
-         features detected at run time: {}; {SIZES:?}, batch {BATCH}, Adam lr 1e-3, dropout 0.",
+         features detected at run time: {} (softmax on {}); {SIZES:?}, batch {BATCH}, Adam lr \
+         1e-3, dropout 0.",
         burn_sdpa::cpu_kernel::threads(),
-        cpu_features()
+        burn_sdpa::cpu_kernel::cpu_features().join(", "),
+        burn_sdpa::cpu_kernel::softmax_isa(),
     ));
     line(String::new());
     line(format!(
