@@ -137,7 +137,12 @@ macro_rules! burn_examples {
             /// Greedy generation of `new_tokens` after `prompt` `[b, s]`, with the encoder's
             /// autoregressive cache (one new row per call) or a full forward per token: every
             /// row's tokens, prompt included.
-            pub fn generate(&self, prompt: Tensor<2, Int>, new_tokens: usize, cached: bool) -> Vec<i64> {
+            pub fn generate(
+                &self,
+                prompt: Tensor<2, Int>,
+                new_tokens: usize,
+                cached: bool,
+            ) -> Vec<i64> {
                 let mut tokens = prompt;
                 let mut cache = self.transformer.new_autoregressive_cache();
                 for _ in 0..new_tokens {
@@ -145,12 +150,14 @@ macro_rules! burn_examples {
                     let device = tokens.device();
                     let mask_pad = tokens.clone().equal_elem(self.pad_token as i64);
                     let mask_attn = generate_autoregressive_mask(b, s, &device);
-                    let embedding = embed(&self.embedding_token, &self.embedding_pos, tokens.clone());
+                    let embedding =
+                        embed(&self.embedding_token, &self.embedding_pos, tokens.clone());
                     let input = TransformerEncoderInput::new(embedding)
                         .mask_pad(mask_pad)
                         .mask_attn(mask_attn);
                     let encoded = if cached {
-                        self.transformer.forward_autoregressive_inference(input, &mut cache)
+                        self.transformer
+                            .forward_autoregressive_inference(input, &mut cache)
                     } else {
                         self.transformer.forward(input)
                     };
@@ -159,7 +166,11 @@ macro_rules! burn_examples {
                     let next = self.output.forward(last).argmax(2).reshape([b, 1]);
                     tokens = Tensor::cat(vec![tokens, next], 1);
                 }
-                tokens.into_data().convert::<i64>().try_into_vec().expect("token ids")
+                tokens
+                    .into_data()
+                    .convert::<i64>()
+                    .try_into_vec()
+                    .expect("token ids")
             }
         }
 
@@ -444,9 +455,18 @@ fn main() {
     let (prompt, _) = generation_batch(&mut rng, 2, 8, &inference);
     let (g_theirs, g_ours) = (g_theirs.valid(), g_ours.valid());
     let runs = [
-        ("burn-nn, full forward per token", g_theirs.generate(prompt.clone(), 24, false)),
-        ("burn-nn, its cache", g_theirs.generate(prompt.clone(), 24, true)),
-        ("drop-in, full forward per token", g_ours.generate(prompt.clone(), 24, false)),
+        (
+            "burn-nn, full forward per token",
+            g_theirs.generate(prompt.clone(), 24, false),
+        ),
+        (
+            "burn-nn, its cache",
+            g_theirs.generate(prompt.clone(), 24, true),
+        ),
+        (
+            "drop-in, full forward per token",
+            g_ours.generate(prompt.clone(), 24, false),
+        ),
         ("drop-in, its cache", g_ours.generate(prompt, 24, true)),
     ];
     line("## Greedy generation (2 prompts of 8 tokens, 24 new tokens)".into());

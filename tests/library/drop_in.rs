@@ -537,7 +537,9 @@ fn rotary_positions_in_the_drop_in_encoder_keep_burn_nn_records_and_cached_infer
             .init(&device),
     );
     let config = transformer::TransformerEncoderConfig::new(d_model, 32, 4, 2).with_dropout(0.0);
-    let plain = config.init(&device).load_record(theirs.clone().into_record());
+    let plain = config
+        .init(&device)
+        .load_record(theirs.clone().into_record());
     let rotary = config
         .with_rope(Some(sdpa::RopeConfig::new(64)))
         .init(&device)
@@ -555,9 +557,13 @@ fn rotary_positions_in_the_drop_in_encoder_keep_burn_nn_records_and_cached_infer
             &mut cache,
         ));
         for batch_idx in 0..b {
-            let row = |v: &[f64], len: usize| v[batch_idx * len * d_model..][..end * d_model].to_vec();
+            let row =
+                |v: &[f64], len: usize| v[batch_idx * len * d_model..][..end * d_model].to_vec();
             let diff = max_scaled_diff(&row(&got, end), &row(&full, s));
-            assert!(diff <= 1e-5, "{end} rows: cached rotary output differs by {diff}");
+            assert!(
+                diff <= 1e-5,
+                "{end} rows: cached rotary output differs by {diff}"
+            );
         }
     }
 }
