@@ -8,6 +8,7 @@ mod cube;
 mod cube_dtypes;
 mod cube_head_sizes;
 mod drop_in;
+mod drop_in_api;
 mod errors;
 mod extensions;
 mod golden;

@@ -312,3 +312,55 @@ fn a_layer_with_learned_sinks_trains_them_and_decodes_with_its_cache() {
         assert!(diff < 1e-5, "{backend}: cached decoding differs by {diff}");
     }
 }
+
+#[test]
+fn sinks_with_causal_windows_and_n_not_m_agree_with_naive_on_every_path() {
+    // The Fused path's extra key in front must keep the bottom-right diagonal of the real keys.
+    let sinks = [0.5f32, -1.0, 2.0, 0.0];
+    for (backend, device) in devices() {
+        for (n, m) in [(5, 7), (7, 5)] {
+            let device = device.clone().autodiff();
+            let make = |seed: u64, shape: [usize; 4]| {
+                tensor4(&lcg_values(seed, shape.iter().product()), shape, &device).require_grad()
+            };
+            let run = |implementation: Implementation| {
+                let (q, k, v) = (
+                    make(41, [1, 4, n, 8]),
+                    make(42, [1, 2, m, 8]),
+                    make(43, [1, 2, m, 3]),
+                );
+                let s = Tensor::<1>::from_data(TensorData::new(sinks.to_vec(), [4]), &device)
+                    .require_grad();
+                let attn = ScaledDotProductAttentionConfig::new()
+                    .with_implementation(implementation)
+                    .init();
+                let input = AttentionInput::new(q.clone(), k.clone(), v.clone())
+                    .causal()
+                    .window(2, 0)
+                    .sinks(s.clone());
+                let out = attn.try_forward(input).ok()?;
+                let grads = loss(out.context.clone(), &device).backward();
+                Some((
+                    values(out.context),
+                    values(q.grad(&grads).expect("dQ")),
+                    values(s.grad(&grads).expect("d sinks")),
+                ))
+            };
+            let want = run(Implementation::Naive).expect("naive serves every call");
+            for implementation in PATHS {
+                let Some(got) = run(implementation) else {
+                    continue;
+                };
+                let label = format!("{backend} {implementation:?} n {n} m {m}");
+                for (name, g, w) in [
+                    ("context", &got.0, &want.0),
+                    ("dQ", &got.1, &want.1),
+                    ("d sinks", &got.2, &want.2),
+                ] {
+                    let diff = max_abs_diff(g, w);
+                    assert!(diff < 2e-5, "{label}: {name} differs by {diff}");
+                }
+            }
+        }
+    }
+}

@@ -7,11 +7,17 @@ use burn::prelude::*;
 
 use crate::error::AttentionError;
 use crate::input::AttentionInput;
+use crate::mask::causal_mask;
 use crate::module::ScaledDotProductAttention;
 use crate::options::AttentionOptions;
 use crate::rope::{RopeConfig, rotate_rows};
 use crate::rows::linear_rows;
 use crate::types::Softmax;
+
+// burn-nn's mask helpers, so that `use burn::nn::attention::{..}` lines switch unchanged.
+pub use burn::nn::attention::{
+    GeneratePaddingMask, SeqLengthOption, generate_autoregressive_mask, generate_padding_mask,
+};
 
 /// Configuration of [`MultiHeadAttention`]: burn-nn's fields and defaults, plus this crate's
 /// optional extras.
@@ -313,6 +319,11 @@ impl MhaCache {
     pub fn memory() -> Self {
         Self::of(CacheKind::Memory)
     }
+
+    /// burn-nn's name for [`memory`](Self::memory).
+    pub fn autoregressive_cross_attention() -> Self {
+        Self::memory()
+    }
 }
 
 /// The outputs of [`MultiHeadAttention`].
@@ -410,7 +421,7 @@ impl MultiHeadAttention {
         let (h, h_kv, d_k) = (self.n_heads, self.n_kv_heads, self.d_k);
         let [b, _, n, _] = query.dims();
         let m = key.dims()[2];
-        let all_hidden = self.rows_without_a_key(&input, b, n, m);
+        let all_hidden = self.rows_without_a_key(&input, b, n, m)?;
         let core = self.core();
         let out = core.try_forward(input.with_tensors(query, key, value.clone()))?;
         let mut context = out.context;
@@ -489,6 +500,24 @@ impl MultiHeadAttention {
             inner: mut rows_input,
             mask_attn,
         } = input;
+        if cache.kind == CacheKind::Autoregressive
+            && (rows_input.key.dims()[1] != s || rows_input.value.dims()[1] != s)
+        {
+            return Err(AttentionError::Shape {
+                what: "cached key/value",
+                expected: format!("[b, s = {s}, d_model]: a self-attention's whole sequence"),
+                got: [rows_input.key.dims(), rows_input.value.dims()].concat(),
+            });
+        }
+        if let Some(mask) = &mask_attn
+            && mask.dims()[1] != s
+        {
+            return Err(AttentionError::Shape {
+                what: "mask_attn",
+                expected: format!("[b, s = {s}, m]"),
+                got: mask.dims().to_vec(),
+            });
+        }
         rows_input.query = rows(rows_input.query);
         if cache.kind == CacheKind::Autoregressive {
             rows_input.key = rows(rows_input.key);
@@ -529,10 +558,29 @@ impl MultiHeadAttention {
             mask_attn,
         } = input;
         let [b, t, _] = input.query.dims();
+        if let Some(cached) = &cache.key
+            && cached.dims()[0] != b
+        {
+            return Err(AttentionError::Shape {
+                what: "cached query",
+                expected: format!("[b = {}, t, d_model]: the cache's batch", cached.dims()[0]),
+                got: input.query.dims().to_vec(),
+            });
+        }
+        if input.causal && self.options.causal_alignment != crate::CausalAlignment::BottomRight {
+            return Err(AttentionError::InvalidConfig {
+                field: "causal_alignment",
+                value: format!("{:?}", self.options.causal_alignment),
+                reason: "a cached causal call needs the bottom-right alignment (the new rows are \
+                         the last queries)"
+                    .into(),
+            });
+        }
         // The new queries continue at the cache's positions.
         let query = self.heads(&self.query, input.query.clone(), self.n_heads);
         let query = self.rotate(query, cache.queries)?;
         let cached_keys = cache.key.as_ref().map_or(0, |k| k.dims()[2]);
+        // The cache is written only once the call has succeeded.
         let (key, value) = match cache.kind {
             CacheKind::Autoregressive => {
                 if input.key.dims()[1] != t {
@@ -550,11 +598,11 @@ impl MultiHeadAttention {
                     None => new,
                 };
                 (
-                    append(cache.key.take(), key),
-                    append(cache.value.take(), value),
+                    append(cache.key.clone(), key),
+                    append(cache.value.clone(), value),
                 )
             }
-            CacheKind::Memory => match (cache.key.take(), cache.value.take()) {
+            CacheKind::Memory => match (cache.key.clone(), cache.value.clone()) {
                 (Some(key), Some(value)) if key.dims()[2] == input.key.dims()[1] => (key, value),
                 _ => (
                     self.rotate(self.heads(&self.key, input.key.clone(), self.n_kv_heads), 0)?,
@@ -562,9 +610,6 @@ impl MultiHeadAttention {
                 ),
             },
         };
-        cache.queries += t;
-        cache.key = Some(key.clone());
-        cache.value = Some(value.clone());
         let m = key.dims()[2];
         if let Some(mask) = mask_attn {
             if mask.dims() != [b, t, m] {
@@ -577,16 +622,11 @@ impl MultiHeadAttention {
             // [b, t, m] -> [b, 1, t, m]
             input = input.mask(mask.unsqueeze_dim(1));
         }
-        if input.causal && self.options.causal_alignment != crate::CausalAlignment::BottomRight {
-            return Err(AttentionError::InvalidConfig {
-                field: "causal_alignment",
-                value: format!("{:?}", self.options.causal_alignment),
-                reason: "a cached causal call needs the bottom-right alignment (the new rows are \
-                         the last queries)"
-                    .into(),
-            });
-        }
-        self.attend(input, query, key, value)
+        let out = self.attend(input, query, key.clone(), value.clone())?;
+        cache.queries += t;
+        cache.key = Some(key);
+        cache.value = Some(value);
+        Ok(out)
     }
 
     /// The attention core: the layer's options with its own dropout module (whose training
@@ -599,36 +639,89 @@ impl MultiHeadAttention {
             implementation: options.implementation,
             softcap: options.softcap,
             precision: options.precision,
-            softmax: options.softmax,
+            // burn-nn's public field, read at each call as burn-nn reads it.
+            softmax: if self.quiet_softmax {
+                Softmax::Quiet
+            } else {
+                Softmax::Standard
+            },
             dropout: self.dropout.clone(),
         }
     }
 
-    /// `[b, 1, n, 1]`, true for each query whose keys the padding mask and the mask hide all
-    /// (burn-nn gives them uniform weights); `None` when the layer's softmax is quiet (burn-nn's
-    /// quiet softmax gives them zero weights, as this crate does) or nothing is masked.
+    /// `[b, 1, n, 1]`, true for each query whose keys the padding mask, the mask and the causal
+    /// flag hide all (burn-nn gives them uniform weights: its masks fill −10⁴); `None` when the
+    /// layer's softmax is quiet (burn-nn's quiet softmax gives them zero weights, as this crate
+    /// does) or nothing is masked. Rows emptied by this crate's extras (windows, segments) keep
+    /// this crate's zero rows.
     fn rows_without_a_key(
         &self,
         input: &AttentionInput<3>,
         b: usize,
         n: usize,
         m: usize,
-    ) -> Option<Tensor<4, Bool>> {
+    ) -> Result<Option<Tensor<4, Bool>>, AttentionError> {
         if self.quiet_softmax {
-            return None;
+            return Ok(None);
         }
-        // [b, m] -> [b, 1, 1, m]
-        let pad = input
-            .padding_mask
-            .clone()
-            .map(|p| p.reshape([b, 1, 1, m]).expand([b, 1, n, m]));
-        let hidden = match (pad, input.mask.clone()) {
-            (Some(pad), Some(mask)) => pad.bool_or(mask),
-            (Some(pad), None) => pad,
-            (None, Some(mask)) => mask,
-            (None, None) => return None,
-        };
-        // [b, 1, n, m] -> [b, 1, n, 1]
-        Some(hidden.bool_not().any_dim(3).bool_not())
+        if let Some(pad) = &input.padding_mask
+            && pad.dims() != [b, m]
+        {
+            return Err(AttentionError::Shape {
+                what: "mask_pad",
+                expected: format!("[b, m] = [{b}, {m}]"),
+                got: pad.dims().to_vec(),
+            });
+        }
+        let device = input.query.device();
+        let alignment = self.options.causal_alignment;
+        let (pad, mask) = (input.padding_mask.clone(), input.mask.clone());
+        Ok(match (pad, mask, input.causal) {
+            (None, None, _) => None,
+            (Some(pad), None, true) => {
+                // Query i sees keys j ≤ i + offset: it sees none when the first key that is not
+                // padding lies beyond, O(b·n) without an [n, m] mask.
+                // [b, m] -> [b, 1]: the first open key (m when all are padding).
+                let first_open = Tensor::<1, Int>::arange(0..m as i64, &device)
+                    .reshape([1, m])
+                    .expand([b, m])
+                    .mask_fill(pad, m as i64)
+                    .min_dim(1);
+                let offset = alignment.offset(n, m);
+                // [n] -> [1, n]: the last key each query may see.
+                let last =
+                    Tensor::<1, Int>::arange(offset..n as i64 + offset, &device).reshape([1, n]);
+                // [b, 1] > [1, n] -> [b, n] -> [b, 1, n, 1]
+                Some(
+                    first_open
+                        .expand([b, n])
+                        .greater(last.expand([b, n]))
+                        .reshape([b, 1, n, 1]),
+                )
+            }
+            (pad, mask, causal) => {
+                // [b, m] -> [b, 1, 1, m] -> [b, 1, n, m]
+                let mut hidden = pad.map(|p| p.reshape([b, 1, 1, m]).expand([b, 1, n, m]));
+                for extra in [
+                    mask,
+                    causal.then(|| {
+                        // [n, m] -> [1, 1, n, m] -> [b, 1, n, m]
+                        causal_mask(n, m, alignment, &device)
+                            .reshape([1, 1, n, m])
+                            .expand([b, 1, n, m])
+                    }),
+                ]
+                .into_iter()
+                .flatten()
+                {
+                    hidden = Some(match hidden {
+                        Some(h) => h.bool_or(extra),
+                        None => extra,
+                    });
+                }
+                // [b, 1, n, m] -> [b, 1, n, 1]
+                hidden.map(|h| h.bool_not().any_dim(3).bool_not())
+            }
+        })
     }
 }

@@ -19,9 +19,16 @@
 //! - [`attention::MhaOutput::weights`] is an `Option`, `None` unless asked for with
 //!   [`attention::MhaInput::need_weights`]: computing them would keep every call on the
 //!   materializing path.
-//! - The configs have optional extras burn-nn lacks (grouped-query heads and the module's
-//!   [`AttentionOptions`](crate::AttentionOptions): scale, soft-cap, implementation, precision);
-//!   left at their defaults, the layers compute what burn-nn's compute.
+//! - With dropout on (training, p > 0) the layers take the materializing path, whose dropout
+//!   draws its own masks: the same seed does not give burn-nn's masks, and the weights returned
+//!   are taken before dropout (burn-nn's after); a row whose keys are all masked gets the plain
+//!   mean of the values, without dropout.
+//! - The configs have optional extras burn-nn lacks (grouped-query heads, rotary positions and
+//!   the module's [`AttentionOptions`](crate::AttentionOptions): scale, soft-cap, implementation,
+//!   precision); left at their defaults, the layers compute what burn-nn's compute.
+//! - The autoregressive caches take any number of new rows per call (burn-nn's one), and a
+//!   failed call leaves them as they were; with `need_weights`, a cached call returns the new
+//!   rows' weights only.
 //!
 //! What is matched although it is odd (see the semantics table of the README): masked keys get
 //! burn-nn's `min_float` (−10⁴ by default) rather than −∞, so a query whose keys are all masked

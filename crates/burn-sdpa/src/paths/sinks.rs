@@ -15,6 +15,7 @@
 //!   (their recomputed weights, exp(s − lse), already use the lse with the sink).
 
 use burn::prelude::*;
+use burn::tensor::FloatDType;
 
 use crate::input::AttentionOutput;
 use crate::mask::most_negative;
@@ -76,17 +77,18 @@ pub(crate) fn tracked(call: &Call) -> bool {
 /// where a row had no term at all or was poisoned: those rows take no part).
 pub(crate) fn attach_gradient(context: Tensor<4>, lse: Tensor<3>, sinks: Tensor<1>) -> Tensor<4> {
     let [b, h, n, _] = context.dims();
-    let lse = lse.detach().cast(context.dtype());
+    // In f32 whatever the context's dtype (a bf16 lse would cost P_sink percents).
+    let lse = lse.detach().cast(FloatDType::F32);
     // [b, h, n] -> [b, h, n, 1]; a row without a finite log-sum-exp gets P_sink = 0.
     let lse = lse
         .clone()
         .mask_fill(lse.is_finite().bool_not(), f64::INFINITY)
         .reshape([b, h, n, 1]);
     // [h] -> [1, h, 1, 1]
-    let sinks = sinks.cast(context.dtype()).reshape([1, h, 1, 1]);
+    let sinks = sinks.cast(FloatDType::F32).reshape([1, h, 1, 1]);
     // −P_sink = −exp(sink − lse), [b, h, n, 1]: its derivative in the sink is −P_sink.
     let minus_p_sink = (sinks - lse).exp().neg();
-    let zero = minus_p_sink.clone() - minus_p_sink.detach();
+    let zero = (minus_p_sink.clone() - minus_p_sink.detach()).cast(context.dtype());
     let out = context.clone().detach();
     let out = out.clone().mask_fill(out.is_finite().bool_not(), 0.0);
     context + out * zero

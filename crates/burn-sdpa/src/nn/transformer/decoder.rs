@@ -68,43 +68,22 @@ pub struct TransformerDecoderConfig {
 }
 
 impl TransformerDecoderConfig {
-    /// Builds the decoder, or says which setting is wrong.
-    pub fn try_init(&self, device: &Device) -> Result<TransformerDecoder, AttentionError> {
-        let mha = MultiHeadAttentionConfig::new(self.d_model, self.n_heads)
+    /// The config of each attention of a layer.
+    fn mha(&self) -> MultiHeadAttentionConfig {
+        MultiHeadAttentionConfig::new(self.d_model, self.n_heads)
             .with_initializer(self.initializer.clone())
             .with_dropout(self.dropout)
             .with_quiet_softmax(self.quiet_softmax)
             .with_n_kv_heads(self.n_kv_heads)
             .with_attention(self.attention.clone())
-            .with_rope(self.rope.clone());
-        mha.validate()?;
-        let norm = || {
-            LayerNormConfig::new(self.d_model)
-                .with_epsilon(self.layer_norm_eps)
-                .init(device)
-        };
+            .with_rope(self.rope.clone())
+    }
+
+    /// Builds the decoder, or says which setting is wrong.
+    pub fn try_init(&self, device: &Device) -> Result<TransformerDecoder, AttentionError> {
+        self.mha().validate()?;
         let layers = (0..self.n_layers)
-            .map(|_| -> Result<_, AttentionError> {
-                // burn-nn's order of initialization (self-attention first): the same seed draws
-                // the same parameters.
-                let self_attn = mha.try_init(device)?;
-                let cross_attn = mha.try_init(device)?;
-                Ok(TransformerDecoderLayer {
-                    cross_attn,
-                    self_attn,
-                    norm_1: norm(),
-                    norm_2: norm(),
-                    norm_3: norm(),
-                    pwff: PositionWiseFeedForwardConfig::new(self.d_model, self.d_ff)
-                        .with_initializer(self.initializer.clone())
-                        .with_dropout(self.dropout)
-                        .with_activation(self.activation.clone())
-                        .init(device),
-                    dropout: DropoutConfig::new(self.dropout).init(),
-                    norm_first: self.norm_first,
-                    layer_norm_eps: self.layer_norm_eps,
-                })
-            })
+            .map(|_| TransformerDecoderLayer::try_new(self, device))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(TransformerDecoder {
             layers,
@@ -207,6 +186,12 @@ impl TransformerDecoderInput {
         self
     }
 
+    /// Extra: the target `[b, n, d_model]` (after [`TransformerDecoderLayer::forward`], the
+    /// layer's output).
+    pub fn target(&self) -> &Tensor<3> {
+        &self.target
+    }
+
     /// The self-attention input of `x` (the target's rows) with the target's masks.
     fn self_attention(&self, x: Tensor<3>) -> MhaInput {
         let mut input = MhaInput::self_attn(x);
@@ -257,6 +242,72 @@ pub struct TransformerDecoderLayer {
     /// The layer norms' epsilon (not in the records).
     #[module(skip)]
     pub layer_norm_eps: f64,
+}
+
+impl TransformerDecoderLayer {
+    /// One layer of `config` (burn-nn's `TransformerDecoderLayer::new`), or says which setting
+    /// is wrong.
+    pub fn try_new(
+        config: &TransformerDecoderConfig,
+        device: &Device,
+    ) -> Result<Self, AttentionError> {
+        let mha = config.mha();
+        let norm = || {
+            LayerNormConfig::new(config.d_model)
+                .with_epsilon(config.layer_norm_eps)
+                .init(device)
+        };
+        // burn-nn's order of initialization (self-attention first).
+        let self_attn = mha.try_init(device)?;
+        let cross_attn = mha.try_init(device)?;
+        Ok(Self {
+            cross_attn,
+            self_attn,
+            norm_1: norm(),
+            norm_2: norm(),
+            norm_3: norm(),
+            pwff: PositionWiseFeedForwardConfig::new(config.d_model, config.d_ff)
+                .with_initializer(config.initializer.clone())
+                .with_dropout(config.dropout)
+                .with_activation(config.activation.clone())
+                .init(device),
+            dropout: DropoutConfig::new(config.dropout).init(),
+            norm_first: config.norm_first,
+            layer_norm_eps: config.layer_norm_eps,
+        })
+    }
+
+    /// One layer of `config`, as burn-nn's `TransformerDecoderLayer::new`.
+    ///
+    /// # Panics
+    /// With the message of [`try_new`](Self::try_new)'s error when a setting is wrong.
+    pub fn new(config: &TransformerDecoderConfig, device: &Device) -> Self {
+        Self::try_new(config, device).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// burn-nn's layer forward: the input with its target replaced by the layer's output.
+    ///
+    /// # Shapes
+    /// - target: `[b, n, d_model]`; memory: `[b, m, d_model]`
+    ///
+    /// # Panics
+    /// When a mask does not fit (as [`TransformerDecoder::try_forward`] says).
+    pub fn forward(&self, mut input: TransformerDecoderInput) -> TransformerDecoderInput {
+        let target = self
+            .try_forward_with(
+                input.target.clone(),
+                |r| Ok(self.self_attn.try_forward(input.self_attention(r))?.context),
+                |r| {
+                    Ok(self
+                        .cross_attn
+                        .try_forward(input.cross_attention(r))?
+                        .context)
+                },
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
+        input.target = target;
+        input
+    }
 }
 
 /// The two attention caches of one decoder layer.
@@ -395,11 +446,14 @@ impl TransformerDecoder {
     ) -> Result<Tensor<3>, AttentionError> {
         let [b, n, d_model] = input.target.dims();
         let start = cache.rows;
-        if n < start || cache.layers.len() != self.layers.len() {
+        if n < start
+            || cache.layers.len() != self.layers.len()
+            || cache.output.as_ref().is_some_and(|o| o.dims()[0] != b)
+        {
             return Err(AttentionError::Shape {
                 what: "cached decoder target",
                 expected: format!(
-                    "[b, n ≥ {start}, d_model] into a cache of {} layers",
+                    "[b (the cache's), n ≥ {start}, d_model] into a cache of {} layers",
                     self.layers.len()
                 ),
                 got: vec![b, n, d_model],
@@ -413,7 +467,9 @@ impl TransformerDecoder {
             memory_mask_attn: input.memory_mask_attn.clone().map(rows),
             ..input
         };
-        for (layer, layer_cache) in self.layers.iter().zip(&mut cache.layers) {
+        // The caches are written only once every layer has succeeded.
+        let mut layers = cache.layers.clone();
+        for (layer, layer_cache) in self.layers.iter().zip(&mut layers) {
             let LayerCache {
                 self_attn,
                 cross_attn,
@@ -438,6 +494,7 @@ impl TransformerDecoder {
             Some(old) => Tensor::cat(vec![old, x], 1),
             None => x,
         };
+        cache.layers = layers;
         cache.output = Some(output.clone());
         cache.rows = n;
         Ok(output)

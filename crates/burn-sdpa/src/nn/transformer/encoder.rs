@@ -81,29 +81,9 @@ impl TransformerEncoderConfig {
 
     /// Builds the encoder, or says which setting is wrong.
     pub fn try_init(&self, device: &Device) -> Result<TransformerEncoder, AttentionError> {
-        let mha = self.mha();
-        mha.validate()?;
-        let norm = || {
-            LayerNormConfig::new(self.d_model)
-                .with_epsilon(self.layer_norm_eps)
-                .init(device)
-        };
+        self.mha().validate()?;
         let layers = (0..self.n_layers)
-            .map(|_| -> Result<_, AttentionError> {
-                Ok(TransformerEncoderLayer {
-                    mha: mha.try_init(device)?,
-                    pwff: PositionWiseFeedForwardConfig::new(self.d_model, self.d_ff)
-                        .with_initializer(self.initializer.clone())
-                        .with_dropout(self.dropout)
-                        .with_activation(self.activation.clone())
-                        .init(device),
-                    norm_1: norm(),
-                    norm_2: norm(),
-                    dropout: DropoutConfig::new(self.dropout).init(),
-                    norm_first: self.norm_first,
-                    layer_norm_eps: self.layer_norm_eps,
-                })
-            })
+            .map(|_| TransformerEncoderLayer::try_new(self, device))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(TransformerEncoder {
             layers,
@@ -235,6 +215,64 @@ pub struct TransformerEncoderLayer {
 }
 
 impl TransformerEncoderLayer {
+    /// One layer of `config` (burn-nn's `TransformerEncoderLayer::new`), or says which setting
+    /// is wrong.
+    pub fn try_new(
+        config: &TransformerEncoderConfig,
+        device: &Device,
+    ) -> Result<Self, AttentionError> {
+        let norm = || {
+            LayerNormConfig::new(config.d_model)
+                .with_epsilon(config.layer_norm_eps)
+                .init(device)
+        };
+        Ok(Self {
+            mha: config.mha().try_init(device)?,
+            pwff: PositionWiseFeedForwardConfig::new(config.d_model, config.d_ff)
+                .with_initializer(config.initializer.clone())
+                .with_dropout(config.dropout)
+                .with_activation(config.activation.clone())
+                .init(device),
+            norm_1: norm(),
+            norm_2: norm(),
+            dropout: DropoutConfig::new(config.dropout).init(),
+            norm_first: config.norm_first,
+            layer_norm_eps: config.layer_norm_eps,
+        })
+    }
+
+    /// One layer of `config`, as burn-nn's `TransformerEncoderLayer::new`.
+    ///
+    /// # Panics
+    /// With the message of [`try_new`](Self::try_new)'s error when a setting is wrong.
+    pub fn new(config: &TransformerEncoderConfig, device: &Device) -> Self {
+        Self::try_new(config, device).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// burn-nn's layer forward: `input` `[b, s, d_model]` with its padding `[b, s]` and attention
+    /// `[b, s, s]` masks.
+    ///
+    /// # Shapes
+    /// - input: `[b, s, d_model]`; returns `[b, s, d_model]`
+    ///
+    /// # Panics
+    /// With the message of [`try_forward`](Self::try_forward)'s error.
+    pub fn forward(
+        &self,
+        input: Tensor<3>,
+        mask_pad: Option<Tensor<2, Bool>>,
+        mask_attn: Option<Tensor<3, Bool>>,
+    ) -> Tensor<3> {
+        let masks = TransformerEncoderInput {
+            tensor: input.clone(),
+            mask_pad,
+            mask_attn,
+            causal: false,
+        };
+        self.try_forward(input, &masks)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
     /// The layer on `x` `[b, s, d_model]` with the masks of `input`.
     ///
     /// # Shapes
@@ -364,11 +402,14 @@ impl TransformerEncoder {
     ) -> Result<Tensor<3>, AttentionError> {
         let [b, s, d_model] = input.tensor.dims();
         let start = cache.rows;
-        if s < start || cache.layers.len() != self.layers.len() {
+        if s < start
+            || cache.layers.len() != self.layers.len()
+            || cache.output.as_ref().is_some_and(|o| o.dims()[0] != b)
+        {
             return Err(AttentionError::Shape {
                 what: "cached encoder input",
                 expected: format!(
-                    "[b, s ≥ {start}, d_model] into a cache of {} layers",
+                    "[b (the cache's), s ≥ {start}, d_model] into a cache of {} layers",
                     self.layers.len()
                 ),
                 got: vec![b, s, d_model],
@@ -383,13 +424,16 @@ impl TransformerEncoder {
                 .map(|mask| mask.slice(s![.., start..s, ..])),
             ..input
         };
-        for (layer, layer_cache) in self.layers.iter().zip(&mut cache.layers) {
+        // The caches are written only once every layer has succeeded.
+        let mut layers = cache.layers.clone();
+        for (layer, layer_cache) in self.layers.iter().zip(&mut layers) {
             x = layer.try_forward_rows(x, &rows_input, layer_cache)?;
         }
         let output = match cache.output.take() {
             Some(old) => Tensor::cat(vec![old, x], 1),
             None => x,
         };
+        cache.layers = layers;
         cache.output = Some(output.clone());
         cache.rows = s;
         Ok(output)

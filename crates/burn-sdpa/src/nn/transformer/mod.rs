@@ -4,10 +4,10 @@ mod decoder;
 mod encoder;
 
 use burn::nn::LayerNorm;
-use burn::nn::transformer::PositionWiseFeedForward;
 use burn::prelude::*;
 
-pub use burn::nn::transformer::PositionWiseFeedForwardConfig;
+// burn-nn's own feed-forward (the drop-in layers hold it, so records match).
+pub use burn::nn::transformer::{PositionWiseFeedForward, PositionWiseFeedForwardConfig};
 pub use decoder::{
     TransformerDecoder, TransformerDecoderAutoregressiveCache, TransformerDecoderConfig,
     TransformerDecoderInput, TransformerDecoderLayer,

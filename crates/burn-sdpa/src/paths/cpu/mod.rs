@@ -315,13 +315,14 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
             lse_out: lse_out.clone(),
         };
         let input = call.input;
-        let device = input.query.device();
+        let (device, dtype) = (input.query.device(), input.query.dtype());
         let context =
             extension::attention(input.query, input.key, input.value, input.bias, kernel_call);
         let mut output = AttentionOutput::from_context(context);
         if let Some(slot) = lse_out {
             let lse = std::mem::take(&mut *slot.lock().unwrap_or_else(|p| p.into_inner()));
-            output.lse = Some(lse_tensor(lse, &call.dims, &device));
+            // In the queries' dtype, as from the other paths.
+            output.lse = Some(lse_tensor(lse, &call.dims, &device).cast(dtype));
         }
         return Ok(output);
     }
