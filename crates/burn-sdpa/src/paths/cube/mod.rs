@@ -11,6 +11,7 @@
 
 mod autodiff;
 mod backward;
+mod bias;
 mod extension;
 pub(crate) mod kernel;
 mod tile;
@@ -82,7 +83,7 @@ fn basic_blocker(call: &Call) -> Option<&'static str> {
 }
 
 /// The bias `[b|1, h|1, n|1, m]` (f32) the kernel adds to the soft-capped scores, with every key
-/// the padding mask or the mask hides at [`kernel::MASKED`]'s −3e38: `None` when there is none of
+/// the padding mask or the mask hides at −3e38 (the kernels' `HIDDEN`, below [`bias::MASKED`]): `None` when there is none of
 /// them. (Segments and ALiBi are not in it: the kernels compute them key by key.)
 fn extra(call: &Call) -> Option<Tensor<4>> {
     let input = &call.input;
