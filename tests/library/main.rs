@@ -21,5 +21,6 @@ mod parity;
 mod properties;
 mod reference;
 mod rope;
+mod row_stats;
 mod rows;
 mod sinks;

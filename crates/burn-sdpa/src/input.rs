@@ -58,6 +58,8 @@ pub struct AttentionInput<const D: usize = 4> {
     pub need_scores: bool,
     /// Return the log-sum-exp of each query row's visible scores, `[b, h, n]`.
     pub need_lse: bool,
+    /// Return each query row's statistics ([`RowStats`](crate::RowStats)).
+    pub need_row_stats: bool,
 }
 
 /// The segment ids of packed sequences (FlashAttention's `cu_seqlens`, xformers'
@@ -88,6 +90,7 @@ impl<const D: usize> AttentionInput<D> {
             need_weights: false,
             need_scores: false,
             need_lse: false,
+            need_row_stats: false,
         }
     }
 
@@ -150,6 +153,15 @@ impl<const D: usize> AttentionInput<D> {
     /// [`merge_partial`](crate::merge_partial)), the building block of ring attention.
     pub fn need_lse(mut self) -> Self {
         self.need_lse = true;
+        self
+    }
+
+    /// Return each query row's statistics, `[b, h, n]` each ([`RowStats`](crate::RowStats):
+    /// largest logit, log-sum-exp, entropy, largest weight, visible keys, logit mean and
+    /// standard deviation), without the `[b, h, n, m]` weights. Served by the paths that
+    /// materialize the scores for now (`Auto` takes `Naive` for such a call).
+    pub fn need_row_stats(mut self) -> Self {
+        self.need_row_stats = true;
         self
     }
 
@@ -258,6 +270,7 @@ impl<const D: usize> AttentionInput<D> {
             need_weights: self.need_weights,
             need_scores: self.need_scores,
             need_lse: self.need_lse,
+            need_row_stats: self.need_row_stats,
         }
     }
 }
@@ -281,6 +294,8 @@ pub struct AttentionOutput<const D: usize = 4> {
     /// `[b, h, n]`: the log-sum-exp of each row's visible scores, if asked for (−∞ for a row
     /// with no visible key).
     pub lse: Option<Tensor<3>>,
+    /// `[b, h, n]` each: the rows' statistics, if asked for.
+    pub row_stats: Option<crate::RowStats>,
 }
 
 impl<const D: usize> AttentionOutput<D> {
@@ -292,6 +307,7 @@ impl<const D: usize> AttentionOutput<D> {
             scores: None,
             mask: None,
             lse: None,
+            row_stats: None,
         }
     }
 }

@@ -64,6 +64,7 @@ mod options;
 mod paths;
 mod qk_norm;
 mod rope;
+mod row_stats;
 mod rows;
 mod types;
 mod vocabulary;
@@ -86,6 +87,7 @@ pub use paths::auto::{
 };
 pub use qk_norm::{HeadNorm, QkNorm};
 pub use rope::RopeConfig;
+pub use row_stats::RowStats;
 pub use rows::{cross_entropy, layer_norm, linear_rows, try_cross_entropy};
 pub use types::{
     AttentionDims, CausalAlignment, Precision, ScalePolicy, Softmax, Window, validate_softcap,

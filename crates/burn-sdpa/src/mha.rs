@@ -385,6 +385,7 @@ impl MultiHeadAttention {
             scores: out.scores,
             mask: out.mask,
             lse: out.lse,
+            row_stats: out.row_stats,
         })
     }
 

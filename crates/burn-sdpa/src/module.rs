@@ -137,6 +137,7 @@ impl ScaledDotProductAttention {
             out.weights = out.weights.map(|w| w.cast(dtype));
             out.scores = out.scores.map(|s| s.cast(dtype));
             out.lse = out.lse.map(|l| l.cast(dtype));
+            out.row_stats = out.row_stats.map(|r| r.cast(dtype));
         }
         Ok(out)
     }

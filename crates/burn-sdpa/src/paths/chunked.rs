@@ -12,8 +12,13 @@ use crate::paths::call::Call;
 
 /// Why the chunked path cannot serve `call`, if it cannot.
 pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
-    (call.input.need_weights || call.input.need_scores)
-        .then_some("it cannot return the weights or scores")
+    if call.input.need_weights || call.input.need_scores {
+        Some("it cannot return the weights or scores")
+    } else if call.input.need_row_stats {
+        Some("it does not compute the row statistics yet (Naive does)")
+    } else {
+        None
+    }
 }
 
 /// Runs the chunked path with blocks of `block_size` keys: the same semantics as the naive path

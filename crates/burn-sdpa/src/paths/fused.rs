@@ -23,6 +23,8 @@ use crate::types::CausalAlignment;
 pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
     if call.input.need_weights || call.input.need_scores {
         Some("it cannot return the weights or scores")
+    } else if call.input.need_row_stats {
+        Some("it does not compute the row statistics yet (Naive does)")
     } else if call.dropout.is_some() {
         Some("it has no dropout")
     } else if call.input.causal

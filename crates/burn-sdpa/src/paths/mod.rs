@@ -110,7 +110,7 @@ pub(crate) fn resolve(
             None => Ok(path),
         };
     }
-    if call.input.need_weights || call.input.need_scores {
+    if call.input.need_weights || call.input.need_scores || call.input.need_row_stats {
         return Ok(AttentionPath::Naive);
     }
     let [b, h, n, m] = call.dims.scores_shape();

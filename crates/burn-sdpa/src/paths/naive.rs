@@ -36,6 +36,10 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         .need_lse
         .then(|| row_lse(scores.clone(), mask.as_ref(), sinks.clone()));
 
+    let row_stats = call
+        .input
+        .need_row_stats
+        .then(|| crate::RowStats::from_scores(scores.clone(), mask.as_ref(), sinks.clone()));
     let weights = match (&mask, sinks) {
         (mask, Some(sinks)) => softmax_with_sinks(scores, mask.as_ref(), sinks),
         (Some(mask), None) => {
@@ -64,6 +68,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         scores: scores_out,
         mask,
         lse,
+        row_stats,
     })
 }
 

@@ -221,6 +221,8 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
         && call.family == BackendFamily::Flex;
     if input.need_weights || input.need_scores {
         Some("it cannot return the weights or scores")
+    } else if input.need_row_stats {
+        Some("it does not compute the row statistics yet (Naive does)")
     } else if call.dropout.is_some() {
         Some("it has no dropout")
     } else if !(all(DType::F32) || half_data) {

@@ -67,6 +67,8 @@ fn basic_blocker(call: &Call) -> Option<&'static str> {
         Some("it runs on the CubeCL backends only")
     } else if input.need_weights || input.need_scores {
         Some("it cannot return the weights or scores")
+    } else if input.need_row_stats {
+        Some("it does not compute the row statistics yet (Naive does)")
     } else if call.dropout.is_some() {
         Some("it has no dropout")
     } else if !same_dtype {

@@ -1,0 +1,98 @@
+//! Per-row statistics of the attention, `[b, h, n]` each: what researchers watch while training
+//! (entropy collapse, logit growth, saturation) without the `[b, h, n, m]` weights.
+
+use burn::prelude::*;
+
+use crate::mask::most_negative;
+
+/// The statistics of every query row, `[b, h, n]` each, without a gradient. The keys count as
+/// they count in the weights (masks, padding, causal alignment, windows, segments, bias, ALiBi,
+/// soft-cap, grouped-query heads; sinks and quiet softmax join the denominator only). A row with
+/// no visible key has `visible_keys` 0, `max_logit` and `lse` −∞, `entropy` and `max_prob` 0,
+/// and `logit_mean` and `logit_std` NaN (there is no logit).
+#[derive(Debug, Clone)]
+pub struct RowStats {
+    /// The largest visible score (scaled, soft-capped, with bias and ALiBi).
+    pub max_logit: Tensor<3>,
+    /// The log of the softmax's denominator (the sink's term included).
+    pub lse: Tensor<3>,
+    /// `−Σ_j p_ij ln p_ij` over the visible keys (nats).
+    pub entropy: Tensor<3>,
+    /// The largest weight of the row.
+    pub max_prob: Tensor<3>,
+    /// How many keys the row sees.
+    pub visible_keys: Tensor<3>,
+    /// The mean of the visible scores.
+    pub logit_mean: Tensor<3>,
+    /// The standard deviation (population) of the visible scores.
+    pub logit_std: Tensor<3>,
+}
+
+impl RowStats {
+    /// Every statistic cast to `dtype`.
+    pub(crate) fn cast(self, dtype: burn::tensor::DType) -> Self {
+        Self {
+            max_logit: self.max_logit.cast(dtype),
+            lse: self.lse.cast(dtype),
+            entropy: self.entropy.cast(dtype),
+            max_prob: self.max_prob.cast(dtype),
+            visible_keys: self.visible_keys.cast(dtype),
+            logit_mean: self.logit_mean.cast(dtype),
+            logit_std: self.logit_std.cast(dtype),
+        }
+    }
+
+    /// The statistics of `scores` `[b, h, n, m]` (true in `mask` = hidden), with the sinks
+    /// `[1, h, 1, 1]` (finite or −∞) in the denominators when given.
+    pub(crate) fn from_scores(
+        scores: Tensor<4>,
+        mask: Option<&Tensor<4, Bool>>,
+        sinks: Option<Tensor<4>>,
+    ) -> Self {
+        let [b, h, n, m] = scores.dims();
+        let scores = scores.detach();
+        let dtype = scores.dtype();
+        let visible = match mask {
+            Some(mask) => mask.clone().bool_not(),
+            None => Tensor::<4, Bool>::full([b, h, n, m], true, &scores.device()),
+        };
+        // [b, h, n, m] -> [b, h, n, 1]
+        let count = visible.clone().float().cast(dtype).sum_dim(3);
+        let empty = count.clone().lower_equal_elem(0.0);
+        let zeroed = scores
+            .clone()
+            .mask_where(visible.clone().bool_not(), scores.zeros_like());
+        let filled = scores.mask_fill(visible.clone().bool_not(), most_negative(dtype));
+        let max_logit = filled
+            .clone()
+            .max_dim(3)
+            .mask_fill(empty.clone(), f64::NEG_INFINITY);
+        let lse = crate::paths::naive::row_lse(filled.clone(), mask, sinks).reshape([b, h, n, 1]);
+        let no_term = lse.clone().is_inf();
+        let safe_lse = lse.clone().mask_fill(no_term.clone(), 0.0);
+        let p = (filled.clone() - safe_lse.clone())
+            .exp()
+            .mask_fill(visible.clone().bool_not(), 0.0);
+        // −Σ p (s − lse), each masked key's term 0.
+        let entropy = (p.clone() * (safe_lse.clone() - zeroed.clone()))
+            .sum_dim(3)
+            .mask_fill(empty.clone(), 0.0);
+        let max_prob = (max_logit.clone() - safe_lse)
+            .exp()
+            .mask_fill(empty.clone(), 0.0);
+        let safe_count = count.clone().mask_fill(empty.clone(), 1.0);
+        let mean = zeroed.clone().sum_dim(3) / safe_count.clone();
+        let square = zeroed.powi_scalar(2).sum_dim(3) / safe_count;
+        let std = (square - mean.clone().powi_scalar(2)).clamp_min(0.0).sqrt();
+        let rows = |t: Tensor<4>| t.reshape([b, h, n]);
+        Self {
+            max_logit: rows(max_logit),
+            lse: rows(lse),
+            entropy: rows(entropy),
+            max_prob: rows(max_prob),
+            visible_keys: rows(count),
+            logit_mean: rows(mean.mask_fill(empty.clone(), f64::NAN)),
+            logit_std: rows(std.mask_fill(empty, f64::NAN)),
+        }
+    }
+}
