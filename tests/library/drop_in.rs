@@ -49,6 +49,23 @@ pub(crate) fn max_scaled_diff(got: &[f64], want: &[f64]) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The largest scaled difference between the first `end` rows of every sequence of `got`
+/// (`[b, end, d_model]`, row-major) and of `full` (`[b, total, d_model]`): a cached call's rows
+/// against the full forward's.
+pub(crate) fn prefix_diff(got: &[f64], full: &[f64], [b, end, total, d_model]: [usize; 4]) -> f64 {
+    fn rows(v: &[f64], batch_idx: usize, len: usize, end: usize, d_model: usize) -> &[f64] {
+        &v[batch_idx * len * d_model..][..end * d_model]
+    }
+    (0..b)
+        .map(|batch_idx| {
+            max_scaled_diff(
+                rows(got, batch_idx, end, end, d_model),
+                rows(full, batch_idx, total, end, d_model),
+            )
+        })
+        .fold(0.0, f64::max)
+}
+
 /// `[b, s]` padding: batch row 1 hides its last 2 keys.
 pub(crate) fn mask_pad(b: usize, s: usize, device: &Device) -> Tensor<2, Bool> {
     let hidden: Vec<bool> = (0..b * s).map(|i| i / s == 1 && i % s >= s - 2).collect();
@@ -282,16 +299,11 @@ fn autoregressive_inference_with_the_cache_equals_the_full_causal_forward_and_bu
             );
             // The rows so far equal the full causal forward's.
             let got = values(got);
-            for batch_idx in 0..b {
-                let row = |v: &[f64], len: usize| {
-                    v[batch_idx * len * d_model..][..end * d_model].to_vec()
-                };
-                let diff = max_scaled_diff(&row(&got, end), &row(&full, s));
-                assert!(
-                    diff <= 1e-5,
-                    "{backend}, {end} rows: differs from the full forward by {diff}"
-                );
-            }
+            let diff = prefix_diff(&got, &full, [b, end, s, d_model]);
+            assert!(
+                diff <= 1e-5,
+                "{backend}, {end} rows: differs from the full forward by {diff}"
+            );
         }
         // Several rows per call (the drop-in cache takes any number).
         let mut cache = ours.new_autoregressive_cache();
@@ -301,16 +313,11 @@ fn autoregressive_inference_with_the_cache_equals_the_full_causal_forward_and_bu
                 transformer::TransformerEncoderInput::new(prefix).causal(),
                 &mut cache,
             ));
-            for batch_idx in 0..b {
-                let row = |v: &[f64], len: usize| {
-                    v[batch_idx * len * d_model..][..end * d_model].to_vec()
-                };
-                let diff = max_scaled_diff(&row(&got, end), &row(&full, s));
-                assert!(
-                    diff <= 1e-5,
-                    "{backend}, {end} rows at once: differs by {diff}"
-                );
-            }
+            let diff = prefix_diff(&got, &full, [b, end, s, d_model]);
+            assert!(
+                diff <= 1e-5,
+                "{backend}, {end} rows at once: differs by {diff}"
+            );
         }
         // A shorter sequence than the cache holds is refused by name.
         let e = ours
@@ -493,16 +500,11 @@ fn the_decoders_cache_equals_its_full_causal_forward_and_burn_nn() {
                 diff <= 1e-5,
                 "{backend}, {end} rows: burn-nn's cached output differs by {diff}"
             );
-            for batch_idx in 0..b {
-                let row = |v: &[f64], len: usize| {
-                    v[batch_idx * len * d_model..][..end * d_model].to_vec()
-                };
-                let diff = max_scaled_diff(&row(&got, end), &row(&full, n));
-                assert!(
-                    diff <= 1e-5,
-                    "{backend}, {end} rows: differs from the full forward by {diff}"
-                );
-            }
+            let diff = prefix_diff(&got, &full, [b, end, n, d_model]);
+            assert!(
+                diff <= 1e-5,
+                "{backend}, {end} rows: differs from the full forward by {diff}"
+            );
         }
     }
 }

@@ -10,7 +10,7 @@ use burn::tensor::{Distribution, TensorData};
 use sdpa::nn::{attention, transformer};
 
 use crate::common::{devices, values};
-use crate::drop_in::{jittered, mask_pad, max_scaled_diff};
+use crate::drop_in::{jittered, mask_pad, max_scaled_diff, prefix_diff};
 
 /// `[b, s]` left padding: batch row 0 hides its first 3 keys (with a causal mask, its first 3
 /// queries see nothing: burn-nn averages every value there).
@@ -204,15 +204,11 @@ fn rotary_positions_in_the_drop_in_encoder_keep_burn_nn_records_and_cached_infer
             transformer::TransformerEncoderInput::new(prefix).causal(),
             &mut cache,
         ));
-        for batch_idx in 0..b {
-            let row =
-                |v: &[f64], len: usize| v[batch_idx * len * d_model..][..end * d_model].to_vec();
-            let diff = max_scaled_diff(&row(&got, end), &row(&full, s));
-            assert!(
-                diff <= 1e-5,
-                "{end} rows: cached rotary output differs by {diff}"
-            );
-        }
+        let diff = prefix_diff(&got, &full, [b, end, s, d_model]);
+        assert!(
+            diff <= 1e-5,
+            "{end} rows: cached rotary output differs by {diff}"
+        );
     }
 }
 

@@ -38,3 +38,36 @@
 
 pub mod attention;
 pub mod transformer;
+
+use burn::prelude::*;
+
+/// What burn-nn's autoregressive calls (the whole sequence so far each time) have been answered
+/// with: every row's output, `[b, rows, d_model]`. The attention, encoder and decoder caches keep
+/// one each.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Answered {
+    output: Option<Tensor<3>>,
+}
+
+impl Answered {
+    /// Rows answered so far.
+    pub(crate) fn rows(&self) -> usize {
+        self.output.as_ref().map_or(0, |o| o.dims()[1])
+    }
+
+    /// Whether a call with `b` sequences of `s` positions continues these rows: as many
+    /// sequences (once there are rows) and no fewer positions.
+    pub(crate) fn continued_by(&self, b: usize, s: usize) -> bool {
+        s >= self.rows() && self.output.as_ref().is_none_or(|o| o.dims()[0] == b)
+    }
+
+    /// Appends the new rows' outputs `[b, t, d_model]`: every row's output.
+    pub(crate) fn append(&mut self, new: Tensor<3>) -> Tensor<3> {
+        let output = match self.output.take() {
+            Some(old) => Tensor::cat(vec![old, new], 1),
+            None => new,
+        };
+        self.output = Some(output.clone());
+        output
+    }
+}

@@ -31,15 +31,16 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         .sinks
         .as_ref()
         .map(|sinks| super::sinks::per_head(sinks, &call.dims).cast(scores.dtype()));
-    let lse = call
-        .input
-        .need_lse
-        .then(|| row_lse(scores.clone(), mask.as_ref(), sinks.clone()));
 
     let row_stats = call
         .input
         .need_row_stats
         .then(|| crate::RowStats::from_scores(scores.clone(), mask.as_ref(), sinks.clone()));
+    // The statistics hold the log-sum-exp: computed once when both are asked for.
+    let lse = call.input.need_lse.then(|| match &row_stats {
+        Some(stats) => stats.lse.clone(),
+        None => row_lse(scores.clone(), mask.as_ref(), sinks.clone()),
+    });
     let weights = match (&mask, sinks) {
         (mask, Some(sinks)) => softmax_with_sinks(scores, mask.as_ref(), sinks),
         (Some(mask), None) => {

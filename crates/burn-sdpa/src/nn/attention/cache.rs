@@ -5,6 +5,7 @@ use burn::prelude::*;
 
 use super::{MhaInput, MhaOutput, MultiHeadAttention};
 use crate::error::AttentionError;
+use crate::nn::Answered;
 
 /// Which keys and values a [`MhaCache`] keeps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,9 +23,7 @@ pub struct MhaCache {
     kind: CacheKind,
     key: Option<Tensor<4>>,
     value: Option<Tensor<4>>,
-    output: Option<Tensor<3>>,
-    rows: usize,
-    batch: usize,
+    answered: Answered,
     /// Query rows attended so far (the next one's rotary position).
     queries: usize,
 }
@@ -35,9 +34,7 @@ impl MhaCache {
             kind,
             key: None,
             value: None,
-            output: None,
-            rows: 0,
-            batch: 0,
+            answered: Answered::default(),
             queries: 0,
         }
     }
@@ -86,13 +83,12 @@ impl MultiHeadAttention {
         cache: &mut MhaCache,
     ) -> Result<MhaOutput, AttentionError> {
         let [b, s, _] = input.inner.query.dims();
-        let start = cache.rows;
-        if s < start || (start > 0 && cache.batch != b) {
+        let start = cache.answered.rows();
+        if !cache.answered.continued_by(b, s) {
             return Err(AttentionError::Shape {
                 what: "cached query",
                 expected: format!(
-                    "[b = {}, s ≥ {start}, d_model]: the cache holds {start} rows of this batch",
-                    cache.batch
+                    "[b, s ≥ {start}, d_model], b the cache's: the cache holds {start} rows"
                 ),
                 got: input.inner.query.dims().to_vec(),
             });
@@ -138,13 +134,7 @@ impl MultiHeadAttention {
             }),
         };
         let new = self.try_forward_rows(rows_input, cache)?;
-        let context = match cache.output.take() {
-            Some(old) => Tensor::cat(vec![old, new.context], 1),
-            None => new.context,
-        };
-        cache.output = Some(context.clone());
-        cache.rows = s;
-        cache.batch = b;
+        let context = cache.answered.append(new.context);
         Ok(MhaOutput {
             weights: new.weights,
             context,

@@ -10,6 +10,7 @@ use burn::prelude::*;
 
 use super::{feed_forward, norm};
 use crate::error::AttentionError;
+use crate::nn::Answered;
 use crate::nn::attention::{MhaCache, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use crate::options::AttentionOptions;
 use crate::rope::RopeConfig;
@@ -359,8 +360,7 @@ impl TransformerDecoderLayer {
 #[derive(Debug, Clone)]
 pub struct TransformerDecoderAutoregressiveCache {
     layers: Vec<LayerCache>,
-    output: Option<Tensor<3>>,
-    rows: usize,
+    answered: Answered,
 }
 
 impl TransformerDecoder {
@@ -412,8 +412,7 @@ impl TransformerDecoder {
                     cross_attn: MhaCache::memory(),
                 })
                 .collect(),
-            output: None,
-            rows: 0,
+            answered: Answered::default(),
         }
     }
 
@@ -445,11 +444,8 @@ impl TransformerDecoder {
         cache: &mut TransformerDecoderAutoregressiveCache,
     ) -> Result<Tensor<3>, AttentionError> {
         let [b, n, d_model] = input.target.dims();
-        let start = cache.rows;
-        if n < start
-            || cache.layers.len() != self.layers.len()
-            || cache.output.as_ref().is_some_and(|o| o.dims()[0] != b)
-        {
+        let start = cache.answered.rows();
+        if !cache.answered.continued_by(b, n) || cache.layers.len() != self.layers.len() {
             return Err(AttentionError::Shape {
                 what: "cached decoder target",
                 expected: format!(
@@ -490,13 +486,7 @@ impl TransformerDecoder {
                 },
             )?;
         }
-        let output = match cache.output.take() {
-            Some(old) => Tensor::cat(vec![old, x], 1),
-            None => x,
-        };
         cache.layers = layers;
-        cache.output = Some(output.clone());
-        cache.rows = n;
-        Ok(output)
+        Ok(cache.answered.append(x))
     }
 }

@@ -10,6 +10,7 @@ use burn::prelude::*;
 
 use super::{feed_forward, norm};
 use crate::error::AttentionError;
+use crate::nn::Answered;
 use crate::nn::attention::{MhaCache, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
 use crate::options::AttentionOptions;
 use crate::rope::RopeConfig;
@@ -355,8 +356,7 @@ impl TransformerEncoderInput {
 #[derive(Debug, Clone)]
 pub struct TransformerEncoderAutoregressiveCache {
     layers: Vec<MhaCache>,
-    output: Option<Tensor<3>>,
-    rows: usize,
+    answered: Answered,
 }
 
 impl TransformerEncoder {
@@ -368,8 +368,7 @@ impl TransformerEncoder {
                 .iter()
                 .map(|_| MhaCache::autoregressive())
                 .collect(),
-            output: None,
-            rows: 0,
+            answered: Answered::default(),
         }
     }
 
@@ -401,11 +400,8 @@ impl TransformerEncoder {
         cache: &mut TransformerEncoderAutoregressiveCache,
     ) -> Result<Tensor<3>, AttentionError> {
         let [b, s, d_model] = input.tensor.dims();
-        let start = cache.rows;
-        if s < start
-            || cache.layers.len() != self.layers.len()
-            || cache.output.as_ref().is_some_and(|o| o.dims()[0] != b)
-        {
+        let start = cache.answered.rows();
+        if !cache.answered.continued_by(b, s) || cache.layers.len() != self.layers.len() {
             return Err(AttentionError::Shape {
                 what: "cached encoder input",
                 expected: format!(
@@ -429,13 +425,7 @@ impl TransformerEncoder {
         for (layer, layer_cache) in self.layers.iter().zip(&mut layers) {
             x = layer.try_forward_rows(x, &rows_input, layer_cache)?;
         }
-        let output = match cache.output.take() {
-            Some(old) => Tensor::cat(vec![old, x], 1),
-            None => x,
-        };
         cache.layers = layers;
-        cache.output = Some(output.clone());
-        cache.rows = s;
-        Ok(output)
+        Ok(cache.answered.append(x))
     }
 }
