@@ -130,7 +130,9 @@ pub struct GoldenError {
 /// The comparison of one tensor.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct TensorCheck {
-    /// `context`, `weights`, `grad_query`, `grad_key`, `grad_value` or `grad_sinks`.
+    /// `context`, `weights`, `grad_query`, `grad_key`, `grad_value`, `grad_sinks` or a row
+    /// statistic (`row_max_logit`, `row_lse`, `row_entropy`, `row_max_prob`,
+    /// `row_visible_keys`, `row_logit_mean`, `row_logit_std`).
     pub name: &'static str,
     /// Largest |got − want|.
     pub max_abs_err: f64,

@@ -5,6 +5,7 @@
 //! soft-cap and window cases in `tests/data/golden-extensions/`).
 
 mod case;
+mod row_stats;
 
 use std::path::{Path, PathBuf};
 
@@ -36,7 +37,9 @@ fn float_tensor(
 /// Runs a case forward and backward on `device` (autodiff is turned on here) and compares the
 /// context, the weights and the three gradients with the case's tolerance. The context and
 /// gradients come from `implementation`; the weights from the naive path when that
-/// implementation cannot return them.
+/// implementation cannot return them. The forward asks for the row statistics, so the
+/// gradients are those of a call with statistics; the statistics are checked too (`row_*`,
+/// see `row_stats.rs`).
 ///
 /// [`Implementation::CpuKernel`] has its backward pass only where it runs in place (Flex and
 /// NdArray): elsewhere it runs on `device` without autodiff, and only its context is compared.
@@ -149,32 +152,46 @@ pub fn run_case(
     if let Some(bias) = &case.bias {
         input = input.bias(float_tensor(path, "bias", bias, &device)?);
     }
+    let input = input.need_row_stats();
     let weights_input = input.clone().need_weights();
+    // The naive path's scores and mask of the same call: the reference of the statistics.
+    let reference = naive
+        .try_forward(weights_input.clone().need_scores())
+        .map_err(|e| err(e.to_string()))?;
+    let scores = reference
+        .scores
+        .ok_or_else(|| err("the module returned no scores".into()))?
+        .detach();
+    let mask = reference.mask.clone();
+    let stats_checks = |stats: Option<burn_sdpa::RowStats>| {
+        let stats = stats.ok_or_else(|| err("the module returned no row statistics".into()))?;
+        row_stats::checks(path, case, stats, scores.clone(), mask.clone())
+    };
     if inference_only {
         let out = attn.try_forward(input).map_err(forward_err)?;
-        let checks = vec![compare(
+        let mut checks = vec![compare(
             path,
             case,
             "context",
             out.context,
             &case.expected.context,
         )?];
+        checks.extend(stats_checks(out.row_stats)?);
         return Ok(CaseReport {
             name: case.name.clone(),
             checks,
         });
     }
-    let out = if returns_weights {
+    let mut out = if returns_weights {
         attn.try_forward(weights_input.clone())
             .map_err(forward_err)?
     } else {
         attn.try_forward(input).map_err(forward_err)?
     };
+    let stats = stats_checks(out.row_stats.take())?;
     let weights = match out.weights.clone() {
         Some(w) => w,
-        None => naive
-            .try_forward(weights_input)
-            .map_err(|e| err(e.to_string()))?
+        None => reference
             .weights
             .ok_or_else(|| err("the module returned no weights".into()))?,
     };
@@ -215,6 +232,7 @@ pub fn run_case(
         };
         checks.push(compare(path, case, "grad_sinks", got, &want)?);
     }
+    checks.extend(stats);
     Ok(CaseReport {
         name: case.name.clone(),
         checks,

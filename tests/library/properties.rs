@@ -226,6 +226,62 @@ fn gradients(
     ]
 }
 
+/// The row statistics of `implementation` on a problem, `[entropy, max_prob, visible_keys,
+/// max_logit, lse, logit_mean, logit_std]` each `[b·h·n]`, or None when the path refuses the
+/// call (Fused and top-left alignment with n != m).
+fn row_stats_with(
+    p: &Problem,
+    scale: ScalePolicy,
+    device: &Device,
+    implementation: Implementation,
+) -> Option<[Vec<f64>; 7]> {
+    let attn = ScaledDotProductAttentionConfig::new()
+        .with_scale(scale)
+        .with_causal_alignment(p.causal.unwrap_or_default())
+        .with_implementation(implementation)
+        .with_softcap(p.softcap)
+        .init();
+    let mut input = AttentionInput::new(
+        tensor4(&p.q, [p.b, p.h, p.n, p.d_k], device),
+        tensor4(&p.k, [p.b, p.h_kv, p.m, p.d_k], device),
+        tensor4(&p.v, [p.b, p.h_kv, p.m, p.d_v], device),
+    )
+    .need_row_stats();
+    if let Some((shape, data)) = &p.mask {
+        input = input.mask(bool4(data, *shape, device));
+    }
+    if let Some((shape, data)) = &p.bias {
+        input = input.bias(tensor4(data, *shape, device));
+    }
+    if p.causal.is_some() {
+        input = input.causal();
+    }
+    if let Some(window) = p.window {
+        input = input.window(window.left, window.right);
+    }
+    let stats = attn.try_forward(input).ok()?.row_stats.expect("asked for");
+    Some([
+        values(stats.entropy),
+        values(stats.max_prob),
+        values(stats.visible_keys),
+        values(stats.max_logit),
+        values(stats.lse),
+        values(stats.logit_mean),
+        values(stats.logit_std),
+    ])
+}
+
+/// Whether two statistics agree: equal infinities, both NaN, or within 1e-4 + 1e-3 relative.
+fn same_stat(got: f64, want: f64) -> bool {
+    if want.is_nan() {
+        got.is_nan()
+    } else if want.is_infinite() {
+        got == want
+    } else {
+        (got - want).abs() <= 1e-4 + 1e-3 * want.abs()
+    }
+}
+
 fn config() -> PropConfig {
     PropConfig {
         cases: 48,
@@ -309,6 +365,47 @@ proptest! {
                     prop_assert!(g.is_finite(), "{backend}: {name} has a non-finite value");
                     prop_assert!((g - x).abs() <= 1e-4 + 1e-3 * x.abs(),
                         "{backend}: {name} differs: got {g}, want {x} ({s:?})");
+                }
+            }
+        }
+    }
+
+    /// The row statistics of every path (the chunked one at any block size, Fused where it
+    /// serves the call, the CPU kernel, Auto) agree with the float64 reference: the entropy,
+    /// largest weight and visible keys of the reference weights; the largest logit, log-sum-exp
+    /// and logit mean and std of the naive path (checked against its own scores in f64 by
+    /// `row_stats.rs` and the golden cases). Masks that hide most keys make rows without a key
+    /// common.
+    #[test]
+    fn row_stats_of_every_path_agree_with_f64_reference(s in spec(), block in 1..5usize) {
+        let (p, scale) = build(&s);
+        let (_, want_w) = attention(&p);
+        let mut want_rows = [Vec::new(), Vec::new(), Vec::new()];
+        for row in want_w.chunks(p.m) {
+            want_rows[0].push(row.iter().filter(|&&x| x > 0.0).map(|&x| -x * x.ln()).sum::<f64>());
+            want_rows[1].push(row.iter().cloned().fold(0.0, f64::max));
+            want_rows[2].push(row.iter().filter(|&&x| x > 0.0).count() as f64);
+        }
+        let names = ["entropy", "max_prob", "visible_keys", "max_logit", "lse", "logit_mean", "logit_std"];
+        for (backend, device) in cpu_devices() {
+            let naive = row_stats_with(&p, scale, &device, Implementation::Naive).expect("naive serves all");
+            for implementation in [
+                Implementation::Naive,
+                Implementation::Chunked { block_size: block },
+                Implementation::Fused,
+                Implementation::CpuKernel,
+                Implementation::Auto,
+            ] {
+                let Some(got) = row_stats_with(&p, scale, &device, implementation) else {
+                    prop_assert!(implementation == Implementation::Fused, "{backend} {implementation:?} refused");
+                    continue;
+                };
+                for (idx, name) in names.iter().enumerate() {
+                    let want = if idx < 3 { &want_rows[idx] } else { &naive[idx] };
+                    for (row, (g, w)) in got[idx].iter().zip(want).enumerate() {
+                        prop_assert!(same_stat(*g, *w),
+                            "{backend} {implementation:?}: {name} of row {row}: got {g}, want {w} ({s:?})");
+                    }
                 }
             }
         }

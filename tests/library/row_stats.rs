@@ -1,5 +1,5 @@
-//! Row statistics (issue 35, first step: the paths that materialize the scores) against the
-//! weights and scores of the same call, computed on the host in f64.
+//! Row statistics against the weights and scores of the same call, computed on the host in f64;
+//! the statistics recorded while training against those of a separate naive pass.
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
@@ -85,12 +85,156 @@ fn row_statistics_equal_those_of_the_weights_and_scores_on_every_backend() {
             for (a, c) in lse.iter().zip(&stat_lse) {
                 assert!(a == c || (a - c).abs() < 1e-5, "{label}: lse {a} vs {c}");
             }
-            // Auto takes Naive for it; a fused path names what it cannot do.
-            let cpu = ScaledDotProductAttentionConfig::new()
-                .with_implementation(Implementation::Chunked { block_size: 2 })
+            // Auto keeps its fused path for them (the CPU kernel on flex and ndarray, CubeCL's on
+            // wgpu): the statistics are those Naive gives.
+            let auto = ScaledDotProductAttentionConfig::new()
+                .with_implementation(Implementation::Auto)
                 .init();
-            let e = cpu.try_forward(input.need_row_stats()).unwrap_err();
-            assert!(e.to_string().contains("row statistics"), "{e}");
+            let fused = auto
+                .forward(input.need_row_stats())
+                .row_stats
+                .expect("asked for");
+            for (name, a, c) in [
+                ("entropy", values(fused.entropy), &entropy),
+                ("max_prob", values(fused.max_prob), &max_prob),
+                ("visible_keys", values(fused.visible_keys), &count),
+                ("max_logit", values(fused.max_logit), &max_logit),
+                ("logit_std", values(fused.logit_std), &std),
+            ] {
+                for (x, y) in a.iter().zip(c.iter()) {
+                    let same = (x.is_nan() && y.is_nan()) || x == y || (x - y).abs() < 1e-4;
+                    assert!(same, "{label}: Auto's {name} {x} vs Naive's {y}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn diagnostics_from_row_statistics_equal_those_from_the_weights() {
+    let (b, h, n, m) = (2, 3, 6, 9);
+    for (backend, device) in devices() {
+        let q = tensor4(&lcg_values(61, b * h * n * 4), [b, h, n, 4], &device);
+        let k = tensor4(&lcg_values(62, b * h * m * 4), [b, h, m, 4], &device);
+        let v = tensor4(&lcg_values(63, b * h * m * 2), [b, h, m, 2], &device);
+        // Row 2 of batch row 0 sees no key; row 4 sees one key only.
+        let hidden: Vec<bool> = (0..b * n * m)
+            .map(|idx| {
+                let (row, key) = (idx / m, idx % m);
+                row == 2 || (row == 4 && key != 3) || (idx * 5 + 1) % 7 == 0
+            })
+            .collect();
+        let input = AttentionInput::new(q.clone() * 6.0, k, v)
+            .mask(bool4(&hidden, [b, 1, n, m], &device))
+            .need_row_stats()
+            .need_weights()
+            .need_scores();
+        let out = ScaledDotProductAttentionConfig::new()
+            .init()
+            .forward(input.clone());
+        let from_weights =
+            sdpa::attention_diagnostics(out.weights.expect("weights"), out.mask, out.scores)
+                .expect("diagnostics");
+        let from_stats =
+            sdpa::diagnostics_from_row_stats(&out.row_stats.expect("stats")).expect("diagnostics");
+        assert_eq!(from_stats.per_head.len(), h);
+        for (head, (a, w)) in from_stats
+            .per_head
+            .iter()
+            .zip(&from_weights.per_head)
+            .enumerate()
+        {
+            for (name, x, y) in [
+                ("entropy", a.entropy, w.entropy),
+                (
+                    "normalized_entropy",
+                    a.normalized_entropy,
+                    w.normalized_entropy,
+                ),
+                ("max_prob", a.max_prob, w.max_prob),
+                ("effective_keys", a.effective_keys, w.effective_keys),
+                (
+                    "saturated_fraction",
+                    a.saturated_fraction,
+                    w.saturated_fraction,
+                ),
+                (
+                    "logit_std",
+                    a.logit_std.expect("std"),
+                    w.logit_std.expect("std"),
+                ),
+                (
+                    "max_logit",
+                    a.max_logit.expect("max"),
+                    w.max_logit.expect("max"),
+                ),
+            ] {
+                assert!(
+                    (x - y).abs() < 1e-5 * y.abs().max(1.0),
+                    "{backend} head {head}: {name} {x} vs {y}"
+                );
+            }
+        }
+        // Some rows are saturated at this temperature, so the share is not trivially 0.
+        assert!(from_stats.mean().saturated_fraction > 0.0, "{backend}");
+    }
+}
+
+#[test]
+fn asking_for_row_statistics_leaves_every_gradient_unchanged() {
+    let (b, h, n, m) = (2, 4, 5, 7);
+    for (backend, device) in devices() {
+        let device = device.autodiff();
+        let paths = [
+            Implementation::Naive,
+            Implementation::Chunked { block_size: 3 },
+            Implementation::Auto,
+        ];
+        for implementation in paths {
+            let grads = |stats: bool| {
+                let q =
+                    tensor4(&lcg_values(71, b * h * n * 8), [b, h, n, 8], &device).require_grad();
+                let k =
+                    tensor4(&lcg_values(72, b * 2 * m * 8), [b, 2, m, 8], &device).require_grad();
+                let v =
+                    tensor4(&lcg_values(73, b * 2 * m * 3), [b, 2, m, 3], &device).require_grad();
+                let sinks = Tensor::<1>::from_data(
+                    TensorData::new(vec![0.3f32, -1.0, 0.0, 1.5], [h]),
+                    &device,
+                )
+                .require_grad();
+                let mut input = AttentionInput::new(q.clone(), k.clone(), v.clone())
+                    .causal()
+                    .sinks(sinks.clone());
+                if stats {
+                    input = input.need_row_stats();
+                }
+                let out = ScaledDotProductAttentionConfig::new()
+                    .with_implementation(implementation)
+                    .init()
+                    .forward(input);
+                assert_eq!(out.row_stats.is_some(), stats);
+                let g = tensor4(&lcg_values(74, b * h * n * 3), [b, h, n, 3], &device);
+                let grads = (out.context * g).sum().backward();
+                let mut all = Vec::new();
+                for t in [&q, &k, &v] {
+                    all.extend(values(t.grad(&grads).expect("a gradient")));
+                }
+                all.extend(values(
+                    sinks
+                        .grad(&grads)
+                        .expect("a gradient")
+                        .reshape([1, 1, 1, h]),
+                ));
+                all
+            };
+            let (with, without) = (grads(true), grads(false));
+            for (x, y) in with.iter().zip(&without) {
+                assert!(
+                    (x - y).abs() <= 1e-6,
+                    "{backend} {implementation:?}: {x} vs {y}"
+                );
+            }
         }
     }
 }

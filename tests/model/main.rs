@@ -1,5 +1,7 @@
 //! End-to-end tests of the trainable model and its training loop (flex backend).
 
+mod recorded_stats;
+
 use std::path::Path;
 
 use burn::module::Module;

@@ -1,8 +1,11 @@
 //! Attention diagnostics: how peaked (saturated) the softmax rows are, per head.
 //!
-//! Everything is computed on the device with a handful of element-wise ops and reductions over
-//! `[b, h, n, m]`, then read back in one transfer of `6 × h` numbers, so it is cheap enough to
-//! call at every training step.
+//! [`diagnostics_from_row_stats`] reduces the `[b, h, n]` row statistics that every path returns
+//! with [`AttentionInput::need_row_stats`](crate::AttentionInput::need_row_stats) (the fused
+//! kernels carry them through their online softmax: no weights, no extra pass);
+//! [`attention_diagnostics`] reduces `[b, h, n, m]` weights for callers that have them. Both
+//! compute on the device and read back one small table, so they are cheap enough to call at
+//! every training step.
 
 use burn::prelude::*;
 use burn::tensor::{DType, FloatDType};
@@ -31,6 +34,10 @@ pub struct HeadDiagnostics {
     /// Mean within-row standard deviation of the scores over the visible keys (what the softmax
     /// sees; a row-wide shift does not change the softmax), when the scores were given.
     pub logit_std: Option<f64>,
+    /// The largest visible logit of the head over every row and batch entry (the logit growth
+    /// that Wortsman et al. 2023 track), when the scores were given.
+    #[serde(default)]
+    pub max_logit: Option<f64>,
 }
 
 /// Diagnostics of every head of one attention call.
@@ -53,6 +60,15 @@ impl AttentionDiagnostics {
             let total: Option<f64> = self.per_head.iter().map(|h| h.logit_std).sum();
             total.map(|total| total / n)
         };
+        // The largest over heads when every head has one.
+        let max_logit = if self.per_head.is_empty() {
+            None
+        } else {
+            self.per_head
+                .iter()
+                .map(|h| h.max_logit)
+                .try_fold(f64::NEG_INFINITY, |a, x| x.map(|x| a.max(x)))
+        };
         HeadDiagnostics {
             entropy: sum(&|h| h.entropy),
             normalized_entropy: sum(&|h| h.normalized_entropy),
@@ -60,6 +76,7 @@ impl AttentionDiagnostics {
             effective_keys: sum(&|h| h.effective_keys),
             saturated_fraction: sum(&|h| h.saturated_fraction),
             logit_std,
+            max_logit,
         }
     }
 }
@@ -150,11 +167,16 @@ pub fn attention_diagnostics(
         let scores = prep(scores);
         let hidden = visible.clone().lower_elem(0.5);
         let k = n_visible.clamp_min(1.0);
-        let zeroed = scores.mask_fill(hidden.clone(), 0.0);
+        let zeroed = scores.clone().mask_fill(hidden.clone(), 0.0);
         let mean = zeroed.clone().sum_dim(3) / k.clone();
-        let centered = (zeroed - mean).mask_fill(hidden, 0.0);
+        let centered = (zeroed - mean).mask_fill(hidden.clone(), 0.0);
         let std = (centered.square().sum_dim(3) / k).sqrt();
         rows.push(per_head_sum(std * multi));
+        // [b, h, n, m] -> [b, h, n, 1], the largest visible score of each row
+        let row_max = scores.mask_fill(hidden, f32::NEG_INFINITY).max_dim(3);
+        rows.push(per_head_max(
+            row_max.mask_fill(valid.lower_elem(0.5), f32::NEG_INFINITY),
+        ));
     }
     // [rows, h], read back in one transfer.
     let table: Vec<f32> = read_back("the diagnostics", Tensor::stack::<2>(rows, 0))?;
@@ -171,6 +193,96 @@ pub fn attention_diagnostics(
                 effective_keys: at(5, head) / n_valid,
                 saturated_fraction: at(6, head) / n_valid,
                 logit_std: has_scores.then(|| at(7, head) / n_multi),
+                max_logit: has_scores.then(|| at(8, head)),
+            }
+        })
+        .collect();
+    Ok(AttentionDiagnostics { per_head })
+}
+
+/// The largest entry of a `[b, h, n, 1]` tensor over batch and rows: `[h]`.
+fn per_head_max(x: Tensor<4>) -> Tensor<1> {
+    let [_, h, _, _] = x.dims();
+    // [b, h, n, 1] -> [1, h, 1, 1] -> [h]
+    x.max_dim(0).max_dim(2).reshape([h])
+}
+
+/// The diagnostics of one attention call from its row statistics `[b, h, n]` (what every path
+/// returns with [`AttentionInput::need_row_stats`](crate::AttentionInput::need_row_stats)),
+/// without the `[b, h, n, m]` weights. The same numbers as [`attention_diagnostics`] of the
+/// call's weights, mask and scores (the rows that count are those with a visible key and a
+/// finite entropy; `normalized_entropy` and `logit_std` average over the rows with at least two
+/// visible keys; `logit_std` and `max_logit` are always given).
+///
+/// # Example
+/// ```
+/// use burn::prelude::*;
+/// use burn::tensor::Distribution;
+/// use burn_sdpa::{AttentionInput, ScaledDotProductAttentionConfig, diagnostics_from_row_stats};
+///
+/// let device = Device::flex();
+/// let q = Tensor::<4>::random([2, 4, 16, 8], Distribution::Normal(0.0, 1.0), &device);
+/// let attention = ScaledDotProductAttentionConfig::new().init();
+/// let out = attention.forward(AttentionInput::new(q.clone(), q.clone(), q).causal().need_row_stats());
+/// let diagnostics = diagnostics_from_row_stats(&out.row_stats.unwrap()).unwrap();
+/// assert_eq!(diagnostics.per_head.len(), 4);
+/// assert!(diagnostics.mean().max_prob <= 1.0);
+/// ```
+pub fn diagnostics_from_row_stats(
+    stats: &crate::RowStats,
+) -> Result<AttentionDiagnostics, AttentionError> {
+    let [b, h, n] = stats.entropy.dims();
+    let prep = |t: &Tensor<3>| {
+        let t = t.clone();
+        let t = if t.is_autodiff() {
+            t.without_autodiff()
+        } else {
+            t
+        };
+        // [b, h, n] -> [b, h, n, 1]
+        t.cast(FloatDType::F32).reshape([b, h, n, 1])
+    };
+    let (entropy, max_prob, keys) = (
+        prep(&stats.entropy),
+        prep(&stats.max_prob),
+        prep(&stats.visible_keys),
+    );
+    // A row counts when it sees a key and is not poisoned (NaN).
+    let valid = keys
+        .clone()
+        .greater_elem(0.5)
+        .bool_and(entropy.clone().is_nan().bool_not());
+    let multi = keys.clone().greater_elem(1.5).bool_and(valid.clone());
+    let zero_unless =
+        |t: Tensor<4>, rows: &Tensor<4, Bool>| t.mask_fill(rows.clone().bool_not(), 0.0);
+    let ln_k = keys.clamp_min(2.0).log();
+    let saturated = max_prob.clone().greater_elem(SATURATION_THRESHOLD).float();
+    let rows = vec![
+        per_head_sum(valid.clone().float()),
+        per_head_sum(multi.clone().float()),
+        per_head_sum(zero_unless(entropy.clone(), &valid)),
+        per_head_sum(zero_unless(entropy.clone() / ln_k, &multi)),
+        per_head_sum(zero_unless(max_prob, &valid)),
+        per_head_sum(zero_unless(entropy.exp(), &valid)),
+        per_head_sum(zero_unless(saturated, &valid)),
+        per_head_sum(zero_unless(prep(&stats.logit_std), &multi)),
+        per_head_max(prep(&stats.max_logit).mask_fill(valid.bool_not(), f32::NEG_INFINITY)),
+    ];
+    // [rows, h], read back in one transfer.
+    let table: Vec<f32> = read_back("the diagnostics", Tensor::stack::<2>(rows, 0))?;
+    let at = |r: usize, head: usize| table[r * h + head] as f64;
+    let per_head = (0..h)
+        .map(|head| {
+            let n_valid = at(0, head).max(1.0);
+            let n_multi = at(1, head).max(1.0);
+            HeadDiagnostics {
+                entropy: at(2, head) / n_valid,
+                normalized_entropy: at(3, head) / n_multi,
+                max_prob: at(4, head) / n_valid,
+                effective_keys: at(5, head) / n_valid,
+                saturated_fraction: at(6, head) / n_valid,
+                logit_std: Some(at(7, head) / n_multi),
+                max_logit: Some(at(8, head)),
             }
         })
         .collect();

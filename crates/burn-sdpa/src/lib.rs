@@ -48,7 +48,8 @@
 //! | `rows.rs` | [`linear_rows`] and [`cross_entropy`], the row-wise layers of a training step, fused on the CPU backends (`paths/cpu/linear.rs`, `cross_entropy.rs`, `row_ops.rs`) |
 //! | `mha.rs` | [`MultiHeadAttention`] |
 //! | `cache/` | [`MhaCache`] (preallocated slots, ring buffer, per-sequence lengths) and the multi-head layer's cached decoding |
-//! | `diagnostics.rs` | [`attention_diagnostics`] |
+//! | `diagnostics.rs` | [`attention_diagnostics`], [`diagnostics_from_row_stats`] |
+//! | `row_stats.rs` | [`RowStats`], the per-row statistics every path returns with [`AttentionInput::need_row_stats`] (the online accumulators of the chunked path in `paths/online_stats.rs`; the kernels carry the same ones) |
 #![warn(missing_docs)]
 
 mod cache;
@@ -72,6 +73,7 @@ mod vocabulary;
 pub use cache::{INITIAL_CAPACITY, MhaCache};
 pub use diagnostics::{
     AttentionDiagnostics, HeadDiagnostics, SATURATION_THRESHOLD, attention_diagnostics,
+    diagnostics_from_row_stats,
 };
 pub use error::AttentionError;
 pub use input::{

@@ -347,9 +347,16 @@ impl MultiHeadAttention {
         Ok((query, key, value))
     }
 
-    /// Attends projected heads with the input's masks and options, merges the heads and
-    /// projects back.
-    pub(crate) fn attend(
+    /// Attends heads from [`project_heads`](Self::project_heads) with the input's masks and
+    /// options (the input's own tensors are not read again), merges the heads and projects back:
+    /// [`try_forward`](Self::try_forward) is the two in a row. A caller that also needs the
+    /// projected heads (to watch the query and key scales while training, say) gets them without
+    /// a second projection.
+    ///
+    /// # Shapes
+    /// - query `[b, h, n, d_k]`, key `[b, h_kv, m, d_k]`, value `[b, h_kv, m, d_v]`
+    /// - context `[b, n, d_model]`
+    pub fn attend(
         &self,
         input: MhaInput,
         query: Tensor<4>,

@@ -42,6 +42,21 @@ impl RowStats {
         }
     }
 
+    /// NaN in every statistic of the `rows` `[b, h, n]` (true = poisoned by a non-finite input)
+    /// but the count of visible keys, which the mask alone decides.
+    pub(crate) fn poisoned(self, rows: Tensor<3, Bool>) -> Self {
+        let poison = |t: Tensor<3>| t.mask_fill(rows.clone(), f64::NAN);
+        Self {
+            max_logit: poison(self.max_logit),
+            lse: poison(self.lse),
+            entropy: poison(self.entropy),
+            max_prob: poison(self.max_prob),
+            visible_keys: self.visible_keys,
+            logit_mean: poison(self.logit_mean),
+            logit_std: poison(self.logit_std),
+        }
+    }
+
     /// The statistics of `scores` `[b, h, n, m]` (true in `mask` = hidden), with the sinks
     /// `[1, h, 1, 1]` (finite or −∞) in the denominators when given.
     pub(crate) fn from_scores(

@@ -89,15 +89,12 @@ impl Adaptor<AttentionStatsInput> for AttentionClassificationOutput {
 
 fn to_output(r: BatchResult) -> AttentionClassificationOutput {
     let (entropy, max_prob) = match r.attention.first() {
-        Some(a) => {
-            let w = a.weights.clone().detach();
-            (
-                -(w.clone() * w.clone().clamp_min(1e-30).log())
-                    .sum_dim(3)
-                    .mean(),
-                w.max_dim(3).mean(),
-            )
-        }
+        // The mean over every row of the first layer's statistics (a row without a key has
+        // entropy and largest weight 0, as it had from the weights).
+        Some(a) => (
+            a.stats.entropy.clone().detach().mean(),
+            a.stats.max_prob.clone().detach().mean(),
+        ),
         None => {
             let device = r.loss.device();
             (Tensor::zeros([1], &device), Tensor::zeros([1], &device))

@@ -29,6 +29,15 @@ pub struct LayerMetrics {
     /// Std of the key components entering the scores.
     #[serde(with = "crate::json_float", default)]
     pub key_std: f64,
+    /// The largest scaled score any row of the layer sees (max over heads, rows and batch; NaN
+    /// in records written before it was recorded).
+    #[serde(with = "crate::json_float", default = "not_recorded")]
+    pub max_logit: f64,
+}
+
+/// The value of a metric that an older record does not hold.
+fn not_recorded() -> f64 {
+    f64::NAN
 }
 
 /// One recorded step.
@@ -59,7 +68,9 @@ pub struct StepMetrics {
 }
 
 /// CSV columns per attention layer.
-const PER_LAYER: usize = 7;
+const PER_LAYER: usize = 8;
+/// CSV columns per attention layer in files written before `max_logit` was recorded.
+const PER_LAYER_BEFORE_MAX_LOGIT: usize = 7;
 
 /// The CSV header for `n_layers` attention layers.
 pub fn csv_header(n_layers: usize) -> String {
@@ -75,6 +86,7 @@ pub fn csv_header(n_layers: usize) -> String {
             "logit_std",
             "query_std",
             "key_std",
+            "max_logit",
         ] {
             let _ = write!(h, ",{name}_l{l}");
         }
@@ -105,26 +117,28 @@ impl StepMetrics {
         for l in &self.layers {
             let _ = write!(
                 r,
-                ",{},{},{},{},{},{},{}",
+                ",{},{},{},{},{},{},{},{}",
                 l.entropy,
                 l.normalized_entropy,
                 l.max_prob,
                 l.saturated_fraction,
                 l.logit_std,
                 l.query_std,
-                l.key_std
+                l.key_std,
+                l.max_logit
             );
         }
         let _ = write!(r, ",{:.3}", self.elapsed_s);
         r
     }
 
-    /// Parses a line written by [`csv_row`](Self::csv_row).
+    /// Parses a line written by [`csv_row`](Self::csv_row) (or by a version that did not
+    /// record `max_logit`, which then reads NaN).
     pub fn from_csv_row(line: &str, n_layers: usize) -> Option<Self> {
         let f: Vec<&str> = line.trim().split(',').collect();
-        if f.len() != 10 + PER_LAYER * n_layers {
-            return None;
-        }
+        let per_layer = [PER_LAYER, PER_LAYER_BEFORE_MAX_LOGIT]
+            .into_iter()
+            .find(|per| f.len() == 10 + per * n_layers)?;
         let num = |i: usize| f[i].parse::<f64>().ok();
         let maybe = |i: usize| {
             if f[i].is_empty() {
@@ -135,7 +149,7 @@ impl StepMetrics {
         };
         let layers = (0..n_layers)
             .map(|l| {
-                let b = 9 + PER_LAYER * l;
+                let b = 9 + per_layer * l;
                 Some(LayerMetrics {
                     entropy: num(b)?,
                     normalized_entropy: num(b + 1)?,
@@ -144,6 +158,11 @@ impl StepMetrics {
                     logit_std: num(b + 4)?,
                     query_std: num(b + 5)?,
                     key_std: num(b + 6)?,
+                    max_logit: if per_layer == PER_LAYER {
+                        num(b + 7)?
+                    } else {
+                        f64::NAN
+                    },
                 })
             })
             .collect::<Option<Vec<_>>>()?;
@@ -158,7 +177,7 @@ impl StepMetrics {
             eval_loss: maybe(7)?,
             eval_accuracy: maybe(8)?,
             layers,
-            elapsed_s: num(9 + PER_LAYER * n_layers)?,
+            elapsed_s: num(9 + per_layer * n_layers)?,
         })
     }
 }
@@ -187,6 +206,7 @@ mod tests {
                 logit_std: 2.5,
                 query_std: 0.9,
                 key_std: 1.1,
+                max_logit: 4.5,
             }],
             elapsed_s: 1.25,
         };
@@ -194,6 +214,12 @@ mod tests {
             csv_header(1).split(',').count(),
             m.csv_row().split(',').count()
         );
-        assert_eq!(StepMetrics::from_csv_row(&m.csv_row(), 1), Some(m));
+        assert_eq!(StepMetrics::from_csv_row(&m.csv_row(), 1), Some(m.clone()));
+        // A row written before max_logit was recorded still reads, with NaN for it.
+        let old = "3,1.5,0.25,2,0.1,0.2,0.3,,0.5,1,0.5,0.4,0,2.5,0.9,1.1,1.250";
+        let read = StepMetrics::from_csv_row(old, 1).expect("an older row");
+        assert!(read.layers[0].max_logit.is_nan());
+        assert_eq!(read.layers[0].key_std, 1.1);
+        assert_eq!(read.elapsed_s, 1.25);
     }
 }

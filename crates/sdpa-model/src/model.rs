@@ -6,8 +6,8 @@ use burn::nn::{
 };
 use burn::prelude::*;
 use burn_sdpa::{
-    AttentionDiagnostics, AttentionError, AttentionOptions, Implementation, MhaInput,
-    MultiHeadAttention, MultiHeadAttentionConfig, QkNorm, attention_diagnostics, linear_rows,
+    AttentionDiagnostics, AttentionError, AttentionOptions, MhaInput, MultiHeadAttention,
+    MultiHeadAttentionConfig, QkNorm, RowStats, diagnostics_from_row_stats, linear_rows,
 };
 use serde::{Deserialize, Serialize};
 
@@ -222,16 +222,17 @@ pub struct Block {
     pub mlp: Option<Mlp>,
 }
 
-/// What one attention layer did in a forward pass (when asked to record it).
+/// What one attention layer did in a forward pass (when asked to record it), taken from that
+/// forward itself: the row statistics its attention path carried through the softmax (no second
+/// pass, no `[b, h, s, s]` weights) and the heads it projected.
 #[derive(Debug, Clone)]
 pub struct LayerAttention {
-    /// `[b, h, s, s]` softmax weights.
-    pub weights: Tensor<4>,
-    /// `[b, h, s, s]` scaled scores.
-    pub scores: Tensor<4>,
-    /// `[b, h, s, d_k]` the query heads that enter the scores (after QK-norm, before the scale).
+    /// `[b, h, s]` each: entropy, largest weight and logit, visible keys, logit mean and std.
+    pub stats: RowStats,
+    /// `[b, h, s, d_k]` the query heads that enter the scores (after QK-norm, before the scale),
+    /// detached.
     pub query: Tensor<4>,
-    /// `[b, h_kv, s, d_k]` the key heads.
+    /// `[b, h_kv, s, d_k]` the key heads, detached.
     pub key: Tensor<4>,
 }
 
@@ -239,7 +240,7 @@ impl LayerAttention {
     /// The library's diagnostics of this layer (an error only when they cannot be read back
     /// from the device).
     pub fn diagnostics(&self) -> Result<AttentionDiagnostics, AttentionError> {
-        attention_diagnostics(self.weights.clone(), None, Some(self.scores.clone()))
+        diagnostics_from_row_stats(&self.stats)
     }
 
     /// The standard deviation of the query and of the key components that enter the scores
@@ -309,6 +310,17 @@ pub struct AttentionModel {
     pub seq_len: usize,
 }
 
+/// What a forward pass records of each attention layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Record {
+    /// Nothing (the plain training and evaluation forward).
+    Nothing,
+    /// The row statistics and the projected query and key heads ([`LayerAttention`]).
+    Stats,
+    /// The softmax weights (a materializing pass, for analysis).
+    Weights,
+}
+
 /// The ε of every LayerNorm of the model (Burn's default, and PyTorch's).
 pub const LAYER_NORM_EPSILON: f64 = 1e-5;
 
@@ -326,6 +338,28 @@ impl AttentionModel {
     /// - tokens: `[b, s]` with `s <= seq_len`
     /// - hidden: `[b, s, d_model]`
     pub fn encode(&self, tokens: Tensor<2, Int>, record: bool) -> (Tensor<3>, Vec<LayerAttention>) {
+        let mode = if record {
+            Record::Stats
+        } else {
+            Record::Nothing
+        };
+        let (hidden, recorded, _) = self.encode_recording(tokens, mode);
+        (hidden, recorded)
+    }
+
+    /// Each layer's softmax weights `[b, h, s, s]` for `tokens` `[b, s]` (for analysis: the
+    /// weights need the materializing path, so this forward is not the training one).
+    pub fn attention_maps(&self, tokens: Tensor<2, Int>) -> Vec<Tensor<4>> {
+        self.encode_recording(tokens, Record::Weights).2
+    }
+
+    /// [`encode`](Self::encode), recording what `mode` asks for: (hidden, each layer's
+    /// statistics and heads, each layer's weights).
+    fn encode_recording(
+        &self,
+        tokens: Tensor<2, Int>,
+        mode: Record,
+    ) -> (Tensor<3>, Vec<LayerAttention>, Vec<Tensor<4>>) {
         let [b, s] = tokens.dims();
         let device = tokens.device();
         // [s] -> [1, s] -> [b, s]
@@ -335,38 +369,40 @@ impl AttentionModel {
         // [b, s, d_model]
         let mut x =
             self.token_embedding.forward(tokens) + self.position_embedding.forward(positions);
-        let mut recorded = Vec::new();
+        let (mut recorded, mut maps) = (Vec::new(), Vec::new());
         for block in &self.blocks {
             let h = match &block.norm_attn {
                 Some(norm) => normalize(norm, x.clone()),
                 None => x.clone(),
             };
-            if record {
-                // The weights and scores for the diagnostics come from a separate pass of the
-                // same layer outside autodiff on the naive path (the only one that has them), so
-                // that the training step itself keeps the configured path.
-                let mut probe = block.attention.valid();
-                probe.attention.implementation = Implementation::Naive;
-                let detached = if h.is_autodiff() {
-                    h.clone().without_autodiff()
-                } else {
-                    h.clone()
-                };
-                let input = MhaInput::self_attn(detached).need_weights().need_scores();
-                let heads = probe.project_heads(&input);
-                let out = probe.forward(input);
-                if let (Some(weights), Some(scores), Ok((query, key, _))) =
-                    (out.weights, out.scores, heads)
-                {
+            let out = if mode == Record::Weights {
+                let out = block
+                    .attention
+                    .forward(MhaInput::self_attn(h).need_weights());
+                maps.extend(out.weights.clone());
+                out
+            } else if mode == Record::Stats {
+                // The training forward itself asks its path for the row statistics (every path
+                // carries them through its softmax) and keeps the heads it projected.
+                let input = MhaInput::self_attn(h).need_row_stats();
+                let attention = &block.attention;
+                let (query, key, value) = attention
+                    .project_heads(&input)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let mut out = attention
+                    .attend(input, query.clone(), key.clone(), value)
+                    .unwrap_or_else(|e| panic!("{e}"));
+                if let Some(stats) = out.row_stats.take() {
                     recorded.push(LayerAttention {
-                        weights,
-                        scores,
-                        query,
-                        key,
+                        stats,
+                        query: query.detach(),
+                        key: key.detach(),
                     });
                 }
-            }
-            let out = block.attention.forward(MhaInput::self_attn(h));
+                out
+            } else {
+                block.attention.forward(MhaInput::self_attn(h))
+            };
             x = x + out.context;
             if let Some(mlp) = &block.mlp {
                 let h = match &block.norm_mlp {
@@ -379,7 +415,7 @@ impl AttentionModel {
         if let Some(norm) = &self.norm_out {
             x = normalize(norm, x);
         }
-        (x, recorded)
+        (x, recorded, maps)
     }
 
     /// Logits at the positions `target_range`.
@@ -425,151 +461,5 @@ impl AttentionModel {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::task::TaskKind;
-
-    #[test]
-    fn shapes_for_both_tasks() {
-        let device = Device::flex();
-        for kind in [TaskKind::Match, TaskKind::Recall] {
-            let task = TaskConfig::new().with_kind(kind).with_k(4).with_vocab(16);
-            let model = ModelConfig::for_task(&task)
-                .with_n_layers(2)
-                .with_mlp(true)
-                .init(&device);
-            let mut rng = <rand_chacha::ChaCha8Rng as rand::SeedableRng>::seed_from_u64(0);
-            let batch = task.batch(&mut rng, 3, &device);
-            let out = model.forward_batch(&batch, true);
-            let t = task.target_range().len();
-            assert_eq!(out.logits.dims(), [3 * t, task.n_classes()]);
-            assert_eq!(out.attention.len(), 2);
-            assert_eq!(
-                out.attention[0].weights.dims(),
-                [3, 2, task.seq_len(), task.seq_len()]
-            );
-            assert!(out.loss.into_scalar::<f32>().is_finite());
-        }
-    }
-
-    /// Runs [`qk_init_gain_scales_the_same_draws_alone`] in a process of its own: the device's
-    /// generator is global, and the other tests of this binary draw from it in parallel (the
-    /// initialization lock cannot keep out a test that does not take it).
-    #[test]
-    fn qk_init_gain_scales_the_same_draws() {
-        let exe = std::env::current_exe().expect("the test binary");
-        let out = std::process::Command::new(exe)
-            .args([
-                "--exact",
-                "model::tests::qk_init_gain_scales_the_same_draws_alone",
-                "--ignored",
-                "--test-threads",
-                "1",
-            ])
-            .output()
-            .expect("the test binary runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success() && text.contains("1 passed"),
-            "{text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    #[test]
-    #[ignore = "run alone by qk_init_gain_scales_the_same_draws"]
-    fn qk_init_gain_scales_the_same_draws_alone() {
-        let device = Device::flex();
-        for init in [QkInit::Default, QkInit::Unit] {
-            let weights = |gain: f64| {
-                // Seeded and drawn under the lock every run's initialization takes: another test
-                // drawing from the device's generator in between would change the draws.
-                let cfg = ModelConfig::new(16, 8, 4)
-                    .with_n_heads(1)
-                    .with_d_k(Some(64))
-                    .with_qk_init(init)
-                    .with_qk_init_gain(gain);
-                let model = crate::train::init_model(&cfg, 3, &device).unwrap();
-                let a = &model.blocks[0].attention;
-                let w = |l: &Linear| l.weight.val().into_data().try_to_vec::<f32>().unwrap();
-                (
-                    w(&a.query),
-                    w(&a.key),
-                    w(&a.value),
-                    model
-                        .token_embedding
-                        .weight
-                        .val()
-                        .into_data()
-                        .try_to_vec::<f32>()
-                        .unwrap(),
-                )
-            };
-            let (q1, k1, v1, e1) = weights(1.0);
-            let (q, k, v, e) = weights(0.25);
-            for (a, b) in q1.iter().zip(&q).chain(k1.iter().zip(&k)) {
-                assert!(
-                    (b - 0.25 * a).abs() <= 1e-6 * a.abs().max(1e-3),
-                    "{init:?}: {a} {b}"
-                );
-            }
-            // The other parameters are the same draws: arms with one seed stay paired.
-            assert_eq!(v1, v, "{init:?}");
-            assert_eq!(e1, e, "{init:?}");
-        }
-        for gain in [0.0, -1.0, f64::NAN, f64::INFINITY] {
-            let e = ModelConfig::new(10, 4, 2)
-                .with_qk_init_gain(gain)
-                .try_init(&device)
-                .unwrap_err();
-            assert!(e.to_string().contains("qk_init_gain"), "{e}");
-        }
-    }
-
-    #[test]
-    fn unit_init_gives_unit_variance_queries_and_keys() {
-        let device = Device::flex();
-        device.seed(1);
-        let cfg = ModelConfig::new(64, 16, 8)
-            .with_d_model(256)
-            .with_n_heads(1)
-            .with_d_k(Some(256))
-            .with_qk_init(QkInit::Unit)
-            .with_attention(AttentionOptions::new().with_scale(burn_sdpa::ScalePolicy::Unscaled));
-        let model = cfg.init(&device);
-        let tokens = Tensor::<2, Int>::from_data(
-            [[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 0]],
-            &device,
-        );
-        let (_, att) = model.encode(tokens, true);
-        let std = att[0]
-            .diagnostics()
-            .expect("diagnostics read back")
-            .mean()
-            .logit_std
-            .expect("scores recorded");
-        // Unscaled logits of unit-variance q, k have std √256 = 16 (within-row, 16 keys).
-        assert!((std - 16.0).abs() < 4.0, "logit std {std}");
-    }
-
-    #[test]
-    fn invalid_configs_are_rejected() {
-        let device = Device::flex();
-        let e = ModelConfig::new(10, 4, 2)
-            .with_d_k(Some(0))
-            .try_init(&device)
-            .unwrap_err();
-        assert!(e.to_string().contains("d_k = 0"), "{e}");
-        let e = ModelConfig::new(10, 4, 2)
-            .with_d_model(30)
-            .with_n_heads(4)
-            .try_init(&device)
-            .unwrap_err();
-        assert!(e.to_string().contains("d_model = 30"), "{e}");
-        let e = ModelConfig::new(10, 4, 2)
-            .with_n_layers(0)
-            .try_init(&device)
-            .unwrap_err();
-        assert!(e.to_string().contains("n_layers = 0"), "{e}");
-    }
-}
+#[path = "model_tests.rs"]
+mod tests;

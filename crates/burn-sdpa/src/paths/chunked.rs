@@ -9,13 +9,12 @@ use crate::error::AttentionError;
 use crate::input::AttentionOutput;
 use crate::mask::most_negative;
 use crate::paths::call::Call;
+use crate::paths::online_stats::OnlineStats;
 
 /// Why the chunked path cannot serve `call`, if it cannot.
 pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
     if call.input.need_weights || call.input.need_scores {
         Some("it cannot return the weights or scores")
-    } else if call.input.need_row_stats {
-        Some("it does not compute the row statistics yet (Naive does)")
     } else {
         None
     }
@@ -26,16 +25,24 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
 /// weights, zero output for rows without a visible key); key blocks that the causal mask or the
 /// window hide from every query are never computed.
 pub(crate) fn run(call: Call, block_size: usize) -> Result<AttentionOutput, AttentionError> {
-    let (context, lse) = context(&call, block_size);
+    let (context, rows) = context(&call, block_size);
     let mut output = AttentionOutput::from_context(context);
-    output.lse = lse;
+    output.lse = rows.lse;
+    output.row_stats = rows.stats;
     Ok(output)
 }
 
-/// The context `[b, h, n, d_v]` of `call`, one block of keys at a time, and the log-sum-exp
-/// `[b, h, n]` of each row when the call asks for it (detached; −∞ for a row with no visible
-/// key).
-pub(crate) fn context(call: &Call, block_size: usize) -> (Tensor<4>, Option<Tensor<3>>) {
+/// What the chunked pass returns per row besides the context, when the call asks (detached).
+pub(crate) struct RowOutputs {
+    /// The log-sum-exp `[b, h, n]` (−∞ for a row with no visible key).
+    pub lse: Option<Tensor<3>>,
+    /// The row statistics.
+    pub stats: Option<crate::RowStats>,
+}
+
+/// The context `[b, h, n, d_v]` of `call`, one block of keys at a time, and the log-sum-exp and
+/// row statistics when the call asks for them (carried through the online softmax).
+pub(crate) fn context(call: &Call, block_size: usize) -> (Tensor<4>, RowOutputs) {
     let [b, h, n, _] = call.dims.scores_shape();
     let (h_kv, d_v) = (call.dims.n_kv_heads, call.dims.d_v);
     let group = call.dims.group();
@@ -49,6 +56,10 @@ pub(crate) fn context(call: &Call, block_size: usize) -> (Tensor<4>, Option<Tens
     let mut run_max: Option<Tensor<4>> = None;
     let mut run_sum: Option<Tensor<4>> = None;
     let mut acc: Option<Tensor<4>> = None;
+    let mut stats = call
+        .input
+        .need_row_stats
+        .then(|| OnlineStats::new([b, h_kv, group * n, 1], &device, dtype));
     if let Some(sinks) = &call.input.sinks {
         // Every row starts with its head's sink: one term exp(sink − max), no value.
         // [b, h_kv, g·n, 1]
@@ -76,11 +87,18 @@ pub(crate) fn context(call: &Call, block_size: usize) -> (Tensor<4>, Option<Tens
             Some(prev) => prev.clone().max_pair(block_max),
             None => block_max,
         };
+        let stats_scores = stats.is_some().then(|| scores.clone());
         let mut p = (scores - new_max.clone()).exp();
-        if let Some(mask) = mask {
+        // [b, h, n, len] -> [b, h_kv, g·n, len]
+        let mask = mask.map(|mask| mask.reshape([b, h_kv, group * n, len]));
+        if let Some(mask) = &mask {
             // A row whose keys so far are all masked has max = fill and exp(fill − fill) = 1:
             // zero the masked entries explicitly.
-            p = p.mask_fill(mask.reshape([b, h_kv, group * n, len]), 0.0);
+            p = p.mask_fill(mask.clone(), 0.0);
+        }
+        if let (Some(stats), Some(scores)) = (&mut stats, stats_scores) {
+            let delta = run_max.as_ref().map(|prev| prev.clone() - new_max.clone());
+            stats.add_block(scores, mask, p.clone(), new_max.clone(), delta);
         }
         let block_sum = p.clone().sum_dim(3);
         // Dropout acts on the normalized weights p/l; being element-wise, it can act on p here
@@ -109,19 +127,27 @@ pub(crate) fn context(call: &Call, block_size: usize) -> (Tensor<4>, Option<Tens
     // Rows without a visible key have sum 0 and acc 0: divide them by 1 (not by a tiny number,
     // whose square would underflow to 0 in the backward pass and make 0/0 = NaN).
     let empty = sum.clone().lower_equal_elem(0.0);
-    let lse = call.input.need_lse.then(|| {
+    // [b, h_kv, g·n, 1]
+    let grouped_lse = (call.input.need_lse || stats.is_some()).then(|| {
         let max = run_max
             .clone()
             .unwrap_or_else(|| Tensor::zeros([b, h_kv, group * n, 1], (&device, dtype)));
-        // [b, h_kv, g·n, 1] -> [b, h, n]
-        (max.detach() + sum.clone().detach().log())
-            .mask_fill(empty.clone(), f64::NEG_INFINITY)
-            .reshape([b, h, n])
+        (max.detach() + sum.clone().detach().log()).mask_fill(empty.clone(), f64::NEG_INFINITY)
     });
+    let stats = stats
+        .zip(grouped_lse.clone())
+        .map(|(stats, lse)| stats.finish(sum.clone(), lse, [b, h, n]));
+    let rows = RowOutputs {
+        // [b, h_kv, g·n, 1] -> [b, h, n]
+        lse: grouped_lse
+            .filter(|_| call.input.need_lse)
+            .map(|lse| lse.reshape([b, h, n])),
+        stats,
+    };
     let context = (acc / sum.mask_fill(empty, 1.0))
         // [b, h_kv, g·n, d_v] -> [b, h, n, d_v]
         .reshape([b, h, n, d_v]);
-    (context, lse)
+    (context, rows)
 }
 
 #[cfg(test)]

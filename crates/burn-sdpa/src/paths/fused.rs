@@ -23,8 +23,6 @@ use crate::types::CausalAlignment;
 pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
     if call.input.need_weights || call.input.need_scores {
         Some("it cannot return the weights or scores")
-    } else if call.input.need_row_stats {
-        Some("it does not compute the row statistics yet (Naive does)")
     } else if call.dropout.is_some() {
         Some("it has no dropout")
     } else if call.input.causal
@@ -66,13 +64,19 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         (Some(bias), Some(alibi)) => Some(bias.expand([b, h, n, m]) + alibi),
         (bias, alibi) => bias.map(|bias| bias.expand([b, h, n, m])).or(alibi),
     };
-    // Burn's op returns no log-sum-exp: when asked for, it comes from the chunked path's
-    // statistics (a second pass over the keys, O(n · block) memory).
-    let lse = call
-        .input
-        .need_lse
-        .then(|| super::chunked::context(&call, LSE_BLOCK).1)
-        .flatten();
+    // Burn's op returns no log-sum-exp and no row statistics: when asked for, they come from the
+    // chunked path's online softmax (a second pass over the keys, O(n · block) memory, without
+    // autodiff: it only feeds detached statistics).
+    let rows = (call.input.need_lse || call.input.need_row_stats).then(|| {
+        let mut stats_call = call.clone();
+        stats_call.dropout = None;
+        stats_call.input.query = stats_call.input.query.detach();
+        stats_call.input.key = stats_call.input.key.detach();
+        stats_call.input.value = stats_call.input.value.detach();
+        stats_call.input.bias = stats_call.input.bias.map(Tensor::detach);
+        stats_call.input.sinks = stats_call.input.sinks.map(Tensor::detach);
+        super::chunked::context(&stats_call, LSE_BLOCK).1
+    });
     let mut input = call.input;
     let (mut mask, mut bias) = (mask, bias);
     if let Some(sinks) = input.sinks.take() {
@@ -126,6 +130,9 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         options,
     );
     let mut output = AttentionOutput::from_context(context);
-    output.lse = lse;
+    if let Some(rows) = rows {
+        output.lse = rows.lse;
+        output.row_stats = rows.stats;
+    }
     Ok(output)
 }

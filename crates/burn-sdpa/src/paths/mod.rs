@@ -16,6 +16,7 @@ pub(crate) mod cube;
 pub(crate) mod fused;
 pub(crate) mod naive;
 pub(crate) mod nonfinite;
+pub(crate) mod online_stats;
 pub(crate) mod sinks;
 
 use std::borrow::Cow;
@@ -110,7 +111,7 @@ pub(crate) fn resolve(
             None => Ok(path),
         };
     }
-    if call.input.need_weights || call.input.need_scores || call.input.need_row_stats {
+    if call.input.need_weights || call.input.need_scores {
         return Ok(AttentionPath::Naive);
     }
     let [b, h, n, m] = call.dims.scores_shape();

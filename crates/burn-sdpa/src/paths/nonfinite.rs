@@ -192,8 +192,12 @@ impl Poisoned {
             .mask_fill(rows.clone().expand([b, h, n, d_v]), f64::NAN);
         out.weights = out.weights.map(|weights| {
             let shape = weights.dims();
-            weights.mask_fill(rows.expand(shape), f64::NAN)
+            weights.mask_fill(rows.clone().expand(shape), f64::NAN)
         });
+        // [b, h, n, 1] -> [b, h, n]
+        out.row_stats = out
+            .row_stats
+            .map(|stats| stats.poisoned(rows.reshape([b, h, n])));
         out
     }
 }

@@ -57,10 +57,10 @@ impl BadSinks {
             let shape = weights.dims();
             weights.mask_fill(bad.clone().expand(shape), f64::NAN)
         });
-        out.lse = out.lse.map(|lse| {
-            // [1, h, 1, 1] -> [1, h, 1] -> [b, h, n]
-            lse.mask_fill(bad.reshape([1, h, 1]).expand([b, h, n]), f64::NAN)
-        });
+        // [1, h, 1, 1] -> [1, h, 1] -> [b, h, n]
+        let rows = bad.reshape([1, h, 1]).expand([b, h, n]);
+        out.lse = out.lse.map(|lse| lse.mask_fill(rows.clone(), f64::NAN));
+        out.row_stats = out.row_stats.map(|stats| stats.poisoned(rows));
         out
     }
 }

@@ -300,6 +300,7 @@ impl<'a> Run<'a> {
                     logit_std: d.logit_std.unwrap_or(f64::NAN),
                     query_std,
                     key_std,
+                    max_logit: d.max_logit.unwrap_or(f64::NAN),
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;

@@ -43,6 +43,9 @@ pub(crate) struct KernelCall {
     /// Where the forward leaves its log-sum-exp when the caller asked for it (it carries no
     /// gradient).
     pub lse_out: Option<Arc<std::sync::Mutex<Vec<f32>>>>,
+    /// Where the forward leaves the row statistics `[b, h, n, ROW_STATS]` when the caller asked
+    /// for them (no gradient either).
+    pub stats_out: Option<Arc<std::sync::Mutex<Vec<f32>>>>,
 }
 
 impl KernelCall {
@@ -141,6 +144,10 @@ fn forward_as<B: HostFloat, T: Storage>(
     let dims = shape.dims;
     let mut out = vec![T::zero(); dims.batch * dims.n_heads * dims.n * dims.d_v];
     let mut lse = vec![0.0f32; dims.batch * dims.n_heads * dims.n];
+    let mut stats = call
+        .stats_out
+        .as_ref()
+        .map(|_| vec![0.0f32; lse.len() * super::stats_scratch::ROW_STATS]);
     let result = (|| {
         let (qs, ks, vs) = (T::read::<B>(q)?, T::read::<B>(k)?, T::read::<B>(v)?);
         let bias_values = bias.map(|b| B::host_widened(b)).transpose()?;
@@ -159,10 +166,14 @@ fn forward_as<B: HostFloat, T: Storage>(
             &vs,
             &mut out,
             &mut lse,
+            stats.as_deref_mut(),
         )
     })();
     if let Some(slot) = &call.lse_out {
         *slot.lock().unwrap_or_else(|p| p.into_inner()) = lse.clone();
+    }
+    if let (Some(slot), Some(stats)) = (&call.stats_out, stats) {
+        *slot.lock().unwrap_or_else(|p| p.into_inner()) = stats;
     }
     if let Err(e) = result {
         panic!("{e}");

@@ -30,6 +30,7 @@ use super::masking::Masking;
 use super::shape::check_len;
 use super::shape::{KernelShape, Tiles};
 use super::simd;
+use super::stats_scratch::{ROW_STATS, StatsScratch};
 use super::tile::View;
 use crate::error::AttentionError;
 use crate::types::AttentionDims;
@@ -87,7 +88,7 @@ pub fn try_forward(
     out: &mut [f32],
     lse: Option<&mut [f32]>,
 ) -> Result<(), AttentionError> {
-    forward(shape, tiles, masking, q, k, v, out, lse)
+    forward(shape, tiles, masking, q, k, v, out, lse, None)
 }
 
 /// [`try_forward`] on bf16 data: q, k, v and the output stored in bf16; the products read bf16
@@ -104,12 +105,13 @@ pub fn try_forward_bf16(
     out: &mut [bf16],
     lse: Option<&mut [f32]>,
 ) -> Result<(), AttentionError> {
-    forward(shape, tiles, masking, q, k, v, out, lse)
+    forward(shape, tiles, masking, q, k, v, out, lse, None)
 }
 
-/// The forward pass on any element type of the kernel.
+/// The forward pass on any element type of the kernel, with the row statistics when `stats` is
+/// given.
 #[allow(clippy::too_many_arguments)]
-fn forward<T: Element>(
+pub(crate) fn forward<T: Element>(
     shape: &KernelShape,
     tiles: Tiles,
     masking: &Masking<'_>,
@@ -118,6 +120,7 @@ fn forward<T: Element>(
     v: &[T],
     out: &mut [T],
     lse: Option<&mut [f32]>,
+    stats: Option<&mut [f32]>,
 ) -> Result<(), AttentionError> {
     shape.validate(tiles, q, k, v, out)?;
     masking.validate(&shape.dims)?;
@@ -133,6 +136,13 @@ fn forward<T: Element>(
     if let Some(lse) = &lse {
         check_len("log-sum-exp slice", lse.len(), [batch, n_heads, n, 1])?;
     }
+    if let Some(stats) = &stats {
+        check_len(
+            "row statistics slice",
+            stats.len(),
+            [batch, n_heads, n, ROW_STATS],
+        )?;
+    }
     if out.is_empty() {
         return Ok(());
     }
@@ -144,16 +154,29 @@ fn forward<T: Element>(
             &mut lse_store[..]
         }
     };
-    // out: [b·h, n, d_v] -> tasks of [query_block, d_v] rows, each with its (b·h, first query)
-    // and its [query_block] log-sum-exp entries.
-    let mut tasks: Vec<(usize, usize, &mut [T], &mut [f32])> = Vec::new();
+    // out: [b·h, n, d_v] -> tasks of [query_block, d_v] rows, each with its (b·h, first query),
+    // its [query_block] log-sum-exp entries and its [query_block, ROW_STATS] statistics.
+    let mut tasks: Vec<Task<'_, T>> = Vec::new();
+    let mut stats_blocks = stats.map(|stats| {
+        // [b·h·n, ROW_STATS] -> blocks of [query_block, ROW_STATS], in the tasks' order.
+        stats
+            .chunks_mut(n * ROW_STATS)
+            .flat_map(|head| head.chunks_mut(tiles.query_block * ROW_STATS))
+    });
     for (bh_idx, (head_out, head_lse)) in out.chunks_mut(n * d_v).zip(lse.chunks_mut(n)).enumerate()
     {
         let blocks = head_out
             .chunks_mut(tiles.query_block * d_v)
             .zip(head_lse.chunks_mut(tiles.query_block));
         for (block_idx, (block_out, block_lse)) in blocks.enumerate() {
-            tasks.push((bh_idx, block_idx * tiles.query_block, block_out, block_lse));
+            let block_stats = stats_blocks.as_mut().and_then(Iterator::next);
+            tasks.push((
+                bh_idx,
+                block_idx * tiles.query_block,
+                block_out,
+                block_lse,
+                block_stats,
+            ));
         }
     }
     let inputs = Inputs {
@@ -177,18 +200,38 @@ fn forward<T: Element>(
         tasks,
         2 * batch * n_heads * n * m * (d_k + d_v),
         || Scratch::new(shape, tiles),
-        |scratch, (bh_idx, q_start, block_out, block_lse)| {
+        |scratch, (bh_idx, q_start, block_out, block_lse, block_stats)| {
             inputs.query_block(
                 bh_idx,
                 q_start,
-                block_out,
-                block_lse,
+                Rows {
+                    out: block_out,
+                    lse: block_lse,
+                    stats: block_stats,
+                },
                 scratch,
                 shared.as_deref(),
             )
         },
     );
     Ok(())
+}
+
+/// One task: (flattened head, first query, its output rows, log-sum-exp and statistics).
+type Task<'a, T> = (
+    usize,
+    usize,
+    &'a mut [T],
+    &'a mut [f32],
+    Option<&'a mut [f32]>,
+);
+
+/// What a task writes: `[rows, d_v]` outputs, `[rows]` log-sum-exps and, when asked,
+/// `[rows, ROW_STATS]` statistics.
+struct Rows<'a, T> {
+    out: &'a mut [T],
+    lse: &'a mut [f32],
+    stats: Option<&'a mut [f32]>,
 }
 
 /// A key tile's prepared right operands: `K_jᵀ` (of the scores) and `V_j` (of the output).
@@ -204,6 +247,8 @@ struct Scratch {
     row_max: Vec<f32>,
     /// Running sum of exponentials per query.
     row_sum: Vec<f32>,
+    /// The statistics' accumulators per query (used when they are asked for).
+    stats: StatsScratch,
 }
 
 impl Scratch {
@@ -213,6 +258,7 @@ impl Scratch {
             acc: vec![0.0; tiles.query_block * shape.dims.d_v],
             row_max: vec![f32::NEG_INFINITY; tiles.query_block],
             row_sum: vec![0.0; tiles.query_block],
+            stats: StatsScratch::new(tiles.query_block),
         }
     }
 }
@@ -358,8 +404,7 @@ impl<'a, T: Element> Inputs<'a, T> {
         &self,
         bh_idx: usize,
         q_start: usize,
-        block_out: &mut [T],
-        block_lse: &mut [f32],
+        block: Rows<'_, T>,
         scratch: &mut Scratch,
         shared: Option<&[std::sync::OnceLock<KeyTile<'a, T>>]>,
     ) {
@@ -370,7 +415,16 @@ impl<'a, T: Element> Inputs<'a, T> {
             d_v,
             ..
         } = self.shape.dims;
+        let Rows {
+            out: block_out,
+            lse: block_lse,
+            stats: mut block_stats,
+        } = block;
         let rows = block_lse.len();
+        let with_stats = block_stats.is_some();
+        if with_stats {
+            scratch.stats.reset();
+        }
         let (batch_idx, head_idx) = (bh_idx / n_heads, bh_idx % n_heads);
         let kv_idx = batch_idx * n_kv_heads + head_idx / (n_heads / n_kv_heads);
         let tiles_per_head = m.div_ceil(self.tiles.key_block);
@@ -418,13 +472,22 @@ impl<'a, T: Element> Inputs<'a, T> {
             );
             for (row, row_scores) in scores.chunks_mut(cols).enumerate() {
                 let old_max = row_max[row];
-                let new_max = old_max.max(simd::max(row_scores));
+                let tile_max = simd::max(row_scores);
+                let new_max = old_max.max(tile_max);
                 if new_max == f32::NEG_INFINITY {
                     // No visible key yet: this tile adds nothing.
                     row_scores.fill(0.0);
                     continue;
                 }
-                let tile_sum = simd::exp_sub_sum(row_scores, new_max);
+                let tile_sum = if with_stats {
+                    scratch.stats.observe(row, row_scores, tile_max);
+                    let tile = simd::exp_sub_sum_weighted(row_scores, new_max);
+                    let delta = old_max - new_max;
+                    scratch.stats.rescale(row, delta, delta.exp(), tile);
+                    tile.0
+                } else {
+                    simd::exp_sub_sum(row_scores, new_max)
+                };
                 let correction = (old_max - new_max).exp(); // exp(-inf) = 0 on the first tile
                 if correction != 1.0 {
                     simd::scale(&mut acc[row * d_v..][..d_v], correction);
@@ -453,6 +516,11 @@ impl<'a, T: Element> Inputs<'a, T> {
                 (0.0, f32::INFINITY)
             };
             block_lse[row] = lse;
+            if let Some(stats) = block_stats.as_deref_mut() {
+                scratch
+                    .stats
+                    .finish(row, sum, lse, &mut stats[row * ROW_STATS..][..ROW_STATS]);
+            }
             let acc_row = &mut acc[row * d_v..][..d_v];
             simd::scale(acc_row, inv);
             T::store(acc_row, &mut block_out[row * d_v..][..d_v]);

@@ -71,6 +71,7 @@ mod row_ops;
 pub(crate) mod shape;
 pub(crate) mod simd;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
+mod stats_scratch;
 mod storage;
 mod tile;
 pub(crate) mod tile_bf16;
@@ -221,8 +222,6 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
         && call.family == BackendFamily::Flex;
     if input.need_weights || input.need_scores {
         Some("it cannot return the weights or scores")
-    } else if input.need_row_stats {
-        Some("it does not compute the row statistics yet (Naive does)")
     } else if call.dropout.is_some() {
         Some("it has no dropout")
     } else if !(all(DType::F32) || half_data) {
@@ -294,6 +293,37 @@ fn lse_tensor(lse: Vec<f32>, dims: &crate::types::AttentionDims, device: &Device
     )
 }
 
+/// The row statistics as the module returns them, from the kernel's log-sum-exp `[b, h, n]`
+/// and statistics `[b, h, n, ROW_STATS]` (see [`stats_scratch::ROW_STATS`]).
+fn row_stats_tensors(
+    lse: Vec<f32>,
+    stats: Vec<f32>,
+    dims: &crate::types::AttentionDims,
+    device: &Device,
+) -> crate::RowStats {
+    let [b, h, n] = [dims.batch, dims.n_heads, dims.n];
+    let stats = Tensor::<4>::from_data(
+        TensorData::new(stats, [b, h, n, stats_scratch::ROW_STATS]),
+        device,
+    );
+    // [b, h, n, ROW_STATS] -> [b, h, n] for statistic `idx`
+    let column = |idx: usize| {
+        stats
+            .clone()
+            .slice(s![.., .., .., idx..idx + 1])
+            .reshape([b, h, n])
+    };
+    crate::RowStats {
+        max_logit: column(0),
+        lse: lse_tensor(lse, dims, device),
+        entropy: column(1),
+        max_prob: column(2),
+        visible_keys: column(stats_scratch::VISIBLE_KEYS),
+        logit_mean: column(4),
+        logit_std: column(5),
+    }
+}
+
 /// Runs the kernel: through the backend extension where it serves the backend, else on host
 /// copies (inference).
 pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
@@ -307,24 +337,35 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
     let extras = host_extras(&call)?;
     #[cfg(any(feature = "flex", feature = "ndarray"))]
     if call.kernel_in_place {
-        let lse_out = (call.input.need_lse || super::sinks::tracked(&call))
-            .then(|| std::sync::Arc::new(std::sync::Mutex::new(Vec::new())));
+        let slot = || std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let need_stats = call.input.need_row_stats;
+        let keep_lse = call.input.need_lse || super::sinks::tracked(&call);
+        let lse_out = (keep_lse || need_stats).then(slot);
+        let stats_out = need_stats.then(slot);
         let kernel_call = extension::KernelCall {
             shape,
             mask: mask
                 .map(|(values, shape)| std::sync::Arc::new(extension::HostMask { values, shape })),
             extras: std::sync::Arc::new(extras),
             lse_out: lse_out.clone(),
+            stats_out: stats_out.clone(),
         };
         let input = call.input;
         let (device, dtype) = (input.query.device(), input.query.dtype());
         let context =
             extension::attention(input.query, input.key, input.value, input.bias, kernel_call);
         let mut output = AttentionOutput::from_context(context);
-        if let Some(slot) = lse_out {
-            let lse = std::mem::take(&mut *slot.lock().unwrap_or_else(|p| p.into_inner()));
+        let take = |slot: std::sync::Arc<std::sync::Mutex<Vec<f32>>>| {
+            std::mem::take(&mut *slot.lock().unwrap_or_else(|p| p.into_inner()))
+        };
+        let lse = lse_out.map(take);
+        if let (Some(lse), Some(stats)) = (&lse, stats_out.map(take)) {
+            let stats = row_stats_tensors(lse.clone(), stats, &call.dims, &device);
+            output.row_stats = Some(stats.cast(dtype));
+        }
+        if keep_lse {
             // In the queries' dtype, as from the other paths.
-            output.lse = Some(lse_tensor(lse, &call.dims, &device).cast(dtype));
+            output.lse = lse.map(|lse| lse_tensor(lse, &call.dims, &device).cast(dtype));
         }
         return Ok(output);
     }
@@ -338,7 +379,7 @@ fn host_copies(
     mask: Option<(Vec<bool>, [usize; 4])>,
     extras: HostExtras,
 ) -> Result<AttentionOutput, AttentionError> {
-    let need_lse = call.input.need_lse;
+    let (need_lse, need_stats) = (call.input.need_lse, call.input.need_row_stats);
     let dims = call.dims;
     let [b, h, n, _] = dims.scores_shape();
     let device = call.input.query.device();
@@ -361,6 +402,7 @@ fn host_copies(
     );
     let mut out = vec![0.0f32; b * h * n * dims.d_v];
     let mut lse = vec![0.0f32; b * h * n];
+    let mut stats = need_stats.then(|| vec![0.0f32; b * h * n * stats_scratch::ROW_STATS]);
     nonfinite::forward(
         &shape,
         masking.fit(Tiles::for_keys(dims.m), dims.m),
@@ -370,9 +412,13 @@ fn host_copies(
         &host(&v)?,
         &mut out,
         &mut lse,
+        stats.as_deref_mut(),
     )?;
     let context = Tensor::from_data(TensorData::new(out, [b, h, n, dims.d_v]), &device);
     let mut output = AttentionOutput::from_context(context);
+    if let Some(stats) = stats {
+        output.row_stats = Some(row_stats_tensors(lse.clone(), stats, &dims, &device));
+    }
     if need_lse {
         output.lse = Some(lse_tensor(lse, &dims, &device));
     }

@@ -8,6 +8,7 @@ use rayon::prelude::*;
 use super::masking::Masking;
 use super::shape::KernelShape;
 use super::simd;
+use super::stats_scratch::{ROW_STATS, VISIBLE_KEYS};
 use crate::types::AttentionDims;
 
 /// Sanitized copies of a call's inputs and the rows the policy makes NaN.
@@ -119,7 +120,13 @@ pub(crate) fn check(
 
 impl Sanitized {
     /// The forward's output and log-sum-exp with the poisoned rows set to NaN.
-    pub fn poison_output(&self, out: &mut [f32], lse: &mut [f32], d_v: usize) {
+    pub fn poison_output(
+        &self,
+        out: &mut [f32],
+        lse: &mut [f32],
+        stats: Option<&mut [f32]>,
+        d_v: usize,
+    ) {
         for ((row, out_row), lse) in self
             .poisoned
             .iter()
@@ -129,6 +136,16 @@ impl Sanitized {
             if *row {
                 out_row.fill(f32::NAN);
                 *lse = f32::NAN;
+            }
+        }
+        if let Some(stats) = stats {
+            for (row, stats) in self.poisoned.iter().zip(stats.chunks_mut(ROW_STATS)) {
+                if *row {
+                    // Every statistic but the count of visible keys, which the mask decides.
+                    let count = stats[VISIBLE_KEYS];
+                    stats.fill(f32::NAN);
+                    stats[VISIBLE_KEYS] = count;
+                }
             }
         }
     }
@@ -165,16 +182,20 @@ pub(crate) fn forward(
     v: &[f32],
     out: &mut [f32],
     lse: &mut [f32],
+    mut stats: Option<&mut [f32]>,
 ) -> Result<(), crate::error::AttentionError> {
+    use super::kernel::forward as kernel_forward;
     match check(shape, masking, q, k, v) {
-        None => super::kernel::try_forward(shape, tiles, masking, q, k, v, out, Some(lse)),
+        None => kernel_forward(shape, tiles, masking, q, k, v, out, Some(lse), stats),
         Some(s) => {
             let masking = match &s.bias {
                 Some(bias) => masking.with_bias_values(bias),
                 None => *masking,
             };
-            super::kernel::try_forward(shape, tiles, &masking, &s.q, &s.k, &s.v, out, Some(lse))?;
-            s.poison_output(out, lse, shape.dims.d_v);
+            let (q, k, v) = (&s.q[..], &s.k[..], &s.v[..]);
+            let stats_out = stats.as_deref_mut();
+            kernel_forward(shape, tiles, &masking, q, k, v, out, Some(lse), stats_out)?;
+            s.poison_output(out, lse, stats, shape.dims.d_v);
             Ok(())
         }
     }

@@ -89,6 +89,18 @@ pub fn exp_sub_sum(xs: &mut [f32], max: f32) -> f32 {
     dispatch!(exp_sub_sum_body(xs, max))
 }
 
+/// [`exp_sub_sum`] that also returns `Σ e^(x − max)·(x − max)` (the entropy's numerator; a term
+/// whose weight underflows to 0 adds 0, also for `x = −∞`): `(sum, weighted)`.
+pub fn exp_sub_sum_weighted(xs: &mut [f32], max: f32) -> (f32, f32) {
+    dispatch!(exp_sub_sum_weighted_body(xs, max))
+}
+
+/// Over the visible elements (those above −∞; NaN is skipped): `(count, Σ (x − shift),
+/// Σ (x − shift)²)`. A shift near the values keeps the second moment free of cancellation.
+pub fn moments(xs: &[f32], shift: f32) -> (f32, f32, f32) {
+    dispatch!(moments_body(xs, shift))
+}
+
 /// `x ← x · factor` for every element.
 pub fn scale(xs: &mut [f32], factor: f32) {
     dispatch!(scale_body(xs, factor))
@@ -185,6 +197,66 @@ macro_rules! bodies {
                 sum += *x;
             }
             sum + lanes.iter().sum::<f32>()
+        }
+
+        $(#[$attr])*
+        pub fn exp_sub_sum_weighted_body(xs: &mut [f32], max: f32) -> (f32, f32) {
+            // d is clamped at −100, where exp is already 0, so that a hidden key (−∞) adds
+            // 0·(−100) = 0 rather than 0·(−∞) = NaN.
+            let term = |x: &mut f32| {
+                let d = (*x - max).max(-100.0);
+                *x = super::exp(d, $madd);
+                (*x, *x * d)
+            };
+            let (mut sums, mut weighted) = ([0.0f32; LANES], [0.0f32; LANES]);
+            let mut chunks = xs.chunks_exact_mut(LANES);
+            for chunk in &mut chunks {
+                for ((s, w), x) in sums.iter_mut().zip(weighted.iter_mut()).zip(chunk.iter_mut()) {
+                    let (p, pd) = term(x);
+                    *s += p;
+                    *w += pd;
+                }
+            }
+            let (mut sum, mut weight) = (0.0, 0.0);
+            for x in chunks.into_remainder() {
+                let (p, pd) = term(x);
+                sum += p;
+                weight += pd;
+            }
+            (
+                sum + sums.iter().sum::<f32>(),
+                weight + weighted.iter().sum::<f32>(),
+            )
+        }
+
+        $(#[$attr])*
+        pub fn moments_body(xs: &[f32], shift: f32) -> (f32, f32, f32) {
+            let term = |x: f32| {
+                let seen = x > f32::NEG_INFINITY;
+                let d = if seen { x - shift } else { 0.0 };
+                (if seen { 1.0 } else { 0.0 }, d, d * d)
+            };
+            let mut lanes = [[0.0f32; LANES]; 3];
+            let mut chunks = xs.chunks_exact(LANES);
+            for chunk in &mut chunks {
+                for (i, x) in chunk.iter().enumerate() {
+                    let (c, d, dd) = term(*x);
+                    lanes[0][i] += c;
+                    lanes[1][i] += d;
+                    lanes[2][i] += dd;
+                }
+            }
+            let mut total = [0.0f32; 3];
+            for x in chunks.remainder() {
+                let (c, d, dd) = term(*x);
+                total[0] += c;
+                total[1] += d;
+                total[2] += dd;
+            }
+            for (t, l) in total.iter_mut().zip(&lanes) {
+                *t += l.iter().sum::<f32>();
+            }
+            (total[0], total[1], total[2])
         }
 
         $(#[$attr])*
@@ -360,106 +432,5 @@ fn tanh(y: f32, madd: impl Fn(f32, f32, f32) -> f32) -> f32 {
 }
 
 #[cfg(test)]
-mod tests {
-    #[test]
-    fn tanh_matches_std() {
-        let mut worst: f32 = 0.0;
-        for i in -200_000..=200_000 {
-            let y = i as f32 * 1e-4;
-            worst = worst.max((super::tanh(y, f32::mul_add) - y.tanh()).abs());
-        }
-        assert!(worst < 3e-7, "worst absolute error {worst}");
-        assert_eq!(super::tanh(f32::INFINITY, f32::mul_add), 1.0);
-        assert_eq!(super::tanh(-1e30, f32::mul_add), -1.0);
-        let mut xs: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) * 0.7).collect();
-        let want: Vec<f32> = xs.iter().map(|x| 3.0 * (x / 3.0).tanh()).collect();
-        let mut grad = vec![0.0; xs.len()];
-        super::softcap_with_grad(&mut xs, 3.0, &mut grad);
-        for ((x, w), (g, i)) in xs.iter().zip(&want).zip(grad.iter().zip(0..)) {
-            let t = ((i as f32 - 18.0) * 0.7 / 3.0).tanh();
-            assert!(
-                (x - w).abs() < 1e-6 && (g - (1.0 - t * t)).abs() < 1e-6,
-                "{i}"
-            );
-        }
-    }
-
-    #[test]
-    fn exp_matches_std_on_the_softmax_range() {
-        let mut worst: f32 = 0.0;
-        for i in 0..=200_000 {
-            let x = -87.0 * i as f32 / 200_000.0;
-            let rel = (super::exp(x, f32::mul_add) - x.exp()).abs() / x.exp();
-            worst = worst.max(rel);
-        }
-        assert!(worst < 5e-7, "worst relative error {worst}");
-        assert_eq!(super::exp(f32::NEG_INFINITY, f32::mul_add), 0.0);
-        assert_eq!(super::exp(-100.0, f32::mul_add), 0.0);
-        assert_eq!(super::exp(0.0, f32::mul_add), 1.0);
-    }
-
-    #[test]
-    fn max_finds_the_largest_wherever_it_is_and_skips_nan() {
-        assert_eq!(super::max(&[]), f32::NEG_INFINITY);
-        for len in [1, 15, 16, 17, 63, 64, 65, 130] {
-            for at in 0..len {
-                let mut xs: Vec<f32> = (0..len).map(|i| -((i * 7 % 13) as f32)).collect();
-                xs[at] = 5.0;
-                if len > 1 {
-                    xs[(at + 1) % len] = f32::NAN;
-                }
-                assert_eq!(super::max(&xs), 5.0, "len {len}, largest at {at}");
-                assert_eq!(
-                    super::portable::max_body(&xs),
-                    5.0,
-                    "len {len}, largest at {at}"
-                );
-            }
-        }
-        assert_eq!(super::max(&[f32::NEG_INFINITY; 40]), f32::NEG_INFINITY);
-        assert_eq!(super::max(&[f32::NAN; 40]), f32::NEG_INFINITY);
-    }
-
-    #[test]
-    fn the_bf16_dot_widens_exactly_and_sums_every_element() {
-        for len in [0, 1, 15, 16, 17, 64, 100] {
-            let xs: Vec<burn::tensor::bf16> = (0..len)
-                .map(|i| burn::tensor::bf16::from_f32((i as f32 - 7.0) * 0.37))
-                .collect();
-            let ys: Vec<burn::tensor::bf16> = (0..len)
-                .map(|i| burn::tensor::bf16::from_f32(1.0 + (i % 5) as f32 * 0.25))
-                .collect();
-            let want: f64 = xs
-                .iter()
-                .zip(&ys)
-                .map(|(x, y)| f64::from(x.to_f32()) * f64::from(y.to_f32()))
-                .sum();
-            let bits =
-                |v: &[burn::tensor::bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
-            let (xb, yb) = (bits(&xs), bits(&ys));
-            for got in [
-                super::dot_bf16(&xb, &yb),
-                super::portable::dot_bf16_body(&xb, &yb),
-            ] {
-                assert!(
-                    (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0),
-                    "len {len}: {got} vs {want}"
-                );
-            }
-        }
-    }
-
-    #[test]
-    fn every_instance_agrees_with_the_portable_loops() {
-        let xs: Vec<f32> = (0..103).map(|i| ((i * 37) % 101) as f32 * -0.173).collect();
-        let max = super::max(&xs);
-        assert_eq!(max, super::portable::max_body(&xs));
-        let (mut a, mut b) = (xs.clone(), xs.clone());
-        let sum_a = super::exp_sub_sum(&mut a, max);
-        let sum_b = super::portable::exp_sub_sum_body(&mut b, max);
-        assert!((sum_a - sum_b).abs() < 1e-5, "{sum_a} vs {sum_b}");
-        for (x, y) in a.iter().zip(&b) {
-            assert!((x - y).abs() < 1e-6);
-        }
-    }
-}
+#[path = "simd_tests.rs"]
+mod tests;

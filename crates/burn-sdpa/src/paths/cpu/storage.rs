@@ -19,7 +19,6 @@ use burn::tensor::{DType, bf16, f16};
 
 use super::backward::{BackwardInputs, BackwardOutputs, try_backward_bf16};
 use super::host::HostFloat;
-use super::kernel::try_forward_bf16;
 use super::masking::Masking;
 use super::nonfinite;
 use super::shape::{KernelShape, Tiles};
@@ -52,6 +51,7 @@ pub(crate) trait Storage: Copy + Send + Sync + 'static {
         v: &[Self],
         out: &mut [Self],
         lse: &mut [f32],
+        stats: Option<&mut [f32]>,
     ) -> Result<(), AttentionError>;
 
     /// The backward pass under the NaN policy.
@@ -90,8 +90,9 @@ impl Storage for f32 {
         v: &[f32],
         out: &mut [f32],
         lse: &mut [f32],
+        stats: Option<&mut [f32]>,
     ) -> Result<(), AttentionError> {
-        nonfinite::forward(shape, tiles, masking, q, k, v, out, lse)
+        nonfinite::forward(shape, tiles, masking, q, k, v, out, lse, stats)
     }
 
     fn backward(
@@ -141,11 +142,12 @@ impl Storage for bf16 {
         v: &[bf16],
         out: &mut [bf16],
         lse: &mut [f32],
+        stats: Option<&mut [f32]>,
     ) -> Result<(), AttentionError> {
         if all_finite(&[q, k, v]) && !nonfinite::bias_poisons(masking) {
-            return try_forward_bf16(shape, tiles, masking, q, k, v, out, Some(lse));
+            return super::kernel::forward(shape, tiles, masking, q, k, v, out, Some(lse), stats);
         }
-        forward_widened(shape, tiles, masking, q, k, v, out, lse)
+        forward_widened(shape, tiles, masking, q, k, v, out, lse, stats)
     }
 
     fn backward(
@@ -198,8 +200,9 @@ impl Storage for f16 {
         v: &[f16],
         out: &mut [f16],
         lse: &mut [f32],
+        stats: Option<&mut [f32]>,
     ) -> Result<(), AttentionError> {
-        forward_widened(shape, tiles, masking, q, k, v, out, lse)
+        forward_widened(shape, tiles, masking, q, k, v, out, lse, stats)
     }
 
     fn backward(
@@ -266,6 +269,7 @@ fn forward_widened<T: Half>(
     v: &[T],
     out: &mut [T],
     lse: &mut [f32],
+    stats: Option<&mut [f32]>,
 ) -> Result<(), AttentionError> {
     let mut out32 = vec![0.0f32; out.len()];
     nonfinite::forward(
@@ -277,6 +281,7 @@ fn forward_widened<T: Half>(
         &widen(v),
         &mut out32,
         lse,
+        stats,
     )?;
     for (o, x) in out.iter_mut().zip(out32) {
         *o = T::round(x);

@@ -85,7 +85,7 @@ impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff
         bad_keys: FloatTensor<Self>,
         bad_queries: FloatTensor<Self>,
         call: CubeCall,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         let (qp, kp, vp, ep) = (
             q.primitive().clone(),
             k.primitive().clone(),
@@ -105,7 +105,7 @@ impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff
             .stateful()
         {
             OpsKind::Tracked(prep) => {
-                let (out, lse) = B::cube_kernel_forward(
+                let (out, lse, stats) = B::cube_kernel_forward(
                     qp.clone(),
                     kp.clone(),
                     vp.clone(),
@@ -129,13 +129,21 @@ impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff
                     lse: lse.clone(),
                     call,
                 };
-                (prep.finish(state, out), <Autodiff<B, C>>::from_inner(lse))
+                (
+                    prep.finish(state, out),
+                    <Autodiff<B, C>>::from_inner(lse),
+                    <Autodiff<B, C>>::from_inner(stats),
+                )
             }
             OpsKind::UnTracked(prep) => {
-                let (out, lse) = B::cube_kernel_forward(
+                let (out, lse, stats) = B::cube_kernel_forward(
                     qp, kp, vp, ep, q_segments, k_segments, sp, bk, bq, call,
                 );
-                (prep.finish(out), <Autodiff<B, C>>::from_inner(lse))
+                (
+                    prep.finish(out),
+                    <Autodiff<B, C>>::from_inner(lse),
+                    <Autodiff<B, C>>::from_inner(stats),
+                )
             }
         }
     }

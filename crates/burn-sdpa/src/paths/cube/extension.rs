@@ -17,7 +17,7 @@ use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::{CubeCount, CubeDim};
 
 use super::backward::{flash_backward_dkdv, flash_backward_dq};
-use super::kernel::{UNITS, flash_forward};
+use super::kernel::{ROW_STATS, UNITS, flash_forward};
 use super::tile::Tiling;
 
 /// Whether the dK/dV kernel unrolls its loops over d at every head size (the forward and dQ
@@ -72,9 +72,12 @@ pub(crate) struct CubeCall {
     pub window: (Option<i32>, Option<i32>),
     /// The tiles, from the device's limits (the blocker admitted the call with this tiling).
     pub tiling: Tiling,
+    /// Whether the forward writes the row statistics (else a `[1, 1, 1, 1]` placeholder).
+    pub stats: bool,
 }
 
-/// The output specs: context `[b, h, n, d_v]` in q's dtype and log-sum-exp `[b, h, n]` in f32.
+/// The output specs: context `[b, h, n, d_v]` in q's dtype, log-sum-exp `[b, h, n]` in f32 and
+/// the row statistics `[b, h, n, ROW_STATS]` in f32 (`[1, 1, 1, 1]` when not asked for).
 #[allow(clippy::too_many_arguments)]
 fn forward_meta(
     q: &TensorSpec,
@@ -86,13 +89,26 @@ fn forward_meta(
     _slopes: &TensorSpec,
     _bad_keys: &TensorSpec,
     _bad_queries: &TensorSpec,
-    _call: &CubeCall,
-) -> (TensorSpec, TensorSpec) {
+    call: &CubeCall,
+) -> (TensorSpec, TensorSpec, TensorSpec) {
     let (qd, vd) = (q.shape.clone(), v.shape.clone());
     (
         TensorSpec::new(Shape::new([qd[0], qd[1], qd[2], vd[3]]), q.dtype),
         TensorSpec::new(Shape::new([qd[0], qd[1], qd[2]]), DType::F32),
+        TensorSpec::new(
+            Shape::new(stats_shape(call, [qd[0], qd[1], qd[2]])),
+            DType::F32,
+        ),
     )
+}
+
+/// The row statistics' shape: `[b, h, n, ROW_STATS]`, or `[1, 1, 1, 1]` when not asked for.
+fn stats_shape(call: &CubeCall, [b, h, n]: [usize; 3]) -> [usize; 4] {
+    if call.stats {
+        [b, h, n, ROW_STATS]
+    } else {
+        [1, 1, 1, 1]
+    }
 }
 
 /// The gradient specs: dQ, dK, dV shaped like q, k, v, and the score gradient `[b, h, n, m]`
@@ -134,7 +150,7 @@ fn scores_spec(q: &TensorSpec, k: &TensorSpec, want: bool) -> TensorSpec {
 #[backend_extension(Cube, Fusion, Autodiff)]
 pub(crate) trait CubeKernelBackend: Backend {
     /// (context `[b, h, n, d_v]` in q's dtype, log-sum-exp `[b, h, n]` in f32, +3e38 for a row
-    /// with no visible key); `extra` `[b|1, h|1, n|1, m]` (f32) is the bias with the masked keys
+    /// with no visible key, row statistics `[b, h, n, ROW_STATS]` in f32 when `call.stats`); `extra` `[b|1, h|1, n|1, m]` (f32) is the bias with the masked keys
     /// at −3e38 or −∞, `q_segments [b, n]` and `k_segments [b, m]` (I32) the segment ids and
     /// `slopes [2·h]` (f32) ALiBi's slopes then the sinks (zeros where absent);
     /// `bad_keys [b, h_kv, m]` and `bad_queries [b, h, n]` (f32) are 1 where q, k or v held a
@@ -153,7 +169,7 @@ pub(crate) trait CubeKernelBackend: Backend {
         bad_keys: FloatTensor<Self>,
         bad_queries: FloatTensor<Self>,
         call: CubeCall,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 
     /// (dQ, dK, dV, dS) of the forward pass with the same inputs, from its output `out`, its
     /// log-sum-exp and the output's gradient `d_out`; dS `[b, h, n, m]` is the gradient of the
@@ -194,7 +210,7 @@ impl CubeKernelBackend for CubeBackend {
         bad_keys: FloatTensor<Self>,
         bad_queries: FloatTensor<Self>,
         call: CubeCall,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>) {
+    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
         let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
         let extra = into_contiguous(extra);
         let (bad_keys, bad_queries) = (into_contiguous(bad_keys), into_contiguous(bad_queries));
@@ -210,7 +226,18 @@ impl CubeKernelBackend for CubeBackend {
             Shape::new([b, h, n, d_v]),
             dtype,
         );
-        let lse = empty_device_dtype(client.clone(), device, Shape::new([b, h, n]), DType::F32);
+        let lse = empty_device_dtype(
+            client.clone(),
+            device.clone(),
+            Shape::new([b, h, n]),
+            DType::F32,
+        );
+        let stats = empty_device_dtype(
+            client.clone(),
+            device,
+            Shape::new(stats_shape(&call, [b, h, n])),
+            DType::F32,
+        );
         let tiling = call.tiling;
         let rows = tiling.unit_rows(n, d_k.max(d_v));
         let (left, right) = call.window;
@@ -229,6 +256,7 @@ impl CubeKernelBackend for CubeBackend {
             bad_queries.into_tensor_arg(),
             context.clone().into_tensor_arg(),
             lse.clone().into_tensor_arg(),
+            stats.clone().into_tensor_arg(),
             call.scale,
             call.softcap.unwrap_or(1.0),
             call.offset,
@@ -248,9 +276,10 @@ impl CubeKernelBackend for CubeBackend {
             call.has_segments,
             call.has_alibi,
             call.has_sinks,
+            call.stats,
             storage(dtype),
         );
-        (context, lse)
+        (context, lse, stats)
     }
 
     fn cube_kernel_backward(
@@ -401,15 +430,16 @@ pub(crate) struct Extras {
     pub bad_queries: Tensor<3>,
 }
 
-/// Runs the op on tensors of a Cube (or Fusion over Cube) device: (context, log-sum-exp in f32).
+/// Runs the op on tensors of a Cube (or Fusion over Cube) device: (context, log-sum-exp in f32,
+/// row statistics `[b, h, n, ROW_STATS]` in f32 when `call.stats`).
 pub(crate) fn forward(
     q: Tensor<4>,
     k: Tensor<4>,
     v: Tensor<4>,
     extras: Extras,
     call: CubeCall,
-) -> (Tensor<4>, Tensor<3>) {
-    let (context, lse) = <Dispatch as CubeKernelBackend>::cube_kernel_forward(
+) -> (Tensor<4>, Tensor<3>, Option<Tensor<4>>) {
+    let (context, lse, stats) = <Dispatch as CubeKernelBackend>::cube_kernel_forward(
         q.into_dispatch(),
         k.into_dispatch(),
         v.into_dispatch(),
@@ -421,7 +451,11 @@ pub(crate) fn forward(
         extras.bad_queries.into_dispatch(),
         call,
     );
-    (Tensor::from_dispatch(context), Tensor::from_dispatch(lse))
+    (
+        Tensor::from_dispatch(context),
+        Tensor::from_dispatch(lse),
+        call.stats.then(|| Tensor::from_dispatch(stats)),
+    )
 }
 
 #[cfg(test)]

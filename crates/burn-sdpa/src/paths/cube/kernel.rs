@@ -18,6 +18,7 @@
 use cubecl::prelude::*;
 
 pub(crate) use super::bias::{Pair, extra_row, read_bias};
+pub(crate) use super::row_stats::{ROW_STATS, write_stats};
 
 /// Units per cube.
 pub(crate) const UNITS: usize = 32;
@@ -195,6 +196,7 @@ pub(crate) fn flash_forward<F: Float>(
     bad_queries: &Tensor<f32>,
     context: &mut Tensor<F>,
     lse: &mut Tensor<f32>,
+    stats: &mut Tensor<f32>,
     scale: f32,
     softcap: f32,
     offset: i32,
@@ -214,6 +216,7 @@ pub(crate) fn flash_forward<F: Float>(
     #[comptime] has_segments: bool,
     #[comptime] has_alibi: bool,
     #[comptime] has_sinks: bool,
+    #[comptime] has_stats: bool,
     #[define(F)] _dtype: ElemType,
 ) {
     let n = q.shape(2);
@@ -248,6 +251,18 @@ pub(crate) fn flash_forward<F: Float>(
     // 1 where the row is poisoned by a key it sees; its own query's state.
     let mut poisoned = Array::<f32>::new(rows);
     let mut bad_query = Array::<f32>::new(rows);
+    // The row statistics' accumulators (see `paths/online_stats.rs` for the recurrence): beside
+    // the running max m and sum l, keys_sum = Σ e^(s − m) over the keys (the sink apart) and
+    // weighted = Σ e^(s − m)·(s − m), rescaled when m grows; the visible max, the count and the
+    // moments about the row's first visible score.
+    let stat_rows = comptime!(if has_stats { rows } else { 1 });
+    let mut keys_sum = Array::<f32>::new(stat_rows);
+    let mut weighted = Array::<f32>::new(stat_rows);
+    let mut visible_max = Array::<f32>::new(stat_rows);
+    let mut count = Array::<f32>::new(stat_rows);
+    let mut shift = Array::<f32>::new(stat_rows);
+    let mut first_moment = Array::<f32>::new(stat_rows);
+    let mut second_moment = Array::<f32>::new(stat_rows);
     // A sink starts every row of its head with one term e^(sink − max) = 1 at max = sink (a sink
     // of −∞ is none).
     let mut start_max = <f32 as Float>::new(HIDDEN);
@@ -284,6 +299,15 @@ pub(crate) fn flash_forward<F: Float>(
         }
         row_max[r] = start_max;
         row_sum[r] = start_sum;
+        if has_stats {
+            keys_sum[r] = 0.0f32;
+            weighted[r] = 0.0f32;
+            visible_max[r] = <f32 as Float>::new(HIDDEN);
+            count[r] = 0.0f32;
+            shift[r] = 0.0f32;
+            first_moment[r] = 0.0f32;
+            second_moment[r] = 0.0f32;
+        }
         let mut segment = 0i32;
         if has_segments && active {
             segment = q_segments[batch_idx * n + query_idx];
@@ -434,6 +458,21 @@ pub(crate) fn flash_forward<F: Float>(
                     let new_max = f32::max(row_max[r], s);
                     correction = (row_max[r] - new_max).exp();
                     p = (s - new_max).exp();
+                    if has_stats {
+                        if count[r] < 0.5f32 {
+                            shift[r] = s;
+                        }
+                        let centred = s - shift[r];
+                        count[r] += 1.0f32;
+                        first_moment[r] += centred;
+                        second_moment[r] += centred * centred;
+                        visible_max[r] = f32::max(visible_max[r], s);
+                        // keys_sum is 0 until the first key, so δ·keys_sum is too.
+                        let delta = row_max[r] - new_max;
+                        weighted[r] =
+                            correction * (weighted[r] + delta * keys_sum[r]) + p * (s - new_max);
+                        keys_sum[r] = keys_sum[r] * correction + p;
+                    }
                     row_sum[r] = row_sum[r] * correction + p;
                     row_max[r] = new_max;
                 }
@@ -457,6 +496,21 @@ pub(crate) fn flash_forward<F: Float>(
     for r in 0..rows {
         let query_idx = first_query + r * UNITS;
         if query_idx < n {
+            if has_stats {
+                write_stats(
+                    stats,
+                    (bh * n + query_idx) * ROW_STATS,
+                    row_max[r],
+                    row_sum[r],
+                    keys_sum[r],
+                    weighted[r],
+                    visible_max[r],
+                    count[r],
+                    shift[r],
+                    first_moment[r],
+                    second_moment[r],
+                );
+            }
             let out_base = (bh * n + query_idx) * d_v;
             if row_sum[r] > 0.0f32 {
                 let inv = 1.0f32 / row_sum[r];

@@ -14,6 +14,7 @@ mod backward;
 mod bias;
 mod extension;
 pub(crate) mod kernel;
+mod row_stats;
 mod tile;
 
 use std::borrow::Cow;
@@ -67,8 +68,6 @@ fn basic_blocker(call: &Call) -> Option<&'static str> {
         Some("it runs on the CubeCL backends only")
     } else if input.need_weights || input.need_scores {
         Some("it cannot return the weights or scores")
-    } else if input.need_row_stats {
-        Some("it does not compute the row statistics yet (Naive does)")
     } else if call.dropout.is_some() {
         Some("it has no dropout")
     } else if !same_dtype {
@@ -204,6 +203,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
             )
         }),
         tiling,
+        stats: call.input.need_row_stats,
     };
     let need_lse = call.input.need_lse;
     let (query, bad_queries) = sanitized(call.input.query.clone());
@@ -222,7 +222,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         ..cube_call
     };
     let dtype = query.dtype();
-    let (context, lse) = extension::forward(query, key, value, extras, cube_call);
+    let (context, lse, stats) = extension::forward(query, key, value, extras, cube_call);
     // Between the kernel's two sentinels: poisoned (2e38); above: no visible key (3e38).
     let split = kernel::POISONED / 2.0 + kernel::NO_KEY / 2.0;
     let poisoned = lse
@@ -236,14 +236,42 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         .reshape([b, h, n, 1])
         .expand([b, h, n, d_v]);
     let mut output = AttentionOutput::from_context(context.mask_fill(poisoned_rows, f32::NAN));
+    // The kernel's no-key sentinel is the module's −∞, a poisoned row's log-sum-exp NaN (as
+    // from the CPU kernel); it comes back in the queries' dtype, as from the other paths.
+    let no_key = lse.clone().greater_elem(split);
+    let lse = lse
+        .mask_fill(no_key, f32::NEG_INFINITY)
+        .mask_fill(poisoned.clone(), f32::NAN);
+    if let Some(stats) = stats {
+        output.row_stats = Some(row_stats(stats, lse.clone(), poisoned).cast(dtype));
+    }
     if need_lse {
-        // The kernel's no-key sentinel is the module's −∞, a poisoned row's log-sum-exp NaN (as
-        // from the CPU kernel); it comes back in the queries' dtype, as from the other paths.
-        let no_key = lse.clone().greater_elem(split);
-        let lse = lse
-            .mask_fill(no_key, f32::NEG_INFINITY)
-            .mask_fill(poisoned, f32::NAN);
         output.lse = Some(lse.cast(dtype));
     }
     Ok(output)
+}
+
+/// The module's row statistics from the kernel's `[b, h, n, ROW_STATS]` (see
+/// [`kernel::ROW_STATS`]), the log-sum-exp (sentinels already mapped) and the poisoned rows.
+fn row_stats(stats: Tensor<4>, lse: Tensor<3>, poisoned: Tensor<3, Bool>) -> crate::RowStats {
+    let [b, h, n, _] = stats.dims();
+    // [b, h, n, ROW_STATS] -> [b, h, n] for statistic `idx`
+    let column = |idx: usize| {
+        stats
+            .clone()
+            .slice(s![.., .., .., idx..idx + 1])
+            .reshape([b, h, n])
+    };
+    let count = column(3);
+    let empty = count.clone().lower_equal_elem(0.0);
+    crate::RowStats {
+        max_logit: column(0).mask_fill(empty.clone(), f32::NEG_INFINITY),
+        lse,
+        entropy: column(1),
+        max_prob: column(2),
+        visible_keys: count,
+        logit_mean: column(4).mask_fill(empty.clone(), f32::NAN),
+        logit_std: column(5).mask_fill(empty, f32::NAN),
+    }
+    .poisoned(poisoned)
 }

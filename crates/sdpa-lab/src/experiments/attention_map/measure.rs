@@ -138,10 +138,11 @@ pub fn trained_map(seed: u64, backend: &str, device: &Device) -> Result<TrainedM
     let batch = task.batch(&mut data_rng, 256, device);
     let tokens: Vec<i64> = burn_sdpa::read_back("the batch's tokens", batch.tokens.clone())?;
     let targets: Vec<i64> = burn_sdpa::read_back("the batch's targets", batch.targets.clone())?;
-    let (_, att) = result.model.encode(batch.tokens.clone(), true);
-    let w = att
-        .first()
-        .map(|a| a.weights.clone())
+    let w = result
+        .model
+        .attention_maps(batch.tokens.clone())
+        .into_iter()
+        .next()
         .ok_or_else(|| LabError::Other("no attention recorded".into()))?;
     let [b, h, s, _] = w.dims();
     let wv = to_vec(w)?;

@@ -1,0 +1,145 @@
+//! Tests of the softmax loops: every instance against the portable one and against f64.
+#[test]
+fn tanh_matches_std() {
+    let mut worst: f32 = 0.0;
+    for i in -200_000..=200_000 {
+        let y = i as f32 * 1e-4;
+        worst = worst.max((super::tanh(y, f32::mul_add) - y.tanh()).abs());
+    }
+    assert!(worst < 3e-7, "worst absolute error {worst}");
+    assert_eq!(super::tanh(f32::INFINITY, f32::mul_add), 1.0);
+    assert_eq!(super::tanh(-1e30, f32::mul_add), -1.0);
+    let mut xs: Vec<f32> = (0..37).map(|i| (i as f32 - 18.0) * 0.7).collect();
+    let want: Vec<f32> = xs.iter().map(|x| 3.0 * (x / 3.0).tanh()).collect();
+    let mut grad = vec![0.0; xs.len()];
+    super::softcap_with_grad(&mut xs, 3.0, &mut grad);
+    for ((x, w), (g, i)) in xs.iter().zip(&want).zip(grad.iter().zip(0..)) {
+        let t = ((i as f32 - 18.0) * 0.7 / 3.0).tanh();
+        assert!(
+            (x - w).abs() < 1e-6 && (g - (1.0 - t * t)).abs() < 1e-6,
+            "{i}"
+        );
+    }
+}
+
+#[test]
+fn exp_matches_std_on_the_softmax_range() {
+    let mut worst: f32 = 0.0;
+    for i in 0..=200_000 {
+        let x = -87.0 * i as f32 / 200_000.0;
+        let rel = (super::exp(x, f32::mul_add) - x.exp()).abs() / x.exp();
+        worst = worst.max(rel);
+    }
+    assert!(worst < 5e-7, "worst relative error {worst}");
+    assert_eq!(super::exp(f32::NEG_INFINITY, f32::mul_add), 0.0);
+    assert_eq!(super::exp(-100.0, f32::mul_add), 0.0);
+    assert_eq!(super::exp(0.0, f32::mul_add), 1.0);
+}
+
+#[test]
+fn max_finds_the_largest_wherever_it_is_and_skips_nan() {
+    assert_eq!(super::max(&[]), f32::NEG_INFINITY);
+    for len in [1, 15, 16, 17, 63, 64, 65, 130] {
+        for at in 0..len {
+            let mut xs: Vec<f32> = (0..len).map(|i| -((i * 7 % 13) as f32)).collect();
+            xs[at] = 5.0;
+            if len > 1 {
+                xs[(at + 1) % len] = f32::NAN;
+            }
+            assert_eq!(super::max(&xs), 5.0, "len {len}, largest at {at}");
+            assert_eq!(
+                super::portable::max_body(&xs),
+                5.0,
+                "len {len}, largest at {at}"
+            );
+        }
+    }
+    assert_eq!(super::max(&[f32::NEG_INFINITY; 40]), f32::NEG_INFINITY);
+    assert_eq!(super::max(&[f32::NAN; 40]), f32::NEG_INFINITY);
+}
+
+#[test]
+fn the_bf16_dot_widens_exactly_and_sums_every_element() {
+    for len in [0, 1, 15, 16, 17, 64, 100] {
+        let xs: Vec<burn::tensor::bf16> = (0..len)
+            .map(|i| burn::tensor::bf16::from_f32((i as f32 - 7.0) * 0.37))
+            .collect();
+        let ys: Vec<burn::tensor::bf16> = (0..len)
+            .map(|i| burn::tensor::bf16::from_f32(1.0 + (i % 5) as f32 * 0.25))
+            .collect();
+        let want: f64 = xs
+            .iter()
+            .zip(&ys)
+            .map(|(x, y)| f64::from(x.to_f32()) * f64::from(y.to_f32()))
+            .sum();
+        let bits = |v: &[burn::tensor::bf16]| v.iter().map(|x| x.to_bits()).collect::<Vec<u16>>();
+        let (xb, yb) = (bits(&xs), bits(&ys));
+        for got in [
+            super::dot_bf16(&xb, &yb),
+            super::portable::dot_bf16_body(&xb, &yb),
+        ] {
+            assert!(
+                (f64::from(got) - want).abs() <= 1e-5 * want.abs().max(1.0),
+                "len {len}: {got} vs {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_instance_agrees_with_the_portable_loops() {
+    let xs: Vec<f32> = (0..103).map(|i| ((i * 37) % 101) as f32 * -0.173).collect();
+    let max = super::max(&xs);
+    assert_eq!(max, super::portable::max_body(&xs));
+    let (mut a, mut b) = (xs.clone(), xs.clone());
+    let sum_a = super::exp_sub_sum(&mut a, max);
+    let sum_b = super::portable::exp_sub_sum_body(&mut b, max);
+    assert!((sum_a - sum_b).abs() < 1e-5, "{sum_a} vs {sum_b}");
+    for (x, y) in a.iter().zip(&b) {
+        assert!((x - y).abs() < 1e-6);
+    }
+}
+
+#[test]
+fn the_weighted_sum_and_the_moments_match_f64_and_skip_hidden_keys() {
+    let mut xs: Vec<f32> = (0..37)
+        .map(|i| ((i * 29) % 31) as f32 * 0.37 - 4.0)
+        .collect();
+    xs[3] = f32::NEG_INFINITY;
+    xs[20] = f32::NEG_INFINITY;
+    let max = super::max(&xs);
+    let visible: Vec<f64> = xs
+        .iter()
+        .filter(|x| x.is_finite())
+        .map(|&x| x.into())
+        .collect();
+    let want_sum: f64 = visible.iter().map(|x| (x - f64::from(max)).exp()).sum();
+    let want_weighted: f64 = visible
+        .iter()
+        .map(|x| (x - f64::from(max)).exp() * (x - f64::from(max)))
+        .sum();
+    let shift = 1.5f32;
+    let want_d: f64 = visible.iter().map(|x| x - 1.5).sum();
+    let want_dd: f64 = visible.iter().map(|x| (x - 1.5).powi(2)).sum();
+    let (mut dispatched, mut portable) = (xs.clone(), xs.clone());
+    let results = [
+        super::exp_sub_sum_weighted(&mut dispatched, max),
+        super::portable::exp_sub_sum_weighted_body(&mut portable, max),
+    ];
+    for (ys, (sum, weighted)) in [&dispatched, &portable].into_iter().zip(results) {
+        assert!((f64::from(sum) - want_sum).abs() < 1e-5 * want_sum, "{sum}");
+        assert!((f64::from(weighted) - want_weighted).abs() < 1e-5 * want_weighted.abs());
+        assert_eq!(ys[3], 0.0);
+    }
+    for (count, d, dd) in [
+        super::moments(&xs, shift),
+        super::portable::moments_body(&xs, shift),
+    ] {
+        assert_eq!(count, 35.0);
+        assert!(
+            (f64::from(d) - want_d).abs() < 1e-4 * want_d.abs().max(1.0),
+            "{d}"
+        );
+        assert!((f64::from(dd) - want_dd).abs() < 1e-5 * want_dd, "{dd}");
+    }
+}
