@@ -4,8 +4,8 @@
 //! 1. **Training.** The default model at seq 512 (task k 256, vocab 512, batch 64, 2 heads,
 //!    d_k 32) trained with `--log-every 1` (every step records its attention statistics from the
 //!    training forward and reads them back) against `--log-every 1000` (no step after the first
-//!    records); evaluation alike in both (only at step 0). A step's time is its wall time without
-//!    the final checkpoint, averaged over the steps after the first.
+//!    records); evaluation alike in both (only at step 0). A step's time is its wall time,
+//!    averaged over the steps but the first (evaluation) and the last (the final checkpoint).
 //! 2. **The fused forward.** The module's forward (Auto: the CPU kernel) at b 4, h 8, n 1024,
 //!    d 64, causal, with and without `need_row_stats()`, the median of its repetitions.
 //!
@@ -25,16 +25,16 @@ use sdpa::model::{ProgressMode, RunOptions, TaskConfig, TrainConfig, train};
 use sdpa::{AttentionInput, ScaledDotProductAttentionConfig};
 
 /// Rounds of each measurement (arms alternate inside a round, their order flips every round).
-const ROUNDS: usize = 5;
+const ROUNDS: usize = 7;
 /// Optimizer steps per training run (the first is left out of the mean).
-const TRAIN_STEPS: usize = 12;
-/// Forward calls per arm and round.
-const FORWARD_REPS: usize = 7;
+const TRAIN_STEPS: usize = 16;
+/// Forward calls per arm and round (alternating call by call).
+const FORWARD_REPS: usize = 15;
 /// The largest relative cost the issue allows.
 const THRESHOLD: f64 = 0.05;
 
-/// Mean seconds per step (after the first, without checkpoints) of one training run.
-fn train_step_seconds(log_every: usize, dir: &std::path::Path) -> f64 {
+/// Mean seconds per step (the first and the last left out) of one training run, and per phase.
+fn train_step_seconds(log_every: usize, dir: &std::path::Path) -> (f64, [f64; 7]) {
     let task = TaskConfig::new().with_k(256).with_vocab(512);
     let mut config = TrainConfig::for_task(task);
     config.steps = TRAIN_STEPS;
@@ -51,34 +51,49 @@ fn train_step_seconds(log_every: usize, dir: &std::path::Path) -> f64 {
         overwrite: true,
     };
     let result = train(&config, &Device::flex().autodiff(), &options).expect("training runs");
-    let checkpoint = sdpa::model::Phase::Checkpoint as usize;
-    let steps = &result.profile.steps[1..];
-    let total: f64 = steps
-        .iter()
-        .map(|phases| phases.iter().sum::<f64>() - phases[checkpoint])
-        .sum();
-    total / steps.len() as f64
+    // Steps 1 .. last − 1: the first evaluates, the last writes the final checkpoint. Every
+    // phase counts (the checkpoint phase of the others holds the freeing of the step's
+    // tensors).
+    let all = &result.profile.steps;
+    let steps = &all[1..all.len() - 1];
+    let total: f64 = steps.iter().map(|phases| phases.iter().sum::<f64>()).sum();
+    let mut per_phase = [0.0; 7];
+    for phases in steps {
+        for (sum, x) in per_phase.iter_mut().zip(phases) {
+            *sum += x / steps.len() as f64;
+        }
+    }
+    (total / steps.len() as f64, per_phase)
 }
 
-/// Median seconds of the fused forward at b 4, h 8, n 1024, d 64, with or without statistics.
-fn forward_seconds(stats: bool, q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>) -> f64 {
+/// One forward at b 4, h 8, n 1024, d 64 (causal), with or without statistics: its seconds.
+fn forward_once(stats: bool, q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>) -> f64 {
     let attention = ScaledDotProductAttentionConfig::new().init();
-    let mut times = Vec::new();
-    for _ in 0..FORWARD_REPS {
-        let mut input = AttentionInput::new(q.clone(), k.clone(), v.clone()).causal();
-        if stats {
-            input = input.need_row_stats();
-        }
-        let start = Instant::now();
-        let out = attention.forward(input);
-        // Read back a little of each output, so that nothing stays lazy.
-        let _ = out.context.slice(s![0..1, 0..1, 0..1, 0..1]).into_data();
-        if let Some(rows) = out.row_stats {
-            let _ = rows.entropy.slice(s![0..1, 0..1, 0..1]).into_data();
-        }
-        times.push(start.elapsed().as_secs_f64());
+    let mut input = AttentionInput::new(q.clone(), k.clone(), v.clone()).causal();
+    if stats {
+        input = input.need_row_stats();
     }
-    median(&mut times)
+    let start = Instant::now();
+    let out = attention.forward(input);
+    // Read back a little of each output, so that nothing stays lazy.
+    let _ = out.context.slice(s![0..1, 0..1, 0..1, 0..1]).into_data();
+    if let Some(rows) = out.row_stats {
+        let _ = rows.entropy.slice(s![0..1, 0..1, 0..1]).into_data();
+    }
+    start.elapsed().as_secs_f64()
+}
+
+/// One round of the forward: [`FORWARD_REPS`] calls per arm, alternating call by call (the
+/// first arm flips with `with_first`); the median seconds of each arm.
+fn forward_round(with_first: bool, q: &Tensor<4>, k: &Tensor<4>, v: &Tensor<4>) -> (f64, f64) {
+    let (mut with, mut without) = (Vec::new(), Vec::new());
+    for _ in 0..FORWARD_REPS {
+        for stats in [with_first, !with_first] {
+            let t = forward_once(stats, q, k, v);
+            if stats { with.push(t) } else { without.push(t) }
+        }
+    }
+    (median(&mut with), median(&mut without))
 }
 
 fn median(xs: &mut [f64]) -> f64 {
@@ -153,23 +168,22 @@ fn main() {
         Tensor::<4>::random(shape, normal, &device),
     );
     // Warm-up: the thread pool, the allocator, the first tiles.
-    let _ = forward_seconds(true, &q, &k, &v);
-    let _ = forward_seconds(false, &q, &k, &v);
+    let _ = forward_round(true, &q, &k, &v);
 
     let (mut training, mut forward) = (Vec::new(), Vec::new());
+    // Per arm (with, without): the phases' seconds per step, summed over rounds.
+    let mut phases = [[0.0f64; 7]; 2];
     for round in 0..ROUNDS {
         let with_first = round % 2 == 0;
         let mut pair = [0.0; 2];
+        forward.push(forward_round(with_first, &q, &k, &v));
         for arm in 0..2 {
             let stats = (arm == 0) == with_first;
-            let t = forward_seconds(stats, &q, &k, &v);
+            let (t, per_phase) = train_step_seconds(if stats { 1 } else { 1000 }, dir.path());
             pair[usize::from(!stats)] = t;
-        }
-        forward.push((pair[0], pair[1]));
-        for arm in 0..2 {
-            let stats = (arm == 0) == with_first;
-            let t = train_step_seconds(if stats { 1 } else { 1000 }, dir.path());
-            pair[usize::from(!stats)] = t;
+            for (sum, x) in phases[usize::from(!stats)].iter_mut().zip(per_phase) {
+                *sum += x / ROUNDS as f64;
+            }
         }
         training.push((pair[0], pair[1]));
         eprintln!(
@@ -182,6 +196,18 @@ fn main() {
         );
     }
     let (training, forward) = (Rounds(training), Rounds(forward));
+    let mut phase_table = String::from(
+        "| phase | with statistics (ms per step) | without (ms per step) |\n|---|---|---|\n",
+    );
+    for phase in sdpa::model::Phase::ALL {
+        let idx = phase as usize;
+        phase_table.push_str(&format!(
+            "| {} | {:.1} | {:.1} |\n",
+            phase.name(),
+            phases[0][idx] * 1e3,
+            phases[1][idx] * 1e3
+        ));
+    }
     let features = sdpa::cpu_kernel::cpu_features().join(", ");
     let report = format!(
         "# What the row statistics cost\n\n\
@@ -191,17 +217,20 @@ fn main() {
          every round. The threshold (at most {pct:.0}%) was fixed by issue 35 before the run.\n\n\
          ## Training at seq 512: `--log-every 1` against `--log-every 1000`\n\n\
          The default model (task k 256, vocab 512, batch 64, 2 heads, d_k 32, Adam), {TRAIN_STEPS} \
-         steps per run, evaluation only at step 0 in both; a step's wall time without the final \
-         checkpoint, averaged over steps 1–{last}. With `--log-every 1` every step asks its \
+         steps per run, evaluation only at step 0 in both; a step's wall time (every phase), \
+         averaged over steps 1–{last} (step 0 evaluates, the last writes the final checkpoint). With `--log-every 1` every step asks its \
          training forward for the row statistics, reduces them to the layer's diagnostics and \
          reads them back with the loss and the gradient norms (no second pass).\n\n{train}\n\
+         Where a step's time goes (mean over the rounds; `host_read` holds the diagnostics' \
+         reductions and the step's one read-back, `record` the CSV line, `checkpoint` the freeing \
+         of the step's tensors):\n\n{phase_table}\n\
          ## The fused forward: with and without `need_row_stats()`\n\n\
          `ScaledDotProductAttention` (Auto: the CPU kernel) at b 4, h 8, n 1024, d_k = d_v = 64, \
-         causal, inference; the median of {FORWARD_REPS} calls per arm and round.\n\n{fwd}",
+         causal, inference; {FORWARD_REPS} calls per arm and round, alternating call by call, and the median of each arm.\n\n{fwd}",
         threads = sdpa::cpu_kernel::threads(),
         isa = sdpa::cpu_kernel::softmax_isa(),
         pct = THRESHOLD * 100.0,
-        last = TRAIN_STEPS - 1,
+        last = TRAIN_STEPS - 2,
         train = training.table("training", "ms per step", 1e3),
         fwd = forward.table("forward", "ms", 1e3),
     );

@@ -231,6 +231,19 @@ fn per_head_max(x: Tensor<4>) -> Tensor<1> {
 pub fn diagnostics_from_row_stats(
     stats: &crate::RowStats,
 ) -> Result<AttentionDiagnostics, AttentionError> {
+    let n_heads = stats.entropy.dims()[1];
+    let values: Vec<f64> = read_back("the diagnostics", diagnostics_tensor(stats))?;
+    AttentionDiagnostics::from_tensor_values(&values, n_heads)
+}
+
+/// How many values per head [`diagnostics_tensor`] holds.
+pub const DIAGNOSTIC_VALUES: usize = 9;
+
+/// The reductions behind [`diagnostics_from_row_stats`], left on the device: `[DIAGNOSTIC_VALUES
+/// · h]` values (f32) that [`AttentionDiagnostics::from_tensor_values`] turns into the
+/// diagnostics once read back. A training loop concatenates them with its other numbers to read
+/// everything a step records in one transfer.
+pub fn diagnostics_tensor(stats: &crate::RowStats) -> Tensor<1> {
     let [b, h, n] = stats.entropy.dims();
     let prep = |t: &Tensor<3>| {
         let t = t.clone();
@@ -268,23 +281,38 @@ pub fn diagnostics_from_row_stats(
         per_head_sum(zero_unless(prep(&stats.logit_std), &multi)),
         per_head_max(prep(&stats.max_logit).mask_fill(valid.bool_not(), f32::NEG_INFINITY)),
     ];
-    // [rows, h], read back in one transfer.
-    let table: Vec<f32> = read_back("the diagnostics", Tensor::stack::<2>(rows, 0))?;
-    let at = |r: usize, head: usize| table[r * h + head] as f64;
-    let per_head = (0..h)
-        .map(|head| {
-            let n_valid = at(0, head).max(1.0);
-            let n_multi = at(1, head).max(1.0);
-            HeadDiagnostics {
-                entropy: at(2, head) / n_valid,
-                normalized_entropy: at(3, head) / n_multi,
-                max_prob: at(4, head) / n_valid,
-                effective_keys: at(5, head) / n_valid,
-                saturated_fraction: at(6, head) / n_valid,
-                logit_std: Some(at(7, head) / n_multi),
-                max_logit: Some(at(8, head)),
-            }
-        })
-        .collect();
-    Ok(AttentionDiagnostics { per_head })
+    // [DIAGNOSTIC_VALUES, h] -> [DIAGNOSTIC_VALUES · h]
+    Tensor::stack::<2>(rows, 0).reshape([DIAGNOSTIC_VALUES * h])
+}
+
+impl AttentionDiagnostics {
+    /// The diagnostics from the values of [`diagnostics_tensor`] read back, for `n_heads`
+    /// heads; an error names a length that does not fit.
+    pub fn from_tensor_values(values: &[f64], n_heads: usize) -> Result<Self, AttentionError> {
+        if values.len() != DIAGNOSTIC_VALUES * n_heads {
+            return Err(AttentionError::Shape {
+                what: "diagnostics values",
+                expected: format!("{DIAGNOSTIC_VALUES} × {n_heads} heads"),
+                got: vec![values.len()],
+            });
+        }
+        // `values` is [DIAGNOSTIC_VALUES, h] by construction.
+        let at = |r: usize, head: usize| values[r * n_heads + head];
+        let per_head = (0..n_heads)
+            .map(|head| {
+                let n_valid = at(0, head).max(1.0);
+                let n_multi = at(1, head).max(1.0);
+                HeadDiagnostics {
+                    entropy: at(2, head) / n_valid,
+                    normalized_entropy: at(3, head) / n_multi,
+                    max_prob: at(4, head) / n_valid,
+                    effective_keys: at(5, head) / n_valid,
+                    saturated_fraction: at(6, head) / n_valid,
+                    logit_std: Some(at(7, head) / n_multi),
+                    max_logit: Some(at(8, head)),
+                }
+            })
+            .collect();
+        Ok(Self { per_head })
+    }
 }

@@ -72,8 +72,8 @@ mod vocabulary;
 
 pub use cache::{INITIAL_CAPACITY, MhaCache};
 pub use diagnostics::{
-    AttentionDiagnostics, HeadDiagnostics, SATURATION_THRESHOLD, attention_diagnostics,
-    diagnostics_from_row_stats,
+    AttentionDiagnostics, DIAGNOSTIC_VALUES, HeadDiagnostics, SATURATION_THRESHOLD,
+    attention_diagnostics, diagnostics_from_row_stats, diagnostics_tensor,
 };
 pub use error::AttentionError;
 pub use input::{

@@ -224,19 +224,42 @@ pub struct Block {
 
 /// What one attention layer did in a forward pass (when asked to record it), taken from that
 /// forward itself: the row statistics its attention path carried through the softmax (no second
-/// pass, no `[b, h, s, s]` weights) and the heads it projected.
+/// pass, no `[b, h, s, s]` weights) and the scale of the heads it projected (reduced right away,
+/// so that the heads themselves are not kept alive past the step's backward pass).
 #[derive(Debug, Clone)]
 pub struct LayerAttention {
     /// `[b, h, s]` each: entropy, largest weight and logit, visible keys, logit mean and std.
     pub stats: RowStats,
-    /// `[b, h, s, d_k]` the query heads that enter the scores (after QK-norm, before the scale),
-    /// detached.
-    pub query: Tensor<4>,
-    /// `[b, h_kv, s, d_k]` the key heads, detached.
-    pub key: Tensor<4>,
+    /// `[2]`, outside autodiff: the standard deviation of the query and of the key components
+    /// that enter the scores (after QK-norm, before the scale), over every batch entry, head,
+    /// position and component.
+    pub qk_std: Tensor<1>,
 }
 
 impl LayerAttention {
+    /// The record of a layer from its row statistics and the query `[b, h, s, d_k]` and key
+    /// `[b, h_kv, s, d_k]` heads it projected.
+    pub fn new(stats: RowStats, query: &Tensor<4>, key: &Tensor<4>) -> Self {
+        let std = |t: &Tensor<4>| {
+            let t = if t.is_autodiff() {
+                t.clone().without_autodiff()
+            } else {
+                t.clone()
+            };
+            // population std: sqrt(mean(x²) − mean(x)²), [b, h, s, d_k] -> [1]; reduced in
+            // place (the heads are a strided view of the projection: no flattening copy)
+            let len = t.shape().num_elements().max(1) as f64;
+            let mean = t.clone().sum().div_scalar(len);
+            (t.square().sum().div_scalar(len) - mean.clone() * mean)
+                .clamp_min(0.0)
+                .sqrt()
+        };
+        Self {
+            stats,
+            qk_std: Tensor::cat(vec![std(query), std(key)], 0),
+        }
+    }
+
     /// The library's diagnostics of this layer (an error only when they cannot be read back
     /// from the device).
     pub fn diagnostics(&self) -> Result<AttentionDiagnostics, AttentionError> {
@@ -244,21 +267,10 @@ impl LayerAttention {
     }
 
     /// The standard deviation of the query and of the key components that enter the scores
-    /// (over every batch entry, head, position and component): the article's premise is that
-    /// they are close to 1 after LayerNorm and training.
+    /// (see [`qk_std`](Self::qk_std)): the article's premise is that they are close to 1 after
+    /// LayerNorm and training.
     pub fn qk_std(&self) -> Result<(f64, f64), AttentionError> {
-        let std = |t: &Tensor<4>| {
-            let flat = t.clone().flatten::<1>(0, 3);
-            // population std: sqrt(mean(x²) − mean(x)²), [len] -> [1]
-            let mean = flat.clone().mean();
-            (flat.square().mean() - mean.clone() * mean)
-                .clamp_min(0.0)
-                .sqrt()
-        };
-        let v: Vec<f64> = burn_sdpa::read_back(
-            "the query and key std",
-            Tensor::cat(vec![std(&self.query), std(&self.key)], 0),
-        )?;
+        let v: Vec<f64> = burn_sdpa::read_back("the query and key std", self.qk_std.clone())?;
         Ok((v[0], v[1]))
     }
 }
@@ -315,7 +327,8 @@ pub struct AttentionModel {
 enum Record {
     /// Nothing (the plain training and evaluation forward).
     Nothing,
-    /// The row statistics and the projected query and key heads ([`LayerAttention`]).
+    /// The row statistics and the scale of the projected query and key heads
+    /// ([`LayerAttention`]).
     Stats,
     /// The softmax weights (a materializing pass, for analysis).
     Weights,
@@ -383,7 +396,7 @@ impl AttentionModel {
                 out
             } else if mode == Record::Stats {
                 // The training forward itself asks its path for the row statistics (every path
-                // carries them through its softmax) and keeps the heads it projected.
+                // carries them through its softmax) and measures the heads it projected.
                 let input = MhaInput::self_attn(h).need_row_stats();
                 let attention = &block.attention;
                 let (query, key, value) = attention
@@ -393,11 +406,7 @@ impl AttentionModel {
                     .attend(input, query.clone(), key.clone(), value)
                     .unwrap_or_else(|e| panic!("{e}"));
                 if let Some(stats) = out.row_stats.take() {
-                    recorded.push(LayerAttention {
-                        stats,
-                        query: query.detach(),
-                        key: key.detach(),
-                    });
+                    recorded.push(LayerAttention::new(stats, &query, &key));
                 }
                 out
             } else {

@@ -22,6 +22,7 @@ mod files;
 mod lock;
 mod memory;
 mod profile;
+mod grad_norms;
 mod run;
 
 use std::path::PathBuf;

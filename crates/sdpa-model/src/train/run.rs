@@ -6,17 +6,18 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use burn::module::{Module, ModuleVisitor, Param};
+use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 use burn::tensor::Gradients;
-use burn_sdpa::read_back;
+use burn_sdpa::{AttentionDiagnostics, AttentionError, read_back};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::checkpoint::{CheckpointState, json, load_checkpoint, save_checkpoint};
 use super::config::TrainConfig;
 use super::files::write_atomic;
+use super::grad_norms::{grad_squares, squared_norm};
 use super::lock::{RunLock, take_dir};
 use super::profile::{Phase, StepClock, StepProfile};
 use super::{RunOptions, TrainResult, TrainSummary, Versions, evaluate, init_model};
@@ -214,22 +215,29 @@ impl<'a> Run<'a> {
         let grads = out.loss.backward();
         clock.lap(Phase::Backward);
         // The loss and the global gradient norm of every step, to stop at the first that is not
-        // finite (one read-back of two numbers).
-        let health: Vec<f64> = read_back(
-            "the step's loss",
-            Tensor::cat(
-                vec![
-                    out.loss.clone().without_autodiff(),
-                    grad_squares(&self.model, &grads),
-                ],
-                0,
-            ),
-        )?;
-        let (loss, grad_norm) = (health[0], health[1].sqrt());
+        // finite, and on a recorded step everything it records: one read-back.
+        let mut parts = vec![
+            out.loss.clone().without_autodiff(),
+            grad_squares(&self.model, &grads),
+        ];
+        if record {
+            parts.extend(self.record_parts(&out, &grads));
+        }
+        let values: Vec<f64> = read_back("the step's loss and records", Tensor::cat(parts, 0))?;
+        let (loss, grad_norm) = (values[0], values[1].sqrt());
         let diverged = !(loss.is_finite() && grad_norm.is_finite());
         clock.lap(Phase::HostRead);
-        if record || diverged {
-            self.record(&out, &grads)?;
+        if record {
+            self.record(&out, &values)?;
+        } else if diverged {
+            // The diverged step's record, read back now (once per run).
+            let mut parts = vec![
+                out.loss.clone().without_autodiff(),
+                grad_squares(&self.model, &grads),
+            ];
+            parts.extend(self.record_parts(&out, &grads));
+            let values: Vec<f64> = read_back("the step's records", Tensor::cat(parts, 0))?;
+            self.record(&out, &values)?;
         }
         clock.lap(Phase::Record);
         if diverged {
@@ -264,14 +272,12 @@ impl<'a> Run<'a> {
 
     /// Records the step: loss, accuracy, gradient norms, attention diagnostics and, when due, the
     /// held-out evaluation; appends the row to `metrics.csv`.
-    fn record(&mut self, out: &BatchResult, grads: &Gradients) -> Result<(), ModelError> {
-        let config = self.config;
-        let step = self.step;
-        let mut parts = vec![
-            out.loss.clone().without_autodiff(),
-            out.accuracy().without_autodiff(),
-            grad_squares(&self.model, grads),
-        ];
+    /// What a recorded step reads back beside its loss and squared gradient norm, left on the
+    /// device: the accuracy, the squared gradient norms of the query, key and value projections
+    /// (all layers), then per layer the diagnostics' values
+    /// ([`DIAGNOSTIC_VALUES`](burn_sdpa::DIAGNOSTIC_VALUES) per head) and the query and key std.
+    fn record_parts(&self, out: &BatchResult, grads: &Gradients) -> Vec<Tensor<1>> {
+        let mut parts = vec![out.accuracy().without_autodiff()];
         let inner = &self.inner;
         let blocks = &self.model.blocks;
         let squared = |f: &dyn Fn(&Block) -> Option<Tensor<2>>| {
@@ -284,14 +290,36 @@ impl<'a> Run<'a> {
         parts.push(squared(&|b| b.attention.query.weight.grad(grads)));
         parts.push(squared(&|b| b.attention.key.weight.grad(grads)));
         parts.push(squared(&|b| b.attention.value.weight.grad(grads)));
-        // [loss, accuracy, |g|², |g_q|², |g_k|², |g_v|²], read back in one transfer.
-        let v: Vec<f64> = read_back("the step's loss and gradient norms", Tensor::cat(parts, 0))?;
+        for layer in &out.attention {
+            parts.push(burn_sdpa::diagnostics_tensor(&layer.stats));
+            parts.push(layer.qk_std.clone());
+        }
+        parts
+    }
+
+    /// Records the step from `v`, the values read back: [loss, |g|², then
+    /// [`record_parts`](Self::record_parts)'s].
+    fn record(&mut self, out: &BatchResult, v: &[f64]) -> Result<(), ModelError> {
+        let config = self.config;
+        let step = self.step;
+        // [loss, |g|², accuracy, |g_q|², |g_k|², |g_v|², per layer: diagnostics, q std, k std]
+        let mut rest = &v[6.min(v.len())..];
         let layers = out
             .attention
             .iter()
             .map(|a| {
-                let d = a.diagnostics()?.mean();
-                let (query_std, key_std) = a.qk_std()?;
+                let n_heads = a.stats.entropy.dims()[1];
+                let len = burn_sdpa::DIAGNOSTIC_VALUES * n_heads;
+                if rest.len() < len + 2 {
+                    return Err(ModelError::Attention(AttentionError::Shape {
+                        what: "the recorded values",
+                        expected: format!("{} more", len + 2),
+                        got: vec![rest.len()],
+                    }));
+                }
+                let d = AttentionDiagnostics::from_tensor_values(&rest[..len], n_heads)?.mean();
+                let (query_std, key_std) = (rest[len], rest[len + 1]);
+                rest = &rest[len + 2..];
                 Ok(LayerMetrics {
                     entropy: d.entropy,
                     normalized_entropy: d.normalized_entropy,
@@ -315,8 +343,8 @@ impl<'a> Run<'a> {
         let m = StepMetrics {
             step,
             loss: v[0],
-            accuracy: v[1],
-            grad_norm: v[2].sqrt(),
+            accuracy: v[2],
+            grad_norm: v[1].sqrt(),
             grad_norm_query: v[3].sqrt(),
             grad_norm_key: v[4].sqrt(),
             grad_norm_value: v[5].sqrt(),
@@ -483,36 +511,6 @@ impl<'a> Run<'a> {
             profile: self.profile,
         })
     }
-}
-
-/// |g|² over every parameter, as a one-element tensor.
-fn grad_squares(model: &AttentionModel, grads: &Gradients) -> Tensor<1> {
-    let mut squares = GradSquares {
-        grads,
-        sums: Vec::new(),
-    };
-    model.visit(&mut squares);
-    Tensor::cat(squares.sums, 0).sum()
-}
-
-/// Sums the squared gradients of all parameters.
-struct GradSquares<'a> {
-    grads: &'a Gradients,
-    sums: Vec<Tensor<1>>,
-}
-
-impl ModuleVisitor for GradSquares<'_> {
-    fn visit_float<const D: usize>(&mut self, param: &Param<Tensor<D>>) {
-        if let Some(g) = param.grad(self.grads) {
-            self.sums.push(g.square().sum());
-        }
-    }
-}
-
-/// `|t|²` as a one-element tensor (0 when there is no gradient).
-fn squared_norm(t: Option<Tensor<2>>, device: &Device) -> Tensor<1> {
-    t.map(|g| g.square().sum())
-        .unwrap_or_else(|| Tensor::zeros([1], device))
 }
 
 /// The held-out batches, drawn once from a seed derived from the run's.

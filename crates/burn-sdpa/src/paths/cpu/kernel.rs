@@ -479,16 +479,16 @@ impl<'a, T: Element> Inputs<'a, T> {
                     row_scores.fill(0.0);
                     continue;
                 }
+                let correction = (old_max - new_max).exp(); // exp(-inf) = 0 on the first tile
                 let tile_sum = if with_stats {
-                    scratch.stats.observe(row, row_scores, tile_max);
-                    let tile = simd::exp_sub_sum_weighted(row_scores, new_max);
-                    let delta = old_max - new_max;
-                    scratch.stats.rescale(row, delta, delta.exp(), tile);
-                    tile.0
+                    let maxima = (old_max, new_max, correction);
+                    let masked = kind == TileKind::Masked;
+                    scratch
+                        .stats
+                        .add_tile(row, row_scores, tile_max, maxima, masked)
                 } else {
                     simd::exp_sub_sum(row_scores, new_max)
                 };
-                let correction = (old_max - new_max).exp(); // exp(-inf) = 0 on the first tile
                 if correction != 1.0 {
                     simd::scale(&mut acc[row * d_v..][..d_v], correction);
                 }
@@ -517,9 +517,8 @@ impl<'a, T: Element> Inputs<'a, T> {
             };
             block_lse[row] = lse;
             if let Some(stats) = block_stats.as_deref_mut() {
-                scratch
-                    .stats
-                    .finish(row, sum, lse, &mut stats[row * ROW_STATS..][..ROW_STATS]);
+                let out = &mut stats[row * ROW_STATS..][..ROW_STATS];
+                scratch.stats.finish(row, row_max[row], sum, lse, out);
             }
             let acc_row = &mut acc[row * d_v..][..d_v];
             simd::scale(acc_row, inv);

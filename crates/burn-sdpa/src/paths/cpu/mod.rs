@@ -70,8 +70,8 @@ mod reference;
 mod row_ops;
 pub(crate) mod shape;
 pub(crate) mod simd;
-#[cfg(any(feature = "flex", feature = "ndarray"))]
 mod stats_scratch;
+#[cfg(any(feature = "flex", feature = "ndarray"))]
 mod storage;
 mod tile;
 pub(crate) mod tile_bf16;

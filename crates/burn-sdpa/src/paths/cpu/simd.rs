@@ -89,16 +89,17 @@ pub fn exp_sub_sum(xs: &mut [f32], max: f32) -> f32 {
     dispatch!(exp_sub_sum_body(xs, max))
 }
 
-/// [`exp_sub_sum`] that also returns `Σ e^(x − max)·(x − max)` (the entropy's numerator; a term
-/// whose weight underflows to 0 adds 0, also for `x = −∞`): `(sum, weighted)`.
-pub fn exp_sub_sum_weighted(xs: &mut [f32], max: f32) -> (f32, f32) {
-    dispatch!(exp_sub_sum_weighted_body(xs, max))
+/// [`exp_sub_sum`] that also sums, in the same pass, what the row statistics need, with
+/// `d = x − max`: `[Σ e^d, Σ e^d·d, len, Σ d, Σ d²]`. For a slice without −∞ (a tile the mask
+/// does not touch).
+pub fn exp_sub_sum_moments(xs: &mut [f32], max: f32) -> [f32; 5] {
+    dispatch!(exp_sub_sum_moments_body(xs, max))
 }
 
-/// Over the visible elements (those above −∞; NaN is skipped): `(count, Σ (x − shift),
-/// Σ (x − shift)²)`. A shift near the values keeps the second moment free of cancellation.
-pub fn moments(xs: &[f32], shift: f32) -> (f32, f32, f32) {
-    dispatch!(moments_body(xs, shift))
+/// [`exp_sub_sum_moments`] over the visible elements only (those above −∞; their count is the
+/// third sum): a hidden element's weight is 0 and it adds nothing to the other sums.
+pub fn exp_sub_sum_moments_masked(xs: &mut [f32], max: f32) -> [f32; 5] {
+    dispatch!(exp_sub_sum_moments_masked_body(xs, max))
 }
 
 /// `x ← x · factor` for every element.
@@ -200,63 +201,66 @@ macro_rules! bodies {
         }
 
         $(#[$attr])*
-        pub fn exp_sub_sum_weighted_body(xs: &mut [f32], max: f32) -> (f32, f32) {
-            // d is clamped at −100, where exp is already 0, so that a hidden key (−∞) adds
-            // 0·(−100) = 0 rather than 0·(−∞) = NaN.
-            let term = |x: &mut f32| {
-                let d = (*x - max).max(-100.0);
-                *x = super::exp(d, $madd);
-                (*x, *x * d)
-            };
-            let (mut sums, mut weighted) = ([0.0f32; LANES], [0.0f32; LANES]);
+        pub fn exp_sub_sum_moments_body(xs: &mut [f32], max: f32) -> [f32; 5] {
+            let mut lanes = [[0.0f32; LANES]; 4];
             let mut chunks = xs.chunks_exact_mut(LANES);
             for chunk in &mut chunks {
-                for ((s, w), x) in sums.iter_mut().zip(weighted.iter_mut()).zip(chunk.iter_mut()) {
-                    let (p, pd) = term(x);
-                    *s += p;
-                    *w += pd;
+                for i in 0..LANES {
+                    let d = chunk[i] - max;
+                    let p = super::exp(d, $madd);
+                    chunk[i] = p;
+                    lanes[0][i] += p;
+                    lanes[1][i] = $madd(p, d, lanes[1][i]);
+                    lanes[2][i] += d;
+                    lanes[3][i] = $madd(d, d, lanes[3][i]);
                 }
             }
-            let (mut sum, mut weight) = (0.0, 0.0);
+            let mut total = [0.0f32; 4];
             for x in chunks.into_remainder() {
-                let (p, pd) = term(x);
-                sum += p;
-                weight += pd;
+                let d = *x - max;
+                *x = super::exp(d, $madd);
+                total[0] += *x;
+                total[1] += *x * d;
+                total[2] += d;
+                total[3] += d * d;
             }
-            (
-                sum + sums.iter().sum::<f32>(),
-                weight + weighted.iter().sum::<f32>(),
-            )
+            for (sum, lane) in total.iter_mut().zip(&lanes) {
+                *sum += lane.iter().sum::<f32>();
+            }
+            [total[0], total[1], xs.len() as f32, total[2], total[3]]
         }
 
         $(#[$attr])*
-        pub fn moments_body(xs: &[f32], shift: f32) -> (f32, f32, f32) {
-            let term = |x: f32| {
-                let seen = x > f32::NEG_INFINITY;
-                let d = if seen { x - shift } else { 0.0 };
-                (if seen { 1.0 } else { 0.0 }, d, d * d)
+        pub fn exp_sub_sum_moments_masked_body(xs: &mut [f32], max: f32) -> [f32; 5] {
+            // A hidden element (−∞) has d = −∞ and a weight exp(max(d, −100)) = 0; the select
+            // keeps −∞ (and 0·−∞ = NaN) out of the other sums.
+            let term = |x: &mut f32| {
+                let seen = *x > f32::NEG_INFINITY;
+                let p = super::exp((*x - max).max(-100.0), $madd);
+                let d = if seen { *x - max } else { 0.0 };
+                *x = p;
+                [p, p * d, if seen { 1.0 } else { 0.0 }, d, d * d]
             };
-            let mut lanes = [[0.0f32; LANES]; 3];
-            let mut chunks = xs.chunks_exact(LANES);
+            let mut lanes = [[0.0f32; LANES]; 5];
+            let mut chunks = xs.chunks_exact_mut(LANES);
             for chunk in &mut chunks {
-                for (i, x) in chunk.iter().enumerate() {
-                    let (c, d, dd) = term(*x);
-                    lanes[0][i] += c;
-                    lanes[1][i] += d;
-                    lanes[2][i] += dd;
+                for i in 0..LANES {
+                    let t = term(&mut chunk[i]);
+                    for k in 0..5 {
+                        lanes[k][i] += t[k];
+                    }
                 }
             }
-            let mut total = [0.0f32; 3];
-            for x in chunks.remainder() {
-                let (c, d, dd) = term(*x);
-                total[0] += c;
-                total[1] += d;
-                total[2] += dd;
+            let mut total = [0.0f32; 5];
+            for x in chunks.into_remainder() {
+                for (sum, t) in total.iter_mut().zip(term(x)) {
+                    *sum += t;
+                }
             }
-            for (t, l) in total.iter_mut().zip(&lanes) {
-                *t += l.iter().sum::<f32>();
+            for (sum, lane) in total.iter_mut().zip(&lanes) {
+                *sum += lane.iter().sum::<f32>();
             }
-            (total[0], total[1], total[2])
+            total
         }
 
         $(#[$attr])*

@@ -101,45 +101,53 @@ fn every_instance_agrees_with_the_portable_loops() {
 }
 
 #[test]
-fn the_weighted_sum_and_the_moments_match_f64_and_skip_hidden_keys() {
-    let mut xs: Vec<f32> = (0..37)
+fn the_statistics_passes_match_f64_and_skip_hidden_keys() {
+    let plain: Vec<f32> = (0..37)
         .map(|i| ((i * 29) % 31) as f32 * 0.37 - 4.0)
         .collect();
-    xs[3] = f32::NEG_INFINITY;
-    xs[20] = f32::NEG_INFINITY;
-    let max = super::max(&xs);
-    let visible: Vec<f64> = xs
-        .iter()
-        .filter(|x| x.is_finite())
-        .map(|&x| x.into())
-        .collect();
-    let want_sum: f64 = visible.iter().map(|x| (x - f64::from(max)).exp()).sum();
-    let want_weighted: f64 = visible
-        .iter()
-        .map(|x| (x - f64::from(max)).exp() * (x - f64::from(max)))
-        .sum();
-    let shift = 1.5f32;
-    let want_d: f64 = visible.iter().map(|x| x - 1.5).sum();
-    let want_dd: f64 = visible.iter().map(|x| (x - 1.5).powi(2)).sum();
-    let (mut dispatched, mut portable) = (xs.clone(), xs.clone());
-    let results = [
-        super::exp_sub_sum_weighted(&mut dispatched, max),
-        super::portable::exp_sub_sum_weighted_body(&mut portable, max),
-    ];
-    for (ys, (sum, weighted)) in [&dispatched, &portable].into_iter().zip(results) {
-        assert!((f64::from(sum) - want_sum).abs() < 1e-5 * want_sum, "{sum}");
-        assert!((f64::from(weighted) - want_weighted).abs() < 1e-5 * want_weighted.abs());
-        assert_eq!(ys[3], 0.0);
-    }
-    for (count, d, dd) in [
-        super::moments(&xs, shift),
-        super::portable::moments_body(&xs, shift),
-    ] {
-        assert_eq!(count, 35.0);
-        assert!(
-            (f64::from(d) - want_d).abs() < 1e-4 * want_d.abs().max(1.0),
-            "{d}"
-        );
-        assert!((f64::from(dd) - want_dd).abs() < 1e-5 * want_dd, "{dd}");
+    let mut hidden = plain.clone();
+    hidden[3] = f32::NEG_INFINITY;
+    hidden[20] = f32::NEG_INFINITY;
+    for (xs, masked) in [(&plain, false), (&hidden, true), (&plain, true)] {
+        let max = super::max(xs);
+        let m = f64::from(max);
+        let visible: Vec<f64> = xs
+            .iter()
+            .filter(|x| x.is_finite())
+            .map(|&x| x.into())
+            .collect();
+        let want = [
+            visible.iter().map(|x| (x - m).exp()).sum::<f64>(),
+            visible.iter().map(|x| (x - m).exp() * (x - m)).sum(),
+            visible.len() as f64,
+            visible.iter().map(|x| x - m).sum(),
+            visible.iter().map(|x| (x - m).powi(2)).sum(),
+        ];
+        let (mut dispatched, mut portable) = (xs.clone(), xs.clone());
+        let results = if masked {
+            [
+                super::exp_sub_sum_moments_masked(&mut dispatched, max),
+                super::portable::exp_sub_sum_moments_masked_body(&mut portable, max),
+            ]
+        } else {
+            [
+                super::exp_sub_sum_moments(&mut dispatched, max),
+                super::portable::exp_sub_sum_moments_body(&mut portable, max),
+            ]
+        };
+        for (ys, got) in [&dispatched, &portable].into_iter().zip(results) {
+            for (idx, (g, w)) in got.iter().zip(want).enumerate() {
+                assert!(
+                    (f64::from(*g) - w).abs() < 1e-5 * w.abs().max(1.0),
+                    "masked {masked}, sum {idx}: {g} vs {w}"
+                );
+            }
+            let mut weights = xs.clone();
+            let sum = super::exp_sub_sum(&mut weights, max);
+            assert!((sum - got[0]).abs() < 1e-6 * sum);
+            for (a, b) in weights.iter().zip(ys.iter()) {
+                assert!((a - b).abs() < 1e-7, "{a} vs {b}");
+            }
+        }
     }
 }

@@ -14,87 +14,114 @@ pub(crate) const ROW_STATS: usize = 6;
 /// Where the number of visible keys stands among the [`ROW_STATS`] statistics of a row.
 pub(crate) const VISIBLE_KEYS: usize = 3;
 
-/// The online accumulators of the row statistics, one entry per query of the block: beside the
-/// running max `m` and sum `l` (which counts the sink), `keys_sum = Σ_keys e^(s − m)` and
-/// `weighted = Σ_keys e^(s − m)·(s − m)`, both rescaled when `m` grows, give the entropy
-/// `(keys_sum·ln l − weighted) / l`; the visible max, the count and the moments about `shift`
-/// (the row's first visible tile max, so that the second moment does not cancel) give the rest.
+/// One row's accumulators, all relative to the row's running max `m` (which counts the sink):
+/// `keys_sum = Σ_keys e^(s − m)` and `weighted = Σ_keys e^(s − m)·(s − m)` give the entropy
+/// `(keys_sum·ln l − weighted) / l` (`l` the running sum); `first = Σ (s − m)` and
+/// `second = Σ (s − m)²` over the visible keys, with their count, give the logit mean and std.
+/// When `m` grows by `−δ` (δ = m_old − m_new ≤ 0, c = e^δ): `weighted ← c·(weighted +
+/// δ·keys_sum)`, `keys_sum ← c·keys_sum`, `second ← second + 2δ·first + count·δ²`,
+/// `first ← first + count·δ`.
+#[derive(Debug, Clone, Copy)]
+struct RowAccumulators {
+    keys_sum: f32,
+    weighted: f32,
+    visible_max: f32,
+    count: f32,
+    first: f32,
+    second: f32,
+}
+
+impl RowAccumulators {
+    const EMPTY: Self = Self {
+        keys_sum: 0.0,
+        weighted: 0.0,
+        visible_max: f32::NEG_INFINITY,
+        count: 0.0,
+        first: 0.0,
+        second: 0.0,
+    };
+}
+
+/// The online accumulators of the row statistics, one [`RowAccumulators`] per query of the
+/// block.
 pub(crate) struct StatsScratch {
-    keys_sum: Vec<f32>,
-    weighted: Vec<f32>,
-    visible_max: Vec<f32>,
-    count: Vec<f32>,
-    shift: Vec<f32>,
-    first: Vec<f32>,
-    second: Vec<f32>,
+    rows: Vec<RowAccumulators>,
 }
 
 impl StatsScratch {
     pub(crate) fn new(rows: usize) -> Self {
         Self {
-            keys_sum: vec![0.0; rows],
-            weighted: vec![0.0; rows],
-            visible_max: vec![f32::NEG_INFINITY; rows],
-            count: vec![0.0; rows],
-            shift: vec![0.0; rows],
-            first: vec![0.0; rows],
-            second: vec![0.0; rows],
+            rows: vec![RowAccumulators::EMPTY; rows],
         }
     }
 
     pub(crate) fn reset(&mut self) {
-        self.keys_sum.fill(0.0);
-        self.weighted.fill(0.0);
-        self.visible_max.fill(f32::NEG_INFINITY);
-        self.count.fill(0.0);
-        self.first.fill(0.0);
-        self.second.fill(0.0);
+        self.rows.fill(RowAccumulators::EMPTY);
     }
 
-    /// Counts a tile's visible scores of `row` (before the softmax overwrites them).
-    pub(crate) fn observe(&mut self, row: usize, scores: &[f32], tile_max: f32) {
+    /// One tile of `row`: its scores (largest `tile_max`; `masked` when some may be −∞) become
+    /// `e^(s − new_max)`, the softmax's weights, in the same pass that sums the tile's terms;
+    /// the accumulators move from `old_max` to `new_max` (`correction = e^(old_max −
+    /// new_max)`) and take the tile's. Returns the tile's sum of weights.
+    #[inline]
+    pub(crate) fn add_tile(
+        &mut self,
+        row: usize,
+        scores: &mut [f32],
+        tile_max: f32,
+        (old_max, new_max, correction): (f32, f32, f32),
+        masked: bool,
+    ) -> f32 {
         if tile_max == f32::NEG_INFINITY {
-            return;
+            // Nothing visible here: the max did not move, and the weights are zeros.
+            return simd::exp_sub_sum(scores, new_max);
         }
-        if self.count[row] == 0.0 {
-            self.shift[row] = tile_max;
-        }
-        let (count, first, second) = simd::moments(scores, self.shift[row]);
-        self.count[row] += count;
-        self.first[row] += first;
-        self.second[row] += second;
-        self.visible_max[row] = self.visible_max[row].max(tile_max);
-    }
-
-    /// Rescales `row`'s sums from the old max to the new one (`delta = old − new ≤ 0`,
-    /// `correction = e^delta`) and adds the tile's.
-    pub(crate) fn rescale(&mut self, row: usize, delta: f32, correction: f32, tile: (f32, f32)) {
-        let keys_sum = self.keys_sum[row];
-        self.weighted[row] = if keys_sum > 0.0 {
-            correction * (self.weighted[row] + delta * keys_sum) + tile.1
+        let [sum, weighted, count, first, second] = if masked {
+            simd::exp_sub_sum_moments_masked(scores, new_max)
         } else {
-            tile.1
+            simd::exp_sub_sum_moments(scores, new_max)
         };
-        self.keys_sum[row] = correction * keys_sum + tile.0;
+        let acc = &mut self.rows[row];
+        if acc.count > 0.0 && correction != 1.0 {
+            let delta = old_max - new_max;
+            acc.weighted = correction * (acc.weighted + delta * acc.keys_sum);
+            acc.keys_sum *= correction;
+            acc.second += delta * (2.0 * acc.first + acc.count * delta);
+            acc.first += acc.count * delta;
+        }
+        acc.keys_sum += sum;
+        acc.weighted += weighted;
+        acc.count += count;
+        acc.first += first;
+        acc.second += second;
+        acc.visible_max = acc.visible_max.max(tile_max);
+        sum
     }
 
-    /// `row`'s statistics (see [`ROW_STATS`]) with its final sum `sum` and log-sum-exp `lse`.
-    pub(crate) fn finish(&self, row: usize, sum: f32, lse: f32, out: &mut [f32]) {
-        let count = self.count[row];
-        if count == 0.0 {
+    /// `row`'s statistics (see [`ROW_STATS`]) with its final max, sum and log-sum-exp.
+    pub(crate) fn finish(&self, row: usize, max: f32, sum: f32, lse: f32, out: &mut [f32]) {
+        let acc = self.rows[row];
+        if acc.count == 0.0 {
             out.copy_from_slice(&[f32::NEG_INFINITY, 0.0, 0.0, 0.0, f32::NAN, f32::NAN]);
             return;
         }
-        let keys_sum = self.keys_sum[row];
-        let entropy = (keys_sum * sum.ln() - self.weighted[row]) / sum;
-        let mean = self.first[row] / count;
-        let variance = (self.second[row] / count - mean * mean).max(0.0);
+        // ln l = lse − max, and the largest weight is e^(visible_max − max) / l: 1 / l unless a
+        // sink lies above every score (no logarithm or exponential per row otherwise).
+        let inv_sum = 1.0 / sum;
+        let entropy = (acc.keys_sum * (lse - max) - acc.weighted) * inv_sum;
+        let max_prob = if acc.visible_max == max {
+            inv_sum
+        } else {
+            (acc.visible_max - lse).exp()
+        };
+        let mean = acc.first / acc.count;
+        let variance = (acc.second / acc.count - mean * mean).max(0.0);
         out.copy_from_slice(&[
-            self.visible_max[row],
+            acc.visible_max,
             entropy,
-            (self.visible_max[row] - lse).exp(),
-            count,
-            self.shift[row] + mean,
+            max_prob,
+            acc.count,
+            max + mean,
             variance.sqrt(),
         ]);
     }
