@@ -238,3 +238,60 @@ fn asking_for_row_statistics_leaves_every_gradient_unchanged() {
         }
     }
 }
+
+#[test]
+fn the_cpu_kernel_rescales_its_statistics_across_key_tiles() {
+    // 700 keys span several of the kernel's key tiles (256 or 512 wide), and the keys grow along
+    // the sequence, so a later tile holds a larger max and the accumulators must move to it.
+    let (b, h, n, m, d) = (1, 2, 24, 700, 8);
+    for (backend, device) in devices() {
+        let q = tensor4(&lcg_values(81, b * h * n * d), [b, h, n, d], &device);
+        let growth: Vec<f64> = lcg_values(82, b * h * m * d)
+            .iter()
+            .enumerate()
+            .map(|(idx, x)| x * (1.0 + 3.0 * ((idx / d) % m) as f64 / m as f64))
+            .collect();
+        let k = tensor4(&growth, [b, h, m, d], &device);
+        let v = tensor4(&lcg_values(83, b * h * m * 4), [b, h, m, 4], &device);
+        // Rows 0..8 see only the first 300 keys; the others every key.
+        let hidden: Vec<bool> = (0..n * m)
+            .map(|idx| idx / m < 8 && idx % m >= 300)
+            .collect();
+        for sinks in [None, Some([0.5f32, 30.0])] {
+            let mut input = AttentionInput::new(q.clone() * 3.0, k.clone(), v.clone())
+                .mask(bool4(&hidden, [1, 1, n, m], &device))
+                .need_row_stats();
+            if let Some(s) = sinks {
+                input = input.sinks(Tensor::from_data(TensorData::new(s.to_vec(), [h]), &device));
+            }
+            let stats = |implementation| {
+                let out = ScaledDotProductAttentionConfig::new()
+                    .with_implementation(implementation)
+                    .init()
+                    .forward(input.clone());
+                let s = out.row_stats.expect("asked for");
+                [
+                    values(s.max_logit),
+                    values(s.lse),
+                    values(s.entropy),
+                    values(s.max_prob),
+                    values(s.visible_keys),
+                    values(s.logit_mean),
+                    values(s.logit_std),
+                ]
+            };
+            let (kernel, naive) = (
+                stats(Implementation::CpuKernel),
+                stats(Implementation::Naive),
+            );
+            for (idx, (got, want)) in kernel.iter().zip(&naive).enumerate() {
+                for (row, (g, w)) in got.iter().zip(want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                        "{backend}, sinks {sinks:?}: statistic {idx} of row {row}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -173,6 +173,49 @@ fn resumed_run_ends_like_an_uninterrupted_one() {
 }
 
 #[test]
+fn a_run_recorded_before_max_logit_resumes_and_is_rewritten_in_the_new_format() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("old");
+    run(&small_config(6, 4), &dir, false).expect("first half");
+    // Rewrite metrics.csv as a version without the max_logit columns wrote it.
+    let path = dir.join("metrics.csv");
+    let text = std::fs::read_to_string(&path).expect("metrics");
+    let header: Vec<&str> = text.lines().next().expect("header").split(',').collect();
+    let keep: Vec<bool> = header
+        .iter()
+        .map(|h| !h.starts_with("max_logit_l"))
+        .collect();
+    assert!(
+        keep.iter().any(|k| !k),
+        "the new format has max_logit columns"
+    );
+    let old: String = text
+        .lines()
+        .map(|line| {
+            let fields: Vec<&str> = line
+                .split(',')
+                .zip(&keep)
+                .filter(|(_, k)| **k)
+                .map(|(f, _)| f)
+                .collect();
+            fields.join(",") + "\n"
+        })
+        .collect();
+    std::fs::write(&path, old).expect("old format");
+    let resumed = run(&small_config(10, 4), &dir, true).expect("resumes");
+    assert_eq!(resumed.summary.resumed_from, Some(6));
+    let rewritten = std::fs::read_to_string(&path).expect("metrics");
+    assert_eq!(
+        rewritten.lines().next(),
+        text.lines().next(),
+        "the new header"
+    );
+    let (before, after): (Vec<_>, Vec<_>) = resumed.metrics.iter().partition(|m| m.step < 6);
+    assert!(before.iter().all(|m| m.layers[0].max_logit.is_nan()));
+    assert!(after.iter().all(|m| m.layers[0].max_logit.is_finite()));
+}
+
+#[test]
 fn corrupt_missing_or_mismatched_checkpoints_are_errors_and_change_nothing() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("run");

@@ -65,11 +65,9 @@ fn the_training_forward_records_what_a_naive_probe_of_each_layer_gives() {
         )
         .expect("diagnostics")
         .mean();
-        let got = layer.diagnostics().expect("diagnostics").mean();
-        let direct = diagnostics_from_row_stats(&layer.stats)
+        let got = diagnostics_from_row_stats(&layer.stats)
             .expect("diagnostics")
             .mean();
-        assert_eq!(got, direct);
         for (name, g, w) in [
             ("entropy", got.entropy, want.entropy),
             (

@@ -212,7 +212,9 @@ fn per_head_max(x: Tensor<4>) -> Tensor<1> {
 /// without the `[b, h, n, m]` weights. The same numbers as [`attention_diagnostics`] of the
 /// call's weights, mask and scores (the rows that count are those with a visible key and a
 /// finite entropy; `normalized_entropy` and `logit_std` average over the rows with at least two
-/// visible keys; `logit_std` and `max_logit` are always given).
+/// visible keys; `logit_std` and `max_logit` are always given), except with sinks or quiet
+/// softmax: [`attention_diagnostics`] leaves out a row whose weights sum to 0.5 or less (a sink
+/// holding most of its mass), this counts every row that sees a key.
 ///
 /// # Example
 /// ```

@@ -65,19 +65,23 @@ impl RowStats {
         sinks: Option<Tensor<4>>,
     ) -> Self {
         let [b, h, n, m] = scores.dims();
-        let scores = scores.detach();
+        // Reduced in f32 whatever the scores' dtype (sums of squares and counts would overflow
+        // or lose integers in f16 and bf16), returned in it.
         let dtype = scores.dtype();
+        let f32 = burn::tensor::DType::F32;
+        let scores = scores.detach().cast(f32);
+        let sinks = sinks.map(|sinks| sinks.detach().cast(f32));
         let visible = match mask {
             Some(mask) => mask.clone().bool_not(),
             None => Tensor::<4, Bool>::full([b, h, n, m], true, &scores.device()),
         };
         // [b, h, n, m] -> [b, h, n, 1]
-        let count = visible.clone().float().cast(dtype).sum_dim(3);
+        let count = visible.clone().float().cast(f32).sum_dim(3);
         let empty = count.clone().lower_equal_elem(0.0);
         let zeroed = scores
             .clone()
             .mask_where(visible.clone().bool_not(), scores.zeros_like());
-        let filled = scores.mask_fill(visible.clone().bool_not(), most_negative(dtype));
+        let filled = scores.mask_fill(visible.clone().bool_not(), most_negative(f32));
         let max_logit = filled
             .clone()
             .max_dim(3)
@@ -100,7 +104,7 @@ impl RowStats {
         let square = zeroed.powi_scalar(2).sum_dim(3) / safe_count;
         let std = (square - mean.clone().powi_scalar(2)).clamp_min(0.0).sqrt();
         let rows = |t: Tensor<4>| t.reshape([b, h, n]);
-        Self {
+        let stats = Self {
             max_logit: rows(max_logit),
             lse: rows(lse),
             entropy: rows(entropy),
@@ -108,6 +112,7 @@ impl RowStats {
             visible_keys: rows(count),
             logit_mean: rows(mean.mask_fill(empty.clone(), f64::NAN)),
             logit_std: rows(std.mask_fill(empty, f64::NAN)),
-        }
+        };
+        stats.cast(dtype)
     }
 }

@@ -74,6 +74,17 @@ const PER_LAYER_BEFORE_MAX_LOGIT: usize = 7;
 
 /// The CSV header for `n_layers` attention layers.
 pub fn csv_header(n_layers: usize) -> String {
+    header_with(n_layers, PER_LAYER)
+}
+
+/// The CSV header of files written before `max_logit` was recorded (a resumed run reads them
+/// and rewrites them with [`csv_header`]).
+pub fn csv_header_before_max_logit(n_layers: usize) -> String {
+    header_with(n_layers, PER_LAYER_BEFORE_MAX_LOGIT)
+}
+
+/// The header with the first `per_layer` columns of each layer.
+fn header_with(n_layers: usize, per_layer: usize) -> String {
     let mut h = String::from(
         "step,loss,accuracy,grad_norm,grad_norm_query,grad_norm_key,grad_norm_value,eval_loss,eval_accuracy",
     );
@@ -87,7 +98,10 @@ pub fn csv_header(n_layers: usize) -> String {
             "query_std",
             "key_std",
             "max_logit",
-        ] {
+        ]
+        .into_iter()
+        .take(per_layer)
+        {
             let _ = write!(h, ",{name}_l{l}");
         }
     }

@@ -12,8 +12,10 @@ use burn::prelude::*;
 
 use crate::RowStats;
 
-/// The accumulators, in the chunked path's grouped layout `[b, h_kv, g·n, 1]`.
+/// The accumulators, in the chunked path's grouped layout `[b, h_kv, g·n, 1]`, in f32 whatever
+/// the call's dtype (sums of squares and counts would overflow or lose integers in f16 and bf16).
 pub(crate) struct OnlineStats {
+    dtype: burn::tensor::DType,
     keys_sum: Tensor<4>,
     weighted: Tensor<4>,
     visible_max: Tensor<4>,
@@ -24,13 +26,15 @@ pub(crate) struct OnlineStats {
 }
 
 impl OnlineStats {
-    /// Empty accumulators for `rows` `[b, h_kv, g·n, 1]`.
+    /// Empty accumulators for `rows` `[b, h_kv, g·n, 1]`; the statistics come back in `dtype`.
     pub fn new(rows: [usize; 4], device: &Device, dtype: burn::tensor::DType) -> Self {
-        let zeros = || Tensor::zeros(rows, (device, dtype));
+        let f32 = burn::tensor::DType::F32;
+        let zeros = || Tensor::zeros(rows, (device, f32));
         Self {
+            dtype,
             keys_sum: zeros(),
             weighted: zeros(),
-            visible_max: Tensor::full(rows, f64::NEG_INFINITY, (device, dtype)),
+            visible_max: Tensor::full(rows, f64::NEG_INFINITY, (device, f32)),
             count: zeros(),
             shift: zeros(),
             first: zeros(),
@@ -50,8 +54,11 @@ impl OnlineStats {
         new_max: Tensor<4>,
         delta: Option<Tensor<4>>,
     ) {
-        let scores = scores.detach();
-        let p = p.detach();
+        let f32 = burn::tensor::DType::F32;
+        let scores = scores.detach().cast(f32);
+        let p = p.detach().cast(f32);
+        let new_max = new_max.detach().cast(f32);
+        let delta = delta.map(|delta| delta.detach().cast(f32));
         // [.., len] -> [.., 1]
         let (count, block_max) = match &hidden {
             Some(hidden) => (
@@ -89,10 +96,9 @@ impl OnlineStats {
         self.visible_max = self.visible_max.clone().max_pair(block_max);
 
         let block_sum = p.clone().sum_dim(3);
-        let block_weighted = (p * hide(scores - new_max.detach())).sum_dim(3);
+        let block_weighted = (p * hide(scores - new_max)).sum_dim(3);
         match delta {
             Some(delta) => {
-                let delta = delta.detach();
                 let correction = delta.clone().exp();
                 // δ·keys_sum is 0 where nothing was seen yet (δ may be −∞ or huge there).
                 let empty = self.keys_sum.clone().lower_equal_elem(0.0);
@@ -111,7 +117,9 @@ impl OnlineStats {
     /// The statistics `[b, h, n]` with the final sum `l` and log-sum-exp (−∞ where `l` is 0),
     /// both `[b, h_kv, g·n, 1]`.
     pub fn finish(self, sum: Tensor<4>, lse: Tensor<4>, [b, h, n]: [usize; 3]) -> RowStats {
-        let sum = sum.detach();
+        let f32 = burn::tensor::DType::F32;
+        let sum = sum.detach().cast(f32);
+        let lse = lse.detach().cast(f32);
         let empty = self.count.clone().lower_equal_elem(0.0);
         let no_term = sum.clone().lower_equal_elem(0.0);
         let safe_sum = sum.mask_fill(no_term, 1.0);
@@ -126,7 +134,7 @@ impl OnlineStats {
         let variance = (self.second / safe_count - mean.clone().powi_scalar(2)).clamp_min(0.0);
         // [b, h_kv, g·n, 1] -> [b, h, n]
         let rows = |t: Tensor<4>| t.reshape([b, h, n]);
-        RowStats {
+        let stats = RowStats {
             max_logit: rows(self.visible_max),
             lse: rows(lse),
             entropy: rows(entropy),
@@ -134,6 +142,7 @@ impl OnlineStats {
             visible_keys: rows(self.count),
             logit_mean: rows((self.shift + mean).mask_fill(empty.clone(), f64::NAN)),
             logit_std: rows(variance.sqrt().mask_fill(empty, f64::NAN)),
-        }
+        };
+        stats.cast(self.dtype)
     }
 }

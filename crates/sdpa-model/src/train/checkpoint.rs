@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use super::config::TrainConfig;
 use super::files::{checksum, checksum_bytes, recover_checkpoint, swap_checkpoint, write_atomic};
 use crate::error::ModelError;
-use crate::metrics::{LayerMetrics, StepMetrics, csv_header};
+use crate::metrics::{LayerMetrics, StepMetrics, csv_header, csv_header_before_max_logit};
 use crate::model::AttentionModel;
 
 /// What a checkpoint holds beside the model and optimizer files.
@@ -269,7 +269,9 @@ pub(crate) fn read_metrics(
                 .map_err(|_| damaged(idx + 1, "the line is not UTF-8 text".into()))?,
         );
     }
-    if lines.first().map(|h| h.trim_end_matches('\r')) != Some(csv_header(n_layers).as_str()) {
+    let header = lines.first().map(|h| h.trim_end_matches('\r'));
+    let known = [csv_header(n_layers), csv_header_before_max_logit(n_layers)];
+    if !known.iter().any(|k| header == Some(k.as_str())) {
         return Err(damaged(
             1,
             "the header is not that of this run's metrics".into(),

@@ -19,10 +19,10 @@
 mod checkpoint;
 mod config;
 mod files;
+mod grad_norms;
 mod lock;
 mod memory;
 mod profile;
-mod grad_norms;
 mod run;
 
 use std::path::PathBuf;

@@ -304,7 +304,7 @@ impl<'a> Run<'a> {
         let step = self.step;
         // [loss, |g|², accuracy, |g_q|², |g_k|², |g_v|², per layer: diagnostics, q std, k std]
         let mut rest = &v[6.min(v.len())..];
-        let layers = out
+        let mut layers = out
             .attention
             .iter()
             .map(|a| {
@@ -332,6 +332,21 @@ impl<'a> Run<'a> {
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
+        if layers.is_empty() {
+            // A diverged step that was not due for recording ran without statistics: its row
+            // keeps every layer's columns, as NaN.
+            let nan = LayerMetrics {
+                entropy: f64::NAN,
+                normalized_entropy: f64::NAN,
+                max_prob: f64::NAN,
+                saturated_fraction: f64::NAN,
+                logit_std: f64::NAN,
+                query_std: f64::NAN,
+                key_std: f64::NAN,
+                max_logit: f64::NAN,
+            };
+            layers = vec![nan; self.model.blocks.len()];
+        }
         if step == 0 {
             self.initial = layers.clone();
         }
