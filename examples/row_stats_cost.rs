@@ -153,6 +153,10 @@ impl Rounds {
 }
 
 fn main() {
+    // The allocator settings of the `sdpa` binary (see `tune_allocator`): without them every
+    // large buffer of a step is mmapped and page-faulted anew, and that noise differs between
+    // the arms.
+    sdpa::tune_allocator();
     let out_path = std::env::args()
         .skip_while(|a| a != "--out")
         .nth(1)
@@ -212,7 +216,7 @@ fn main() {
     let report = format!(
         "# What the row statistics cost\n\n\
          Measured by `cargo run --release --example row_stats_cost -- --out docs/bench/BENCH_row_stats.md`, \
-         on flex with {threads} threads; CPU features: {features} (softmax loops: {isa}). \
+         on flex with {threads} threads and the `sdpa` binary's allocator settings; CPU features: {features} (softmax loops: {isa}). \
          {ROUNDS} rounds, the two arms alternating inside each round and their order flipping \
          every round. The threshold (at most {pct:.0}%) was fixed by issue 35 before the run.\n\n\
          ## Training at seq 512: `--log-every 1` against `--log-every 1000`\n\n\
