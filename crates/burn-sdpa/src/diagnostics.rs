@@ -179,25 +179,8 @@ pub fn attention_diagnostics(
         ));
     }
     // [rows, h], read back in one transfer.
-    let table: Vec<f32> = read_back("the diagnostics", Tensor::stack::<2>(rows, 0))?;
-    // `table` is [rows, h] by construction.
-    let at = |r: usize, head: usize| table[r * h + head] as f64;
-    let per_head = (0..h)
-        .map(|head| {
-            let n_valid = at(0, head).max(1.0);
-            let n_multi = at(1, head).max(1.0);
-            HeadDiagnostics {
-                entropy: at(2, head) / n_valid,
-                normalized_entropy: at(3, head) / n_multi,
-                max_prob: at(4, head) / n_valid,
-                effective_keys: at(5, head) / n_valid,
-                saturated_fraction: at(6, head) / n_valid,
-                logit_std: has_scores.then(|| at(7, head) / n_multi),
-                max_logit: has_scores.then(|| at(8, head)),
-            }
-        })
-        .collect();
-    Ok(AttentionDiagnostics { per_head })
+    let table: Vec<f64> = read_back("the diagnostics", Tensor::stack::<2>(rows, 0))?;
+    Ok(AttentionDiagnostics::from_table(&table, h, has_scores))
 }
 
 /// The largest entry of a `[b, h, n, 1]` tensor over batch and rows: `[h]`.
@@ -298,8 +281,15 @@ impl AttentionDiagnostics {
                 got: vec![values.len()],
             });
         }
-        // `values` is [DIAGNOSTIC_VALUES, h] by construction.
-        let at = |r: usize, head: usize| values[r * n_heads + head];
+        Ok(Self::from_table(values, n_heads, true))
+    }
+
+    /// The diagnostics from a table `[rows, n_heads]` of per-head sums: rows that count, rows
+    /// with two keys or more, then the sums of entropy, normalized entropy, largest weight,
+    /// effective keys and saturated rows, and with `has_scores` the sum of logit stds and the
+    /// largest logit.
+    fn from_table(table: &[f64], n_heads: usize, has_scores: bool) -> Self {
+        let at = |r: usize, head: usize| table[r * n_heads + head];
         let per_head = (0..n_heads)
             .map(|head| {
                 let n_valid = at(0, head).max(1.0);
@@ -310,11 +300,11 @@ impl AttentionDiagnostics {
                     max_prob: at(4, head) / n_valid,
                     effective_keys: at(5, head) / n_valid,
                     saturated_fraction: at(6, head) / n_valid,
-                    logit_std: Some(at(7, head) / n_multi),
-                    max_logit: Some(at(8, head)),
+                    logit_std: has_scores.then(|| at(7, head) / n_multi),
+                    max_logit: has_scores.then(|| at(8, head)),
                 }
             })
             .collect();
-        Ok(Self { per_head })
+        Self { per_head }
     }
 }

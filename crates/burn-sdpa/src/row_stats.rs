@@ -42,6 +42,32 @@ impl RowStats {
         }
     }
 
+    /// The statistics from the kernels' packed form: `stats` `[b, h, n, 6]` holding, per row,
+    /// the largest visible logit, the entropy, the largest weight, the visible keys, the logit
+    /// mean and std (in that order), and `lse` `[b, h, n]`. A row without a visible key gets
+    /// −∞ and NaN where the kernels write placeholders (WGSL has neither).
+    pub(crate) fn from_packed(stats: Tensor<4>, lse: Tensor<3>) -> Self {
+        let [b, h, n, _] = stats.dims();
+        // [b, h, n, 6] -> [b, h, n] for statistic `idx`
+        let column = |idx: usize| {
+            stats
+                .clone()
+                .slice(s![.., .., .., idx..idx + 1])
+                .reshape([b, h, n])
+        };
+        let count = column(3);
+        let empty = count.clone().lower_equal_elem(0.0);
+        Self {
+            max_logit: column(0).mask_fill(empty.clone(), f64::NEG_INFINITY),
+            lse,
+            entropy: column(1),
+            max_prob: column(2),
+            visible_keys: count,
+            logit_mean: column(4).mask_fill(empty.clone(), f64::NAN),
+            logit_std: column(5).mask_fill(empty, f64::NAN),
+        }
+    }
+
     /// NaN in every statistic of the `rows` `[b, h, n]` (true = poisoned by a non-finite input)
     /// but the count of visible keys, which the mask alone decides.
     pub(crate) fn poisoned(self, rows: Tensor<3, Bool>) -> Self {

@@ -301,27 +301,9 @@ fn row_stats_tensors(
     dims: &crate::types::AttentionDims,
     device: &Device,
 ) -> crate::RowStats {
-    let [b, h, n] = [dims.batch, dims.n_heads, dims.n];
-    let stats = Tensor::<4>::from_data(
-        TensorData::new(stats, [b, h, n, stats_scratch::ROW_STATS]),
-        device,
-    );
-    // [b, h, n, ROW_STATS] -> [b, h, n] for statistic `idx`
-    let column = |idx: usize| {
-        stats
-            .clone()
-            .slice(s![.., .., .., idx..idx + 1])
-            .reshape([b, h, n])
-    };
-    crate::RowStats {
-        max_logit: column(0),
-        lse: lse_tensor(lse, dims, device),
-        entropy: column(1),
-        max_prob: column(2),
-        visible_keys: column(stats_scratch::VISIBLE_KEYS),
-        logit_mean: column(4),
-        logit_std: column(5),
-    }
+    let shape = [dims.batch, dims.n_heads, dims.n, stats_scratch::ROW_STATS];
+    let stats = Tensor::<4>::from_data(TensorData::new(stats, shape), device);
+    crate::RowStats::from_packed(stats, lse_tensor(lse, dims, device))
 }
 
 /// Runs the kernel: through the backend extension where it serves the backend, else on host

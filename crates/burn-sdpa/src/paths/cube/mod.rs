@@ -254,24 +254,5 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
 /// The module's row statistics from the kernel's `[b, h, n, ROW_STATS]` (see
 /// [`kernel::ROW_STATS`]), the log-sum-exp (sentinels already mapped) and the poisoned rows.
 fn row_stats(stats: Tensor<4>, lse: Tensor<3>, poisoned: Tensor<3, Bool>) -> crate::RowStats {
-    let [b, h, n, _] = stats.dims();
-    // [b, h, n, ROW_STATS] -> [b, h, n] for statistic `idx`
-    let column = |idx: usize| {
-        stats
-            .clone()
-            .slice(s![.., .., .., idx..idx + 1])
-            .reshape([b, h, n])
-    };
-    let count = column(3);
-    let empty = count.clone().lower_equal_elem(0.0);
-    crate::RowStats {
-        max_logit: column(0).mask_fill(empty.clone(), f32::NEG_INFINITY),
-        lse,
-        entropy: column(1),
-        max_prob: column(2),
-        visible_keys: count,
-        logit_mean: column(4).mask_fill(empty.clone(), f32::NAN),
-        logit_std: column(5).mask_fill(empty, f32::NAN),
-    }
-    .poisoned(poisoned)
+    crate::RowStats::from_packed(stats, lse).poisoned(poisoned)
 }
