@@ -135,3 +135,113 @@ fn linear_rows_gives_the_weight_gradient_of_a_frozen_input() {
         );
     }
 }
+
+/// f64 mean and population std of `xs`.
+fn reference_mean_std(xs: &[f64]) -> (f64, f64) {
+    let n = xs.len() as f64;
+    let mean = xs.iter().sum::<f64>() / n;
+    let variance = xs.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / n;
+    (mean, variance.sqrt())
+}
+
+#[test]
+fn mean_and_std_equals_the_f64_reference_on_views_and_under_autodiff() {
+    // Heads split by a transpose (a permuted view: read in place on the CPU backends), the same
+    // sliced (not a permutation of the whole buffer: copied), and an autodiff tensor; sizes
+    // over one block of the CPU pass (65 536) with a tail. Tolerance fixed before the run:
+    // f32 lanes summed in f64 blocks differ from f64 by < 1e-5 relative at these sizes.
+    for (backend, device) in devices() {
+        let x = tensor(7, [3, 130, 4, 65], &device).add_scalar(0.25);
+        let all: Vec<f64> = values(x.clone());
+        let heads = x.clone().swap_dims(1, 2);
+        let sliced = heads.clone().slice(s![.., 1..3, .., ..]);
+        let sliced_values: Vec<f64> = values(sliced.clone());
+        let autodiff = Tensor::<4>::from_data(x.to_data(), &device.autodiff()).require_grad();
+        for (what, t, reference) in [
+            ("heads", heads, &all),
+            ("sliced heads", sliced, &sliced_values),
+            ("autodiff", autodiff.swap_dims(1, 2), &all),
+        ] {
+            let got: Vec<f64> = values(sdpa::mean_and_std(t));
+            let (mean, std) = reference_mean_std(reference);
+            assert_eq!(got.len(), 2, "{backend} {what}");
+            assert!(
+                (got[0] - mean).abs() <= 1e-5 * std,
+                "{backend} {what} mean {} vs {mean}",
+                got[0]
+            );
+            assert!(
+                (got[1] - std).abs() <= 1e-5 * std,
+                "{backend} {what} std {} vs {std}",
+                got[1]
+            );
+        }
+    }
+}
+
+#[test]
+fn accuracy_is_argmax_equal_to_the_target() {
+    // Ties (argmax takes the first largest), a target out of the classes and a negative one, then random logits over two CPU blocks (65 536 / 100 rows a task), against Burn's
+    // argmax on every backend.
+    for (backend, device) in devices() {
+        let logits = Tensor::<2>::from_data(
+            [
+                [1.0, 3.0, 3.0],
+                [1.0, 3.0, 3.0],
+                [0.0, 0.0, 2.0],
+                [0.0, 1.0, 0.0],
+                [0.0, 1.0, 0.0],
+            ],
+            &device,
+        );
+        let targets = Tensor::<1, Int>::from_data([1, 2, 2, 3, -1], &device);
+        let got = sdpa::try_accuracy(logits, targets).expect("one target per row");
+        let got: Vec<f64> = values(got);
+        // Rows 0 and 2 are right (row 1's largest logit comes first at 1).
+        assert!((got[0] - 2.0 / 5.0).abs() < 1e-6, "{backend}: {}", got[0]);
+
+        let (rows, classes) = (1400, 100);
+        let logits = tensor(11, [rows, classes], &device);
+        let ids: Vec<i64> = (0..rows as i64)
+            .map(|r| (r * 37) % classes as i64)
+            .collect();
+        let targets = Tensor::<1, Int>::from_data(TensorData::new(ids, [rows]), &device);
+        let predicted = logits.clone().argmax(1).squeeze_dim::<1>(1);
+        let reference: Vec<f64> = values(predicted.equal(targets.clone()).float().mean());
+        // Make about half the rows right, so that the count is not trivially 0.
+        let boosted = logits.clone().slice_assign(
+            s![0..rows / 2, 0..1],
+            Tensor::<2>::full([rows / 2, 1], 1e3, &device),
+        );
+        let first: Vec<i64> = (0..rows as i64)
+            .map(|r| if r < rows as i64 / 2 { 0 } else { 1 })
+            .collect();
+        let first = Tensor::<1, Int>::from_data(TensorData::new(first, [rows]), &device);
+        let boosted_reference: Vec<f64> = values(
+            boosted
+                .clone()
+                .argmax(1)
+                .squeeze_dim::<1>(1)
+                .equal(first.clone())
+                .float()
+                .mean(),
+        );
+        for (what, logits, targets, reference) in [
+            ("random", logits, targets, reference[0]),
+            ("half right", boosted, first, boosted_reference[0]),
+        ] {
+            let got: Vec<f64> = values(sdpa::accuracy(logits, targets));
+            assert!(
+                (got[0] - reference).abs() < 1e-6,
+                "{backend} {what}: {} vs {reference}",
+                got[0]
+            );
+        }
+        assert!(boosted_reference[0] >= 0.5, "the boosted rows are right");
+        let short = Tensor::<1, Int>::from_data([0, 1], &device);
+        assert!(matches!(
+            sdpa::try_accuracy(Tensor::<2>::zeros([3, 2], &device), short),
+            Err(AttentionError::Shape { .. })
+        ));
+    }
+}

@@ -224,11 +224,47 @@ pub fn diagnostics_from_row_stats(
 /// How many values per head [`diagnostics_tensor`] holds.
 pub const DIAGNOSTIC_VALUES: usize = 9;
 
+// The CPU backends' one-pass sums write the same layout.
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+const _: () = assert!(DIAGNOSTIC_VALUES == crate::paths::cpu::reduce::ROW_DIAGNOSTIC_VALUES);
+
 /// The reductions behind [`diagnostics_from_row_stats`], left on the device: `[DIAGNOSTIC_VALUES
 /// · h]` values (f32) that [`AttentionDiagnostics::from_tensor_values`] turns into the
 /// diagnostics once read back. A training loop concatenates them with its other numbers to read
-/// everything a step records in one transfer.
+/// everything a step records in one transfer. On the CPU backends (with `f32` statistics) the
+/// sums come from one pass over the statistics' buffers (in `f64`) instead of tensor ops.
 pub fn diagnostics_tensor(stats: &crate::RowStats) -> Tensor<1> {
+    #[cfg(any(feature = "flex", feature = "ndarray"))]
+    {
+        let columns = [
+            &stats.entropy,
+            &stats.max_prob,
+            &stats.visible_keys,
+            &stats.logit_std,
+            &stats.max_logit,
+        ];
+        if stats.entropy.shape().num_elements() > 0
+            && columns
+                .iter()
+                .all(|t| t.dtype() == burn::tensor::DType::F32)
+            && crate::cpu_kernel::runs_in_place(&stats.entropy.device())
+        {
+            let detached = columns.map(|t| {
+                if t.is_autodiff() {
+                    t.clone().without_autodiff()
+                } else {
+                    t.clone()
+                }
+            });
+            let saturation = SATURATION_THRESHOLD as f32;
+            return crate::paths::cpu::reduce::cpu_row_diagnostics(detached, saturation);
+        }
+    }
+    diagnostics_tensor_ops(stats)
+}
+
+/// [`diagnostics_tensor`] in Burn's tensor ops (every backend and dtype).
+fn diagnostics_tensor_ops(stats: &crate::RowStats) -> Tensor<1> {
     let [b, h, n] = stats.entropy.dims();
     let prep = |t: &Tensor<3>| {
         let t = t.clone();
@@ -306,5 +342,95 @@ impl AttentionDiagnostics {
             })
             .collect();
         Self { per_head }
+    }
+}
+
+#[cfg(all(test, feature = "flex"))]
+mod tests {
+    use super::*;
+
+    /// The CPU backends' one-pass sums equal the tensor ops' (f32 sums against f64 ones:
+    /// within 1e-5 relative), on statistics with rows of no key, one key, poisoned (NaN) rows,
+    /// saturated rows and a head where no row counts.
+    #[test]
+    fn the_cpu_pass_equals_the_tensor_ops() {
+        let device = Device::flex();
+        let (b, h, n) = (3, 4, 50);
+        let len = b * h * n;
+        let mut rng = 12345u64;
+        let mut uniform = || {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 40) as f32 / (1u64 << 24) as f32
+        };
+        let mut columns: [Vec<f32>; 6] = Default::default();
+        for idx in 0..len {
+            let head = (idx / n) % h;
+            let keys = if head == 3 {
+                0.0
+            } else {
+                (uniform() * 5.0).floor()
+            };
+            let poisoned = uniform() < 0.05;
+            let max_prob = if keys == 0.0 {
+                0.0
+            } else {
+                0.5 + 0.5 * uniform()
+            };
+            let entropy = if keys <= 1.0 {
+                0.0
+            } else {
+                uniform() * keys.ln()
+            };
+            let values = [
+                if poisoned { f32::NAN } else { entropy },
+                max_prob,
+                keys,
+                uniform() * 3.0,
+                if keys == 0.0 {
+                    f32::NEG_INFINITY
+                } else {
+                    uniform() * 10.0 - 5.0
+                },
+                uniform(),
+            ];
+            for (column, x) in columns.iter_mut().zip(values) {
+                column.push(x);
+            }
+        }
+        let tensor = |values: &Vec<f32>| {
+            Tensor::<3>::from_data(
+                burn::tensor::TensorData::new(values.clone(), [b, h, n]),
+                &device,
+            )
+        };
+        let stats = crate::RowStats {
+            entropy: tensor(&columns[0]),
+            max_prob: tensor(&columns[1]),
+            visible_keys: tensor(&columns[2]),
+            logit_std: tensor(&columns[3]),
+            max_logit: tensor(&columns[4]),
+            lse: tensor(&columns[5]),
+            logit_mean: tensor(&columns[5]),
+        };
+        let read = |t: Tensor<1>| t.into_data().try_to_vec::<f32>().expect("f32 values");
+        let (fast, ops) = (
+            read(diagnostics_tensor(&stats)),
+            read(diagnostics_tensor_ops(&stats)),
+        );
+        assert_eq!(fast.len(), DIAGNOSTIC_VALUES * h);
+        for (idx, (f, o)) in fast.iter().zip(&ops).enumerate() {
+            let same = f == o || (f - o).abs() <= 1e-5 * o.abs().max(1.0);
+            assert!(same, "value {idx}: {f} vs {o}");
+        }
+        // The last head has no counting row: its largest logit is −∞ on both.
+        assert_eq!(fast[8 * h + 3], f32::NEG_INFINITY);
+        // Some rows are saturated (largest weight above 0.99) and some poisoned rows are left
+        // out, so that those branches are exercised.
+        assert!((0..h).map(|head| fast[6 * h + head]).sum::<f32>() > 0.0);
+        let counted: f32 = (0..h).map(|head| fast[head]).sum();
+        let visible = columns[2].iter().filter(|&&k| k > 0.5).count() as f32;
+        assert!(counted < visible, "the poisoned rows are left out");
     }
 }

@@ -90,7 +90,9 @@ pub use paths::auto::{
 pub use qk_norm::{HeadNorm, QkNorm};
 pub use rope::RopeConfig;
 pub use row_stats::RowStats;
-pub use rows::{cross_entropy, layer_norm, linear_rows, try_cross_entropy};
+pub use rows::{
+    accuracy, cross_entropy, layer_norm, linear_rows, mean_and_std, try_accuracy, try_cross_entropy,
+};
 pub use types::{
     AttentionDims, CausalAlignment, Precision, ScalePolicy, Softmax, Window, validate_softcap,
 };
@@ -102,6 +104,7 @@ pub mod cpu_kernel {
     pub use crate::paths::cpu::backward::{
         BACKWARD_TILES, BackwardInputs, BackwardOutputs, try_backward, try_backward_bf16,
     };
+    pub use crate::paths::cpu::features::{cpu_features, softmax_isa};
     pub use crate::paths::cpu::kernel::{
         attention_f32, attention_f32_tiled, try_attention_f32_tiled, try_forward, try_forward_bf16,
     };
@@ -110,7 +113,6 @@ pub mod cpu_kernel {
     pub use crate::paths::cpu::shape::{
         KEY_BLOCK, KernelShape, LONG_KEY_BLOCK, LONG_KEYS, QUERY_BLOCK, Tiles,
     };
-    pub use crate::paths::cpu::simd::{cpu_features, softmax_isa};
     pub use crate::paths::cpu::threads;
     pub use crate::paths::cpu::tile_bf16::bf16_product_isa;
 }

@@ -42,10 +42,12 @@ impl RowStats {
         }
     }
 
-    /// The statistics from the kernels' packed form: `stats` `[b, h, n, 6]` holding, per row,
-    /// the largest visible logit, the entropy, the largest weight, the visible keys, the logit
-    /// mean and std (in that order), and `lse` `[b, h, n]`. A row without a visible key gets
-    /// −∞ and NaN where the kernels write placeholders (WGSL has neither).
+    /// The statistics from the CubeCL kernel's packed form: `stats` `[b, h, n, 6]` holding,
+    /// per row, the largest visible logit, the entropy, the largest weight, the visible keys,
+    /// the logit mean and std (in that order), and `lse` `[b, h, n]`. A row without a visible
+    /// key gets −∞ and NaN where the kernel writes placeholders (WGSL has neither). (The CPU
+    /// kernel's are split on the host: `paths::cpu::row_stats_tensors`.)
+    #[cfg(feature = "cube")]
     pub(crate) fn from_packed(stats: Tensor<4>, lse: Tensor<3>) -> Self {
         let [b, h, n, _] = stats.dims();
         // [b, h, n, 6] -> [b, h, n] for statistic `idx`

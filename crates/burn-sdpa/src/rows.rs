@@ -180,3 +180,115 @@ fn out_of_range(row_idx: usize, id: i64, classes: usize) -> AttentionError {
 pub fn cross_entropy(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
     try_cross_entropy(logits, targets).unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// The mean and the population standard deviation of every element of `x`, `[2]` `f32`,
+/// without a gradient (read outside autodiff): the scale of activations a training run
+/// records, such as the query and key heads that enter the scores.
+///
+/// On the CPU backends (see the module docs) with an `f32` tensor this is one pass over the
+/// backend's buffer, in place even when `x` is a permuted view of it (heads split by a
+/// transpose), summed in blocks of `f32` lanes added in `f64`; elsewhere two sums of Burn's
+/// ops in `f32`.
+///
+/// ```
+/// # use burn::prelude::*;
+/// let device = Device::flex();
+/// let x = Tensor::<2>::from_data([[1.0, 3.0], [1.0, 3.0]], &device);
+/// let [mean, std] = burn_sdpa::mean_and_std(x.swap_dims(0, 1)).to_data().to_vec::<f32>().unwrap()[..] else { panic!() };
+/// assert_eq!((mean, std), (2.0, 1.0));
+/// ```
+///
+/// # Shapes
+/// - x: any
+/// - returns `[2]`: mean, std
+pub fn mean_and_std<const D: usize>(x: Tensor<D>) -> Tensor<1> {
+    let x = if x.is_autodiff() {
+        x.without_autodiff()
+    } else {
+        x
+    };
+    #[cfg(any(feature = "flex", feature = "ndarray"))]
+    if x.dtype() == burn::tensor::DType::F32
+        && x.shape().num_elements() > 0
+        && crate::cpu_kernel::runs_in_place(&x.device())
+    {
+        return crate::paths::cpu::reduce::cpu_mean_std(x);
+    }
+    let x = x.cast(burn::tensor::DType::F32);
+    let len = x.shape().num_elements().max(1) as f64;
+    let mean = x.clone().sum().div_scalar(len);
+    let variance = x.square().sum().div_scalar(len) - mean.clone() * mean.clone();
+    Tensor::cat(vec![mean, variance.clamp_min(0.0).sqrt()], 0)
+}
+
+/// The fraction of rows of `logits` whose largest logit is at the row's target (the first
+/// largest, as `argmax` picks it; a target that is not a class counts as wrong), `[1]`,
+/// without a gradient; or an error when there is not one target per row.
+///
+/// On the CPU backends (see the module docs) with `f32` logits the targets are read to the
+/// host (one small transfer) and the logits are read once in place; elsewhere Burn's `argmax`.
+///
+/// ```
+/// # use burn::prelude::*;
+/// let device = Device::flex();
+/// let logits = Tensor::<2>::from_data([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]], &device);
+/// let targets = Tensor::<1, Int>::from_data([0, 0, 1], &device);
+/// let accuracy = burn_sdpa::try_accuracy(logits, targets).unwrap();
+/// assert_eq!(accuracy.into_scalar::<f32>(), 1.0 / 3.0);
+/// ```
+///
+/// # Shapes
+/// - logits: `[rows, classes]`; targets: `[rows]`
+/// - returns `[1]`
+pub fn try_accuracy(
+    logits: Tensor<2>,
+    targets: Tensor<1, Int>,
+) -> Result<Tensor<1>, AttentionError> {
+    let [rows, classes] = logits.dims();
+    let [n_targets] = targets.dims();
+    if n_targets != rows {
+        return Err(AttentionError::Shape {
+            what: "accuracy targets",
+            expected: format!("one target per row of logits [{rows}, {classes}]"),
+            got: vec![n_targets],
+        });
+    }
+    let logits = if logits.is_autodiff() {
+        logits.without_autodiff()
+    } else {
+        logits
+    };
+    #[cfg(any(feature = "flex", feature = "ndarray"))]
+    if rows > 0
+        && classes > 0
+        && logits.dtype() == burn::tensor::DType::F32
+        && crate::cpu_kernel::runs_in_place(&logits.device())
+    {
+        let ids: Vec<i64> = read_back("the accuracy targets", targets)?;
+        // A target that is not a class is never the prediction: `classes` stands for it.
+        let ids = ids
+            .into_iter()
+            .map(|id| {
+                usize::try_from(id)
+                    .ok()
+                    .filter(|&c| c < classes)
+                    .unwrap_or(classes)
+            })
+            .collect();
+        return Ok(crate::paths::cpu::reduce::cpu_accuracy(logits, ids));
+    }
+    let predicted = logits.argmax(1).squeeze_dim::<1>(1);
+    Ok(predicted.equal(targets).float().mean())
+}
+
+/// [`try_accuracy`].
+///
+/// # Panics
+/// With the message of [`try_accuracy`]'s error.
+///
+/// # Shapes
+/// - logits: `[rows, classes]`; targets: `[rows]`
+/// - returns `[1]`
+pub fn accuracy(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
+    try_accuracy(logits, targets).unwrap_or_else(|e| panic!("{e}"))
+}

@@ -240,20 +240,9 @@ impl LayerAttention {
     /// The record of a layer from its row statistics and the query `[b, h, s, d_k]` and key
     /// `[b, h_kv, s, d_k]` heads it projected.
     pub fn new(stats: RowStats, query: &Tensor<4>, key: &Tensor<4>) -> Self {
-        let std = |t: &Tensor<4>| {
-            let t = if t.is_autodiff() {
-                t.clone().without_autodiff()
-            } else {
-                t.clone()
-            };
-            // population std: sqrt(mean(x²) − mean(x)²), [b, h, s, d_k] -> [1]; reduced in
-            // place (the heads are a strided view of the projection: no flattening copy)
-            let len = t.shape().num_elements().max(1) as f64;
-            let mean = t.clone().sum().div_scalar(len);
-            (t.square().sum().div_scalar(len) - mean.clone() * mean)
-                .clamp_min(0.0)
-                .sqrt()
-        };
+        // [mean, std] -> [std]: one pass over each head's buffer, in place (the heads are a
+        // permuted view of the projection), outside autodiff.
+        let std = |t: &Tensor<4>| burn_sdpa::mean_and_std(t.clone()).slice(s![1..2]);
         Self {
             stats,
             qk_std: Tensor::cat(vec![std(query), std(key)], 0),
@@ -298,10 +287,9 @@ pub struct BatchResult {
 }
 
 impl BatchResult {
-    /// Fraction of correct predictions, `[1]` (on the device).
+    /// Fraction of correct predictions, `[1]` (on the device, outside autodiff).
     pub fn accuracy(&self) -> Tensor<1> {
-        let predicted = self.logits.clone().argmax(1).squeeze_dim::<1>(1);
-        predicted.equal(self.targets.clone()).float().mean()
+        burn_sdpa::accuracy(self.logits.clone(), self.targets.clone())
     }
 }
 

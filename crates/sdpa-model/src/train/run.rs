@@ -277,7 +277,7 @@ impl<'a> Run<'a> {
     /// (all layers), then per layer the diagnostics' values
     /// ([`DIAGNOSTIC_VALUES`](burn_sdpa::DIAGNOSTIC_VALUES) per head) and the query and key std.
     fn record_parts(&self, out: &BatchResult, grads: &Gradients) -> Vec<Tensor<1>> {
-        let mut parts = vec![out.accuracy().without_autodiff()];
+        let mut parts = vec![out.accuracy()];
         let inner = &self.inner;
         let blocks = &self.model.blocks;
         let squared = |f: &dyn Fn(&Block) -> Option<Tensor<2>>| {

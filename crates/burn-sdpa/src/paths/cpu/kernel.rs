@@ -23,6 +23,8 @@
 //! explicit offset (key `j` is visible to query `i` when `j <= i + offset`), a local window, grouped-query heads (query head `i` reads kv head `i / (h / h_kv)`),
 //! and a zero output row (log-sum-exp +∞) for a query with no visible key.
 
+use std::ops::Range;
+
 use burn::tensor::bf16;
 
 use super::element::Element;
@@ -30,7 +32,7 @@ use super::masking::Masking;
 use super::shape::check_len;
 use super::shape::{KernelShape, Tiles};
 use super::simd;
-use super::stats_scratch::{ROW_STATS, StatsScratch};
+use super::stats_scratch::{Hidden, ROW_STATS, StatsScratch, update_row};
 use super::tile::View;
 use crate::error::AttentionError;
 use crate::types::AttentionDims;
@@ -280,7 +282,10 @@ pub(crate) enum TileKind {
     Hidden,
     /// Every score in it is visible and unbiased: no per-row masking.
     Plain,
-    /// Some rows need the causal cut, the bias or the mask.
+    /// Unbiased, and only the causal diagonal or the window cuts it: each row sees one
+    /// contiguous run of its keys ([`Inputs::band`]), the rest is −∞.
+    Band,
+    /// Some rows need the bias or the mask (and perhaps the causal cut).
     Masked,
 }
 
@@ -310,15 +315,22 @@ impl<'a, T: Element> Inputs<'a, T> {
                 .mask_coverage(&shape.dims, batch_idx, head_idx, queries, keys);
         if key_start >= last.end || key_start + cols <= first.start || all_masked {
             TileKind::Hidden
-        } else if any_masked
-            || self.masking.shifts_scores()
-            || key_start + cols > first.end
-            || key_start < last.start
-        {
+        } else if any_masked || self.masking.shifts_scores() {
             TileKind::Masked
+        } else if key_start + cols > first.end || key_start < last.start {
+            TileKind::Band
         } else {
             TileKind::Plain
         }
+    }
+
+    /// The run `start..end` of a tile's `cols` keys from `key_start` that query `query_idx`
+    /// sees under the causal mask and the window (relative to the tile; empty when none).
+    pub fn band(&self, query_idx: usize, key_start: usize, cols: usize) -> Range<usize> {
+        let visible = self.shape.visible_keys(query_idx);
+        let start = visible.start.saturating_sub(key_start).min(cols);
+        let end = visible.end.saturating_sub(key_start).clamp(start, cols);
+        start..end
     }
 
     /// `k_tileᵀ` `[d_k, cols]`: the keys `key_start..key_start + cols` of kv head
@@ -366,24 +378,24 @@ impl<'a, T: Element> Inputs<'a, T> {
                 None => simd::softcap(scores, cap),
             }
         }
-        if kind != TileKind::Masked {
+        if !matches!(kind, TileKind::Masked | TileKind::Band) {
             return;
         }
         for (row, row_scores) in scores.chunks_mut(cols).take(rows).enumerate() {
             let query_idx = q_start + row;
-            self.masking.apply(
-                &self.shape.dims,
-                row_scores,
-                batch_idx,
-                head_idx,
-                query_idx,
-                key_start,
-            );
-            let visible = self.shape.visible_keys(query_idx);
-            let start = visible.start.saturating_sub(key_start).min(cols);
-            let end = visible.end.saturating_sub(key_start).clamp(start, cols);
-            row_scores[..start].fill(f32::NEG_INFINITY);
-            row_scores[end..].fill(f32::NEG_INFINITY);
+            if kind == TileKind::Masked {
+                self.masking.apply(
+                    &self.shape.dims,
+                    row_scores,
+                    batch_idx,
+                    head_idx,
+                    query_idx,
+                    key_start,
+                );
+            }
+            let band = self.band(query_idx, key_start, cols);
+            row_scores[..band.start].fill(f32::NEG_INFINITY);
+            row_scores[band.end..].fill(f32::NEG_INFINITY);
         }
     }
 
@@ -471,29 +483,35 @@ impl<'a, T: Element> Inputs<'a, T> {
                 kind, batch_idx, head_idx, q_start, rows, key_start, cols, k_tile_t, scores, None,
             );
             for (row, row_scores) in scores.chunks_mut(cols).enumerate() {
-                let old_max = row_max[row];
-                let tile_max = simd::max(row_scores);
-                let new_max = old_max.max(tile_max);
-                if new_max == f32::NEG_INFINITY {
-                    // No visible key yet: this tile adds nothing.
-                    row_scores.fill(0.0);
-                    continue;
-                }
-                let correction = (old_max - new_max).exp(); // exp(-inf) = 0 on the first tile
-                let tile_sum = if with_stats {
-                    let maxima = (old_max, new_max, correction);
-                    let masked = kind == TileKind::Masked;
-                    scratch
-                        .stats
-                        .add_tile(row, row_scores, tile_max, maxima, masked)
-                } else {
-                    simd::exp_sub_sum(row_scores, new_max)
+                // A band tile's row: the keys it sees, widened to whole vectors (their −∞ in
+                // the first and last, where the statistics take selects); the rest weigh 0.
+                let (run, hidden) = match kind {
+                    TileKind::Band => {
+                        let band = self.band(q_start + row, key_start, cols);
+                        let lanes = simd::LANES;
+                        let start = band.start / lanes * lanes;
+                        let end = (band.end.div_ceil(lanes) * lanes).min(cols);
+                        (
+                            start..end,
+                            Hidden::AtEnds(start < band.start, end > band.end),
+                        )
+                    }
+                    TileKind::Masked => (0..cols, Hidden::Anywhere),
+                    _ => (0..cols, Hidden::AtEnds(false, false)),
                 };
-                if correction != 1.0 {
-                    simd::scale(&mut acc[row * d_v..][..d_v], correction);
-                }
-                row_sum[row] = row_sum[row] * correction + tile_sum;
-                row_max[row] = new_max;
+                row_scores[..run.start].fill(0.0);
+                row_scores[run.end..].fill(0.0);
+                let row_scores = &mut row_scores[run];
+                let stats = with_stats.then_some(&mut scratch.stats);
+                let running = (&mut row_max[row], &mut row_sum[row]);
+                let acc_row = &mut acc[row * d_v..][..d_v];
+                update_row(
+                    row_scores,
+                    running,
+                    acc_row,
+                    stats.map(|s| (s, row)),
+                    hidden,
+                );
             }
             // acc [rows, d_v] += p [rows, cols] · v_tile [cols, d_v]
             T::product_f32_lhs(

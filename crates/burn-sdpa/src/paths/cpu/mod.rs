@@ -61,8 +61,12 @@ mod layer_norm;
 mod linear;
 pub(crate) mod masking;
 // Its backward is reached through the backend extension only.
+pub(crate) mod features;
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 mod nonfinite;
+#[cfg(any(feature = "flex", feature = "ndarray"))]
+#[allow(deprecated)]
+pub(crate) mod reduce;
 #[cfg(test)]
 mod reference;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
@@ -295,15 +299,42 @@ fn lse_tensor(lse: Vec<f32>, dims: &crate::types::AttentionDims, device: &Device
 
 /// The row statistics as the module returns them, from the kernel's log-sum-exp `[b, h, n]`
 /// and statistics `[b, h, n, ROW_STATS]` (see [`stats_scratch::ROW_STATS`]).
+///
+/// The kernel writes a row without a visible key as the module returns it (−∞, 0, 0, 0, NaN,
+/// NaN), so the columns are split on the host as they are: one pass, no tensor op.
 fn row_stats_tensors(
     lse: Vec<f32>,
     stats: Vec<f32>,
     dims: &crate::types::AttentionDims,
     device: &Device,
 ) -> crate::RowStats {
-    let shape = [dims.batch, dims.n_heads, dims.n, stats_scratch::ROW_STATS];
-    let stats = Tensor::<4>::from_data(TensorData::new(stats, shape), device);
-    crate::RowStats::from_packed(stats, lse_tensor(lse, dims, device))
+    let shape = [dims.batch, dims.n_heads, dims.n];
+    let rows = stats.len() / stats_scratch::ROW_STATS;
+    // [b·h·n, 6] -> 6 × [b·h·n]
+    let mut columns: [Vec<f32>; stats_scratch::ROW_STATS] =
+        std::array::from_fn(|_| Vec::with_capacity(rows));
+    for row in stats.chunks_exact(stats_scratch::ROW_STATS) {
+        for (column, x) in columns.iter_mut().zip(row) {
+            column.push(*x);
+        }
+    }
+    let [
+        max_logit,
+        entropy,
+        max_prob,
+        visible_keys,
+        logit_mean,
+        logit_std,
+    ] = columns.map(|column| Tensor::<3>::from_data(TensorData::new(column, shape), device));
+    crate::RowStats {
+        max_logit,
+        lse: lse_tensor(lse, dims, device),
+        entropy,
+        max_prob,
+        visible_keys,
+        logit_mean,
+        logit_std,
+    }
 }
 
 /// Runs the kernel: through the backend extension where it serves the backend, else on host

@@ -21,64 +21,6 @@ macro_rules! dispatch {
     }};
 }
 
-/// The SIMD features of this CPU that matter to the CPU kernel and to the matrix products it
-/// calls, detected at run time (x86-64; empty elsewhere), in `lscpu`'s spelling.
-pub fn cpu_features() -> Vec<&'static str> {
-    #[allow(unused_mut)]
-    let mut found = Vec::new();
-    #[cfg(target_arch = "x86_64")]
-    {
-        macro_rules! probe {
-            ($($feature:tt => $name:literal),* $(,)?) => {
-                $(if std::arch::is_x86_feature_detected!($feature) {
-                    found.push($name);
-                })*
-            };
-        }
-        probe!(
-            "avx2" => "avx2",
-            "fma" => "fma",
-            "f16c" => "f16c",
-            "avx512f" => "avx512f",
-            "avx512bw" => "avx512bw",
-            "avx512vl" => "avx512vl",
-            "avx512bf16" => "avx512_bf16",
-            "avx512fp16" => "avx512_fp16",
-        );
-        // AMX detection is not stable in `is_x86_feature_detected!`: CPUID leaf 7, EDX bits 24
-        // (AMX-TILE) and 22 (AMX-BF16), as the CPU reports them (reporting only: nothing here
-        // runs AMX instructions).
-        // Leaf 7 exists when the maximum basic leaf (leaf 0's EAX) is at least 7.
-        let edx = if std::arch::x86_64::__cpuid(0).eax >= 7 {
-            std::arch::x86_64::__cpuid_count(7, 0).edx
-        } else {
-            0
-        };
-        if edx & (1 << 24) != 0 {
-            found.push("amx_tile");
-        }
-        if edx & (1 << 22) != 0 {
-            found.push("amx_bf16");
-        }
-    }
-    found
-}
-
-/// The instruction set the softmax loops run with on this CPU: `avx512`, `avx2` or `portable`.
-pub fn softmax_isa() -> &'static str {
-    #[cfg(target_arch = "x86_64")]
-    {
-        if std::arch::is_x86_feature_detected!("avx512f") {
-            return "avx512";
-        }
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            return "avx2";
-        }
-    }
-    "portable"
-}
-
 /// Largest element, NaN skipped (−∞ for an empty, all −∞ or all NaN slice).
 pub fn max(xs: &[f32]) -> f32 {
     dispatch!(max_body(xs))
@@ -90,16 +32,25 @@ pub fn exp_sub_sum(xs: &mut [f32], max: f32) -> f32 {
 }
 
 /// [`exp_sub_sum`] that also sums, in the same pass, what the row statistics need, with
-/// `d = x − max`: `[Σ e^d, Σ e^d·d, len, Σ d, Σ d²]`. For a slice without −∞ (a tile the mask
-/// does not touch).
-pub fn exp_sub_sum_moments(xs: &mut [f32], max: f32) -> [f32; 5] {
-    dispatch!(exp_sub_sum_moments_body(xs, max))
+/// `d = x − max`, over the visible elements (those above −∞): `[Σ e^d, Σ e^d·d, count, Σ d,
+/// Σ d²]`. For a slice whose hidden elements, if any, lie in its first [`LANES`] (when
+/// `hidden.0`) or in its last vector (when `hidden.1`; a tail shorter than a vector is always
+/// checked): a tile the mask does not touch, or a row's visible run of a band tile widened to
+/// whole vectors. The vectors between take no select.
+pub fn exp_sub_sum_moments(xs: &mut [f32], max: f32, hidden: (bool, bool)) -> [f32; 5] {
+    dispatch!(exp_sub_sum_moments_body(xs, max, hidden))
 }
 
 /// [`exp_sub_sum_moments`] over the visible elements only (those above −∞; their count is the
 /// third sum): a hidden element's weight is 0 and it adds nothing to the other sums.
 pub fn exp_sub_sum_moments_masked(xs: &mut [f32], max: f32) -> [f32; 5] {
     dispatch!(exp_sub_sum_moments_masked_body(xs, max))
+}
+
+/// `[Σ x, Σ x²]`, summed in `f32` lanes.
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+pub fn sum_and_squares(xs: &[f32]) -> [f32; 2] {
+    dispatch!(sum_and_squares_body(xs))
 }
 
 /// `x ← x · factor` for every element.
@@ -158,7 +109,7 @@ pub fn dot_bf16(xs: &[u16], ys: &[u16]) -> f32 {
 }
 
 /// Lanes the loops are written for (the compiler maps them onto 4, 8 or 16-wide registers).
-const LANES: usize = 16;
+pub(crate) const LANES: usize = 16;
 
 /// The loop bodies, written as plain lane-parallel arithmetic so the compiler vectorizes them.
 macro_rules! bodies {
@@ -178,7 +129,14 @@ macro_rules! bodies {
                     }
                 }
             }
-            let tail = chunks.remainder().iter().fold(f32::NEG_INFINITY, |a, x| larger(a, *x));
+            // Then one vector at a time (a band tile's rows have any multiple of LANES).
+            let mut rest = chunks.remainder().chunks_exact(LANES);
+            for part in &mut rest {
+                for (l, x) in lanes[0].iter_mut().zip(part) {
+                    *l = larger(*l, *x);
+                }
+            }
+            let tail = rest.remainder().iter().fold(f32::NEG_INFINITY, |a, x| larger(a, *x));
             lanes.iter().flatten().fold(tail, |a, x| larger(a, *x))
         }
 
@@ -201,66 +159,139 @@ macro_rules! bodies {
         }
 
         $(#[$attr])*
-        pub fn exp_sub_sum_moments_body(xs: &mut [f32], max: f32) -> [f32; 5] {
-            let mut lanes = [[0.0f32; LANES]; 4];
+        pub fn exp_sub_sum_moments_body(
+            xs: &mut [f32],
+            max: f32,
+            (hidden_first, hidden_last): (bool, bool),
+        ) -> [f32; 5] {
+            // Only the first and the last vector may hold hidden elements (−∞), and only when
+            // told: they take the selects, the vectors between them do not. One named array per sum (a 2-D array
+            // of lanes was kept in memory, a store and a reload on every vector).
+            let mut weights = [0.0f32; LANES];
+            let mut weighted = [0.0f32; LANES];
+            let mut counts = [0.0f32; LANES];
+            let mut firsts = [0.0f32; LANES];
+            let mut seconds = [0.0f32; LANES];
+            let n_chunks = xs.len() / LANES;
             let mut chunks = xs.chunks_exact_mut(LANES);
-            for chunk in &mut chunks {
-                for i in 0..LANES {
-                    let d = chunk[i] - max;
-                    let p = super::exp(d, $madd);
-                    chunk[i] = p;
-                    lanes[0][i] += p;
-                    lanes[1][i] = $madd(p, d, lanes[1][i]);
-                    lanes[2][i] += d;
-                    lanes[3][i] = $madd(d, d, lanes[3][i]);
+            let mut masked_chunks = 0;
+            for (chunk_idx, chunk) in (&mut chunks).enumerate() {
+                if (hidden_first && chunk_idx == 0) || (hidden_last && chunk_idx + 1 == n_chunks) {
+                    masked_chunks += 1;
+                    for i in 0..LANES {
+                        let [p, pd, seen, d, dd] = masked_term(&mut chunk[i], max);
+                        weights[i] += p;
+                        weighted[i] += pd;
+                        counts[i] += seen;
+                        firsts[i] += d;
+                        seconds[i] += dd;
+                    }
+                } else {
+                    // Every element visible: the count is added once below.
+                    for i in 0..LANES {
+                        let d = chunk[i] - max;
+                        let p = super::exp(d, $madd);
+                        chunk[i] = p;
+                        weights[i] += p;
+                        weighted[i] = $madd(p, d, weighted[i]);
+                        firsts[i] += d;
+                        seconds[i] = $madd(d, d, seconds[i]);
+                    }
                 }
             }
-            let mut total = [0.0f32; 4];
-            for x in chunks.into_remainder() {
-                let d = *x - max;
-                *x = super::exp(d, $madd);
-                total[0] += *x;
-                total[1] += *x * d;
-                total[2] += d;
-                total[3] += d * d;
-            }
-            for (sum, lane) in total.iter_mut().zip(&lanes) {
-                *sum += lane.iter().sum::<f32>();
-            }
-            [total[0], total[1], xs.len() as f32, total[2], total[3]]
+            let mut total = sum_lanes(
+                (weights, weighted, counts, firsts, seconds),
+                chunks.into_remainder(),
+                max,
+            );
+            total[2] += ((n_chunks - masked_chunks) * LANES) as f32;
+            total
         }
 
         $(#[$attr])*
         pub fn exp_sub_sum_moments_masked_body(xs: &mut [f32], max: f32) -> [f32; 5] {
-            // A hidden element (−∞) has d = −∞ and a weight exp(max(d, −100)) = 0; the select
-            // keeps −∞ (and 0·−∞ = NaN) out of the other sums.
-            let term = |x: &mut f32| {
-                let seen = *x > f32::NEG_INFINITY;
-                let p = super::exp((*x - max).max(-100.0), $madd);
-                let d = if seen { *x - max } else { 0.0 };
-                *x = p;
-                [p, p * d, if seen { 1.0 } else { 0.0 }, d, d * d]
-            };
-            let mut lanes = [[0.0f32; LANES]; 5];
+            let mut weights = [0.0f32; LANES];
+            let mut weighted = [0.0f32; LANES];
+            let mut counts = [0.0f32; LANES];
+            let mut firsts = [0.0f32; LANES];
+            let mut seconds = [0.0f32; LANES];
             let mut chunks = xs.chunks_exact_mut(LANES);
             for chunk in &mut chunks {
                 for i in 0..LANES {
-                    let t = term(&mut chunk[i]);
-                    for k in 0..5 {
-                        lanes[k][i] += t[k];
-                    }
+                    let [p, pd, seen, d, dd] = masked_term(&mut chunk[i], max);
+                    weights[i] += p;
+                    weighted[i] += pd;
+                    counts[i] += seen;
+                    firsts[i] += d;
+                    seconds[i] += dd;
                 }
             }
-            let mut total = [0.0f32; 5];
-            for x in chunks.into_remainder() {
-                for (sum, t) in total.iter_mut().zip(term(x)) {
+            sum_lanes(
+                (weights, weighted, counts, firsts, seconds),
+                chunks.into_remainder(),
+                max,
+            )
+        }
+
+        /// One element's terms `[e^d, e^d·d, 1, d, d²]` (`d = x − max`; all 0 for a hidden
+        /// element, −∞), `x` replaced by its weight `e^d`.
+        #[inline(always)]
+        fn masked_term(x: &mut f32, max: f32) -> [f32; 5] {
+            // A hidden element has d = −∞ and a weight exp(max(d, −100)) = 0; the select keeps
+            // −∞ (and 0·−∞ = NaN) out of the other sums.
+            let seen = *x > f32::NEG_INFINITY;
+            let p = super::exp((*x - max).max(-100.0), $madd);
+            let d = if seen { *x - max } else { 0.0 };
+            *x = p;
+            [p, p * d, if seen { 1.0 } else { 0.0 }, d, d * d]
+        }
+
+        /// The masked terms of the `tail` (shorter than a vector) plus the lanes' sums. The
+        /// weights' sum is added up as [`exp_sub_sum_body`] adds it (the tail, then the lanes
+        /// one after another), so that a step that asks for the statistics computes the very
+        /// softmax of one that does not.
+        #[inline(always)]
+        fn sum_lanes(
+            (weights, weighted, counts, firsts, seconds): Lanes5,
+            tail: &mut [f32],
+            max: f32,
+        ) -> [f32; 5] {
+            let mut total = [
+                0.0,
+                super::tree_sum(weighted),
+                super::tree_sum(counts),
+                super::tree_sum(firsts),
+                super::tree_sum(seconds),
+            ];
+            let mut weights_tail = 0.0f32;
+            for x in tail {
+                let [p, rest @ ..] = masked_term(x, max);
+                weights_tail += p;
+                for (sum, t) in total[1..].iter_mut().zip(rest) {
                     *sum += t;
                 }
             }
-            for (sum, lane) in total.iter_mut().zip(&lanes) {
-                *sum += lane.iter().sum::<f32>();
-            }
+            total[0] = weights_tail + weights.iter().sum::<f32>();
             total
+        }
+
+        $(#[$attr])*
+        #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+        pub fn sum_and_squares_body(xs: &[f32]) -> [f32; 2] {
+            let mut lanes = [[0.0f32; LANES]; 2];
+            let mut chunks = xs.chunks_exact(LANES);
+            for chunk in &mut chunks {
+                for i in 0..LANES {
+                    lanes[0][i] += chunk[i];
+                    lanes[1][i] = $madd(chunk[i], chunk[i], lanes[1][i]);
+                }
+            }
+            let mut sums = [super::tree_sum(lanes[0]), super::tree_sum(lanes[1])];
+            for x in chunks.remainder() {
+                sums[0] += *x;
+                sums[1] += *x * *x;
+            }
+            sums
         }
 
         $(#[$attr])*
@@ -374,7 +405,7 @@ macro_rules! bodies {
 }
 
 pub mod portable {
-    use super::LANES;
+    use super::{LANES, Lanes5};
     // Without FMA, `mul_add` would be a libm call: multiply and add separately.
     bodies!(|a: f32, b: f32, c: f32| a * b + c, #[inline(always)]);
 }
@@ -384,7 +415,7 @@ pub mod avx2 {
     //! # Safety
     //! Call only on a CPU with AVX2 and FMA.
     #![allow(clippy::missing_safety_doc)]
-    use super::LANES;
+    use super::{LANES, Lanes5};
     bodies!(f32::mul_add, #[target_feature(enable = "avx2,fma")]);
 }
 
@@ -393,8 +424,32 @@ pub mod avx512 {
     //! # Safety
     //! Call only on a CPU with AVX-512F.
     #![allow(clippy::missing_safety_doc)]
-    use super::LANES;
+    use super::{LANES, Lanes5};
     bodies!(f32::mul_add, #[target_feature(enable = "avx512f,avx2,fma")]);
+}
+
+/// The five lane sets of the statistics' loops: weights, weighted, counts, first and second
+/// moments.
+type Lanes5 = (
+    [f32; LANES],
+    [f32; LANES],
+    [f32; LANES],
+    [f32; LANES],
+    [f32; LANES],
+);
+
+/// The sum of a lane set by halving it (vector adds of its halves, not a scalar walk along it).
+#[inline(always)]
+fn tree_sum(lanes: [f32; LANES]) -> f32 {
+    let mut half = [0.0f32; LANES / 2];
+    for i in 0..LANES / 2 {
+        half[i] = lanes[i] + lanes[i + LANES / 2];
+    }
+    let mut quarter = [0.0f32; LANES / 4];
+    for i in 0..LANES / 4 {
+        quarter[i] = half[i] + half[i + LANES / 4];
+    }
+    (quarter[0] + quarter[2]) + (quarter[1] + quarter[3])
 }
 
 /// `e^x` for `x ≤ 0` (the softmax argument), 0 below −87.3 (where `f32` underflows) and for −∞.

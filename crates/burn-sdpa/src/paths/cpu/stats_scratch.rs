@@ -1,5 +1,6 @@
-//! The CPU kernel's online accumulators of the row statistics (see [`ROW_STATS`]), one
-//! entry per query of a block, updated tile by tile beside the running max and sum.
+//! The CPU kernel's online softmax, row by row and tile by tile ([`update_row`]), and the
+//! online accumulators of the row statistics (see [`ROW_STATS`]), one entry per query of a
+//! block, updated beside the running max and sum.
 
 use super::simd;
 
@@ -13,6 +14,52 @@ pub(crate) const ROW_STATS: usize = 6;
 
 /// Where the number of visible keys stands among the [`ROW_STATS`] statistics of a row.
 pub(crate) const VISIBLE_KEYS: usize = 3;
+
+/// Where a row's scores in a tile may be −∞ (hidden keys): which loop the statistics take.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hidden {
+    /// Only in the first vector (`.0`) and in the last vector or tail (`.1`) when set: a
+    /// plain tile (neither) or a band tile's visible run widened to whole vectors.
+    AtEnds(bool, bool),
+    /// Anywhere (the mask, the bias, segments).
+    Anywhere,
+}
+
+/// One tile's update of one row of the online softmax: `scores` (the row's scores in the tile,
+/// or the run of them it sees) become the weights `e^(s − new_max)`; the running `(max, sum)`
+/// move to the new max; `acc_row` (the row's unnormalized output) is rescaled to it. With
+/// `stats` (the block's accumulators and the row's index in the block), the statistics take
+/// the tile's terms in the same pass (`hidden`: where a score may be −∞).
+#[inline(always)]
+pub(crate) fn update_row(
+    scores: &mut [f32],
+    (row_max, row_sum): (&mut f32, &mut f32),
+    acc_row: &mut [f32],
+    stats: Option<(&mut StatsScratch, usize)>,
+    hidden: Hidden,
+) {
+    let old_max = *row_max;
+    let tile_max = simd::max(scores);
+    let new_max = old_max.max(tile_max);
+    if new_max == f32::NEG_INFINITY {
+        // No visible key yet: this tile adds nothing.
+        scores.fill(0.0);
+        return;
+    }
+    let correction = (old_max - new_max).exp(); // exp(-inf) = 0 on the first tile
+    let tile_sum = match stats {
+        Some((stats, row)) => {
+            let maxima = (old_max, new_max, correction);
+            stats.add_tile(row, scores, tile_max, maxima, hidden)
+        }
+        None => simd::exp_sub_sum(scores, new_max),
+    };
+    if correction != 1.0 {
+        simd::scale(acc_row, correction);
+    }
+    *row_sum = *row_sum * correction + tile_sum;
+    *row_max = new_max;
+}
 
 /// One row's accumulators, all relative to the row's running max `m` (which counts the sink):
 /// `keys_sum = Σ_keys e^(s − m)` and `weighted = Σ_keys e^(s − m)·(s − m)` give the entropy
@@ -63,23 +110,24 @@ impl StatsScratch {
     /// `e^(s − new_max)`, the softmax's weights, in the same pass that sums the tile's terms;
     /// the accumulators move from `old_max` to `new_max` (`correction = e^(old_max −
     /// new_max)`) and take the tile's. Returns the tile's sum of weights.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn add_tile(
         &mut self,
         row: usize,
         scores: &mut [f32],
         tile_max: f32,
         (old_max, new_max, correction): (f32, f32, f32),
-        masked: bool,
+        hidden: Hidden,
     ) -> f32 {
         if tile_max == f32::NEG_INFINITY {
             // Nothing visible here: the max did not move, and the weights are zeros.
             return simd::exp_sub_sum(scores, new_max);
         }
-        let [sum, weighted, count, first, second] = if masked {
-            simd::exp_sub_sum_moments_masked(scores, new_max)
-        } else {
-            simd::exp_sub_sum_moments(scores, new_max)
+        let [sum, weighted, count, first, second] = match hidden {
+            Hidden::Anywhere => simd::exp_sub_sum_moments_masked(scores, new_max),
+            Hidden::AtEnds(first, last) => {
+                simd::exp_sub_sum_moments(scores, new_max, (first, last))
+            }
         };
         let acc = &mut self.rows[row];
         if acc.count > 0.0 && correction != 1.0 {

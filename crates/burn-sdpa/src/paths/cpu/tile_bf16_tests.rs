@@ -158,7 +158,7 @@ fn f32_operands_are_rounded_to_bf16_before_the_product() {
 
 #[test]
 fn the_isas_are_those_the_cpu_reports_and_the_fastest_is_taken() {
-    let reported = crate::paths::cpu::simd::cpu_features();
+    let reported = crate::paths::cpu::features::cpu_features();
     let available = Bf16Isa::available();
     assert_eq!(available[0], Bf16Isa::Portable);
     let avx512 = ["avx512f", "avx512bw", "avx512_bf16"]
