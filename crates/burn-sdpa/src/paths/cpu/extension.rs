@@ -43,7 +43,7 @@ pub(crate) struct KernelCall {
     /// Where the forward leaves its log-sum-exp when the caller asked for it (it carries no
     /// gradient).
     pub lse_out: Option<Arc<std::sync::Mutex<Vec<f32>>>>,
-    /// Where the forward leaves the row statistics `[b, h, n, ROW_STATS]` when the caller asked
+    /// Where the forward leaves the row statistics `[ROW_STATS, b, h, n]` when the caller asked
     /// for them (no gradient either).
     pub stats_out: Option<Arc<std::sync::Mutex<Vec<f32>>>>,
 }

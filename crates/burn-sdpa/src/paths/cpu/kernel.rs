@@ -29,10 +29,11 @@ use burn::tensor::bf16;
 
 use super::element::Element;
 use super::masking::Masking;
+use super::scratch::Scratch;
 use super::shape::check_len;
 use super::shape::{KernelShape, Tiles};
 use super::simd;
-use super::stats_scratch::{Hidden, ROW_STATS, StatsScratch, update_row};
+use super::stats_scratch::{Hidden, ROW_STATS, update_row};
 use super::tile::View;
 use crate::error::AttentionError;
 use crate::types::AttentionDims;
@@ -142,7 +143,7 @@ pub(crate) fn forward<T: Element>(
         check_len(
             "row statistics slice",
             stats.len(),
-            [batch, n_heads, n, ROW_STATS],
+            [ROW_STATS, batch, n_heads, n],
         )?;
     }
     if out.is_empty() {
@@ -157,13 +158,19 @@ pub(crate) fn forward<T: Element>(
         }
     };
     // out: [b·h, n, d_v] -> tasks of [query_block, d_v] rows, each with its (b·h, first query),
-    // its [query_block] log-sum-exp entries and its [query_block, ROW_STATS] statistics.
+    // its [query_block] log-sum-exp entries and its [query_block] entries of each statistic.
     let mut tasks: Vec<Task<'_, T>> = Vec::new();
     let mut stats_blocks = stats.map(|stats| {
-        // [b·h·n, ROW_STATS] -> blocks of [query_block, ROW_STATS], in the tasks' order.
+        // [ROW_STATS, b·h·n] -> per statistic, blocks of [query_block] in the tasks' order.
+        let rows = batch * n_heads * n;
         stats
-            .chunks_mut(n * ROW_STATS)
-            .flat_map(|head| head.chunks_mut(tiles.query_block * ROW_STATS))
+            .chunks_mut(rows.max(1))
+            .map(|column| {
+                column
+                    .chunks_mut(n)
+                    .flat_map(|head| head.chunks_mut(tiles.query_block))
+            })
+            .collect::<Vec<_>>()
     });
     for (bh_idx, (head_out, head_lse)) in out.chunks_mut(n * d_v).zip(lse.chunks_mut(n)).enumerate()
     {
@@ -171,7 +178,11 @@ pub(crate) fn forward<T: Element>(
             .chunks_mut(tiles.query_block * d_v)
             .zip(head_lse.chunks_mut(tiles.query_block));
         for (block_idx, (block_out, block_lse)) in blocks.enumerate() {
-            let block_stats = stats_blocks.as_mut().and_then(Iterator::next);
+            let block_stats = stats_blocks.as_mut().and_then(|columns| {
+                let block: Vec<&mut [f32]> =
+                    columns.iter_mut().filter_map(Iterator::next).collect();
+                StatsColumns::try_from(block).ok()
+            });
             tasks.push((
                 bh_idx,
                 block_idx * tiles.query_block,
@@ -225,45 +236,22 @@ type Task<'a, T> = (
     usize,
     &'a mut [T],
     &'a mut [f32],
-    Option<&'a mut [f32]>,
+    Option<StatsColumns<'a>>,
 );
 
+/// A block's entries of each row statistic (see [`ROW_STATS`]).
+type StatsColumns<'a> = [&'a mut [f32]; ROW_STATS];
+
 /// What a task writes: `[rows, d_v]` outputs, `[rows]` log-sum-exps and, when asked,
-/// `[rows, ROW_STATS]` statistics.
+/// `[rows]` entries of each of the [`ROW_STATS`] statistics.
 struct Rows<'a, T> {
     out: &'a mut [T],
     lse: &'a mut [f32],
-    stats: Option<&'a mut [f32]>,
+    stats: Option<StatsColumns<'a>>,
 }
 
 /// A key tile's prepared right operands: `K_jᵀ` (of the scores) and `V_j` (of the output).
 type KeyTile<'a, T> = (<T as Element>::Rhs<'a>, <T as Element>::Rhs<'a>);
-
-/// Per-thread buffers of one query block.
-struct Scratch {
-    /// `[query_block, key_block]` scores, then probabilities.
-    scores: Vec<f32>,
-    /// `[query_block, d_v]` unnormalized output.
-    acc: Vec<f32>,
-    /// Running max per query.
-    row_max: Vec<f32>,
-    /// Running sum of exponentials per query.
-    row_sum: Vec<f32>,
-    /// The statistics' accumulators per query (used when they are asked for).
-    stats: StatsScratch,
-}
-
-impl Scratch {
-    fn new(shape: &KernelShape, tiles: Tiles) -> Self {
-        Self {
-            scores: vec![0.0; tiles.query_block * tiles.key_block],
-            acc: vec![0.0; tiles.query_block * shape.dims.d_v],
-            row_max: vec![f32::NEG_INFINITY; tiles.query_block],
-            row_sum: vec![0.0; tiles.query_block],
-            stats: StatsScratch::new(tiles.query_block),
-        }
-    }
-}
 
 /// Everything a task reads.
 pub(crate) struct Inputs<'a, T = f32> {
@@ -534,13 +522,14 @@ impl<'a, T: Element> Inputs<'a, T> {
                 (0.0, f32::INFINITY)
             };
             block_lse[row] = lse;
-            if let Some(stats) = block_stats.as_deref_mut() {
-                let out = &mut stats[row * ROW_STATS..][..ROW_STATS];
-                scratch.stats.finish(row, row_max[row], sum, lse, out);
-            }
             let acc_row = &mut acc[row * d_v..][..d_v];
             simd::scale(acc_row, inv);
             T::store(acc_row, &mut block_out[row * d_v..][..d_v]);
+        }
+        if let Some(columns) = block_stats.as_mut() {
+            scratch
+                .stats
+                .finish_block(row_max, row_sum, block_lse, columns);
         }
     }
 }

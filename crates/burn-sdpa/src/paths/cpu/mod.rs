@@ -72,6 +72,7 @@ mod reference;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 #[allow(deprecated)]
 mod row_ops;
+mod scratch;
 pub(crate) mod shape;
 pub(crate) mod simd;
 mod stats_scratch;
@@ -298,42 +299,41 @@ fn lse_tensor(lse: Vec<f32>, dims: &crate::types::AttentionDims, device: &Device
 }
 
 /// The row statistics as the module returns them, from the kernel's log-sum-exp `[b, h, n]`
-/// and statistics `[b, h, n, ROW_STATS]` (see [`stats_scratch::ROW_STATS`]).
+/// and statistics `[ROW_STATS, b, h, n]` (see [`stats_scratch::ROW_STATS`]).
 ///
 /// The kernel writes a row without a visible key as the module returns it (−∞, 0, 0, 0, NaN,
-/// NaN), so the columns are split on the host as they are: one pass, no tensor op.
+/// NaN), and one statistic after another: each becomes a tensor as it is.
 fn row_stats_tensors(
     lse: Vec<f32>,
-    stats: Vec<f32>,
+    mut stats: Vec<f32>,
     dims: &crate::types::AttentionDims,
     device: &Device,
 ) -> crate::RowStats {
     let shape = [dims.batch, dims.n_heads, dims.n];
-    let rows = stats.len() / stats_scratch::ROW_STATS;
-    // [b·h·n, 6] -> 6 × [b·h·n]
-    let mut columns: [Vec<f32>; stats_scratch::ROW_STATS] =
-        std::array::from_fn(|_| Vec::with_capacity(rows));
-    for row in stats.chunks_exact(stats_scratch::ROW_STATS) {
-        for (column, x) in columns.iter_mut().zip(row) {
-            column.push(*x);
-        }
-    }
-    let [
-        max_logit,
-        entropy,
-        max_prob,
-        visible_keys,
-        logit_mean,
-        logit_std,
-    ] = columns.map(|column| Tensor::<3>::from_data(TensorData::new(column, shape), device));
+    let rows = dims.batch * dims.n_heads * dims.n;
+    // [ROW_STATS, b·h·n] -> ROW_STATS × [b·h·n], split from the end (no copy of the first)
+    let mut columns: Vec<Vec<f32>> = (1..stats_scratch::ROW_STATS)
+        .rev()
+        .map(|idx| stats.split_off(idx * rows))
+        .collect();
+    columns.push(stats);
+    columns.reverse();
+    let mut tensors = columns
+        .into_iter()
+        .map(|column| Tensor::<3>::from_data(TensorData::new(column, shape), device));
+    let mut next = || {
+        tensors
+            .next()
+            .unwrap_or_else(|| Tensor::zeros(shape, device))
+    };
     crate::RowStats {
-        max_logit,
+        max_logit: next(),
+        entropy: next(),
+        max_prob: next(),
+        visible_keys: next(),
+        logit_mean: next(),
+        logit_std: next(),
         lse: lse_tensor(lse, dims, device),
-        entropy,
-        max_prob,
-        visible_keys,
-        logit_mean,
-        logit_std,
     }
 }
 

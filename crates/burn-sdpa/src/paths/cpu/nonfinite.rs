@@ -8,7 +8,7 @@ use rayon::prelude::*;
 use super::masking::Masking;
 use super::shape::KernelShape;
 use super::simd;
-use super::stats_scratch::{ROW_STATS, VISIBLE_KEYS};
+use super::stats_scratch::VISIBLE_KEYS;
 use crate::types::AttentionDims;
 
 /// Sanitized copies of a call's inputs and the rows the policy makes NaN.
@@ -139,12 +139,17 @@ impl Sanitized {
             }
         }
         if let Some(stats) = stats {
-            for (row, stats) in self.poisoned.iter().zip(stats.chunks_mut(ROW_STATS)) {
-                if *row {
-                    // Every statistic but the count of visible keys, which the mask decides.
-                    let count = stats[VISIBLE_KEYS];
-                    stats.fill(f32::NAN);
-                    stats[VISIBLE_KEYS] = count;
+            // [ROW_STATS, rows]: every statistic but the count of visible keys, which the mask
+            // decides.
+            let rows = self.poisoned.len();
+            for (stat_idx, column) in stats.chunks_mut(rows.max(1)).enumerate() {
+                if stat_idx == VISIBLE_KEYS {
+                    continue;
+                }
+                for (row, x) in self.poisoned.iter().zip(column) {
+                    if *row {
+                        *x = f32::NAN;
+                    }
                 }
             }
         }

@@ -53,6 +53,13 @@ pub fn sum_and_squares(xs: &[f32]) -> [f32; 2] {
     dispatch!(sum_and_squares_body(xs))
 }
 
+/// `e^x` for one `x ≤ 0` with the loops' polynomial (inlined: a loop over rows calling it
+/// still vectorizes).
+#[inline(always)]
+pub fn exp_nonpositive(x: f32) -> f32 {
+    exp(x, |a, b, c| a * b + c)
+}
+
 /// `x ← x · factor` for every element.
 pub fn scale(xs: &mut [f32], factor: f32) {
     dispatch!(scale_body(xs, factor))

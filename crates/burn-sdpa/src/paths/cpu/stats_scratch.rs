@@ -4,10 +4,10 @@
 
 use super::simd;
 
-/// How many statistics the forward writes per query row when asked (`stats: [batch, n_heads, n,
-/// ROW_STATS]`), in this order: the largest visible logit, the entropy, the largest weight, the
-/// number of visible keys, the mean and the (population) standard deviation of the visible
-/// logits. They come from accumulators the online softmax carries beside its running max and
+/// How many statistics the forward writes per query row when asked (`stats: [ROW_STATS, batch,
+/// n_heads, n]`, one column per statistic), in this order: the largest visible logit, the
+/// entropy, the largest weight, the number of visible keys, the mean and the (population)
+/// standard deviation of the visible logits. They come from accumulators the online softmax carries beside its running max and
 /// sum: O(1) extra per row, the `[n, m]` weights never held. A row with no visible key gets
 /// −∞, 0, 0, 0, NaN, NaN.
 pub(crate) const ROW_STATS: usize = 6;
@@ -61,54 +61,52 @@ pub(crate) fn update_row(
     *row_max = new_max;
 }
 
-/// One row's accumulators, all relative to the row's running max `m` (which counts the sink):
+/// The online accumulators of the row statistics, one entry per query of the block, in one
+/// array per accumulator (so that [`finish_block`](Self::finish_block) runs over the rows in
+/// vectors). All are relative to the row's running max `m` (which counts the sink):
 /// `keys_sum = Σ_keys e^(s − m)` and `weighted = Σ_keys e^(s − m)·(s − m)` give the entropy
 /// `(keys_sum·ln l − weighted) / l` (`l` the running sum); `first = Σ (s − m)` and
 /// `second = Σ (s − m)²` over the visible keys, with their count, give the logit mean and std.
 /// When `m` grows by `−δ` (δ = m_old − m_new ≤ 0, c = e^δ): `weighted ← c·(weighted +
 /// δ·keys_sum)`, `keys_sum ← c·keys_sum`, `second ← second + 2δ·first + count·δ²`,
 /// `first ← first + count·δ`.
-#[derive(Debug, Clone, Copy)]
-struct RowAccumulators {
-    keys_sum: f32,
-    weighted: f32,
-    visible_max: f32,
-    count: f32,
-    first: f32,
-    second: f32,
-}
-
-impl RowAccumulators {
-    const EMPTY: Self = Self {
-        keys_sum: 0.0,
-        weighted: 0.0,
-        visible_max: f32::NEG_INFINITY,
-        count: 0.0,
-        first: 0.0,
-        second: 0.0,
-    };
-}
-
-/// The online accumulators of the row statistics, one [`RowAccumulators`] per query of the
-/// block.
 pub(crate) struct StatsScratch {
-    rows: Vec<RowAccumulators>,
+    keys_sum: Vec<f32>,
+    weighted: Vec<f32>,
+    visible_max: Vec<f32>,
+    count: Vec<f32>,
+    first: Vec<f32>,
+    second: Vec<f32>,
 }
 
 impl StatsScratch {
     pub(crate) fn new(rows: usize) -> Self {
         Self {
-            rows: vec![RowAccumulators::EMPTY; rows],
+            keys_sum: vec![0.0; rows],
+            weighted: vec![0.0; rows],
+            visible_max: vec![f32::NEG_INFINITY; rows],
+            count: vec![0.0; rows],
+            first: vec![0.0; rows],
+            second: vec![0.0; rows],
         }
     }
 
     pub(crate) fn reset(&mut self) {
-        self.rows.fill(RowAccumulators::EMPTY);
+        for sums in [
+            &mut self.keys_sum,
+            &mut self.weighted,
+            &mut self.count,
+            &mut self.first,
+            &mut self.second,
+        ] {
+            sums.fill(0.0);
+        }
+        self.visible_max.fill(f32::NEG_INFINITY);
     }
 
-    /// One tile of `row`: its scores (largest `tile_max`; `masked` when some may be −∞) become
-    /// `e^(s − new_max)`, the softmax's weights, in the same pass that sums the tile's terms;
-    /// the accumulators move from `old_max` to `new_max` (`correction = e^(old_max −
+    /// One tile of `row`: its scores (largest `tile_max`; `hidden`: where some may be −∞)
+    /// become `e^(s − new_max)`, the softmax's weights, in the same pass that sums the tile's
+    /// terms; the accumulators move from `old_max` to `new_max` (`correction = e^(old_max −
     /// new_max)`) and take the tile's. Returns the tile's sum of weights.
     #[inline(always)]
     pub(crate) fn add_tile(
@@ -129,48 +127,65 @@ impl StatsScratch {
                 simd::exp_sub_sum_moments(scores, new_max, (first, last))
             }
         };
-        let acc = &mut self.rows[row];
-        if acc.count > 0.0 && correction != 1.0 {
+        let n = self.count[row];
+        if n > 0.0 && correction != 1.0 {
             let delta = old_max - new_max;
-            acc.weighted = correction * (acc.weighted + delta * acc.keys_sum);
-            acc.keys_sum *= correction;
-            acc.second += delta * (2.0 * acc.first + acc.count * delta);
-            acc.first += acc.count * delta;
+            let keys_sum = self.keys_sum[row];
+            self.weighted[row] = correction * (self.weighted[row] + delta * keys_sum);
+            self.keys_sum[row] = keys_sum * correction;
+            self.second[row] += delta * (2.0 * self.first[row] + n * delta);
+            self.first[row] += n * delta;
         }
-        acc.keys_sum += sum;
-        acc.weighted += weighted;
-        acc.count += count;
-        acc.first += first;
-        acc.second += second;
-        acc.visible_max = acc.visible_max.max(tile_max);
+        self.keys_sum[row] += sum;
+        self.weighted[row] += weighted;
+        self.count[row] = n + count;
+        self.first[row] += first;
+        self.second[row] += second;
+        self.visible_max[row] = self.visible_max[row].max(tile_max);
         sum
     }
 
-    /// `row`'s statistics (see [`ROW_STATS`]) with its final max, sum and log-sum-exp.
-    pub(crate) fn finish(&self, row: usize, max: f32, sum: f32, lse: f32, out: &mut [f32]) {
-        let acc = self.rows[row];
-        if acc.count == 0.0 {
-            out.copy_from_slice(&[f32::NEG_INFINITY, 0.0, 0.0, 0.0, f32::NAN, f32::NAN]);
-            return;
-        }
-        // ln l = lse − max, and the largest weight is e^(visible_max − max) / l: 1 / l unless a
-        // sink lies above every score (no logarithm or exponential per row otherwise).
-        let inv_sum = 1.0 / sum;
-        let entropy = (acc.keys_sum * (lse - max) - acc.weighted) * inv_sum;
-        let max_prob = if acc.visible_max == max {
-            inv_sum
-        } else {
-            (acc.visible_max - lse).exp()
-        };
-        let mean = acc.first / acc.count;
-        let variance = (acc.second / acc.count - mean * mean).max(0.0);
-        out.copy_from_slice(&[
-            acc.visible_max,
+    /// The statistics (see [`ROW_STATS`]) of the block's rows, from their final max, sum and
+    /// log-sum-exp, into `columns` (one slice per statistic, one entry per row). Branch-free
+    /// per row, so that it runs in vectors.
+    pub(crate) fn finish_block(
+        &self,
+        max: &[f32],
+        sum: &[f32],
+        lse: &[f32],
+        columns: &mut [&mut [f32]; ROW_STATS],
+    ) {
+        let [
+            max_logit,
             entropy,
             max_prob,
-            acc.count,
-            max + mean,
-            variance.sqrt(),
-        ]);
+            visible_keys,
+            logit_mean,
+            logit_std,
+        ] = columns;
+        for row in 0..lse.len().min(max.len()).min(sum.len()) {
+            let n = self.count[row];
+            let (m, l, lse) = (max[row], sum[row], lse[row]);
+            let visible_max = self.visible_max[row];
+            let inv_sum = 1.0 / l;
+            let h = (self.keys_sum[row] * (lse - m) - self.weighted[row]) * inv_sum;
+            // ln l = lse − max, and the largest weight is e^(visible_max − max) / l: 1 / l
+            // unless a sink lies above every score.
+            let p = if visible_max == m {
+                inv_sum
+            } else {
+                simd::exp_nonpositive(visible_max - lse)
+            };
+            let mean = self.first[row] / n;
+            let variance = (self.second[row] / n - mean * mean).max(0.0);
+            // A row with no visible key: −∞, 0, 0, 0, NaN, NaN.
+            let seen = n > 0.0;
+            max_logit[row] = if seen { visible_max } else { f32::NEG_INFINITY };
+            entropy[row] = if seen { h } else { 0.0 };
+            max_prob[row] = if seen { p } else { 0.0 };
+            visible_keys[row] = n;
+            logit_mean[row] = if seen { m + mean } else { f32::NAN };
+            logit_std[row] = if seen { variance.sqrt() } else { f32::NAN };
+        }
     }
 }
