@@ -295,3 +295,110 @@ fn the_cpu_kernel_rescales_its_statistics_across_key_tiles() {
         }
     }
 }
+
+#[test]
+fn the_cpu_kernel_band_tiles_give_naive_statistics_and_the_same_output() {
+    // Causal and windowed calls without a mask: the kernel's band tiles (each row's visible run
+    // widened to whole vectors) with runs of every length and offset, n != m (bottom-right
+    // alignment), 513 keys over two tiles and a part. Statistics against Naive's (1e-4
+    // relative, fixed before the run); output and log-sum-exp bit for bit the same with and
+    // without statistics (they do not change the softmax).
+    let (b, h, n, m, d) = (1, 2, 130, 513, 16);
+    for (backend, device) in crate::common::cpu_devices() {
+        let q = tensor4(&lcg_values(91, b * h * n * d), [b, h, n, d], &device) * 2.0;
+        let k = tensor4(&lcg_values(92, b * h * m * d), [b, h, m, d], &device);
+        let v = tensor4(&lcg_values(93, b * h * m * 4), [b, h, m, 4], &device);
+        for (causal, window) in [(true, None), (true, Some((37, 0))), (false, Some((40, 70)))] {
+            let mut input = AttentionInput::new(q.clone(), k.clone(), v.clone());
+            if causal {
+                input = input.causal();
+            }
+            if let Some((left, right)) = window {
+                input = input.window(left, right);
+            }
+            let run = |implementation, stats: bool| {
+                let attention = ScaledDotProductAttentionConfig::new()
+                    .with_implementation(implementation)
+                    .init();
+                let input = input.clone().need_lse();
+                attention.forward(if stats { input.need_row_stats() } else { input })
+            };
+            let label = format!("{backend}, causal {causal}, window {window:?}");
+            let (with, without) = (
+                run(Implementation::CpuKernel, true),
+                run(Implementation::CpuKernel, false),
+            );
+            let bits = |t: Tensor<4>| -> Vec<u32> {
+                t.into_data()
+                    .convert::<f32>()
+                    .iter::<f32>()
+                    .map(f32::to_bits)
+                    .collect()
+            };
+            assert_eq!(
+                bits(with.context.clone()),
+                bits(without.context),
+                "{label}: output"
+            );
+            let lse = |t: Tensor<3>| bits(t.unsqueeze::<4>());
+            assert_eq!(
+                lse(with.lse.clone().expect("lse")),
+                lse(without.lse.expect("lse")),
+                "{label}: log-sum-exp"
+            );
+            let naive = run(Implementation::Naive, true)
+                .row_stats
+                .expect("asked for");
+            let kernel = with.row_stats.expect("asked for");
+            for (name, got, want) in [
+                ("max_logit", kernel.max_logit, naive.max_logit),
+                ("entropy", kernel.entropy, naive.entropy),
+                ("max_prob", kernel.max_prob, naive.max_prob),
+                ("visible_keys", kernel.visible_keys, naive.visible_keys),
+                ("logit_mean", kernel.logit_mean, naive.logit_mean),
+                ("logit_std", kernel.logit_std, naive.logit_std),
+            ] {
+                for (row, (g, w)) in values(got).iter().zip(values(want)).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                        "{label}: {name} of row {row}: {g} vs {w}"
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn poisoned_rows_keep_only_their_key_count_in_the_cpu_kernels_statistics() {
+    // A NaN in query 2 of head 0 poisons that row: NaN in every statistic but the visible
+    // keys, which the causal mask alone decides; the other rows are untouched.
+    let (b, h, n, m, d) = (1, 2, 6, 6, 4);
+    for (backend, device) in crate::common::cpu_devices() {
+        let mut qs = lcg_values(95, b * h * n * d);
+        qs[2 * d] = f64::NAN; // head 0, query 2
+        let q = tensor4(&qs, [b, h, n, d], &device);
+        let k = tensor4(&lcg_values(96, b * h * m * d), [b, h, m, d], &device);
+        let v = tensor4(&lcg_values(97, b * h * m * d), [b, h, m, d], &device);
+        let out = ScaledDotProductAttentionConfig::new()
+            .with_implementation(Implementation::CpuKernel)
+            .init()
+            .forward(AttentionInput::new(q, k, v).causal().need_row_stats());
+        let stats = out.row_stats.expect("asked for");
+        let keys = values(stats.visible_keys);
+        for (name, column) in [
+            ("entropy", values(stats.entropy)),
+            ("max_logit", values(stats.max_logit)),
+            ("logit_std", values(stats.logit_std)),
+        ] {
+            assert_eq!(column.len(), h * n);
+            for (row, x) in column.iter().enumerate() {
+                let poisoned = row == 2;
+                assert_eq!(x.is_nan(), poisoned, "{backend}: {name} of row {row}");
+            }
+        }
+        for (row, count) in keys.iter().enumerate() {
+            assert_eq!(*count, (row % n + 1) as f64, "{backend}: keys of row {row}");
+        }
+    }
+}

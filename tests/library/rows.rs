@@ -238,10 +238,71 @@ fn accuracy_is_argmax_equal_to_the_target() {
             );
         }
         assert!(boosted_reference[0] >= 0.5, "the boosted rows are right");
+        let empty = sdpa::try_accuracy(
+            Tensor::<2>::zeros([0, 3], &device),
+            Tensor::<1, Int>::from_data(TensorData::new(Vec::<i64>::new(), [0]), &device),
+        );
+        assert!(
+            values(empty.expect("zero rows"))[0].is_nan(),
+            "{backend}: zero rows"
+        );
+        assert!(matches!(
+            sdpa::try_accuracy(
+                Tensor::<2>::zeros([2, 0], &device),
+                Tensor::<1, Int>::from_data([0, 0], &device)
+            ),
+            Err(AttentionError::Shape { .. })
+        ));
         let short = Tensor::<1, Int>::from_data([0, 1], &device);
         assert!(matches!(
             sdpa::try_accuracy(Tensor::<2>::zeros([3, 2], &device), short),
             Err(AttentionError::Shape { .. })
         ));
+    }
+}
+
+#[test]
+fn accuracy_predicts_as_burns_argmax_with_nan_on_the_cpu_backends() {
+    // Burn's argmax on Flex and NdArray picks the first NaN of a row that has one.
+    for (backend, device) in crate::common::cpu_devices() {
+        let logits = Tensor::<2>::from_data(
+            [
+                [1.0, f32::NAN, 3.0],
+                [f32::NAN, 2.0, f32::NAN],
+                [0.0, 5.0, f32::INFINITY],
+            ],
+            &device,
+        );
+        let targets = Tensor::<1, Int>::from_data([1, 0, 2], &device);
+        let predicted = logits.clone().argmax(1).squeeze_dim::<1>(1);
+        let reference: Vec<f64> = values(predicted.equal(targets.clone()).float().mean());
+        let got: Vec<f64> = values(sdpa::accuracy(logits, targets));
+        assert_eq!(got[0], reference[0], "{backend}");
+        assert_eq!(
+            got[0], 1.0,
+            "{backend}: every row's target is argmax's pick"
+        );
+    }
+}
+
+#[test]
+fn mean_and_std_keeps_its_precision_when_the_mean_dwarfs_the_spread() {
+    // Values 1000 ± 0.5 (mean / std ≈ 3500): E[x²] − E[x]² in f32 would lose the std to
+    // cancellation; within 1e-4 relative of the f64 reference on the CPU backends (the tensor
+    // path elsewhere makes no such promise).
+    for (backend, device) in crate::common::cpu_devices() {
+        let x = tensor(3, [70_000], &device).add_scalar(1000.0);
+        let reference = reference_mean_std(&values(x.clone()));
+        let got: Vec<f64> = values(sdpa::mean_and_std(x));
+        assert!(
+            (got[0] - reference.0).abs() <= 1e-6 * reference.0,
+            "{backend} mean"
+        );
+        assert!(
+            (got[1] - reference.1).abs() <= 1e-4 * reference.1,
+            "{backend} std {} vs {}",
+            got[1],
+            reference.1
+        );
     }
 }

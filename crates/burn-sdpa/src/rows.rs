@@ -186,9 +186,10 @@ pub fn cross_entropy(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
 /// records, such as the query and key heads that enter the scores.
 ///
 /// On the CPU backends (see the module docs) with an `f32` tensor this is one pass over the
-/// backend's buffer, in place even when `x` is a permuted view of it (heads split by a
-/// transpose), summed in blocks of `f32` lanes added in `f64`; elsewhere two sums of Burn's
-/// ops in `f32`.
+/// backend's buffer (on Flex in place even when `x` is a permuted view of it, heads split by a
+/// transpose), summed in blocks about each block's first value in `f32` lanes and merged in
+/// `f64`; elsewhere two sums of Burn's ops in `f32` (`E[x²] − E[x]²`, which loses precision
+/// when the mean is large against the spread).
 ///
 /// ```
 /// # use burn::prelude::*;
@@ -221,9 +222,11 @@ pub fn mean_and_std<const D: usize>(x: Tensor<D>) -> Tensor<1> {
     Tensor::cat(vec![mean, variance.clamp_min(0.0).sqrt()], 0)
 }
 
-/// The fraction of rows of `logits` whose largest logit is at the row's target (the first
-/// largest, as `argmax` picks it; a target that is not a class counts as wrong), `[1]`,
-/// without a gradient; or an error when there is not one target per row.
+/// The fraction of rows of `logits` whose prediction is the row's target, `[1]`, without a
+/// gradient; or an error when there is not one target per row or no class. The prediction is
+/// Burn's `argmax` (the first largest logit; on Flex and NdArray the first NaN of a row that
+/// has one); a target that is not a class counts as wrong; zero rows give NaN (Burn's mean
+/// over nothing), on every backend.
 ///
 /// On the CPU backends (see the module docs) with `f32` logits the targets are read to the
 /// host (one small transfer) and the logits are read once in place; elsewhere Burn's `argmax`.
@@ -246,10 +249,10 @@ pub fn try_accuracy(
 ) -> Result<Tensor<1>, AttentionError> {
     let [rows, classes] = logits.dims();
     let [n_targets] = targets.dims();
-    if n_targets != rows {
+    if n_targets != rows || classes == 0 {
         return Err(AttentionError::Shape {
             what: "accuracy targets",
-            expected: format!("one target per row of logits [{rows}, {classes}]"),
+            expected: format!("one target per row of logits [{rows}, {classes}] with classes > 0"),
             got: vec![n_targets],
         });
     }
@@ -258,10 +261,11 @@ pub fn try_accuracy(
     } else {
         logits
     };
+    if rows == 0 {
+        return Ok(Tensor::full([1], f64::NAN, &logits.device()));
+    }
     #[cfg(any(feature = "flex", feature = "ndarray"))]
-    if rows > 0
-        && classes > 0
-        && logits.dtype() == burn::tensor::DType::F32
+    if logits.dtype() == burn::tensor::DType::F32
         && crate::cpu_kernel::runs_in_place(&logits.device())
     {
         let ids: Vec<i64> = read_back("the accuracy targets", targets)?;

@@ -1,7 +1,7 @@
 //! Whole-tensor reductions a training step records, on the CPU backends as a Burn backend
 //! extension (`cpu_mean_std`, `cpu_accuracy`, `cpu_row_diagnostics`) for Flex and NdArray, reading their buffers in
-//! place: the mean and standard deviation of every element (a permuted view, such as heads split
-//! by a transpose, is summed in storage order without a copy) and a classifier's accuracy (one
+//! place: the mean and standard deviation of every element (on Flex a permuted view, such as
+//! heads split by a transpose, is summed in storage order without a copy) and a classifier's accuracy (one
 //! pass over the logits), and the per-head sums of the attention diagnostics from the row
 //! statistics (one pass instead of some thirty tensor ops). None has a gradient: callers pass
 //! tensors outside autodiff.
@@ -127,30 +127,46 @@ pub(crate) fn cpu_accuracy(logits: Tensor<2>, targets: Vec<usize>) -> Tensor<1> 
     ))
 }
 
-/// `[mean, std]` of `values`: sums of blocks in `f32` lanes, the blocks added in `f64`.
+/// `[mean, std]` of `values`: each block's sums about its first element in `f32` lanes (no
+/// cancellation when the mean is large against the spread), the blocks' means and squared
+/// deviations merged in `f64` (Chan et al.'s pairwise update).
 pub(crate) fn mean_std(values: &[f32]) -> [f32; 2] {
-    let mut partial = vec![[0.0f64; 2]; values.len().div_ceil(BLOCK)];
+    // Per block: (count, mean, Σ (x − mean)²).
+    let mut partial = vec![(0.0f64, 0.0f64, 0.0f64); values.len().div_ceil(BLOCK)];
     let tasks: Vec<_> = values.chunks(BLOCK).zip(partial.iter_mut()).collect();
     for_each_task(
         tasks,
         WORK_PER_ELEMENT * values.len(),
         || (),
         |(), (block, out)| {
-            let [sum, squares] = simd::sum_and_squares(block);
-            *out = [f64::from(sum), f64::from(squares)];
+            let shift = block[0];
+            let [sum, squares] = simd::sum_and_squares_about(block, shift);
+            let (n, sum, squares) = (block.len() as f64, f64::from(sum), f64::from(squares));
+            *out = (
+                n,
+                f64::from(shift) + sum / n,
+                (squares - sum * sum / n).max(0.0),
+            );
         },
     );
-    let (sum, squares) = partial
-        .iter()
-        .fold((0.0, 0.0), |(s, q), [ps, pq]| (s + ps, q + pq));
-    let len = values.len().max(1) as f64;
-    let mean = sum / len;
-    let variance = (squares / len - mean * mean).max(0.0);
-    [mean as f32, variance.sqrt() as f32]
+    let (n, mean, m2) = partial.iter().fold(
+        (0.0f64, 0.0f64, 0.0f64),
+        |(n_a, mean_a, m2_a), &(n_b, mean_b, m2_b)| {
+            let n = n_a + n_b;
+            let delta = mean_b - mean_a;
+            (
+                n,
+                mean_a + delta * n_b / n,
+                m2_a + m2_b + delta * delta * n_a * n_b / n,
+            )
+        },
+    );
+    [mean as f32, (m2 / n.max(1.0)).sqrt() as f32]
 }
 
-/// The fraction of rows of `logits` `[rows, classes]` whose first largest logit (NaN skipped,
-/// as `simd::max` does) is at `targets[row]` (a target `≥ classes` is never).
+/// The fraction of rows of `logits` `[rows, classes]` whose prediction is `targets[row]` (a
+/// target `≥ classes` never is), the prediction being Burn's `argmax` on Flex and NdArray: the
+/// first NaN of a row that has one, else the first largest logit.
 pub(crate) fn accuracy(logits: &[f32], targets: &[usize], classes: usize) -> f32 {
     let rows_per_task = (BLOCK / classes.max(1)).max(1);
     let mut correct = vec![0usize; targets.len().div_ceil(rows_per_task)];
@@ -167,11 +183,14 @@ pub(crate) fn accuracy(logits: &[f32], targets: &[usize], classes: usize) -> f32
             for (i, &target) in targets.iter().enumerate() {
                 let row_idx = task_idx * rows_per_task + i;
                 let row = &logits[row_idx * classes..][..classes];
-                let max = simd::max(row);
-                // The first index holding the max is the prediction (argmax's rule).
-                *count += usize::from(
-                    target < classes && row[target] == max && !row[..target].contains(&max),
-                );
+                let predicted = if simd::non_finite(row) && row.iter().any(|x| x.is_nan()) {
+                    row.iter().position(|x| x.is_nan())
+                } else {
+                    // `max` skips NaN; the first index holding it is the prediction.
+                    let max = simd::max(row);
+                    row.iter().position(|&x| x == max)
+                };
+                *count += usize::from(predicted == Some(target));
             }
         },
     );
@@ -179,7 +198,8 @@ pub(crate) fn accuracy(logits: &[f32], targets: &[usize], classes: usize) -> f32
 }
 
 /// The values of `x` in some order, without a copy when the backend's buffer holds exactly them
-/// (contiguous, or a permutation of a contiguous layout: split heads).
+/// (contiguous, or on Flex a permutation of a contiguous layout: split heads; NdArray copies a
+/// permuted view).
 trait AnyOrder: HostFloat {
     fn any_order(x: &FloatTensor<Self>) -> std::borrow::Cow<'_, [f32]> {
         Self::host(x).unwrap_or_else(|e| panic!("{e}"))

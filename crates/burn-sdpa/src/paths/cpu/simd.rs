@@ -47,10 +47,10 @@ pub fn exp_sub_sum_moments_masked(xs: &mut [f32], max: f32) -> [f32; 5] {
     dispatch!(exp_sub_sum_moments_masked_body(xs, max))
 }
 
-/// `[Σ x, Σ x²]`, summed in `f32` lanes.
+/// `[Σ (x − shift), Σ (x − shift)²]`, summed in `f32` lanes.
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
-pub fn sum_and_squares(xs: &[f32]) -> [f32; 2] {
-    dispatch!(sum_and_squares_body(xs))
+pub fn sum_and_squares_about(xs: &[f32], shift: f32) -> [f32; 2] {
+    dispatch!(sum_and_squares_about_body(xs, shift))
 }
 
 /// `e^x` for one `x ≤ 0` with the loops' polynomial (inlined: a loop over rows calling it
@@ -284,19 +284,21 @@ macro_rules! bodies {
 
         $(#[$attr])*
         #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
-        pub fn sum_and_squares_body(xs: &[f32]) -> [f32; 2] {
+        pub fn sum_and_squares_about_body(xs: &[f32], shift: f32) -> [f32; 2] {
             let mut lanes = [[0.0f32; LANES]; 2];
             let mut chunks = xs.chunks_exact(LANES);
             for chunk in &mut chunks {
                 for i in 0..LANES {
-                    lanes[0][i] += chunk[i];
-                    lanes[1][i] = $madd(chunk[i], chunk[i], lanes[1][i]);
+                    let d = chunk[i] - shift;
+                    lanes[0][i] += d;
+                    lanes[1][i] = $madd(d, d, lanes[1][i]);
                 }
             }
             let mut sums = [super::tree_sum(lanes[0]), super::tree_sum(lanes[1])];
             for x in chunks.remainder() {
-                sums[0] += *x;
-                sums[1] += *x * *x;
+                let d = *x - shift;
+                sums[0] += d;
+                sums[1] += d * d;
             }
             sums
         }
