@@ -178,10 +178,15 @@ pub(crate) fn forward<T: Element>(
             .chunks_mut(tiles.query_block * d_v)
             .zip(head_lse.chunks_mut(tiles.query_block));
         for (block_idx, (block_out, block_lse)) in blocks.enumerate() {
-            let block_stats = stats_blocks.as_mut().and_then(|columns| {
-                let block: Vec<&mut [f32]> =
-                    columns.iter_mut().filter_map(Iterator::next).collect();
-                StatsColumns::try_from(block).ok()
+            // Every column has this block (their lengths were checked above); an exhausted one
+            // would give an empty slice, which the block's first write would refuse loudly.
+            let block_stats = stats_blocks.as_mut().map(|columns| -> StatsColumns<'_> {
+                std::array::from_fn(|idx| {
+                    columns
+                        .get_mut(idx)
+                        .and_then(Iterator::next)
+                        .unwrap_or_default()
+                })
             });
             tasks.push((
                 bh_idx,
