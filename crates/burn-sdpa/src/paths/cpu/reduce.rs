@@ -1,10 +1,10 @@
 //! Whole-tensor reductions a training step records, on the CPU backends as a Burn backend
-//! extension (`cpu_mean_std`, `cpu_accuracy`, `cpu_row_diagnostics`) for Flex and NdArray, reading their buffers in
-//! place: the mean and standard deviation of every element (on Flex a permuted view, such as
-//! heads split by a transpose, is summed in storage order without a copy) and a classifier's accuracy (one
-//! pass over the logits), and the per-head sums of the attention diagnostics from the row
-//! statistics (one pass instead of some thirty tensor ops). None has a gradient: callers pass
-//! tensors outside autodiff.
+//! extension (`cpu_mean_std`, `cpu_accuracy`, `cpu_row_diagnostics`) for Flex and NdArray,
+//! reading their buffers in place: the mean and standard deviation of every element (on Flex a
+//! permuted view, such as heads split by a transpose, is summed in storage order without a
+//! copy), a classifier's accuracy (one pass over the logits), and the per-head sums of the
+//! attention diagnostics from the row statistics (one pass instead of some thirty tensor ops).
+//! None has a gradient: callers pass tensors outside autodiff.
 
 use burn::backend::{Backend, Dispatch, TensorMetadata, backend_extension, tensor::FloatTensor};
 use burn::prelude::*;

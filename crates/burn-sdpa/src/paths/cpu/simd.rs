@@ -172,8 +172,8 @@ macro_rules! bodies {
             (hidden_first, hidden_last): (bool, bool),
         ) -> [f32; 5] {
             // Only the first and the last vector may hold hidden elements (−∞), and only when
-            // told: they take the selects, the vectors between them do not. One named array per sum (a 2-D array
-            // of lanes was kept in memory, a store and a reload on every vector).
+            // told: they take the selects, the vectors between them do not. One named array per
+            // sum (a 2-D array of lanes was kept in memory, a store and a reload every vector).
             let mut weights = [0.0f32; LANES];
             let mut weighted = [0.0f32; LANES];
             let mut counts = [0.0f32; LANES];
