@@ -123,15 +123,7 @@ pub fn try_cross_entropy(
     logits: Tensor<2>,
     targets: Tensor<1, Int>,
 ) -> Result<Tensor<1>, AttentionError> {
-    let [rows, classes] = logits.dims();
-    let [n_targets] = targets.dims();
-    if n_targets != rows || classes == 0 {
-        return Err(AttentionError::Shape {
-            what: "cross-entropy targets",
-            expected: format!("one target per row of logits [{rows}, {classes}] with classes > 0"),
-            got: vec![n_targets],
-        });
-    }
+    let [_, classes] = check_targets("cross-entropy targets", &logits, &targets)?;
     // Burn's loss gathers the targets without checking them: they are checked here, on every
     // backend (one small read).
     let ids: Vec<i64> = read_back("the cross-entropy targets", targets.clone())?;
@@ -147,7 +139,7 @@ pub fn try_cross_entropy(
         .collect::<Result<Vec<usize>, _>>()?;
     // Zero rows: Burn's mean over nothing (NaN), on every backend.
     #[cfg(any(feature = "flex", feature = "ndarray"))]
-    if rows > 0
+    if !checked.is_empty()
         && logits.dtype() == burn::tensor::DType::F32
         && crate::cpu_kernel::runs_in_place(&logits.device())
     {
@@ -159,6 +151,25 @@ pub fn try_cross_entropy(
     Ok(CrossEntropyLossConfig::new()
         .init(&logits.device())
         .forward(logits, targets))
+}
+
+/// `[rows, classes]` of `logits` when `targets` holds one class id per row and there is a class;
+/// otherwise the error naming `what`.
+fn check_targets(
+    what: &'static str,
+    logits: &Tensor<2>,
+    targets: &Tensor<1, Int>,
+) -> Result<[usize; 2], AttentionError> {
+    let [rows, classes] = logits.dims();
+    let [n_targets] = targets.dims();
+    if n_targets != rows || classes == 0 {
+        return Err(AttentionError::Shape {
+            what,
+            expected: format!("one target per row of logits [{rows}, {classes}] with classes > 0"),
+            got: vec![n_targets],
+        });
+    }
+    Ok([rows, classes])
 }
 
 fn out_of_range(row_idx: usize, id: i64, classes: usize) -> AttentionError {
@@ -247,15 +258,7 @@ pub fn try_accuracy(
     logits: Tensor<2>,
     targets: Tensor<1, Int>,
 ) -> Result<Tensor<1>, AttentionError> {
-    let [rows, classes] = logits.dims();
-    let [n_targets] = targets.dims();
-    if n_targets != rows || classes == 0 {
-        return Err(AttentionError::Shape {
-            what: "accuracy targets",
-            expected: format!("one target per row of logits [{rows}, {classes}] with classes > 0"),
-            got: vec![n_targets],
-        });
-    }
+    let [rows, _] = check_targets("accuracy targets", &logits, &targets)?;
     let logits = if logits.is_autodiff() {
         logits.without_autodiff()
     } else {
@@ -270,6 +273,7 @@ pub fn try_accuracy(
     {
         let ids: Vec<i64> = read_back("the accuracy targets", targets)?;
         // A target that is not a class is never the prediction: `classes` stands for it.
+        let classes = logits.dims()[1];
         let ids = ids
             .into_iter()
             .map(|id| {
