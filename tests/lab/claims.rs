@@ -368,6 +368,8 @@ fn training_run_at(
                 accuracy: 0.1,
                 loss: 2.0,
                 eval_loss: 2.0,
+                entropy: 0.5,
+                max_logit: 1.0,
             }],
             final_temperature: None,
         },
@@ -799,4 +801,90 @@ fn training_lr_sensitivity_is_decided_by_paired_widths() {
         .expect("curve");
     assert_eq!(curve.points[curve.best.expect("best")].lr, 3e-3);
     assert_eq!(curve.width, 0);
+}
+
+/// One evaluation run of `training-variants`: reaches 99% at `steps`, learns (accuracy ≥ 0.5)
+/// at `learned`, its attention's entropy `entropy` throughout and its largest logit `max_logit`
+/// at the end.
+fn variant_run(
+    variant: training_variants::design::Variant,
+    arm: Arm,
+    seed: u64,
+    (steps, learned, entropy, max_logit): (usize, usize, f64, f64),
+) -> Measured<training_variants::VariantCell, TrainingOutcome> {
+    let budget = 100;
+    measured(
+        "v",
+        training_variants::VariantCell {
+            role: training::Role::Evaluation,
+            variant,
+            arm,
+            lr: 3e-3,
+            seed,
+            budget,
+            backend: "flex".into(),
+        },
+        TrainingOutcome {
+            steps_to_target: Some(steps),
+            steps_run: budget,
+            final_accuracy: 1.0,
+            final_loss: 0.01,
+            diverged_at: None,
+            initial: LayerMetrics::default(),
+            last: LayerMetrics::default(),
+            curve: (0..=budget)
+                .step_by(10)
+                .map(|step| CurvePoint {
+                    step,
+                    accuracy: if step >= learned { 1.0 } else { 0.1 },
+                    loss: 1.0,
+                    eval_loss: 1.0,
+                    entropy,
+                    max_logit: if step == budget { max_logit } else { 1.0 },
+                })
+                .collect(),
+            final_temperature: None,
+        },
+    )
+}
+
+#[test]
+fn training_variants_decide_speed_entropy_and_logits_both_ways() {
+    use training_variants::design::{Sizes, Variant};
+    // (steps to 99%, step it learned, entropy, final largest logit): slow, sharp, large.
+    let slow_sharp = (80, 50, 0.2, 50.0);
+    let fast_flat = (40, 30, 0.6, 5.0);
+    let cells = |unscaled, scaled| {
+        let mut cells = Vec::new();
+        for variant in Variant::ALL {
+            for seed in 0..12 {
+                cells.push(variant_run(variant, Arm::Unscaled, seed, unscaled));
+                cells.push(variant_run(variant, Arm::Scaled, seed, scaled));
+            }
+        }
+        cells
+    };
+    let ids = [
+        "slower-beyond-the-small-model",
+        "sharp-before-learning",
+        "larger-logits-after-training",
+    ];
+    let claims =
+        training_variants::analyze::analyze(Sizes::new(false), &cells(slow_sharp, fast_flat))
+            .claims;
+    for id in ids {
+        assert_eq!(outcome(&claims, id), Outcome::Holds, "{id}");
+    }
+    let claims =
+        training_variants::analyze::analyze(Sizes::new(false), &cells(fast_flat, slow_sharp))
+            .claims;
+    for id in ids {
+        assert_eq!(outcome(&claims, id), Outcome::Fails, "{id}");
+    }
+    // Ties everywhere decide nothing.
+    let claims =
+        training_variants::analyze::analyze(Sizes::new(false), &cells(fast_flat, fast_flat)).claims;
+    for id in ids {
+        assert_eq!(outcome(&claims, id), Outcome::Undecided, "{id}");
+    }
 }

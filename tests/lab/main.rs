@@ -310,6 +310,62 @@ fn training_pairs_seeds_tunes_each_arm_and_never_averages_a_censored_run() {
 }
 
 #[test]
+fn training_variants_record_the_attention_over_the_whole_budget() {
+    let (_t, e) = run("training-variants", false);
+    let d = &e.data;
+    let eval_seeds = d["sizes"]["eval_seeds"].as_u64().expect("eval seeds");
+    let runs = d["runs"].as_array().expect("runs");
+    // Four variants × two arms, every evaluation seed.
+    assert_eq!(runs.len() as u64, 4 * 2 * eval_seeds);
+    for r in runs {
+        let curve = r["outcome"]["curve"].as_array().expect("curve");
+        // Evaluation runs train the whole budget: their curves reach it, one point every 10
+        // steps from step 0.
+        let budget = r["budget"].as_u64().expect("budget");
+        assert_eq!(num(&curve[0], "step"), 0.0);
+        assert!(
+            num(&curve[curve.len() - 1], "step") as u64 >= budget - 10,
+            "{r}"
+        );
+        for p in curve {
+            let (entropy, max_logit) = (num(p, "entropy"), num(p, "max_logit"));
+            assert!((0.0..=1.0 + 1e-6).contains(&entropy), "{p}");
+            assert!(max_logit.is_finite(), "{p}");
+        }
+    }
+    // At step 0 the unscaled arm's logits are √64 = 8× the scaled arm's on the same draws, so
+    // its attention is sharper and its largest logit larger, seed by seed.
+    let step0 = |arm: &str, seed: &serde_json::Value, variant: &serde_json::Value, key: &str| {
+        runs.iter()
+            .find(|r| r["arm"] == arm && &r["seed"] == seed && &r["variant"] == variant)
+            .map(|r| num(&r["outcome"]["curve"][0], key))
+            .expect("the pair's other run")
+    };
+    for r in runs.iter().filter(|r| r["arm"] == "Scaled") {
+        let (seed, variant) = (&r["seed"], &r["variant"]);
+        assert!(
+            step0("Unscaled", seed, variant, "entropy") < step0("Scaled", seed, variant, "entropy")
+        );
+        assert!(
+            step0("Unscaled", seed, variant, "max_logit")
+                > step0("Scaled", seed, variant, "max_logit")
+        );
+    }
+    for c in d["paired"].as_array().expect("paired") {
+        let n = num(c, "larger") + num(c, "smaller") + num(c, "ties") + num(c, "excluded");
+        assert_eq!(n as u64, eval_seeds, "{c}");
+        assert!(num(c, "p_holm") >= num(c, "p"));
+    }
+    for id in [
+        "slower-beyond-the-small-model",
+        "sharp-before-learning",
+        "larger-logits-after-training",
+    ] {
+        let _ = outcome(&e, id);
+    }
+}
+
+#[test]
 fn logit_control_measures_every_control() {
     let (_t, e) = run("logit-control", false);
     let rows = e.data["rows"].as_array().expect("rows");
@@ -388,6 +444,57 @@ fn the_small_init_arm_starts_as_the_scaled_arm() {
         assert_eq!(small.steps_run, 20);
         assert!(small.final_loss.is_finite() && small.final_loss > 0.0);
     }
+}
+
+/// The other intervention arm (unscaled, W_Q and W_K stepped at the rate × d_k^−¼) trains as
+/// 1/√d_k attention whose W_Q, W_K start d_k^¼ larger: under Adam, which is blind to a
+/// gradient's scale but for its ε, the two runs follow one trajectory of the logits. ε (1e-5 in
+/// Burn's Adam) meets gradients d_k^¼ apart in the two, so they drift apart slowly: about 1% of
+/// the largest logit by step 10 here, hence the tolerances.
+#[test]
+fn the_slow_qk_arm_is_scaled_attention_from_the_unscaled_start() {
+    use sdpa::lab::measures::training::{Arm, TrainingSpec, run_config, train_config};
+    let env = env(false);
+    let device = &env.backends[0].device;
+    let d_k = 256;
+    let spec = |arm| TrainingSpec {
+        d_k,
+        arm,
+        init: sdpa::model::QkInit::Default,
+        optimizer: sdpa::model::OptimizerKind::Adam,
+        lr: 3e-3,
+        seed: 7,
+        budget: 30,
+        stop_at_target: false,
+        backend: "flex".into(),
+    };
+    let slow = train_config(&spec(Arm::UnscaledSlowQk));
+    assert!((slow.qk_lr_factor - 0.25).abs() < 1e-12, "256^−¼ = ¼");
+    let mut big_start = train_config(&spec(Arm::Scaled));
+    big_start.model.qk_init_gain = (d_k as f64).powf(0.25);
+    let a = run_config(&slow, "flex", device).expect("slow qk");
+    let b = run_config(&big_start, "flex", device).expect("scaled, big start");
+    let plain = run_config(&train_config(&spec(Arm::Scaled)), "flex", device).expect("scaled");
+    for (p, q) in a.curve.iter().zip(&b.curve) {
+        let rel = (p.eval_loss - q.eval_loss).abs() / q.eval_loss;
+        assert!(
+            rel < 1e-3,
+            "step {}: {} vs {}",
+            p.step,
+            p.eval_loss,
+            q.eval_loss
+        );
+        assert!(
+            (p.max_logit - q.max_logit).abs() <= 3e-2 * q.max_logit.abs(),
+            "step {}: largest logit {} vs {}",
+            p.step,
+            p.max_logit,
+            q.max_logit
+        );
+    }
+    // …and not the usual 1/√d_k's: its start is the unscaled one, 16× the logits.
+    let ratio = a.initial.logit_std / plain.initial.logit_std;
+    assert!((ratio - 16.0).abs() < 1e-2, "{ratio}");
 }
 
 #[test]

@@ -367,3 +367,50 @@ fn model_save_and_load_round_trip() {
         .into_scalar::<f32>();
     assert_eq!(a, b);
 }
+
+#[test]
+fn the_qk_rate_factor_scales_the_step_of_w_q_and_w_k_alone() {
+    use sdpa::model::{OptimizerKind, train_in_memory};
+    // One plain SGD step (no momentum): a parameter moves by −rate · gradient, and the first
+    // step's gradient is the same in every run (same seed, same batch).
+    let after_one_step = |factor: f64| {
+        let mut c = small_config(1, 5);
+        c.optimizer = OptimizerKind::Sgd;
+        c.momentum = None;
+        // Large, so that the step dwarfs the f32 rounding of the weights it moves.
+        c.lr = 1000.0;
+        c.qk_lr_factor = factor;
+        let m = train_in_memory(&c, &device(), "flex").expect("train").model;
+        let block = &m.blocks[0];
+        let values =
+            |l: &burn::nn::Linear| l.weight.val().into_data().try_to_vec::<f32>().expect("f32");
+        (
+            values(&block.attention.query),
+            values(&block.attention.key),
+            values(&block.attention.value),
+        )
+    };
+    let (q1, k1, v1) = after_one_step(1.0);
+    let (q_half, k_half, v_half) = after_one_step(0.5);
+    let (q_quarter, k_quarter, _) = after_one_step(0.25);
+    // W_V takes the base rate whatever the factor.
+    assert_eq!(v1, v_half);
+    // W_Q, W_K: W(1) − W(½) = −½·rate·g and W(½) − W(¼) = −¼·rate·g, a ratio of 2 wherever the
+    // gradient is not negligible.
+    for (a, (b, c)) in q1.iter().chain(&k1).zip(
+        q_half
+            .iter()
+            .chain(&k_half)
+            .zip(q_quarter.iter().chain(&k_quarter)),
+    ) {
+        let (d1, d2) = (a - b, b - c);
+        if d2.abs() > 1e-6 {
+            assert!((d1 / d2 - 2.0).abs() < 1e-2, "{d1} / {d2}");
+        }
+    }
+    assert!(q1 != q_half && k1 != k_half, "the factor changed nothing");
+    // A factor that makes the rate non-positive is refused before training.
+    let mut c = small_config(1, 5);
+    c.qk_lr_factor = 0.0;
+    assert!(c.validate().is_err());
+}

@@ -11,4 +11,5 @@ pub mod logit_control;
 pub mod masks;
 pub mod saturation;
 pub mod training;
+pub mod training_variants;
 pub mod why_softmax;

@@ -33,6 +33,11 @@ pub enum Arm {
     /// logits start exactly as the 1/√d_k arm's (same seed, same draws) while training follows
     /// the unscaled gradients. It separates "saturated at the start" from "harder to optimize".
     UnscaledSmallInit,
+    /// The other intervention arm: unscaled, with W_Q and W_K stepped at the rate × d_k^(−1/4).
+    /// Under Adam (invariant to a gradient's scale, ε aside) it is 1/√d_k attention whose W_Q, W_K
+    /// start d_k^(1/4) larger — the unscaled arm's saturated start — with 1/√d_k's steps. It
+    /// trains at 1/√d_k's tuned rate: one factor changed.
+    UnscaledSlowQk,
 }
 
 impl Arm {
@@ -47,6 +52,7 @@ impl Arm {
             Arm::QkNorm => "QK-norm".into(),
             Arm::QkNormScaled => "QK-norm + 1/√d_k".into(),
             Arm::UnscaledSmallInit => "none, W_Q,W_K × d_k^−¼".into(),
+            Arm::UnscaledSlowQk => "none, W_Q,W_K rate × d_k^−¼".into(),
         }
     }
 
@@ -61,6 +67,7 @@ impl Arm {
             Arm::QkNorm => "qknorm".into(),
             Arm::QkNormScaled => "qknorm-scaled".into(),
             Arm::UnscaledSmallInit => "none-small-init".into(),
+            Arm::UnscaledSlowQk => "none-slow-qk".into(),
         }
     }
 
@@ -78,6 +85,23 @@ impl Arm {
         match self {
             Arm::UnscaledSmallInit => (d_k as f64).powf(-0.25),
             _ => 1.0,
+        }
+    }
+
+    /// The factor on the learning rate of W_Q and W_K at d_k.
+    pub fn qk_lr_factor(&self, d_k: usize) -> f64 {
+        match self {
+            Arm::UnscaledSlowQk => (d_k as f64).powf(-0.25),
+            _ => 1.0,
+        }
+    }
+
+    /// The arm whose tuned learning rate this arm trains at: itself, but for
+    /// [`Arm::UnscaledSlowQk`], which takes 1/√d_k's so that only its start differs from it.
+    pub fn rate_arm(&self) -> Arm {
+        match self {
+            Arm::UnscaledSlowQk => Arm::Scaled,
+            a => *a,
         }
     }
 }
@@ -159,6 +183,7 @@ pub fn train_config(spec: &TrainingSpec) -> TrainConfig {
     let mut c = TrainConfig::new(task.clone(), model_config(&task, spec));
     c.optimizer = spec.optimizer;
     c.lr = spec.lr;
+    c.qk_lr_factor = spec.arm.qk_lr_factor(spec.d_k);
     c.momentum = (spec.optimizer == OptimizerKind::Sgd).then_some(0.9);
     c.steps = spec.budget;
     c.seed = spec.seed;
@@ -190,6 +215,20 @@ pub struct CurvePoint {
     /// Held-out loss.
     #[serde(with = "sdpa_model::json_float")]
     pub eval_loss: f64,
+    /// The attention's normalized entropy on the step's training batch (entropy / ln of the
+    /// visible keys, mean over rows and heads; the mean over layers for a deeper model), read
+    /// from the training forward's row statistics. NaN in cells measured before it was kept.
+    #[serde(with = "sdpa_model::json_float", default = "not_kept")]
+    pub entropy: f64,
+    /// The largest scaled attention logit any row sees on the step's batch (the largest over
+    /// layers). NaN in cells measured before it was kept.
+    #[serde(with = "sdpa_model::json_float", default = "not_kept")]
+    pub max_logit: f64,
+}
+
+/// A curve value that an older cell does not hold.
+fn not_kept() -> f64 {
+    f64::NAN
 }
 
 /// What one training run gives.
@@ -221,8 +260,31 @@ pub struct TrainingOutcome {
 
 /// Trains `spec` in memory on `device`.
 pub fn run(spec: &TrainingSpec, device: &Device) -> Result<TrainingOutcome, LabError> {
-    let config = train_config(spec);
-    let result = train_in_memory(&config, device, &spec.backend)?;
+    run_config(&train_config(spec), &spec.backend, device)
+}
+
+/// The attention's normalized entropy (mean over layers) and largest logit (largest over
+/// layers) of one recorded step; NaN when it recorded no layer.
+fn attention_curve(layers: &[LayerMetrics]) -> (f64, f64) {
+    if layers.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let entropy = layers.iter().map(|l| l.normalized_entropy).sum::<f64>() / layers.len() as f64;
+    let max_logit = layers
+        .iter()
+        .map(|l| l.max_logit)
+        .fold(f64::NEG_INFINITY, f64::max);
+    (entropy, max_logit)
+}
+
+/// Trains `config` in memory on `device` (`backend` names it): what [`run`] does for a lab
+/// spec, for a configuration an experiment built itself (another task or model size).
+pub fn run_config(
+    config: &TrainConfig,
+    backend: &str,
+    device: &Device,
+) -> Result<TrainingOutcome, LabError> {
+    let result = train_in_memory(config, device, backend)?;
     let layer = |m: Option<&sdpa_model::StepMetrics>| {
         m.and_then(|m| m.layers.first().copied())
             .unwrap_or_default()
@@ -231,11 +293,16 @@ pub fn run(spec: &TrainingSpec, device: &Device) -> Result<TrainingOutcome, LabE
         .metrics
         .iter()
         .filter_map(|m| {
-            m.eval_accuracy.map(|accuracy| CurvePoint {
-                step: m.step,
-                accuracy,
-                loss: m.loss,
-                eval_loss: m.eval_loss.unwrap_or(f64::NAN),
+            m.eval_accuracy.map(|accuracy| {
+                let (entropy, max_logit) = attention_curve(&m.layers);
+                CurvePoint {
+                    step: m.step,
+                    accuracy,
+                    loss: m.loss,
+                    eval_loss: m.eval_loss.unwrap_or(f64::NAN),
+                    entropy,
+                    max_logit,
+                }
             })
         })
         .collect();

@@ -33,6 +33,12 @@ pub struct TrainConfig {
     /// Learning rate. 3e-3 trains the default model on *match* in a few hundred Adam steps.
     #[config(default = 3e-3)]
     pub lr: f64,
+    /// A factor on the learning rate of the attention's query and key projections (W_Q and W_K,
+    /// weights and biases, in every block): 1 gives every parameter `lr`. Under Adam, unscaled
+    /// attention with this factor at d_k^(−1/4) steps like 1/√d_k-scaled attention whose W_Q, W_K
+    /// start d_k^(1/4) larger (the lab's intervention arms).
+    #[config(default = 1.0)]
+    pub qk_lr_factor: f64,
     /// SGD momentum (ignored by Adam); `None` is plain SGD.
     pub momentum: Option<f64>,
     /// Clip the global gradient norm to this value.
@@ -99,6 +105,14 @@ impl TrainConfig {
                 "lr",
                 self.lr,
                 "must be a finite number > 0 that f32 can hold (the parameters are f32)",
+            ));
+        }
+        let qk_lr = self.lr * self.qk_lr_factor;
+        if !(qk_lr.is_finite() && (qk_lr as f32).is_finite() && (qk_lr as f32) > 0.0) {
+            return Err(ModelError::invalid(
+                "qk_lr_factor",
+                self.qk_lr_factor,
+                "must be > 0, and lr × qk_lr_factor a finite number that f32 can hold",
             ));
         }
         if let Some(m) = self.momentum

@@ -6,7 +6,8 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use burn::module::Module;
+use burn::lr_scheduler::module_lr_scheduler::{ModuleLearningRate, ModuleLrScheduler};
+use burn::module::{Module, ParamGroup};
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 use burn::tensor::Gradients;
@@ -253,7 +254,8 @@ impl<'a> Run<'a> {
             return Ok(self);
         }
         let grads = GradientsParams::from_grads(grads, &self.model);
-        self.model = self.optim.step(config.lr, self.model, grads);
+        let lr = learning_rate(config, &self.model);
+        self.model = self.optim.step(lr, self.model, grads);
         self.step += 1;
         clock.lap(Phase::Optimizer);
         if let Some(every) = config.checkpoint_every
@@ -540,4 +542,20 @@ fn held_out(
     (0..n)
         .map(|_| task.batch(&mut rng, batch, device))
         .collect()
+}
+
+/// The learning rate of every parameter: `lr`, and `lr · qk_lr_factor` for the attention's query
+/// and key projections (weights and biases) when that factor is not 1.
+fn learning_rate(config: &TrainConfig, model: &AttentionModel) -> ModuleLearningRate {
+    let mut rates = ModuleLrScheduler::new(config.lr);
+    if config.qk_lr_factor != 1.0 {
+        let ids = model
+            .blocks
+            .iter()
+            .flat_map(|b| [&b.attention.query, &b.attention.key])
+            .flat_map(|l| std::iter::once(l.weight.id).chain(l.bias.as_ref().map(|b| b.id)))
+            .collect();
+        rates = rates.with_group(ParamGroup::from_ids(ids), config.lr * config.qk_lr_factor);
+    }
+    rates.step()
 }

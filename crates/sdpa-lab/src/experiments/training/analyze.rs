@@ -404,7 +404,7 @@ pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
                         .filter(|r| {
                             let s = &r.config.spec;
                             r.config.role == Role::Tuning
-                                && s.arm == arm
+                                && s.arm == arm.rate_arm()
                                 && s.lr == lr
                                 && (s.optimizer, s.init, s.d_k)
                                     == (condition.optimizer, condition.init, condition.d_k)
@@ -425,7 +425,7 @@ pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
                 condition,
                 arm,
                 scores,
-                chosen: tuned_lr(&all, condition, arm, grid),
+                chosen: tuned_lr(&all, condition, arm.rate_arm(), grid),
             }
         })
         .collect();

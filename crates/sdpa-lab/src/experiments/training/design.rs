@@ -89,7 +89,8 @@ pub enum Part {
     /// The main comparison with SGD (secondary: its update follows the gradient's size).
     Sgd,
     /// The intervention: unscaled attention whose W_Q, W_K start × d_k^(−1/4) (its logits start
-    /// as the scaled arm's) beside 1/√d_k and none.
+    /// as the scaled arm's) beside 1/√d_k and none; and unscaled attention whose W_Q, W_K step at
+    /// the rate × d_k^(−1/4) (1/√d_k's steps from the unscaled start), at 1/√d_k's rate.
     Intervention,
 }
 
@@ -279,7 +280,11 @@ impl Sizes {
                     adam,
                     init,
                     d_k,
-                    &[(Scaled, UnscaledSmallInit), (Unscaled, UnscaledSmallInit)],
+                    &[
+                        (Scaled, UnscaledSmallInit),
+                        (Unscaled, UnscaledSmallInit),
+                        (Scaled, UnscaledSlowQk),
+                    ],
                 );
             }
         }
@@ -289,7 +294,12 @@ impl Sizes {
     /// Every (condition, arm) that is tuned: the evaluated ones ([`Sizes::arms`]) and the
     /// learning-rate curves' ([`SWEEP_ARMS`] at [`Sizes::sweep_dims`]), once each.
     pub fn tuned_arms(&self) -> Vec<(Condition, Arm)> {
-        let mut out = self.arms();
+        // An arm that trains at another arm's rate is not tuned itself.
+        let mut out: Vec<(Condition, Arm)> = self
+            .arms()
+            .into_iter()
+            .filter(|(_, arm)| arm.rate_arm() == *arm)
+            .collect();
         for init in [QkInit::Default, QkInit::Unit] {
             for &d_k in &self.sweep_dims {
                 for arm in SWEEP_ARMS {

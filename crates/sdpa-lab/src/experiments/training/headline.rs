@@ -320,9 +320,11 @@ fn learning_rate_line(data: &TrainingData, claims: &[Claim]) -> Option<String> {
          «more sensitive to the learning rate» (Wortsman et al.'s measure on the final held-out loss) {}; \
          «ends at a higher final loss, each arm at its own best rate» {}; «trains well over a narrower range \
          of rates» (steps to 99% within {}× the best) {}. Each arm at its own rate, «only a shift of the \
-         learning rate» {}. Started like 1/√d_k (W_Q, W_K × d_k^−¼), unscaled attention «trains faster than \
-         unscaled» {} and «is still slower than 1/√d_k» {}; under Adam that arm is 1/√d_k with W_Q and W_K \
-         stepped d_k^¼ faster, so what remains is a per-parameter learning rate, not the gradient's size.",
+         learning rate» {}. Under Adam (blind to a gradient's scale, ε aside) unscaled attention is 1/√d_k \
+         with W_Q, W_K both started and stepped d_k^¼ larger; two arms take the two apart. The larger step \
+         alone (started like 1/√d_k: W_Q, W_K × d_k^−¼) «trains faster than unscaled» {} and «is still slower \
+         than 1/√d_k» {}; the larger start alone (W_Q, W_K stepped at the rate × d_k^−¼, at 1/√d_k's rate) \
+         «is slower than 1/√d_k» {}.",
         data.sizes.adam_lrs.len(),
         data.sizes.tuning_seeds,
         data.sizes
@@ -338,5 +340,6 @@ fn learning_rate_line(data: &TrainingData, claims: &[Claim]) -> Option<String> {
         outcome("unscaled-only-a-lr-shift"),
         outcome("small-init-rescues-unscaled"),
         outcome("small-init-slower-than-scaled"),
+        outcome("saturated-start-slower-than-scaled"),
     ))
 }

@@ -97,35 +97,38 @@ pub fn steps(run: &TrainingOutcome) -> Option<usize> {
     run.steps_to_target
 }
 
-/// The learning rate chosen for one (condition, arm) from its tuning runs: the fewest runs
-/// that never reached the target, then the fewest steps (a run that never got there counting
-/// the budget), then the smaller rate. `None` when no tuning run of it is given.
+/// The learning rate chosen for one (condition, arm) from its tuning runs, by [`pick_lr`].
+/// `None` when no tuning run of it is given.
 pub fn tuned_lr(runs: &[&Run], condition: Condition, arm: Arm, grid: &[f64]) -> Option<f64> {
+    pick_lr(grid, |lr| {
+        runs.iter()
+            .filter(|r| {
+                r.config.role == Role::Tuning
+                    && r.config.spec.arm == arm
+                    && r.config.spec.lr == lr
+                    && (
+                        r.config.spec.optimizer,
+                        r.config.spec.init,
+                        r.config.spec.d_k,
+                    ) == (condition.optimizer, condition.init, condition.d_k)
+            })
+            .map(|r| (r.result.steps_to_target, r.config.spec.budget))
+            .collect()
+    })
+}
+
+/// The rule that chooses a learning rate from tuning runs, given each rate's runs as (steps to
+/// the target or `None`, budget): the fewest runs that never reached the target, then the
+/// fewest steps (a run that never got there counting its budget), then the smaller rate.
+/// Rates without runs are skipped; `None` when no rate has any.
+pub fn pick_lr(grid: &[f64], runs_at: impl Fn(f64) -> Vec<(Option<usize>, usize)>) -> Option<f64> {
     grid.iter()
         .copied()
         .filter_map(|lr| {
-            let rs: Vec<&&Run> = runs
-                .iter()
-                .filter(|r| {
-                    r.config.role == Role::Tuning
-                        && r.config.spec.arm == arm
-                        && r.config.spec.lr == lr
-                        && (
-                            r.config.spec.optimizer,
-                            r.config.spec.init,
-                            r.config.spec.d_k,
-                        ) == (condition.optimizer, condition.init, condition.d_k)
-                })
-                .collect();
+            let rs = runs_at(lr);
             (!rs.is_empty()).then(|| {
-                let censored = rs
-                    .iter()
-                    .filter(|r| r.result.steps_to_target.is_none())
-                    .count();
-                let total: usize = rs
-                    .iter()
-                    .map(|r| r.result.steps_to_target.unwrap_or(r.config.spec.budget))
-                    .sum();
+                let censored = rs.iter().filter(|(s, _)| s.is_none()).count();
+                let total: usize = rs.iter().map(|(s, budget)| s.unwrap_or(*budget)).sum();
                 (censored, total, lr)
             })
         })
@@ -190,7 +193,7 @@ impl Stages for Training {
                 }
             } else {
                 let tuning: Vec<&Run> = earlier.iter().collect();
-                let Some(lr) = tuned_lr(&tuning, condition, arm, grid) else {
+                let Some(lr) = tuned_lr(&tuning, condition, arm.rate_arm(), grid) else {
                     continue;
                 };
                 for i in 0..sizes.eval_seeds {

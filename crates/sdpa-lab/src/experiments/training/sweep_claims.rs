@@ -128,6 +128,8 @@ pub(super) fn sweep_claims(data: &TrainingData) -> Vec<Claim> {
 
 /// The intervention: unscaled attention whose logits start as the scaled arm's (W_Q, W_K ×
 /// d_k^(−1/4)). As fast as 1/√d_k: the start explains the delay; slower: the unscaled dynamics.
+/// And unscaled attention with 1/√d_k's steps from its own saturated start (W_Q, W_K's rate ×
+/// d_k^(−1/4)): slower than 1/√d_k, the start alone costs steps.
 pub(super) fn intervention_claims(data: &TrainingData) -> Vec<Claim> {
     use Arm::*;
     let against_scaled = select(data, Part::Intervention, Scaled, UnscaledSmallInit);
@@ -156,6 +158,16 @@ pub(super) fn intervention_claims(data: &TrainingData) -> Vec<Claim> {
             "small-init-as-fast-as-scaled",
             "started like 1/√d_k, unscaled attention trains as fast as 1/√d_k".into(),
             &against_scaled,
+        ),
+        slower_claim(
+            "saturated-start-slower-than-scaled",
+            "from the unscaled arm's saturated start but with 1/√d_k's steps, training is slower than \
+             1/√d_k: the start alone costs steps (unscaled attention whose W_Q, W_K step at the rate × \
+             d_k^−¼, trained at 1/√d_k's own tuned rate; under Adam, ε aside, it is 1/√d_k whose W_Q, W_K \
+             start d_k^¼ larger, so one factor differs from 1/√d_k)"
+                .into(),
+            &select(data, Part::Intervention, Scaled, UnscaledSlowQk),
+            true,
         ),
     ]
 }
