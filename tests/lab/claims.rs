@@ -870,20 +870,17 @@ fn training_variants_decide_speed_entropy_and_logits_both_ways() {
         "larger-logits-after-training",
     ];
     let claims =
-        training_variants::analyze::analyze(Sizes::new(false), &cells(slow_sharp, fast_flat))
-            .claims;
+        training_variants::analyze(Sizes::new(false), &cells(slow_sharp, fast_flat)).claims;
     for id in ids {
         assert_eq!(outcome(&claims, id), Outcome::Holds, "{id}");
     }
     let claims =
-        training_variants::analyze::analyze(Sizes::new(false), &cells(fast_flat, slow_sharp))
-            .claims;
+        training_variants::analyze(Sizes::new(false), &cells(fast_flat, slow_sharp)).claims;
     for id in ids {
         assert_eq!(outcome(&claims, id), Outcome::Fails, "{id}");
     }
     // Ties everywhere decide nothing.
-    let claims =
-        training_variants::analyze::analyze(Sizes::new(false), &cells(fast_flat, fast_flat)).claims;
+    let claims = training_variants::analyze(Sizes::new(false), &cells(fast_flat, fast_flat)).claims;
     for id in ids {
         assert_eq!(outcome(&claims, id), Outcome::Undecided, "{id}");
     }

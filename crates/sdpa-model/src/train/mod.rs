@@ -23,6 +23,7 @@ mod grad_norms;
 mod lock;
 mod memory;
 mod profile;
+mod rates;
 mod run;
 
 use std::path::PathBuf;

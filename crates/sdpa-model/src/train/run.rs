@@ -6,8 +6,7 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use burn::lr_scheduler::module_lr_scheduler::{ModuleLearningRate, ModuleLrScheduler};
-use burn::module::{Module, ParamGroup};
+use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 use burn::tensor::Gradients;
@@ -21,6 +20,7 @@ use super::files::write_atomic;
 use super::grad_norms::{grad_squares, squared_norm};
 use super::lock::{RunLock, take_dir};
 use super::profile::{Phase, StepClock, StepProfile};
+use super::rates::learning_rate;
 use super::{RunOptions, TrainResult, TrainSummary, Versions, evaluate, init_model};
 use crate::error::ModelError;
 use crate::metrics::{LayerMetrics, StepMetrics, csv_header};
@@ -542,20 +542,4 @@ fn held_out(
     (0..n)
         .map(|_| task.batch(&mut rng, batch, device))
         .collect()
-}
-
-/// The learning rate of every parameter: `lr`, and `lr · qk_lr_factor` for the attention's query
-/// and key projections (weights and biases) when that factor is not 1.
-fn learning_rate(config: &TrainConfig, model: &AttentionModel) -> ModuleLearningRate {
-    let mut rates = ModuleLrScheduler::new(config.lr);
-    if config.qk_lr_factor != 1.0 {
-        let ids = model
-            .blocks
-            .iter()
-            .flat_map(|b| [&b.attention.query, &b.attention.key])
-            .flat_map(|l| std::iter::once(l.weight.id).chain(l.bias.as_ref().map(|b| b.id)))
-            .collect();
-        rates = rates.with_group(ParamGroup::from_ids(ids), config.lr * config.qk_lr_factor);
-    }
-    rates.step()
 }

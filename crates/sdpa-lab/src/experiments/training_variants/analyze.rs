@@ -5,7 +5,6 @@ use serde::Serialize;
 
 use super::Run;
 use super::design::{ARMS, LEARNED_ACCURACY, Sizes, Variant};
-use crate::experiment::Analysis;
 use crate::experiments::training::Role;
 use crate::measures::training::{Arm, EVAL_EVERY, TrainingOutcome};
 use crate::stats::hypothesis::{holm, sign_test};
@@ -246,8 +245,8 @@ fn paired(rows: &[RunRow], variant: Variant, measure: Measure) -> Option<Paired>
     })
 }
 
-/// Rows, comparisons and claims.
-pub fn analyze(sizes: Sizes, cells: &[Run]) -> Analysis<VariantsData> {
+/// Rows and paired comparisons.
+pub fn data(sizes: Sizes, cells: &[Run]) -> VariantsData {
     let runs: Vec<RunRow> = cells
         .iter()
         .filter(|c| c.config.role == Role::Evaluation)
@@ -281,17 +280,12 @@ pub fn analyze(sizes: Sizes, cells: &[Run]) -> Analysis<VariantsData> {
         }
         all.extend(family);
     }
-    let data = VariantsData {
+    VariantsData {
         sizes,
         runs,
         arms,
         paired: all,
-    };
-    let claims = super::claims::claims(&data);
-    let headline = super::render::headline(&data, &claims)
-        .into_iter()
-        .collect();
-    Analysis::new(claims, data).with_headline(headline)
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,8 @@ use crate::measures::training::{
     Arm, TrainingOutcome, TrainingSpec, model_config, run_config, train_config,
 };
 pub use analyze::VariantsData;
-use design::{ARMS, D_K, EVAL_SEED_OFFSET, INIT, Sizes, TUNING_SEED_OFFSET, Variant};
+pub use design::Sizes;
+use design::{ARMS, D_K, EVAL_SEED_OFFSET, INIT, TUNING_SEED_OFFSET, Variant};
 
 /// One cell: one training run of one variant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -95,6 +96,14 @@ pub fn chosen_lr(runs: &[Run], variant: Variant, arm: Arm, lrs: &[f64]) -> Optio
             .map(|r| (r.result.steps_to_target, r.config.budget))
             .collect()
     })
+}
+
+/// Rows, paired comparisons, claims and the abstract's line.
+pub fn analyze(sizes: Sizes, cells: &[Run]) -> Analysis<VariantsData> {
+    let data = analyze::data(sizes, cells);
+    let claims = claims::claims(&data);
+    let headline = render::headline(&data, &claims).into_iter().collect();
+    Analysis::new(claims, data).with_headline(headline)
 }
 
 /// The experiment.
@@ -180,7 +189,7 @@ impl Stages for TrainingVariants {
     }
 
     fn analyze(&self, plan: &Plan, cells: &[Run]) -> Analysis<VariantsData> {
-        analyze::analyze(Sizes::new(plan.quick), cells)
+        analyze(Sizes::new(plan.quick), cells)
     }
 
     fn render(&self, data: &VariantsData, canvas: &mut Canvas) -> Result<String, LabError> {
