@@ -33,11 +33,12 @@ pub enum Arm {
     /// logits start exactly as the 1/√d_k arm's (same seed, same draws) while training follows
     /// the unscaled gradients. It separates "saturated at the start" from "harder to optimize".
     UnscaledSmallInit,
-    /// The other intervention arm: unscaled, with W_Q and W_K stepped at the rate × d_k^(−1/4).
-    /// Under Adam (invariant to a gradient's scale, ε aside) it is 1/√d_k attention whose W_Q, W_K
-    /// start d_k^(1/4) larger — the unscaled arm's saturated start — with 1/√d_k's steps. It
-    /// trains at 1/√d_k's tuned rate: one factor changed.
-    UnscaledSlowQk,
+    /// The other intervention arm: 1/√d_k attention whose W_Q and W_K start × d_k^(1/4), so that
+    /// its logits start exactly as the unscaled arm's (same seed, same draws) while training
+    /// follows 1/√d_k's gradients, at 1/√d_k's tuned rate: the start is the one difference. Under
+    /// Adam (blind to a gradient's scale but for its ε) this is unscaled attention with W_Q, W_K
+    /// stepped at the rate × d_k^(−1/4) (tested).
+    ScaledLargeInit,
 }
 
 impl Arm {
@@ -52,7 +53,7 @@ impl Arm {
             Arm::QkNorm => "QK-norm".into(),
             Arm::QkNormScaled => "QK-norm + 1/√d_k".into(),
             Arm::UnscaledSmallInit => "none, W_Q,W_K × d_k^−¼".into(),
-            Arm::UnscaledSlowQk => "none, W_Q,W_K rate × d_k^−¼".into(),
+            Arm::ScaledLargeInit => "1/√d_k, W_Q,W_K × d_k^¼".into(),
         }
     }
 
@@ -67,14 +68,14 @@ impl Arm {
             Arm::QkNorm => "qknorm".into(),
             Arm::QkNormScaled => "qknorm-scaled".into(),
             Arm::UnscaledSmallInit => "none-small-init".into(),
-            Arm::UnscaledSlowQk => "none-slow-qk".into(),
+            Arm::ScaledLargeInit => "scaled-large-init".into(),
         }
     }
 
     /// The scale policy at d_k.
     pub fn scale(&self, d_k: usize) -> ScalePolicy {
         match self {
-            Arm::Scaled | Arm::QkNormScaled => ScalePolicy::InvSqrtDk,
+            Arm::Scaled | Arm::QkNormScaled | Arm::ScaledLargeInit => ScalePolicy::InvSqrtDk,
             Arm::InvDk => ScalePolicy::Fixed(1.0 / d_k as f64),
             _ => ScalePolicy::Unscaled,
         }
@@ -84,23 +85,16 @@ impl Arm {
     pub fn qk_init_gain(&self, d_k: usize) -> f64 {
         match self {
             Arm::UnscaledSmallInit => (d_k as f64).powf(-0.25),
-            _ => 1.0,
-        }
-    }
-
-    /// The factor on the learning rate of W_Q and W_K at d_k.
-    pub fn qk_lr_factor(&self, d_k: usize) -> f64 {
-        match self {
-            Arm::UnscaledSlowQk => (d_k as f64).powf(-0.25),
+            Arm::ScaledLargeInit => (d_k as f64).powf(0.25),
             _ => 1.0,
         }
     }
 
     /// The arm whose tuned learning rate this arm trains at: itself, but for
-    /// [`Arm::UnscaledSlowQk`], which takes 1/√d_k's so that only its start differs from it.
+    /// [`Arm::ScaledLargeInit`], which takes 1/√d_k's so that only its start differs from it.
     pub fn rate_arm(&self) -> Arm {
         match self {
-            Arm::UnscaledSlowQk => Arm::Scaled,
+            Arm::ScaledLargeInit => Arm::Scaled,
             a => *a,
         }
     }
@@ -183,7 +177,6 @@ pub fn train_config(spec: &TrainingSpec) -> TrainConfig {
     let mut c = TrainConfig::new(task.clone(), model_config(&task, spec));
     c.optimizer = spec.optimizer;
     c.lr = spec.lr;
-    c.qk_lr_factor = spec.arm.qk_lr_factor(spec.d_k);
     c.momentum = (spec.optimizer == OptimizerKind::Sgd).then_some(0.9);
     c.steps = spec.budget;
     c.seed = spec.seed;

@@ -36,7 +36,7 @@ pub struct TrainConfig {
     /// A factor on the learning rate of the attention's query and key projections (W_Q and W_K,
     /// weights and biases, in every block): 1 gives every parameter `lr`. Under Adam, unscaled
     /// attention with this factor at d_k^(−1/4) steps like 1/√d_k-scaled attention whose W_Q, W_K
-    /// start d_k^(1/4) larger (the lab's intervention arms).
+    /// start d_k^(1/4) larger (the lab tests one of its intervention arms against it).
     #[config(default = 1.0)]
     pub qk_lr_factor: f64,
     /// SGD momentum (ignored by Adam); `None` is plain SGD.

@@ -1,5 +1,5 @@
 //! The learning rate of each parameter: one rate for the model, and a factor on the attention's
-//! query and key projections when the configuration asks for one (the lab's intervention arms).
+//! query and key projections when the configuration asks for one (`TrainConfig::qk_lr_factor`).
 
 use burn::lr_scheduler::module_lr_scheduler::{ModuleLearningRate, ModuleLrScheduler};
 use burn::module::ParamGroup;

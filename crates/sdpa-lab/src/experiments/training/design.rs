@@ -89,8 +89,8 @@ pub enum Part {
     /// The main comparison with SGD (secondary: its update follows the gradient's size).
     Sgd,
     /// The intervention: unscaled attention whose W_Q, W_K start × d_k^(−1/4) (its logits start
-    /// as the scaled arm's) beside 1/√d_k and none; and unscaled attention whose W_Q, W_K step at
-    /// the rate × d_k^(−1/4) (1/√d_k's steps from the unscaled start), at 1/√d_k's rate.
+    /// as the scaled arm's) beside 1/√d_k and none; and 1/√d_k attention whose W_Q, W_K start ×
+    /// d_k^(1/4) (its logits start as the unscaled arm's), at 1/√d_k's rate.
     Intervention,
 }
 
@@ -283,7 +283,7 @@ impl Sizes {
                     &[
                         (Scaled, UnscaledSmallInit),
                         (Unscaled, UnscaledSmallInit),
-                        (Scaled, UnscaledSlowQk),
+                        (Scaled, ScaledLargeInit),
                     ],
                 );
             }

@@ -323,8 +323,8 @@ fn learning_rate_line(data: &TrainingData, claims: &[Claim]) -> Option<String> {
          learning rate» {}. Under Adam (blind to a gradient's scale, ε aside) unscaled attention is 1/√d_k \
          with W_Q, W_K both started and stepped d_k^¼ larger; two arms take the two apart. The larger step \
          alone (started like 1/√d_k: W_Q, W_K × d_k^−¼) «trains faster than unscaled» {} and «is still slower \
-         than 1/√d_k» {}; the larger start alone (W_Q, W_K stepped at the rate × d_k^−¼, at 1/√d_k's rate) \
-         «is slower than 1/√d_k» {}.",
+         than 1/√d_k» {}; the larger start alone (1/√d_k with W_Q, W_K × d_k^¼, at 1/√d_k's rate, untuned) \
+         «is slower than 1/√d_k at its rate» {}.",
         data.sizes.adam_lrs.len(),
         data.sizes.tuning_seeds,
         data.sizes
@@ -340,6 +340,6 @@ fn learning_rate_line(data: &TrainingData, claims: &[Claim]) -> Option<String> {
         outcome("unscaled-only-a-lr-shift"),
         outcome("small-init-rescues-unscaled"),
         outcome("small-init-slower-than-scaled"),
-        outcome("saturated-start-slower-than-scaled"),
+        outcome("unscaled-start-slower-than-scaled"),
     ))
 }

@@ -214,9 +214,10 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
          **Controls at d_k = {} (unit init): soft-cap {}, QK-norm**\n\n{}\n\
          **SGD (secondary)**\n\n{}\n\
          **Interventions: unscaled, W_Q and W_K initialized × d_k^−¼** (its logits start exactly as 1/√d_k's, \
-         same seed and draws; training follows the unscaled gradients); **and unscaled, W_Q and W_K stepped at \
-         the rate × d_k^−¼** (its logits start as the unscaled arm's; under Adam its steps are 1/√d_k's: it \
-         trains at 1/√d_k's tuned rate, not a rate of its own, so that its start is the one difference)\n\n{}\n\
+         same seed and draws; training follows the unscaled gradients); **and 1/√d_k with W_Q and W_K initialized × \
+         d_k^¼** (its logits start exactly as the unscaled arm's; it trains at 1/√d_k's tuned rate, not a rate \
+         of its own, so that its start is the one difference; under Adam, ε aside, it is unscaled attention \
+         with W_Q, W_K stepped d_k^¼ slower, tested)\n\n{}\n\
          **The premise: q and k components entering attention** (std over every component, at step 0 and at \
          the end of each run; Burn's default init gives q = LN(x)·W with W ~ U(±1/√64): std 1/√3 ≈ 0.577)\n\n{}\n\
          **Mechanism**: Spearman's ρ of the initial logit std and the steps to 99% within each arm and d_k \

@@ -128,8 +128,8 @@ pub(super) fn sweep_claims(data: &TrainingData) -> Vec<Claim> {
 
 /// The intervention: unscaled attention whose logits start as the scaled arm's (W_Q, W_K ×
 /// d_k^(−1/4)). As fast as 1/√d_k: the start explains the delay; slower: the unscaled dynamics.
-/// And unscaled attention with 1/√d_k's steps from its own saturated start (W_Q, W_K's rate ×
-/// d_k^(−1/4)): slower than 1/√d_k, the start alone costs steps.
+/// And 1/√d_k attention from the unscaled arm's start (W_Q, W_K × d_k^(1/4)), at 1/√d_k's rate:
+/// slower than 1/√d_k, the start alone costs steps.
 pub(super) fn intervention_claims(data: &TrainingData) -> Vec<Claim> {
     use Arm::*;
     let against_scaled = select(data, Part::Intervention, Scaled, UnscaledSmallInit);
@@ -160,13 +160,13 @@ pub(super) fn intervention_claims(data: &TrainingData) -> Vec<Claim> {
             &against_scaled,
         ),
         slower_claim(
-            "saturated-start-slower-than-scaled",
-            "from the unscaled arm's saturated start but with 1/√d_k's steps, training is slower than \
-             1/√d_k: the start alone costs steps (unscaled attention whose W_Q, W_K step at the rate × \
-             d_k^−¼, trained at 1/√d_k's own tuned rate; under Adam, ε aside, it is 1/√d_k whose W_Q, W_K \
-             start d_k^¼ larger, so one factor differs from 1/√d_k)"
+            "unscaled-start-slower-than-scaled",
+            "from the unscaled arm's start but with 1/√d_k's gradients, training is slower than 1/√d_k at \
+             1/√d_k's own tuned rate: the start alone costs steps (1/√d_k attention whose W_Q, W_K start × \
+             d_k^¼, same seed and draws, so its logits start exactly as the unscaled arm's; untuned: it \
+             takes 1/√d_k's rate, so that the start is the one difference)"
                 .into(),
-            &select(data, Part::Intervention, Scaled, UnscaledSlowQk),
+            &select(data, Part::Intervention, Scaled, ScaledLargeInit),
             true,
         ),
     ]

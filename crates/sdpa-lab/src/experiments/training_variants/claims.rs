@@ -20,17 +20,23 @@ impl Measure {
     fn statement(self) -> &'static str {
         match self {
             Measure::Steps => {
-                "without √d_k the model reaches 99% held-out accuracy later, in every variant of the model \
-                 (Burn's default init, d_k = 64, Adam, each arm at its own tuned rate)"
+                "without √d_k the model reaches 99% held-out accuracy later, in each variant of the model \
+                 (Burn's default init, d_k = 64, Adam, each arm at its own tuned rate; the base model \
+                 repeats `training`'s main comparison on new seeds: a replication, not more evidence)"
             }
             Measure::EarlyEntropy => {
-                "entropy collapse: without √d_k the attention is sharper while the model has not learned \
-                 yet (lower entropy after the first update, before either run of the pair reaches 0.5 \
-                 held-out accuracy)"
+                "without √d_k the attention stays sharper until the model learns: lower entropy from the \
+                 first update until either run of the pair reaches 0.5 held-out accuracy. It starts \
+                 sharper (at step 0 the unscaled logits are √d_k = 8× the scaled ones), so this reads the \
+                 start and what training does to it together; an arm with the scaled arm's start and the \
+                 unscaled gradients (as `training`'s intervention) would be needed to see a collapse that \
+                 training causes, and is not run here (time)"
             }
             Measure::FinalMaxLogit => {
-                "attention-logit growth: without √d_k the largest attention logit at the end of the budget \
-                 is larger (each arm at its own tuned rate, so a difference may be partly the rate's)"
+                "without √d_k the largest attention logit the budget ends with is larger (the logit growth \
+                 QK-norm was introduced against). Each arm trains at its own tuned rate, and the arm that \
+                 learns first has more steps after learning, in which cross-entropy keeps growing the \
+                 logits: this compares where the runs end, not the scale alone"
             }
         }
     }
@@ -45,8 +51,8 @@ impl Measure {
             Measure::EarlyEntropy => {
                 "exact sign test on the paired mean normalized entropy over the recorded steps from step \
                  10 up to the first step where either run of the pair has held-out accuracy ≥ 0.5 (the \
-                 same steps in both arms; a pair without such a step dropped), Holm over the variants, \
-                 α = 0.05"
+                 same steps in both arms; a pair where one run learned by step 10 has no such step and is \
+                 dropped: the fastest pairs, a selection), Holm over the variants, α = 0.05"
             }
             Measure::FinalMaxLogit => {
                 "exact sign test on the paired largest logit of the last evaluation's training batch (a \
