@@ -214,7 +214,9 @@ fn attention_saturation_decides_at_the_articles_m_and_tests_the_m_dependence() {
         },
     ));
     let d64 = attention_saturation::analyze(&plan(true), &with_code).claims;
-    assert_eq!(outcome(&d64, "d64-table"), Outcome::Conditional);
+    // One sentence with two parts: the scaled part holds, the unscaled part fails, so the
+    // sentence fails (it is not "conditional": its parts are not conditions).
+    assert_eq!(outcome(&d64, "d64-table"), Outcome::Fails);
     let claims = attention_saturation::analyze(&plan(true), &cells(true)).claims;
     // Decided at m = 500, where 0.03 is inside [0.02, 0.035].
     assert_eq!(outcome(&claims, "scaled-max-p-band"), Outcome::Holds);

@@ -162,6 +162,9 @@ pub struct Claim {
     pub outcome: Outcome,
     /// The conditions it was checked under, when more than one.
     pub conditions: Vec<Condition>,
+    /// Whether `conditions` are the parts of one sentence joined by "and" (it holds when every
+    /// part holds and fails when one fails) rather than conditions it is checked under.
+    pub conjunction: bool,
 }
 
 impl Claim {
@@ -182,6 +185,7 @@ impl Claim {
             measured: measured.into(),
             outcome: Outcome::of(holds),
             conditions: Vec::new(),
+            conjunction: false,
         }
     }
 
@@ -202,8 +206,13 @@ impl Claim {
     /// Its outcome as the report prints it: the label, and for a claim over conditions how many
     /// hold, fail and are undecided.
     pub fn outcome_text(&self) -> String {
+        let unit = if self.conjunction {
+            "parts"
+        } else {
+            "conditions"
+        };
         match self.tally() {
-            Some(t) => format!("**{}** ({})", self.outcome.label(), t.show("conditions")),
+            Some(t) => format!("**{}** ({})", self.outcome.label(), t.show(unit)),
             None => format!("**{}**", self.outcome.label()),
         }
     }
@@ -231,6 +240,33 @@ impl Claim {
             measured,
             outcome,
             conditions,
+            conjunction: false,
+        }
+    }
+
+    /// A sentence made of parts joined by "and", each checked on its own: it **holds** when every
+    /// part holds, **FAILS** when any part fails, and is undecided otherwise.
+    pub fn all_of(
+        id: &str,
+        source: Source,
+        statement: impl Into<String>,
+        check: impl Into<String>,
+        parts: Vec<Condition>,
+    ) -> Self {
+        let tally = Tally::of(&parts.iter().map(|c| c.outcome).collect::<Vec<_>>());
+        let outcome = if parts.is_empty() {
+            Outcome::Undecided
+        } else if tally.fails + tally.conditional > 0 {
+            Outcome::Fails
+        } else if tally.holds == parts.len() {
+            Outcome::Holds
+        } else {
+            Outcome::Undecided
+        };
+        Self {
+            outcome,
+            conjunction: true,
+            ..Self::per_condition(id, source, statement, check, parts)
         }
     }
 

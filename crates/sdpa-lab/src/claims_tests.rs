@@ -99,6 +99,7 @@ fn verdicts_follow_the_articles_claims_alone() {
         measured: String::new(),
         outcome,
         conditions: Vec::new(),
+        conjunction: false,
     };
     let article = |o| claim(Source::Article(&Q), o);
     let lab = |o| claim(Source::Lab, o);
@@ -125,4 +126,34 @@ fn verdicts_follow_the_articles_claims_alone() {
         "0 of 1 claims hold; failed: c"
     );
     assert_eq!(article_summary(&[lab(Holds)]), "no claim of the article");
+}
+
+#[test]
+fn a_sentence_of_parts_fails_when_one_part_fails() {
+    let part = |outcome| Condition {
+        label: "part".into(),
+        measured: "m".into(),
+        outcome,
+    };
+    use Outcome::*;
+    let claim = |parts: Vec<Outcome>| {
+        Claim::all_of(
+            "c",
+            Source::Lab,
+            "s",
+            "check",
+            parts.into_iter().map(part).collect(),
+        )
+    };
+    assert_eq!(claim(vec![Holds, Fails]).outcome, Fails);
+    assert_eq!(claim(vec![Holds, Holds]).outcome, Holds);
+    assert_eq!(claim(vec![Holds, Undecided]).outcome, Undecided);
+    assert_eq!(claim(vec![Undecided, Fails]).outcome, Fails);
+    assert_eq!(claim(vec![]).outcome, Undecided);
+    // Its tally counts parts, not conditions.
+    assert!(
+        claim(vec![Holds, Fails])
+            .outcome_text()
+            .ends_with("of 2 parts)")
+    );
 }

@@ -201,13 +201,26 @@ fn ledger(s: &mut String, r: &Report) {
                     md_cell(q.zh),
                     md_cell(q.en),
                     md_cell(&c.check),
-                    md_cell(&c.outcome_text()),
+                    md_cell(&ledger_outcome(c)),
                     e.name,
                     e.name,
                     e.verdict.label()
                 );
             }
         }
+    }
+}
+
+/// A ledger row's outcome: the label and tally, and for a claim whose conditions disagree, the
+/// conditions where it fails (so that a reader sees where, without opening the experiment).
+fn ledger_outcome(c: &Claim) -> String {
+    let fails = list(c, Outcome::Fails);
+    match c.tally() {
+        Some(t) if t.fails > 0 && t.fails < t.total() => {
+            let unit = if c.conjunction { "part" } else { "condition" };
+            format!("{}; the failing {unit}s: {fails}", c.outcome_text())
+        }
+        _ => c.outcome_text(),
     }
 }
 
@@ -427,14 +440,36 @@ fn abstract_lines(s: &mut String, r: &Report) {
         .flat_map(|e| e.headline.iter().cloned())
         .take(ABSTRACT_LINES - 1)
         .collect();
+    // The article's sentences behind the ledger's rows: a sentence checked in parts (its quote
+    // ending in the part's name in brackets) or on several columns has a row per check.
+    let mut sentences: Vec<&str> = r
+        .experiments
+        .iter()
+        .flat_map(|e| &e.claims)
+        .filter_map(|c| match &c.source {
+            Source::Article(q) => Some(q.zh.split('（').next().unwrap_or(q.zh)),
+            Source::Lab => None,
+        })
+        .collect();
+    sentences.sort_unstable();
+    sentences.dedup();
     if !article.is_empty() {
         let t = Tally::of(&article);
         let verb =
             |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let rows = if sentences.len() == t.total() {
+            format!("of {} tested", t.total())
+        } else {
+            format!(
+                "of {} ledger rows ({} sentences of the article: a sentence checked in parts or on \
+                 several columns has a row per check)",
+                t.total(),
+                sentences.len()
+            )
+        };
         lines.push(format!(
-            "**The article's claims, one by one** (the ledger below): of {} tested, {}, {}, {} and {} by \
-             this run.",
-            t.total(),
+            "**The article's claims, one by one** (the ledger below): {rows}, {}, {}, {} and {} by this \
+             run.",
             verb(t.holds, "holds", "hold"),
             verb(t.fails, "fails", "fail"),
             verb(

@@ -251,7 +251,7 @@ pub(super) fn slower_claim(
 }
 
 /// [`slower_claim`] with `note` appended to each condition's measurement.
-fn slower_claim_noted(
+pub(super) fn slower_claim_noted(
     id: &str,
     statement: String,
     stats: &[&PairStats],

@@ -2,7 +2,7 @@
 //! 1/√d_k seed by seed, the equivalence at each arm's own rate, and the intervention arm.
 
 use super::analyze::TrainingData;
-use super::claims::{equivalence_claim, select, slower_claim};
+use super::claims::{equivalence_claim, select, slower_claim, slower_claim_noted};
 use super::design::{ALPHA, Part, SENSITIVITY_FACTOR};
 use crate::claims::{Claim, Condition, Outcome, Source, short, show_p};
 use crate::measures::training::{Arm, init_name};
@@ -144,15 +144,27 @@ pub(super) fn intervention_claims(data: &TrainingData) -> Vec<Claim> {
             &select(data, Part::Intervention, Unscaled, UnscaledSmallInit),
             false,
         ),
-        slower_claim(
+        slower_claim_noted(
             "small-init-slower-than-scaled",
             "started like 1/√d_k, unscaled attention still trains slower than 1/√d_k, each at its own rate. \
              Read with Adam's invariance to a gradient's scale (ε aside): this arm is 1/√d_k with W_Q and W_K \
-             stepped d_k^¼ faster than the other parameters, so what separates it from 1/√d_k is the query \
-             and key projections' effective learning rate, not the gradient's size"
+             stepped d_k^¼ faster than the other parameters, and one global rate sets both (each condition \
+             prints the effective rates), so what separates it from 1/√d_k is the ratio of the projections' \
+             rate to the rest's, not the gradient's size; an arm at 1/√d_k's own rate, which would change \
+             W_Q, W_K's step alone, is not run"
                 .into(),
             &against_scaled,
             true,
+            &|s| {
+                let qk = s.lr_other * (s.comparison.condition.d_k as f64).powf(0.25);
+                format!(
+                    "; effective rates against 1/√d_k's {}: W_Q, W_K {} (rate × d_k^¼), every other \
+                     parameter {}",
+                    s.lr_reference,
+                    short(qk),
+                    s.lr_other
+                )
+            },
         ),
         equivalence_claim(
             "small-init-as-fast-as-scaled",

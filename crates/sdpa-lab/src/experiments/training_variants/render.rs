@@ -192,7 +192,8 @@ pub fn render(data: &VariantsData, canvas: &mut Canvas) -> Result<String, LabErr
          run). The article's question on four variants of `training`'s model, all at Burn's default \
          initialization, d_k = {D_K}, Adam: the base model (seq 16, one layer of one head, pre-LayerNorm); \
          seq 128 (*match* with k = 64, vocabulary 256, budget 600 steps, 300 for the others: a pilot showed a ~200-step plateau before \
-         either arm learns); no LayerNorm; 2 layers × 4 heads (d_v = 16). Each (variant, arm) tunes its rate \
+         either arm learns; length, number of classes and budget change together, so this variant is a larger \
+         task as well as a longer sequence); no LayerNorm; 2 layers × 4 heads (d_v = 16). Each (variant, arm) tunes its rate \
          on {} seeds (from seed + {TUNING_SEED_OFFSET}) over {:?} (the rates `training`'s sweep \
          chose for these arms at d_k = 64, one step below and one above: narrower than its grid, to fit the \
          report's time; † marks a rate at an end; disclosed: 3e-2 was added after this experiment's first run, \
@@ -245,7 +246,7 @@ pub fn headline(data: &VariantsData, claims: &[Claim]) -> Option<String> {
         ),
         part(
             Measure::EarlyEntropy.claim_id(),
-            "«its attention stays sharper until it learns» (start and training together)",
+            "«its attention stays sharper until it learns» (it starts sharper by construction: this reads the start and training together)",
         ),
         part(
             Measure::FinalMaxLogit.claim_id(),
