@@ -214,7 +214,13 @@ fn ledger(s: &mut String, r: &Report) {
 /// A ledger row's outcome: the label and tally, and for a claim whose conditions disagree, the
 /// conditions where it fails (so that a reader sees where, without opening the experiment).
 fn ledger_outcome(c: &Claim) -> String {
-    let fails = list(c, Outcome::Fails);
+    let fails: Vec<&str> = c
+        .conditions
+        .iter()
+        .filter(|k| k.outcome == Outcome::Fails)
+        .map(|k| k.label.as_str())
+        .collect();
+    let fails = fails.join("; ");
     match c.tally() {
         Some(t) if t.fails > 0 && t.fails < t.total() => {
             let unit = if c.conjunction { "part" } else { "condition" };
