@@ -48,7 +48,7 @@ pub fn render(data: &AttentionMapData, canvas: &mut Canvas) -> Result<String, La
     if let Some(t) = &data.trained {
         let plot = canvas.heatmap(
             "attention_map_trained.png",
-            &format!("Trained on match, head {} (tokens {:?})", t.head, t.tokens),
+            &format!("Trained on match, head {}", t.head),
             &t.weights,
             "key",
             "query",

@@ -138,7 +138,7 @@ fn plots(data: &VariantsData, canvas: &mut Canvas) -> Result<Vec<String>, LabErr
             let label = arm.label();
             sharp.push(
                 Series::with_band(
-                    format!("entropy, {label}"),
+                    format!("entropy, {label} (median, quartiles)"),
                     band(&rs, budget, |p| p.entropy),
                 )
                 .colored(i),
@@ -146,12 +146,18 @@ fn plots(data: &VariantsData, canvas: &mut Canvas) -> Result<Vec<String>, LabErr
             let accuracy = band(&rs, budget, |p| p.accuracy);
             sharp.push(
                 Series::reference(
-                    format!("held-out accuracy, {label}"),
+                    format!("held-out accuracy, {label} (median)"),
                     accuracy.iter().map(|p| (p.0, p.1)).collect(),
                 )
                 .colored(i),
             );
-            logits.push(Series::with_band(label, band(&rs, budget, |p| p.max_logit)).colored(i));
+            logits.push(
+                Series::with_band(
+                    format!("{label} (median, quartiles)"),
+                    band(&rs, budget, |p| p.max_logit),
+                )
+                .colored(i),
+            );
         }
         if sharp.is_empty() {
             continue;
