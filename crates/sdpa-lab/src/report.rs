@@ -365,7 +365,8 @@ pub fn markdown(r: &Report) -> String {
         s,
         "Every experiment of the article *10 · Attention 的数学推导*, reproduced with the `burn-sdpa` module \
          on Burn 0.22.1. Every conclusion below is a claim with the check that decides it; its outcome is \
-         computed from this run's numbers with thresholds fixed in the code before the run, and an \
+         computed from this run's numbers with thresholds fixed in the code before the run (where one was \
+         chosen after runs were seen, the report says so beside it), and an \
          experiment's verdict follows from its claims.\n"
     );
     let plan = &r.run.plan;

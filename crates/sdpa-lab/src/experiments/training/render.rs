@@ -171,7 +171,8 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
         .join("; ");
     Ok(format!(
         "**Design** (fixed in `experiments/training/design.rs` before this run; its comments say which \
-         values an earlier run informed). The model: *match* (k = 8, \
+         values an earlier run informed, and which were chosen after these runs were seen: the equivalence \
+         margin and the saturation split of the abstract). The model: *match* (k = 8, \
          vocabulary 64), d_model 64, one head of size d_k, d_v = 64, pre-LayerNorm, batches of 64, a held-out \
          evaluation every 10 steps on 2 batches; a run stops at {:.0}% held-out accuracy or at the budget of \
          {} steps. **Paired seeds**: {} evaluation seeds per arm, the same for every arm, so that two arms \
@@ -217,7 +218,7 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
          same seed and draws; training follows the unscaled gradients); **and 1/√d_k with W_Q and W_K initialized × \
          d_k^¼** (its logits start exactly as the unscaled arm's; it trains at 1/√d_k's tuned rate, not a rate \
          of its own, so that its start is the one difference; under Adam, ε aside, it is unscaled attention \
-         with W_Q, W_K stepped d_k^¼ slower, tested)\n\n{}\n\
+         with W_Q, W_K stepped d_k^¼ slower, which a test of the lab checks)\n\n{}\n\
          **The premise: q and k components entering attention** (std over every component, at step 0 and at \
          the end of each run; Burn's default init gives q = LN(x)·W with W ~ U(±1/√64): std 1/√3 ≈ 0.577)\n\n{}\n\
          **Mechanism**: Spearman's ρ of the initial logit std and the steps to 99% within each arm and d_k \

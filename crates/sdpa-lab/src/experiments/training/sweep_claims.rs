@@ -134,25 +134,26 @@ pub(super) fn intervention_claims(data: &TrainingData) -> Vec<Claim> {
     use Arm::*;
     let against_scaled = select(data, Part::Intervention, Scaled, UnscaledSmallInit);
     vec![
-        slower_claim(
+        slower_claim_noted(
             "small-init-rescues-unscaled",
             "unscaled attention whose W_Q, W_K start × d_k^−¼ (its logits start exactly as 1/√d_k's) trains \
              faster than unscaled attention from the usual initialization: the saturated start is part of \
              the delay (under Adam, unscaled attention is 1/√d_k with W_Q, W_K both initialized and stepped \
-             d_k^¼ larger; this arm keeps the larger step and undoes the larger start)"
+             d_k^¼ larger; this arm keeps the larger step and undoes the larger start; each arm at its own \
+             tuned rate, printed, so where the rates differ the start is not the only difference)"
                 .into(),
             &select(data, Part::Intervention, Unscaled, UnscaledSmallInit),
             false,
+            &|s| format!("; rates {} vs {}", s.lr_other, s.lr_reference),
         ),
         slower_claim_noted(
             "small-init-slower-than-scaled",
             "started like 1/√d_k, unscaled attention still trains slower than 1/√d_k, each at its own rate. \
              Read with Adam's invariance to a gradient's scale (ε aside): this arm is 1/√d_k with W_Q and W_K \
              stepped d_k^¼ faster than the other parameters, and one global rate sets both (each condition \
-             prints the effective rates), so what separates it from 1/√d_k is the ratio of the projections' \
-             rate to the rest's, not the gradient's size; an arm at 1/√d_k's own rate, which would change \
-             W_Q, W_K's step alone, is not run"
-                .into(),
+             prints the effective rates), so the arm changes neither group's step alone: it shows what a \
+             single rate does to unscaled attention's two groups of parameters, not the gradient's size. An \
+             arm at 1/√d_k's own rate, which would change W_Q, W_K's step alone, is not run"                .into(),
             &against_scaled,
             true,
             &|s| {

@@ -270,7 +270,8 @@ pub fn headline(data: &VariantsData, claims: &[Claim]) -> Option<String> {
         .unwrap_or(0);
     (!parts.is_empty()).then(|| {
         format!(
-            "**Beyond the small model** (the base model, seq 128, no LayerNorm, 2 layers × 4 heads; \
+            "**Beyond the small model** (the base model, seq 128 (k = 64: a larger task too), no LayerNorm, \
+             2 layers × 4 heads; \
              default init, d_k = {D_K}, Adam, each arm at its own rate, {seeds} paired seeds): {}.",
             parts.join("; ")
         )
