@@ -417,7 +417,7 @@ fn training_decides_each_half_of_the_article_per_condition() {
     // ties at 16, every default-init d_k = 64 unscaled run stuck.
     let headline = analysis.headline.join("\n");
     assert!(
-        headline.contains("With Adam, yes, in some conditions")
+        headline.contains("(the secondary endpoint), yes, in some conditions")
             && headline.contains("later in 2 of 4 conditions")
             && headline.contains("no difference detected in 2")
             && headline.contains("20 of 80 unscaled runs against 0 of 80 scaled runs"),
@@ -497,7 +497,7 @@ fn training_fails_unscaled_slower_when_unscaled_is_faster() {
     let analysis = training::analyze(&plan(true), &cells);
     let headline = analysis.headline.join("\n");
     assert!(
-        headline.contains("With Adam, no: training without it is faster")
+        headline.contains("(the secondary endpoint), no: training without it is faster")
             && headline.contains("later in 0 of 2 conditions, sooner in 2"),
         "{headline}"
     );
