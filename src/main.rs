@@ -33,7 +33,7 @@ enum Command {
     /// Run one experiment (`sdpa exp --list` lists them).
     Exp(cli::report::ExpArgs),
     /// Time every attention path, forward and forward+backward, and sweep inference memory.
-    Bench(cli::report::BenchArgs),
+    Bench(cli::bench::BenchArgs),
     /// Time the model's training steps (steps/s and where a step goes), the Rust side of
     /// benches/pytorch_model.py.
     TrainBench(cli::train_bench::TrainBenchArgs),
@@ -47,7 +47,7 @@ fn main() -> ExitCode {
         Command::Train(args) => cli::train::run(&args).map(|_| true),
         Command::Report(args) => cli::report::report(&args),
         Command::Exp(args) => cli::report::exp(&args),
-        Command::Bench(args) => cli::report::bench(&args),
+        Command::Bench(args) => cli::bench::bench(&args),
         Command::TrainBench(args) => cli::train_bench::run(&args),
     };
     match result {

@@ -1,6 +1,7 @@
 //! The command line's subcommands, as library functions so that tests can call them. The
 //! binary (`src/main.rs`) only parses and maps results to exit codes.
 
+pub mod bench;
 pub mod golden;
 pub mod report;
 pub mod train;

@@ -1,4 +1,4 @@
-//! `sdpa report`, `sdpa exp` and `sdpa bench`: run the lab's experiments and benchmarks.
+//! `sdpa report` and `sdpa exp`: run the lab's experiments.
 
 use std::path::PathBuf;
 
@@ -66,7 +66,7 @@ pub struct ExpArgs {
 
 impl LabArgs {
     /// Opens the backends: the environment and the plan's backend names, plus those skipped.
-    fn env(&self) -> anyhow::Result<(Env, Vec<String>)> {
+    pub(super) fn env(&self) -> anyhow::Result<(Env, Vec<String>)> {
         let mut kinds: Vec<BackendKind> = Vec::new();
         for name in &self.backends {
             if name == "all" {
@@ -106,7 +106,7 @@ impl LabArgs {
         Ok((Env { backends }, skipped))
     }
 
-    fn progress(&self) -> ProgressMode {
+    pub(super) fn progress(&self) -> ProgressMode {
         if self.plain {
             ProgressMode::Lines
         } else {
@@ -225,168 +225,4 @@ pub fn exp(args: &ExpArgs) -> anyhow::Result<bool> {
     }
     let default_out = PathBuf::from(format!("exp-{}", args.names.join("+")));
     run(&args.lab, experiments, default_out)
-}
-
-/// Arguments of `sdpa bench`.
-#[derive(Args, Debug, Clone)]
-pub struct BenchArgs {
-    /// Backend(s): ndarray, flex, wgpu or all; may be given more than once.
-    #[arg(long = "backend", default_value = "flex")]
-    pub backends: Vec<String>,
-    /// Output folder.
-    #[arg(long, default_value = "bench-out")]
-    pub out: PathBuf,
-    /// Tiny sizes (a smoke run, seconds).
-    #[arg(long)]
-    pub quick: bool,
-    /// Plain progress lines instead of a bar.
-    #[arg(long)]
-    pub plain: bool,
-    /// Time only these n = m (may be given more than once; default: the whole sweep), e.g. to
-    /// re-measure the cells a rule change touched.
-    #[arg(long = "n")]
-    pub ns: Vec<usize>,
-    /// Skip the memory sweeps (inference and training), unless sizes are given below.
-    #[arg(long)]
-    pub skip_memory: bool,
-    /// Sizes of the inference memory sweep (b = 1; may be given more than once).
-    #[arg(long = "memory-n")]
-    pub memory_ns: Vec<usize>,
-    /// Sizes of the training (forward + backward) memory sweep (b = 1; may be given more than
-    /// once).
-    #[arg(long = "training-memory-n")]
-    pub training_memory_ns: Vec<usize>,
-    /// Time only these modes: forward, forward+backward, "forward, padded",
-    /// "forward+backward, padded", "forward, causal", "forward+backward, causal" (may be given
-    /// more than once; default: all six).
-    #[arg(long = "mode")]
-    pub modes: Vec<String>,
-    /// Storage type of query, key and value: f32, bf16 or f16 (a half type writes
-    /// `bench_<backend>_<dtype>.json` and `BENCH_<backend>_<dtype>.md`).
-    #[arg(long, value_parser = ["f32", "bf16", "f16"], default_value = "f32")]
-    pub dtype: String,
-    /// Time only this path (repeatable; default: every path): auto, naive, chunked, fused,
-    /// cpu_kernel, cube_kernel or baseline.
-    #[arg(long = "path")]
-    pub paths: Vec<String>,
-}
-
-/// `sdpa bench`: times every path on every backend asked for.
-pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
-    let lab = LabArgs {
-        backends: args.backends.clone(),
-        out: Some(args.out.clone()),
-        quick: args.quick,
-        seed: 42,
-        plain: args.plain,
-        shard: None,
-        render_only: None,
-        merge: Vec::new(),
-    };
-    let (env, _) = lab.env()?;
-    let ctx = sdpa_lab::bench::BenchContext {
-        progress: lab.progress(),
-        seed: 42,
-        out_dir: args.out.clone(),
-    };
-    let mut config = sdpa_lab::bench::BenchConfig::new(args.quick);
-    config.dtype = args.dtype.clone();
-    let known = [
-        "auto",
-        "naive",
-        "chunked",
-        "fused",
-        "cpu_kernel",
-        "cube_kernel",
-        "baseline",
-    ];
-    if let Some(bad) = args.paths.iter().find(|p| !known.contains(&p.as_str())) {
-        return Err(UsageError(format!("--path must be one of {known:?}, got `{bad}`")).into());
-    }
-    config.paths = args.paths.clone();
-    for (flag, sizes) in [
-        ("--n", &args.ns),
-        ("--memory-n", &args.memory_ns),
-        ("--training-memory-n", &args.training_memory_ns),
-    ] {
-        if let Some(bad) = sizes.iter().find(|&&n| n == 0) {
-            return Err(UsageError(format!("{flag} must be > 0, got {bad}")).into());
-        }
-    }
-    if !args.ns.is_empty() {
-        config.ns = args.ns.clone();
-    }
-    if args.skip_memory {
-        config.memory_ns.clear();
-        config.training_memory_ns.clear();
-    }
-    if !args.memory_ns.is_empty() {
-        config.memory_ns = args.memory_ns.clone();
-    }
-    if !args.training_memory_ns.is_empty() {
-        config.training_memory_ns = args.training_memory_ns.clone();
-    }
-    for mode in &args.modes {
-        let known = sdpa_lab::bench::Mode::ALL.map(|m| m.name());
-        if !known.contains(&mode.as_str()) {
-            return Err(
-                UsageError(format!("--mode must be one of {known:?}, got `{mode}`")).into(),
-            );
-        }
-    }
-    if !args.modes.is_empty() {
-        config.modes = args.modes.clone();
-    }
-    // Before anything is allocated or written: sizes that cannot fit are bad usage.
-    let sizes = format!(
-        "the benchmark (b {}, h {}, d {}, n up to {})",
-        config.b,
-        config.h,
-        config.d,
-        config
-            .ns
-            .iter()
-            .chain(&config.memory_ns)
-            .chain(&config.training_memory_ns)
-            .max()
-            .copied()
-            .unwrap_or(0)
-    );
-    let needed = config.memory_estimate().ok_or_else(|| {
-        UsageError(format!(
-            "{sizes}: the sizes overflow: far beyond any machine's memory"
-        ))
-    })?;
-    sdpa_model::check_fits(&sizes, needed).map_err(|e| UsageError(e.to_string()))?;
-    let mut ok = true;
-    for backend in &env.backends {
-        let report = sdpa_lab::bench::run_bench(backend, &config, &ctx)?;
-        println!("{}", sdpa_lab::bench::markdown(&report));
-        for f in sdpa_lab::bench::write(&report, &ctx)? {
-            println!("wrote {f}");
-        }
-        for note in &report.skipped {
-            println!("note: {}: skipped {note}", report.backend);
-        }
-        // The target (Auto at most 10% slower than the fastest other path) is checked on the
-        // paired estimate, on the CPU backends it was set on, and never on a smoke run (`--quick`
-        // times sub-millisecond cells twice: it checks that everything runs, not speed). On
-        // wgpu without a GPU, lavapipe is a CPU driver: Auto is not held to it.
-        let checked = !args.quick && matches!(report.backend.as_str(), "flex" | "ndarray");
-        for ((mode, n, medians), (_, _, paired)) in
-            report.auto_ratio.iter().zip(&report.auto_ratio_paired)
-        {
-            if *paired > 1.10 || *medians > 1.10 {
-                println!(
-                    "note: {}: auto / fastest other path = {medians:.2} (medians), {paired:.2} \
-                     (paired runs) ({mode}, n = {n})",
-                    report.backend
-                );
-            }
-            if checked && *paired > 1.10 {
-                ok = false;
-            }
-        }
-    }
-    Ok(ok)
 }
