@@ -214,16 +214,11 @@ fn ledger(s: &mut String, r: &Report) {
 /// A ledger row's outcome: the label and tally, and for a claim whose conditions disagree, the
 /// conditions where it fails (so that a reader sees where, without opening the experiment).
 fn ledger_outcome(c: &Claim) -> String {
-    let fails: Vec<&str> = c
-        .conditions
-        .iter()
-        .filter(|k| k.outcome == Outcome::Fails)
-        .map(|k| k.label.as_str())
-        .collect();
-    let fails = fails.join("; ");
     match c.tally() {
         Some(t) if t.fails > 0 && t.fails < t.total() => {
             let unit = if c.conjunction { "part" } else { "condition" };
+            // Semicolons: a condition's label may hold commas.
+            let fails = labels(c, Outcome::Fails).join("; ");
             format!("{}; the failing {unit}s: {fails}", c.outcome_text())
         }
         _ => c.outcome_text(),
@@ -496,13 +491,17 @@ fn abstract_lines(s: &mut String, r: &Report) {
     let _ = writeln!(s);
 }
 
-fn list(c: &Claim, outcome: Outcome) -> String {
-    let labels: Vec<&str> = c
-        .conditions
+/// The labels of a claim's conditions with this outcome.
+fn labels(c: &Claim, outcome: Outcome) -> Vec<&str> {
+    c.conditions
         .iter()
         .filter(|k| k.outcome == outcome)
         .map(|k| k.label.as_str())
-        .collect();
+        .collect()
+}
+
+fn list(c: &Claim, outcome: Outcome) -> String {
+    let labels = labels(c, outcome);
     if labels.is_empty() {
         "—".into()
     } else {

@@ -307,6 +307,18 @@ pub fn spearman_rho(x: &[f64], y: &[f64]) -> f64 {
     sxy / (sxx * syy).sqrt()
 }
 
+/// The `q`-quantile of sorted values, interpolated linearly between order statistics (NaN when
+/// there are none).
+pub fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let pos = q * (sorted.len() - 1) as f64;
+    let (i, frac) = (pos.floor() as usize, pos.fract());
+    let next = sorted[(i + 1).min(sorted.len() - 1)];
+    sorted[i] + frac * (next - sorted[i])
+}
+
 /// Median.
 pub fn median(x: &[f64]) -> f64 {
     if x.is_empty() {

@@ -247,7 +247,8 @@ pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
 
     // The article's own words about training, split by whether the unscaled starting logits
     // are saturated (the article's premise).
-    let saturated = |s: &PairStats| -> Option<bool> {
+    // The median initial logit std of a condition's unscaled runs.
+    let start_std = |s: &PairStats| -> Option<f64> {
         let stds: Vec<f64> = data
             .runs
             .iter()
@@ -255,26 +256,14 @@ pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
             .map(|r| r.outcome.initial.logit_std)
             .filter(|x| x.is_finite())
             .collect();
-        (!stds.is_empty()).then(|| median(&stds) >= SATURATED_LOGIT_STD)
+        (!stds.is_empty()).then(|| median(&stds))
     };
+    let saturated = |s: &PairStats| start_std(s).map(|std| std >= SATURATED_LOGIT_STD);
     let stds: Vec<String> = main
         .iter()
         .filter_map(|s| {
-            let v: Vec<f64> = data
-                .runs
-                .iter()
-                .filter(|r| r.condition == s.comparison.condition && r.arm == Arm::Unscaled)
-                .map(|r| r.outcome.initial.logit_std)
-                .filter(|x| x.is_finite())
-                .collect();
-            (!v.is_empty()).then(|| {
-                format!(
-                    "{} d_k {} {:.1}",
-                    init_name(s.comparison.condition.init),
-                    s.comparison.condition.d_k,
-                    median(&v)
-                )
-            })
+            let c = s.comparison.condition;
+            start_std(s).map(|std| format!("{} d_k {} {std:.1}", init_name(c.init), c.d_k))
         })
         .collect();
     let words = |id: &str| -> Option<String> {

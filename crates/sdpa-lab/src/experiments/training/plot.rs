@@ -10,6 +10,7 @@ use crate::context::LabError;
 use crate::experiment::Canvas;
 use crate::measures::training::{Arm, EVAL_EVERY, init_name};
 use crate::plot::{LinePlot, Series};
+use crate::stats::quantile;
 
 fn main_runs(data: &TrainingData, init: QkInit, d_k: usize, arm: Arm) -> Vec<&RunRow> {
     data.runs
@@ -32,16 +33,6 @@ fn accuracy_at(run: &RunRow, t: usize) -> f64 {
         .take_while(|p| p.step <= t)
         .last()
         .map_or(f64::NAN, |p| p.accuracy)
-}
-
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let pos = q * (sorted.len() - 1) as f64;
-    let (i, frac) = (pos.floor() as usize, pos.fract());
-    let next = sorted[(i + 1).min(sorted.len() - 1)];
-    sorted[i] + frac * (next - sorted[i])
 }
 
 fn arm_style(arm: Arm) -> &'static str {

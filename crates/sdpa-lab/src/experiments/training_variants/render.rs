@@ -8,6 +8,7 @@ use crate::experiment::Canvas;
 use crate::markdown::md_table;
 use crate::measures::training::{Arm, CurvePoint, EVAL_EVERY};
 use crate::plot::{LinePlot, Series};
+use crate::stats::quantile;
 
 fn num(x: f64) -> String {
     if x.is_nan() {
@@ -77,16 +78,6 @@ fn write_csv(data: &VariantsData, canvas: &mut Canvas) -> Result<(), LabError> {
         &rows,
     )?;
     Ok(())
-}
-
-fn quantile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let pos = q * (sorted.len() - 1) as f64;
-    let (i, frac) = (pos.floor() as usize, pos.fract());
-    let next = sorted[(i + 1).min(sorted.len() - 1)];
-    sorted[i] + frac * (next - sorted[i])
 }
 
 /// Median and quartiles over one arm's runs of `pick` at every evaluation step (the runs train
