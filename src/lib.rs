@@ -5,7 +5,6 @@
 //! adds what needs a backend: run-time backend selection ([`backend`]) and the golden-case
 //! runner ([`golden`]). Backends are cargo features: `ndarray`, `flex` (both on by default) and
 //! `wgpu`.
-#![warn(missing_docs)]
 
 pub use burn_sdpa::*;
 

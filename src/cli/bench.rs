@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use burn_sdpa::{DEFAULT_BLOCK_SIZE, Implementation};
+
 use super::UsageError;
 use super::report::LabArgs;
 
@@ -45,9 +47,8 @@ pub struct BenchArgs {
     /// `bench_<backend>_<dtype>.json` and `BENCH_<backend>_<dtype>.md`).
     #[arg(long, value_parser = ["f32", "bf16", "f16"], default_value = "f32")]
     pub dtype: String,
-    /// Time only this path (repeatable; default: every path): auto, naive, chunked, fused,
-    /// cpu_kernel, cube_kernel or baseline.
-    #[arg(long = "path")]
+    /// Time only this path (repeatable; default: every path).
+    #[arg(long = "path", help = path_help())]
     pub paths: Vec<String>,
 }
 
@@ -71,15 +72,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
     };
     let mut config = sdpa_lab::bench::BenchConfig::new(args.quick);
     config.dtype = args.dtype.clone();
-    let known = [
-        "auto",
-        "naive",
-        "chunked",
-        "fused",
-        "cpu_kernel",
-        "cube_kernel",
-        "baseline",
-    ];
+    let known = path_names();
     if let Some(bad) = args.paths.iter().find(|p| !known.contains(&p.as_str())) {
         return Err(UsageError(format!("--path must be one of {known:?}, got `{bad}`")).into());
     }
@@ -169,4 +162,20 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         }
     }
     Ok(ok)
+}
+
+/// What `--path` takes: every name [`Implementation::all`] gives, then the baseline.
+fn path_names() -> Vec<&'static str> {
+    Implementation::all(DEFAULT_BLOCK_SIZE)
+        .map(Implementation::name)
+        .chain([sdpa_lab::bench::BASELINE])
+        .collect()
+}
+
+/// The help of `--path`, from [`path_names`].
+fn path_help() -> String {
+    format!(
+        "Time only this path (repeatable; default: every path): {}",
+        path_names().join(", ")
+    )
 }

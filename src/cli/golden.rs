@@ -15,8 +15,8 @@ pub struct GoldenArgs {
     /// Backend: ndarray, flex or wgpu (must be compiled in).
     #[arg(long, default_value = "flex")]
     pub backend: BackendKind,
-    /// Implementation: auto, naive, fused, cpu_kernel or chunked:BLOCK (e.g. chunked:2).
-    #[arg(long, default_value = "auto")]
+    /// The implementation the cases run on.
+    #[arg(long, default_value = "auto", help = super::implementation_help("The implementation"))]
     pub implementation: Implementation,
 }
 

@@ -29,3 +29,12 @@ pub fn open_device(backend: crate::BackendKind) -> anyhow::Result<burn::prelude:
         other => UsageError(other.to_string()).into(),
     })
 }
+
+/// The help of an `--implementation` flag: `what`, then every spelling the flag takes (from
+/// [`Implementation::spellings`](crate::Implementation::spellings), so a new path shows up).
+pub fn implementation_help(what: &str) -> String {
+    format!(
+        "{what}: {} (e.g. chunked:2)",
+        crate::Implementation::spellings()
+    )
+}

@@ -75,9 +75,8 @@ pub struct TrainArgs {
     /// QK-norm of the attention heads: none, layer or rms.
     #[arg(long, value_parser = parse_qk_norm)]
     pub qk_norm: Option<QkNorm>,
-    /// Attention path: auto, naive, chunked:BLOCK, fused or cpu_kernel (to compare their
-    /// training speed on the whole model).
-    #[arg(long)]
+    /// Attention path (to compare their training speed on the whole model).
+    #[arg(long, help = super::implementation_help("Attention path, to compare their training speed on the whole model"))]
     pub implementation: Option<Implementation>,
     /// The attention's compute dtype: f32, or bf16 (mixed precision: f32 parameters,
     /// activations and optimizer; query, key and value cast to bf16 for the attention, whose

@@ -5,6 +5,7 @@
 use std::fmt;
 use std::path::Path;
 
+use burn_sdpa::{AttentionDims, CausalAlignment, validate_softcap};
 use serde::Deserialize;
 
 /// A float tensor in a case file.
@@ -73,7 +74,7 @@ pub struct GoldenCase {
     /// Added to the scaled scores.
     pub bias: Option<JsonTensor>,
     /// `none`, `top_left` or `bottom_right`.
-    pub causal: String,
+    pub causal: Causal,
     /// `None` = 1/√d_k.
     pub scale: Option<f64>,
     /// Extension: the logit soft-cap `c` (scores become `c · tanh(s / c)` before the bias).
@@ -102,6 +103,29 @@ pub struct GoldenCase {
     pub expected: Expected,
     /// The tolerance.
     pub tolerance: Tolerance,
+}
+
+/// A case's causal masking: none, or aligned top-left or bottom-right.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Causal {
+    /// No causal mask.
+    None,
+    /// Query i sees keys `j ≤ i` (PyTorch's `is_causal`).
+    TopLeft,
+    /// Query i sees keys `j ≤ i + (m − n)` (FlashAttention's, Burn's).
+    BottomRight,
+}
+
+impl Causal {
+    /// The module's alignment, and whether the mask is on.
+    pub fn alignment(self) -> (CausalAlignment, bool) {
+        match self {
+            Causal::None => (CausalAlignment::BottomRight, false),
+            Causal::TopLeft => (CausalAlignment::TopLeft, true),
+            Causal::BottomRight => (CausalAlignment::BottomRight, true),
+        }
+    }
 }
 
 /// The segment ids of a case (extension).
@@ -224,6 +248,8 @@ impl GoldenCase {
             reason,
             unsupported: false,
         };
+        // The library's own checks, on the shapes (its messages name them).
+        let library = |e: burn_sdpa::AttentionError| err(e.to_string());
         let tensors: [(&str, &JsonTensor); 9] = [
             ("query", &self.query),
             ("key", &self.key),
@@ -237,119 +263,67 @@ impl GoldenCase {
         ];
         // The inputs first, then the size (before the expected results, whose weights alone
         // would be as large as the limit), then everything else against the inputs.
-        for (what, t) in &tensors[..3] {
-            rank4(path, what, &t.shape)?;
+        let mut inputs = [[0; 4]; 3];
+        for (shape, (what, t)) in inputs.iter_mut().zip(&tensors[..3]) {
+            *shape = rank4(path, what, &t.shape)?;
             check_len(path, what, &t.shape, t.data.len())?;
         }
-        let [b, h, n, d_k] = rank4(path, "query", &self.query.shape)?;
-        let [b_k, h_kv, m, d_k2] = rank4(path, "key", &self.key.shape)?;
-        let [b_v, h_v, m_v, d_v] = rank4(path, "value", &self.value.shape)?;
-        if b_k != b || b_v != b || h_v != h_kv || m_v != m || d_k2 != d_k {
-            return Err(err(format!(
-                "query {:?}, key {:?} and value {:?} do not fit [b, h, n, d_k], [b, h_kv, m, d_k], [b, h_kv, m, d_v]",
-                self.query.shape, self.key.shape, self.value.shape
-            )));
-        }
-        if h_kv == 0 || !h.is_multiple_of(h_kv) {
-            return Err(err(format!(
-                "{h} query heads do not group over {h_kv} key/value heads"
-            )));
-        }
-        let weights = checked_product(path, "the weights", &[b, h, n, m])?;
+        let [query, key, value] = inputs;
+        let dims = AttentionDims::from_shapes(query, key, value).map_err(library)?;
+        let scores = dims.scores_shape();
+        let weights = checked_product(path, "the weights", &scores)?;
         if weights > MAX_CASE_WEIGHTS {
             return Err(err(format!(
-                "the case is too large: its weights [b, h, n, m] = {:?} hold {weights} values, the runner's limit is {MAX_CASE_WEIGHTS}",
-                [b, h, n, m]
+                "the case is too large: its weights [b, h, n, m] = {scores:?} hold {weights} values, the runner's limit is {MAX_CASE_WEIGHTS}"
             )));
         }
-        for (what, t) in &tensors[3..] {
-            rank4(path, what, &t.shape)?;
+        let [b, h, n, _] = scores;
+        let context = [b, h, n, dims.d_v];
+        let expected_shapes = [context, context, scores, query, key, value];
+        for ((what, t), want) in tensors[3..].iter().zip(expected_shapes) {
             check_len(path, what, &t.shape, t.data.len())?;
-        }
-        let must_be = |what: &str, shape: &[usize], want: [usize; 4]| {
-            let got = rank4(path, what, shape)?;
-            if got == want {
-                Ok(())
-            } else {
-                Err(err(format!(
-                    "{what} has shape {shape:?}, the case needs {want:?}"
-                )))
-            }
-        };
-        must_be("grad_out", &self.grad_out.shape, [b, h, n, d_v])?;
-        must_be(
-            "expected.context",
-            &self.expected.context.shape,
-            [b, h, n, d_v],
-        )?;
-        must_be(
-            "expected.weights",
-            &self.expected.weights.shape,
-            [b, h, n, m],
-        )?;
-        must_be(
-            "expected.grad_query",
-            &self.expected.grad_query.shape,
-            [b, h, n, d_k],
-        )?;
-        must_be(
-            "expected.grad_key",
-            &self.expected.grad_key.shape,
-            [b, h_kv, m, d_k],
-        )?;
-        must_be(
-            "expected.grad_value",
-            &self.expected.grad_value.shape,
-            [b, h_kv, m, d_v],
-        )?;
-        let broadcast = |what: &str, shape: &[usize]| {
-            let got = rank4(path, what, shape)?;
-            let full = [b, h, n, m];
-            if (0..3).all(|i| got[i] == 1 || got[i] == full[i]) && got[3] == m {
-                Ok(())
-            } else {
-                Err(err(format!(
-                    "{what} of shape {shape:?} does not broadcast to [b, h, n, m] = {full:?}"
-                )))
-            }
-        };
-        if let Some(mask) = &self.mask {
-            check_len(path, "mask", &mask.shape, mask.data.len())?;
-            broadcast("mask", &mask.shape)?;
-        }
-        if let Some(bias) = &self.bias {
-            check_len(path, "bias", &bias.shape, bias.data.len())?;
-            broadcast("bias", &bias.shape)?;
-        }
-        if let Some(softcap) = self.softcap
-            && !(softcap.is_finite() && softcap > 0.0)
-        {
-            return Err(err(format!(
-                "softcap must be finite and > 0, got {softcap}"
-            )));
-        }
-        if let Some(seg) = &self.segments {
-            let rows =
-                |ids: &[Vec<i64>], len: usize| ids.len() == b && ids.iter().all(|r| r.len() == len);
-            if !rows(&seg.query, n) || !rows(&seg.key, m) {
+            if rank4(path, what, &t.shape)? != want {
                 return Err(err(format!(
-                    "segments must be [b][n] = [{b}][{n}] (query) and [b][m] = [{b}][{m}] (key)"
+                    "{what} has shape {:?}, the case needs {want:?}",
+                    t.shape
                 )));
             }
         }
-        if let Some(slopes) = &self.alibi_slopes
-            && (slopes.len() != h || slopes.iter().any(|s| !s.is_finite()))
-        {
-            return Err(err(format!(
-                "alibi_slopes must be {h} finite numbers (one per query head), got {slopes:?}"
-            )));
+        if let Some(mask) = &self.mask {
+            check_len(path, "mask", &mask.shape, mask.data.len())?;
+            let shape = rank4(path, "mask", &mask.shape)?;
+            dims.check_broadcast("mask", shape).map_err(library)?;
         }
-        if let Some(sinks) = &self.sinks
-            && (sinks.len() != h || sinks.iter().any(|s| !s.is_finite()))
-        {
-            return Err(err(format!(
-                "sinks must be {h} finite numbers (one per query head), got {sinks:?}"
-            )));
+        if let Some(bias) = &self.bias {
+            check_len(path, "bias", &bias.shape, bias.data.len())?;
+            let shape = rank4(path, "bias", &bias.shape)?;
+            dims.check_broadcast("bias", shape).map_err(library)?;
+        }
+        if let Some(softcap) = self.softcap {
+            validate_softcap(softcap).map_err(library)?;
+        }
+        if let Some(seg) = &self.segments {
+            let shape = |what: &str, ids: &[Vec<i64>]| -> Result<[usize; 2], GoldenError> {
+                let len = ids.first().map_or(0, Vec::len);
+                if ids.iter().any(|row| row.len() != len) {
+                    return Err(err(format!(
+                        "segments.{what} has rows of different lengths"
+                    )));
+                }
+                Ok([ids.len(), len])
+            };
+            let (query, key) = (shape("query", &seg.query)?, shape("key", &seg.key)?);
+            dims.check_segments(&query, &key).map_err(library)?;
+        }
+        if let Some(slopes) = &self.alibi_slopes {
+            let shape = [slopes.len()];
+            dims.check_per_head("ALiBi slopes", &shape)
+                .map_err(library)?;
+        }
+        if let Some(sinks) = &self.sinks {
+            let shape = [sinks.len()];
+            dims.check_per_head("attention sinks", &shape)
+                .map_err(library)?;
         }
         match (&self.sinks, &self.expected.grad_sinks) {
             (Some(_), None) => {
@@ -362,9 +336,10 @@ impl GoldenCase {
                     "expected.grad_sinks is given but the case has no sinks".into(),
                 ));
             }
-            (Some(_), Some(grad)) if grad.len() != h => {
+            (Some(_), Some(grad)) if grad.len() != dims.n_heads => {
                 return Err(err(format!(
-                    "expected.grad_sinks must hold {h} values (one per query head), got {}",
+                    "expected.grad_sinks must hold {} values (one per query head), got {}",
+                    dims.n_heads,
                     grad.len()
                 )));
             }

@@ -12,13 +12,12 @@ use std::path::{Path, PathBuf};
 use burn::prelude::*;
 use burn::tensor::TensorData;
 use burn_sdpa::{
-    AttentionError, AttentionInput, CausalAlignment, Implementation, ScalePolicy,
-    ScaledDotProductAttentionConfig,
+    AttentionError, AttentionInput, Implementation, ScalePolicy, ScaledDotProductAttentionConfig,
 };
 
 pub use case::{
-    CaseReport, Expected, GoldenCase, GoldenError, JsonBoolTensor, JsonTensor, MAX_CASE_WEIGHTS,
-    TensorCheck, Tolerance, load_case,
+    CaseReport, Causal, Expected, GoldenCase, GoldenError, JsonBoolTensor, JsonTensor,
+    MAX_CASE_WEIGHTS, TensorCheck, Tolerance, load_case,
 };
 use case::{check_len, rank4};
 
@@ -73,12 +72,7 @@ pub fn run_case(
     let value = leaf(float_tensor(path, "value", &case.value, &device)?);
     let grad_out = float_tensor(path, "grad_out", &case.grad_out, &device)?;
 
-    let (alignment, causal) = match case.causal.as_str() {
-        "none" => (CausalAlignment::BottomRight, false),
-        "top_left" => (CausalAlignment::TopLeft, true),
-        "bottom_right" => (CausalAlignment::BottomRight, true),
-        other => return Err(err(format!("unknown causal value `{other}`"))),
-    };
+    let (alignment, causal) = case.causal.alignment();
     let scale = match case.scale {
         None => ScalePolicy::InvSqrtDk,
         Some(s) => ScalePolicy::Fixed(s),

@@ -196,7 +196,10 @@ fn the_golden_runner_takes_every_valid_input_and_refuses_a_tolerance_that_cannot
     let mut negative_tol = plain_case();
     negative_tol["tolerance"] = json!({"abs": -1.0, "rel": 0.0});
     write(dir.path(), "e_negative_tolerance.json", &negative_tol);
-    for implementation in ["auto", "naive", "fused", "cpu_kernel"] {
+    // Every implementation that runs on flex, the chunked one included.
+    let flex = sdpa::BackendFamily::Flex;
+    for implementation in sdpa::Implementation::all(2).filter(|i| i.runs_on(flex)) {
+        let implementation = &implementation.to_string();
         let out = sdpa(&[
             "golden",
             &arg(dir.path()),

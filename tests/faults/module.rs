@@ -6,7 +6,7 @@ use burn::tensor::{DType, TensorData};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PropConfig, RngSeed};
 use sdpa::{
-    AttentionError, AttentionInput, CausalAlignment, Implementation, ScalePolicy,
+    AttentionError, AttentionInput, AttentionPath, CausalAlignment, Implementation, ScalePolicy,
     ScaledDotProductAttentionConfig,
 };
 
@@ -119,18 +119,17 @@ fn planted() -> impl Strategy<Value = Planted> {
         })
 }
 
-/// The context of every path (naive, chunked, fused where it can, the CPU kernel) on flex.
+/// The context of every path that serves the call on flex, then of `Auto`: the naive path's
+/// first (it serves every call; [`AttentionPath::all`] lists it first).
 fn contexts(p: &Planted) -> Vec<(Implementation, Vec<f32>)> {
-    contexts_on(
-        p,
-        &Device::flex(),
-        &[
-            Implementation::Naive,
-            Implementation::Chunked { block_size: 2 },
-            Implementation::Fused,
-            Implementation::CpuKernel,
-        ],
-    )
+    let implementations: Vec<_> = AttentionPath::all(2)
+        .into_iter()
+        .map(AttentionPath::implementation)
+        .chain([Implementation::Auto])
+        .collect();
+    let contexts = contexts_on(p, &Device::flex(), &implementations);
+    assert_eq!(contexts[0].0, Implementation::Naive);
+    contexts
 }
 
 /// The context of each of `implementations` on `device` (skipping those that cannot serve it).
@@ -349,17 +348,11 @@ fn a_window_past_every_key_is_exactly_an_unbounded_one() {
         1 << 63,
         usize::MAX,
     ];
-    let paths = [
-        Implementation::Auto,
-        Implementation::Naive,
-        Implementation::Chunked { block_size: 2 },
-        Implementation::Fused,
-        Implementation::CpuKernel,
-    ];
+    let paths: Vec<_> = Implementation::all(2).collect();
     let mut compared = 0;
     for (name, device) in &devices {
         let device = device.clone().autodiff();
-        for path in paths {
+        for &path in &paths {
             for alignment in [CausalAlignment::BottomRight, CausalAlignment::TopLeft] {
                 for causal in [false, true] {
                     // The reference: the same call with the huge side left out.

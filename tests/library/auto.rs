@@ -3,7 +3,7 @@
 
 use burn::prelude::*;
 use sdpa::{
-    AUTO_BLOCK_SIZE, AttentionInput, AttentionPath, BackendFamily, BackendKind, Implementation,
+    AttentionInput, AttentionPath, BackendFamily, BackendKind, DEFAULT_BLOCK_SIZE, Implementation,
     ScaledDotProductAttentionConfig,
 };
 
@@ -28,10 +28,10 @@ fn backend_family_is_recognized() {
 
 #[test]
 fn auto_takes_the_documented_path_and_matches_naive() {
-    // m = AUTO_BLOCK_SIZE + 44 keys: more than one key block of the chunked path and of the CPU
+    // m = DEFAULT_BLOCK_SIZE + 44 keys: more than one key block of the chunked path and of the CPU
     // kernel (whose forward and backward tiles are smaller), so both cross block edges; on
     // the CPU backends.
-    let (b, h, n, m, d) = (1, 2, 6, AUTO_BLOCK_SIZE + 44, 8);
+    let (b, h, n, m, d) = (1, 2, 6, DEFAULT_BLOCK_SIZE + 44, 8);
     let auto = ScaledDotProductAttentionConfig::new().init();
     let naive = ScaledDotProductAttentionConfig::new()
         .with_implementation(Implementation::Naive)

@@ -2,7 +2,16 @@
 
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
-use sdpa::BackendKind;
+use sdpa::{BackendFamily, BackendKind, Implementation};
+
+/// Every implementation that runs on `device`'s backend: [`Implementation::all`] (the chunked
+/// path with `block_size` keys per block), filtered by [`Implementation::runs_on`].
+pub fn implementations(block_size: usize, device: &Device) -> Vec<Implementation> {
+    let family = BackendFamily::of(device);
+    Implementation::all(block_size)
+        .filter(|implementation| implementation.runs_on(family))
+        .collect()
+}
 
 /// Every backend compiled into this test binary, opened. A compiled-in backend that cannot open
 /// a device fails the test (no silent skip): in CI the wgpu feature is on and lavapipe provides

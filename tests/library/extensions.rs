@@ -11,16 +11,8 @@ use sdpa::{
     MultiHeadAttentionConfig, QkNorm, ScaledDotProductAttentionConfig, Window,
 };
 
-use crate::common::{bool4, devices, lcg_values, max_abs_diff, tensor4, values};
+use crate::common::{bool4, devices, implementations, lcg_values, max_abs_diff, tensor4, values};
 use crate::reference::{Problem, attention};
-
-const PATHS: [Implementation; 5] = [
-    Implementation::Naive,
-    Implementation::Chunked { block_size: 3 },
-    Implementation::Fused,
-    Implementation::CpuKernel,
-    Implementation::Auto,
-];
 
 /// `[b, h, n, d_k]` query, `[b, h_kv, m, d]` key and value, deterministic.
 fn qkv(n: usize, m: usize, seed: u64, device: &Device) -> [Tensor<4>; 3] {
@@ -93,7 +85,7 @@ fn a_window_equals_the_same_keys_masked_by_hand_on_every_path_and_backend() {
                         let input = input.padding_mask(padding.clone());
                         if causal { input.causal() } else { input }
                     };
-                    for implementation in PATHS {
+                    for implementation in implementations(3, &device) {
                         for autodiff in [false, true] {
                             let dev = if autodiff {
                                 device.clone().autodiff()
@@ -187,7 +179,7 @@ fn soft_capping_agrees_with_the_f64_reference_on_every_path_and_backend() {
     // The cap changes the answer (else this test could not fail).
     assert!(max_abs_diff(&want, &uncapped) > 0.1);
     for (backend, device) in devices() {
-        for implementation in PATHS {
+        for implementation in implementations(3, &device) {
             let attn = ScaledDotProductAttentionConfig::new()
                 .with_scale(sdpa::ScalePolicy::Unscaled)
                 .with_softcap(Some(5.0))

@@ -102,7 +102,7 @@ fn every_golden_case_passes_on_every_backend_fused_where_it_applies() {
                 &device,
                 Implementation::Fused,
             );
-            if case.causal == "top_left" && n != m {
+            if case.causal == golden::Causal::TopLeft && n != m {
                 let e = result.expect_err("fused cannot do top-left with n != m");
                 assert!(e.to_string().contains("bottom-right"), "{e}");
                 assert!(e.unsupported, "{e}");

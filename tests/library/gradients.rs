@@ -2,7 +2,8 @@
 
 use burn::prelude::*;
 use sdpa::{
-    AttentionInput, CausalAlignment, Implementation, ScalePolicy, ScaledDotProductAttentionConfig,
+    AttentionInput, AttentionPath, BackendFamily, CausalAlignment, Implementation, ScalePolicy,
+    ScaledDotProductAttentionConfig,
 };
 
 use crate::common::{cpu_devices, lcg_values, tensor4, tensor4_f64, values};
@@ -97,11 +98,7 @@ fn loss(
 #[cfg(feature = "flex")]
 #[test]
 fn gradients_match_central_finite_differences_in_f64() {
-    for implementation in [
-        Implementation::Naive,
-        Implementation::Chunked { block_size: 3 },
-        Implementation::Fused,
-    ] {
+    for implementation in f64_paths() {
         check_gradients(implementation, false);
     }
 }
@@ -111,13 +108,39 @@ fn gradients_match_central_finite_differences_in_f64() {
 #[cfg(feature = "flex")]
 #[test]
 fn capped_and_windowed_gradients_match_central_finite_differences_in_f64() {
-    for implementation in [
+    for implementation in f64_paths() {
+        check_gradients(implementation, true);
+    }
+}
+
+/// The explicit paths that serve a float64 training call on flex, each asked with
+/// [`why_not`](sdpa::ScaledDotProductAttention::why_not) (the kernels compute in f32 and refuse
+/// f64); at least the three tensor-op paths do, else these tests would check less than they say.
+#[cfg(feature = "flex")]
+fn f64_paths() -> Vec<Implementation> {
+    let device = Device::flex().autodiff();
+    let q = tensor4_f64(&lcg_values(1, B * H * N * D), [B, H, N, D], &device);
+    let kv = tensor4_f64(&lcg_values(2, B * H_KV * M * D), [B, H_KV, M, D], &device);
+    let input = AttentionInput::new(q, kv.clone(), kv).causal();
+    let attn = ScaledDotProductAttentionConfig::new().init();
+    let family = BackendFamily::of(&device);
+    let served: Vec<Implementation> = AttentionPath::all(3)
+        .into_iter()
+        .filter(|&path| path.runs_on(family))
+        .filter(|&path| attn.why_not(&input, path).expect("a valid call").is_none())
+        .map(AttentionPath::implementation)
+        .collect();
+    for tensor_ops in [
         Implementation::Naive,
         Implementation::Chunked { block_size: 3 },
         Implementation::Fused,
     ] {
-        check_gradients(implementation, true);
+        assert!(
+            served.contains(&tensor_ops),
+            "{tensor_ops} refused f64: {served:?}"
+        );
     }
+    served
 }
 
 #[cfg(feature = "flex")]

@@ -7,15 +7,7 @@ use burn::tensor::Distribution;
 use sdpa::mask::{alibi_slopes, segment_ids_from_lengths};
 use sdpa::{AttentionInput, Implementation, ScaledDotProductAttentionConfig, merge_partial};
 
-use crate::common::{devices, max_abs_diff, values};
-
-const PATHS: [Implementation; 5] = [
-    Implementation::Auto,
-    Implementation::Naive,
-    Implementation::Chunked { block_size: 3 },
-    Implementation::Fused,
-    Implementation::CpuKernel,
-];
+use crate::common::{devices, implementations, max_abs_diff, values};
 
 fn random(shape: [usize; 4], device: &Device) -> Tensor<4> {
     Tensor::random(shape, Distribution::Normal(0.0, 1.0), device)
@@ -69,7 +61,7 @@ fn the_log_sum_exp_of_every_path_is_that_of_the_scores() {
             })
             .collect();
         assert!(want.contains(&f64::NEG_INFINITY));
-        for path in PATHS {
+        for path in implementations(3, &device) {
             let got = values(attn(path).forward(input.clone()).lse.expect("lse"));
             for (g, w) in got.iter().zip(&want) {
                 if w.is_infinite() {
@@ -99,7 +91,7 @@ fn two_halves_merged_by_their_log_sum_exp_equal_all_keys() {
                 .forward(AttentionInput::new(q.clone(), k.clone(), v.clone()))
                 .context,
         );
-        for path in PATHS {
+        for path in implementations(3, &device) {
             let part = |keys: std::ops::Range<usize>| {
                 let input = AttentionInput::new(
                     q.clone(),
@@ -158,7 +150,7 @@ fn a_packed_batch_equals_its_documents_one_by_one() {
                 |t: &Tensor<4>, g: &burn::tensor::Gradients| values(t.grad(g).expect("grad"));
             let want_dq = grad(&q, &want_grads);
             let want_dk = grad(&k, &want_grads);
-            for path in PATHS {
+            for path in implementations(3, &device) {
                 let mut input = AttentionInput::new(q.clone(), k.clone(), v.clone())
                     .causal()
                     .segments(ids.clone(), ids.clone());

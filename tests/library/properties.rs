@@ -9,7 +9,9 @@ use sdpa::{
     Window,
 };
 
-use crate::common::{bool4, cpu_devices, lcg_values, max_abs_diff, tensor4, values};
+use crate::common::{
+    bool4, cpu_devices, implementations, lcg_values, max_abs_diff, tensor4, values,
+};
 use crate::reference::{Problem, attention};
 
 /// Everything needed to build one random problem.
@@ -389,13 +391,7 @@ proptest! {
         let names = ["entropy", "max_prob", "visible_keys", "max_logit", "lse", "logit_mean", "logit_std"];
         for (backend, device) in cpu_devices() {
             let naive = row_stats_with(&p, scale, &device, Implementation::Naive).expect("naive serves all");
-            for implementation in [
-                Implementation::Naive,
-                Implementation::Chunked { block_size: block },
-                Implementation::Fused,
-                Implementation::CpuKernel,
-                Implementation::Auto,
-            ] {
+            for implementation in implementations(block, &device) {
                 let Some(got) = row_stats_with(&p, scale, &device, implementation) else {
                     prop_assert!(implementation == Implementation::Fused, "{backend} {implementation:?} refused");
                     continue;

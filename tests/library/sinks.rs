@@ -13,15 +13,6 @@ use sdpa::{
 
 use crate::common::{bool4, devices, lcg_values, max_abs_diff, tensor4, values};
 
-const PATHS: [Implementation; 6] = [
-    Implementation::Naive,
-    Implementation::Chunked { block_size: 3 },
-    Implementation::Fused,
-    Implementation::CpuKernel,
-    Implementation::CubeKernel,
-    Implementation::Auto,
-];
-
 /// b 2, h 4 over h_kv 2, n 5, m 7, d_k 8, d_v 3.
 const SHAPE: [usize; 6] = [2, 4, 2, 5, 7, 8];
 
@@ -149,7 +140,7 @@ fn sinks_equal_one_more_key_with_a_zero_value_on_every_path_and_backend() {
             max_abs_diff(&plain.context, &want.context) > 1e-2,
             "{backend}"
         );
-        for implementation in PATHS {
+        for implementation in Implementation::all(3) {
             let Some(got) = with_sinks(implementation, &sinks, &device) else {
                 continue;
             };
@@ -174,7 +165,7 @@ fn sinks_equal_one_more_key_with_a_zero_value_on_every_path_and_backend() {
         }
     }
     // Every path served the call on some backend (the CubeCL kernel where wgpu is compiled in).
-    for implementation in PATHS {
+    for implementation in Implementation::all(3) {
         let wgpu_only = implementation == Implementation::CubeKernel;
         assert!(
             wgpu_only || served.iter().any(|(_, i)| *i == implementation),
@@ -191,7 +182,7 @@ fn a_nan_or_infinite_sink_makes_its_head_nan_on_every_path() {
     for (backend, device) in devices() {
         let clean = with_sinks(Implementation::Naive, &[0.0, 0.0, 0.25, -0.5], &device)
             .expect("naive serves every call");
-        for implementation in PATHS {
+        for implementation in Implementation::all(3) {
             let Some(got) = with_sinks(implementation, &sinks, &device) else {
                 continue;
             };
@@ -218,7 +209,7 @@ fn quiet_softmax_is_the_zero_sink_without_a_gradient_and_excludes_sinks() {
     for (backend, device) in devices() {
         let [q, k, v] = tensors(&device);
         let zero = with_sinks(Implementation::Naive, &[0.0; 4], &device).expect("naive");
-        for implementation in PATHS {
+        for implementation in Implementation::all(3) {
             let attn = ScaledDotProductAttentionConfig::new()
                 .with_quiet_softmax(true)
                 .with_implementation(implementation)
@@ -347,7 +338,7 @@ fn sinks_with_causal_windows_and_n_not_m_agree_with_naive_on_every_path() {
                 ))
             };
             let want = run(Implementation::Naive).expect("naive serves every call");
-            for implementation in PATHS {
+            for implementation in Implementation::all(3) {
                 let Some(got) = run(implementation) else {
                     continue;
                 };

@@ -12,7 +12,8 @@ use burn::tensor::{DType, FloatDType};
 use serde::{Deserialize, Serialize};
 
 use crate::error::AttentionError;
-use crate::input::{check_broadcast, read_back};
+use crate::input::read_back;
+use crate::types::check_broadcast;
 
 /// The probability above which a row counts as saturated (nearly one-hot).
 pub const SATURATION_THRESHOLD: f64 = 0.99;

@@ -312,24 +312,6 @@ impl<const D: usize> AttentionOutput<D> {
     }
 }
 
-/// Checks that a mask or bias of `shape` broadcasts to the scores' shape `[b, h, n, m]`.
-pub fn check_broadcast(
-    tensor: &'static str,
-    shape: [usize; 4],
-    scores: [usize; 4],
-) -> Result<(), AttentionError> {
-    let leading_ok = (0..3).all(|i| shape[i] == 1 || shape[i] == scores[i]);
-    if leading_ok && shape[3] == scores[3] {
-        Ok(())
-    } else {
-        Err(AttentionError::NotBroadcastable {
-            tensor,
-            shape,
-            scores,
-        })
-    }
-}
-
 /// Checks that the tensors of a call share the query's float dtype and device (autodiff state
 /// included).
 fn check_dtypes_and_devices(input: &AttentionInput) -> Result<(), AttentionError> {
@@ -395,47 +377,11 @@ fn check_dtypes_and_devices(input: &AttentionInput) -> Result<(), AttentionError
     Ok(())
 }
 
-/// Checks the shapes, dtypes and devices of an attention call and returns its sizes.
-pub fn validate_input(input: &AttentionInput) -> Result<AttentionDims, AttentionError> {
-    let q = input.query.dims();
-    let k = input.key.dims();
-    let v = input.value.dims();
-    for (name, shape) in [("query", q), ("key", k), ("value", v)] {
-        if shape.contains(&0) {
-            return Err(AttentionError::EmptyAxis {
-                tensor: name,
-                shape: shape.to_vec(),
-            });
-        }
-    }
-    if q[0] != k[0] || q[0] != v[0] {
-        return Err(AttentionError::BatchMismatch {
-            query: q,
-            key: k,
-            value: v,
-        });
-    }
-    if k[1] != v[1] || k[2] != v[2] {
-        return Err(AttentionError::KeyValueMismatch { key: k, value: v });
-    }
-    if q[3] != k[3] {
-        return Err(AttentionError::DkMismatch { query: q, key: k });
-    }
-    if !q[1].is_multiple_of(k[1]) {
-        return Err(AttentionError::HeadGrouping {
-            n_heads: q[1],
-            n_kv_heads: k[1],
-        });
-    }
-    let dims = AttentionDims {
-        batch: q[0],
-        n_heads: q[1],
-        n_kv_heads: k[1],
-        n: q[2],
-        m: k[2],
-        d_k: q[3],
-        d_v: v[3],
-    };
+/// Checks the shapes, dtypes and devices of an attention call and returns its sizes (the shape
+/// checks are [`AttentionDims`]'s).
+pub(crate) fn validate_input(input: &AttentionInput) -> Result<AttentionDims, AttentionError> {
+    let dims =
+        AttentionDims::from_shapes(input.query.dims(), input.key.dims(), input.value.dims())?;
     if let Some(padding) = &input.padding_mask
         && padding.dims() != [dims.batch, dims.m]
     {
@@ -446,46 +392,19 @@ pub fn validate_input(input: &AttentionInput) -> Result<AttentionDims, Attention
         });
     }
     if let Some(mask) = &input.mask {
-        check_broadcast("mask", mask.dims(), dims.scores_shape())?;
+        dims.check_broadcast("mask", mask.dims())?;
     }
     if let Some(bias) = &input.bias {
-        check_broadcast("bias", bias.dims(), dims.scores_shape())?;
+        dims.check_broadcast("bias", bias.dims())?;
     }
     if let Some(segments) = &input.segments {
-        for (what, ids, len) in [
-            ("query segment ids", &segments.query, dims.n),
-            ("key segment ids", &segments.key, dims.m),
-        ] {
-            if ids.dims() != [dims.batch, len] {
-                return Err(AttentionError::Shape {
-                    what,
-                    expected: format!(
-                        "[b, {}] = [{}, {len}]",
-                        if len == dims.n { "n" } else { "m" },
-                        dims.batch
-                    ),
-                    got: ids.dims().to_vec(),
-                });
-            }
-        }
+        dims.check_segments(&segments.query.dims(), &segments.key.dims())?;
     }
-    if let Some(slopes) = &input.alibi_slopes
-        && slopes.dims() != [dims.n_heads]
-    {
-        return Err(AttentionError::Shape {
-            what: "ALiBi slopes",
-            expected: format!("[h] = [{}]", dims.n_heads),
-            got: slopes.dims().to_vec(),
-        });
+    if let Some(slopes) = &input.alibi_slopes {
+        dims.check_per_head("ALiBi slopes", &slopes.dims())?;
     }
-    if let Some(sinks) = &input.sinks
-        && sinks.dims() != [dims.n_heads]
-    {
-        return Err(AttentionError::Shape {
-            what: "attention sinks",
-            expected: format!("[h] = [{}]", dims.n_heads),
-            got: sinks.dims().to_vec(),
-        });
+    if let Some(sinks) = &input.sinks {
+        dims.check_per_head("attention sinks", &sinks.dims())?;
     }
     check_dtypes_and_devices(input)?;
     if let Some(slopes) = &input.alibi_slopes {

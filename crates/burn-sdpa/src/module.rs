@@ -261,12 +261,8 @@ mod tests {
         let mut m = vec![false; 15];
         m[5..10].iter_mut().for_each(|x| *x = true);
         let mask = Tensor::<4, Bool>::from_data(TensorData::new(m, [1, 1, 3, 5]), &device);
-        for implementation in [
-            Implementation::Naive,
-            Implementation::Chunked { block_size: 2 },
-            Implementation::Fused,
-            Implementation::Auto,
-        ] {
+        let family = crate::BackendFamily::of(&device);
+        for implementation in Implementation::all(2).filter(|i| i.runs_on(family)) {
             let attn = ScaledDotProductAttentionConfig::new()
                 .with_implementation(implementation)
                 .init();
@@ -383,11 +379,8 @@ mod tests {
             &device,
         );
         let by_hand = padding.clone().reshape([2, 1, 1, 5]);
-        for implementation in [
-            Implementation::Naive,
-            Implementation::Chunked { block_size: 2 },
-            Implementation::Fused,
-        ] {
+        let family = crate::BackendFamily::of(&device);
+        for implementation in Implementation::all(2).filter(|i| i.runs_on(family)) {
             let attn = ScaledDotProductAttentionConfig::new()
                 .with_implementation(implementation)
                 .init();

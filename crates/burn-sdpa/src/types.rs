@@ -242,6 +242,24 @@ fn to_i64(x: usize) -> i64 {
     i64::try_from(x).unwrap_or(i64::MAX)
 }
 
+/// Checks that a mask or bias of `shape` broadcasts to the scores' shape `scores`.
+pub(crate) fn check_broadcast(
+    tensor: &'static str,
+    shape: [usize; 4],
+    scores: [usize; 4],
+) -> Result<(), AttentionError> {
+    let leading_ok = (0..3).all(|i| shape[i] == 1 || shape[i] == scores[i]);
+    if leading_ok && shape[3] == scores[3] {
+        Ok(())
+    } else {
+        Err(AttentionError::NotBroadcastable {
+            tensor,
+            shape,
+            scores,
+        })
+    }
+}
+
 /// The validated sizes of an attention call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AttentionDims {
@@ -262,6 +280,106 @@ pub struct AttentionDims {
 }
 
 impl AttentionDims {
+    /// The sizes of a call with query `[b, h, n, d_k]`, key `[b, h_kv, m, d_k]` and value
+    /// `[b, h_kv, m, d_v]`, or why these shapes make none (an empty axis, different batches, key
+    /// and value rows that differ, d_k that differs, or h not a multiple of h_kv): the shape
+    /// checks every call goes through, usable before any tensor is allocated.
+    ///
+    /// ```
+    /// use burn_sdpa::AttentionDims;
+    /// let dims = AttentionDims::from_shapes([2, 8, 5, 16], [2, 2, 7, 16], [2, 2, 7, 32]).unwrap();
+    /// assert_eq!((dims.group(), dims.scores_shape()), (4, [2, 8, 5, 7]));
+    /// assert!(AttentionDims::from_shapes([2, 6, 5, 16], [2, 4, 7, 16], [2, 4, 7, 32]).is_err());
+    /// ```
+    pub fn from_shapes(
+        query: [usize; 4],
+        key: [usize; 4],
+        value: [usize; 4],
+    ) -> Result<Self, AttentionError> {
+        let (q, k, v) = (query, key, value);
+        for (tensor, shape) in [("query", q), ("key", k), ("value", v)] {
+            if shape.contains(&0) {
+                return Err(AttentionError::EmptyAxis {
+                    tensor,
+                    shape: shape.to_vec(),
+                });
+            }
+        }
+        if q[0] != k[0] || q[0] != v[0] {
+            return Err(AttentionError::BatchMismatch {
+                query: q,
+                key: k,
+                value: v,
+            });
+        }
+        if k[1] != v[1] || k[2] != v[2] {
+            return Err(AttentionError::KeyValueMismatch { key: k, value: v });
+        }
+        if q[3] != k[3] {
+            return Err(AttentionError::DkMismatch { query: q, key: k });
+        }
+        if !q[1].is_multiple_of(k[1]) {
+            return Err(AttentionError::HeadGrouping {
+                n_heads: q[1],
+                n_kv_heads: k[1],
+            });
+        }
+        Ok(AttentionDims {
+            batch: q[0],
+            n_heads: q[1],
+            n_kv_heads: k[1],
+            n: q[2],
+            m: k[2],
+            d_k: q[3],
+            d_v: v[3],
+        })
+    }
+
+    /// Checks that a mask or bias (`tensor` names it) of `shape` broadcasts to the scores
+    /// `[b, h, n, m]`: each leading axis 1 or the scores', the last m.
+    pub fn check_broadcast(
+        &self,
+        tensor: &'static str,
+        shape: [usize; 4],
+    ) -> Result<(), AttentionError> {
+        check_broadcast(tensor, shape, self.scores_shape())
+    }
+
+    /// Checks the shapes of the segment ids: `[b, n]` for the queries', `[b, m]` for the keys'.
+    pub fn check_segments(&self, query: &[usize], key: &[usize]) -> Result<(), AttentionError> {
+        for (what, axis, shape, len) in [
+            ("query segment ids", "n", query, self.n),
+            ("key segment ids", "m", key, self.m),
+        ] {
+            if shape != [self.batch, len] {
+                return Err(AttentionError::Shape {
+                    what,
+                    expected: format!("[b, {axis}] = [{}, {len}]", self.batch),
+                    got: shape.to_vec(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the shape of a tensor of one value per query head (`what`: the ALiBi slopes, the
+    /// attention sinks): `[h]`.
+    pub fn check_per_head(
+        &self,
+        what: &'static str,
+        shape: &[usize],
+    ) -> Result<(), AttentionError> {
+        if shape == [self.n_heads] {
+            Ok(())
+        } else {
+            Err(AttentionError::Shape {
+                what,
+                expected: format!("[h] = [{}]", self.n_heads),
+                got: shape.to_vec(),
+            })
+        }
+    }
+
     /// The shape of the scores and weights, `[b, h, n, m]`.
     pub fn scores_shape(&self) -> [usize; 4] {
         [self.batch, self.n_heads, self.n, self.m]

@@ -18,8 +18,11 @@ use serde::{Deserialize, Serialize};
 /// and memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub enum Implementation {
-    /// Pick the fastest correct path for the request, the backend and the autodiff state (the
-    /// rule is [`auto_path`](crate::auto_path); the measurements behind it are in the README).
+    /// Pick the fastest correct path for the request, the backend and the autodiff state: the
+    /// crate's kernel where it serves the call (the CPU kernel on Flex and NdArray, the CubeCL
+    /// kernel on the CubeCL backends), else `Naive`, `Chunked` or `Fused` by the backend, the
+    /// autodiff state and the number of keys; `Naive` when the weights are asked for. The rule
+    /// and the measurements behind each branch are in the README ("Attention paths and speed").
     #[default]
     Auto,
     /// Materialize the scores and weights `[b, h, n, m]`; the only path that can return the
@@ -131,9 +134,97 @@ impl Implementation {
             Implementation::CubeKernel => Some(AttentionPath::CubeKernel),
         }
     }
+
+    /// `Auto`, then every path of [`AttentionPath::all`] (the chunked one with `block_size` keys
+    /// per block): what a test or a benchmark iterates to cover every implementation.
+    ///
+    /// ```
+    /// use burn_sdpa::Implementation;
+    /// let all: Vec<_> = Implementation::all(2).collect();
+    /// assert_eq!(all[0], Implementation::Auto);
+    /// assert!(all.contains(&Implementation::Chunked { block_size: 2 }));
+    /// ```
+    pub fn all(block_size: usize) -> impl Iterator<Item = Implementation> {
+        core::iter::once(Implementation::Auto).chain(
+            AttentionPath::all(block_size)
+                .into_iter()
+                .map(AttentionPath::implementation),
+        )
+    }
+
+    /// Whether the implementation serves some call on a backend of `family` (`Auto` always
+    /// does; see [`AttentionPath::runs_on`]).
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_sdpa::{BackendFamily, Implementation};
+    /// let family = BackendFamily::of(&Device::flex());
+    /// let on_flex: Vec<_> = Implementation::all(8).filter(|i| i.runs_on(family)).collect();
+    /// assert!(!on_flex.contains(&Implementation::CubeKernel));
+    /// ```
+    pub fn runs_on(self, family: BackendFamily) -> bool {
+        self.path().is_none_or(|path| path.runs_on(family))
+    }
+
+    /// The implementation's name as the CLI, the bench and the reports spell it: `auto`, or its
+    /// path's [`name`](AttentionPath::name) (a chunked block size apart).
+    pub fn name(self) -> &'static str {
+        self.path().map_or("auto", AttentionPath::name)
+    }
+
+    /// What [`FromStr`] accepts, for help texts and error messages:
+    /// `auto, naive, chunked[:BLOCK], fused, cpu_kernel or cube_kernel`.
+    pub fn spellings() -> String {
+        let names: Vec<&str> = Implementation::all(DEFAULT_BLOCK_SIZE)
+            .map(|implementation| match implementation {
+                Implementation::Chunked { .. } => "chunked[:BLOCK]",
+                other => other.name(),
+            })
+            .collect();
+        let (last, rest) = names.split_last().unwrap_or((&"", &[]));
+        format!("{} or {last}", rest.join(", "))
+    }
 }
 
 impl AttentionPath {
+    /// Every path, the chunked one with `block_size` keys per block: the one list the tests,
+    /// the bench and the CLI iterate (adding a path adds it here, and the compiler then asks
+    /// for its arm in every `match`).
+    pub const fn all(block_size: usize) -> [AttentionPath; 5] {
+        [
+            AttentionPath::Naive,
+            AttentionPath::Chunked(block_size),
+            AttentionPath::Fused,
+            AttentionPath::CpuKernel,
+            AttentionPath::CubeKernel,
+        ]
+    }
+
+    /// The path's name as the CLI, the bench and the reports spell it (a chunked path's block
+    /// size apart): `naive`, `chunked`, `fused`, `cpu_kernel`, `cube_kernel`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            AttentionPath::Naive => "naive",
+            AttentionPath::Chunked(_) => "chunked",
+            AttentionPath::Fused => "fused",
+            AttentionPath::CpuKernel => "cpu_kernel",
+            AttentionPath::CubeKernel => "cube_kernel",
+        }
+    }
+
+    /// Whether the path serves some call on a backend of `family`: every path does but the
+    /// CubeCL kernel, which runs on the CubeCL backends only (a path may still refuse a given
+    /// call; [`AttentionError::Unsupported`](crate::AttentionError::Unsupported) says why).
+    pub fn runs_on(self, family: BackendFamily) -> bool {
+        match self {
+            AttentionPath::CubeKernel => family == BackendFamily::CubeCl,
+            AttentionPath::Naive
+            | AttentionPath::Chunked(_)
+            | AttentionPath::Fused
+            | AttentionPath::CpuKernel => true,
+        }
+    }
+
     /// The implementation that asks for exactly this path.
     pub fn implementation(self) -> Implementation {
         match self {
@@ -148,13 +239,10 @@ impl AttentionPath {
 
 impl fmt::Display for Implementation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Implementation::Auto => f.write_str("auto"),
-            Implementation::Naive => f.write_str("naive"),
-            Implementation::Chunked { block_size } => write!(f, "chunked:{block_size}"),
-            Implementation::Fused => f.write_str("fused"),
-            Implementation::CpuKernel => f.write_str("cpu_kernel"),
-            Implementation::CubeKernel => f.write_str("cube_kernel"),
+        match self.path() {
+            None => f.write_str("auto"),
+            Some(AttentionPath::Chunked(block_size)) => write!(f, "chunked:{block_size}"),
+            Some(path) => f.write_str(path.name()),
         }
     }
 }
@@ -163,7 +251,7 @@ impl fmt::Display for AttentionPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             AttentionPath::Chunked(block_size) => write!(f, "chunked({block_size})"),
-            other => other.implementation().fmt(f),
+            other => f.write_str(other.name()),
         }
     }
 }
@@ -171,26 +259,24 @@ impl fmt::Display for AttentionPath {
 impl FromStr for Implementation {
     type Err = String;
 
-    /// Parses `auto`, `naive`, `fused`, `cpu_kernel`, `cube_kernel`, `chunked` (the default block,
+    /// Parses what [`Implementation::spellings`] lists: `auto`, a path's
+    /// [`name`](AttentionPath::name) (`chunked` alone is the default block,
     /// [`DEFAULT_BLOCK_SIZE`]), `chunked:BLOCK` or `chunked(BLOCK)` (BLOCK > 0).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(implementation) =
+            Implementation::all(DEFAULT_BLOCK_SIZE).find(|i| i.name() == s)
+        {
+            return Ok(implementation);
+        }
         let block = s
             .strip_prefix("chunked:")
-            .or_else(|| s.strip_prefix("chunked(")?.strip_suffix(')'));
-        match (s, block.map(str::parse::<usize>)) {
-            ("auto", _) => Ok(Implementation::Auto),
-            ("naive", _) => Ok(Implementation::Naive),
-            ("fused", _) => Ok(Implementation::Fused),
-            ("cpu_kernel", _) => Ok(Implementation::CpuKernel),
-            ("cube_kernel", _) => Ok(Implementation::CubeKernel),
-            ("chunked", _) => Ok(Implementation::Chunked {
-                block_size: DEFAULT_BLOCK_SIZE,
-            }),
-            (_, Some(Ok(block_size))) if block_size > 0 => {
-                Ok(Implementation::Chunked { block_size })
-            }
+            .or_else(|| s.strip_prefix("chunked(")?.strip_suffix(')'))
+            .map(str::parse::<usize>);
+        match block {
+            Some(Ok(block_size)) if block_size > 0 => Ok(Implementation::Chunked { block_size }),
             _ => Err(format!(
-                "expected auto, naive, fused, cpu_kernel, cube_kernel, chunked or chunked:BLOCK (BLOCK > 0), got `{s}`"
+                "expected {} (BLOCK > 0), got `{s}`",
+                Implementation::spellings()
             )),
         }
     }
@@ -202,14 +288,7 @@ mod tests {
 
     #[test]
     fn implementations_print_and_parse_back() {
-        for implementation in [
-            Implementation::Auto,
-            Implementation::Naive,
-            Implementation::Chunked { block_size: 256 },
-            Implementation::Fused,
-            Implementation::CpuKernel,
-            Implementation::CubeKernel,
-        ] {
+        for implementation in Implementation::all(256) {
             let printed = implementation.to_string();
             assert_eq!(printed.parse::<Implementation>(), Ok(implementation));
         }
@@ -228,5 +307,25 @@ mod tests {
         for bad in ["chunked:0", "chunked:", "flash", "chunked(3"] {
             assert!(bad.parse::<Implementation>().is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn the_help_text_and_the_names_come_from_the_one_list() {
+        assert_eq!(
+            Implementation::spellings(),
+            "auto, naive, chunked[:BLOCK], fused, cpu_kernel or cube_kernel"
+        );
+        let paths = AttentionPath::all(4);
+        for (idx, path) in paths.into_iter().enumerate() {
+            assert_eq!(path.implementation().path(), Some(path));
+            assert_eq!(
+                path.name()
+                    .parse::<Implementation>()
+                    .map(|i| i.path().is_some()),
+                Ok(true)
+            );
+            assert!(paths[..idx].iter().all(|other| other.name() != path.name()));
+        }
+        assert_eq!(Implementation::all(4).count(), paths.len() + 1);
     }
 }

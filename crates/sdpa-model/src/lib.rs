@@ -14,7 +14,6 @@
 //! let result = train(&config, &Device::flex(), &options).unwrap();
 //! println!("held-out accuracy {}", result.summary.final_eval_accuracy);
 //! ```
-#![warn(missing_docs)]
 
 pub mod error;
 pub mod json_float;

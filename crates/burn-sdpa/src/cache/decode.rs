@@ -9,9 +9,9 @@ use burn::tensor::TensorData;
 use super::positions::Positions;
 use super::{Kind, MhaCache};
 use crate::error::AttentionError;
-use crate::input::check_broadcast;
 use crate::mask::{broadcast_or, padding_mask_from_lengths};
 use crate::mha::{MhaInput, MhaOutput, MultiHeadAttention};
+use crate::types::check_broadcast;
 use crate::types::{CausalAlignment, Window};
 use crate::vocabulary::AttentionPath;
 

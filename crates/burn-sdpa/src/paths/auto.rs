@@ -6,9 +6,6 @@
 
 use crate::vocabulary::{AttentionPath, BackendFamily, DEFAULT_BLOCK_SIZE};
 
-/// Key block of the chunked path when `Auto` picks it (the block size the benchmark measured).
-pub const AUTO_BLOCK_SIZE: usize = DEFAULT_BLOCK_SIZE;
-
 /// Largest `[b, h, n, m]` score tensor (in bytes) that `Auto` lets an inference call
 /// materialize on a backend without a fused inference kernel; above it, `Auto` takes the chunked
 /// path, whose memory is O(n · block). 4 GiB keeps the benchmark's largest training-size case
@@ -59,36 +56,36 @@ pub struct AutoRequest {
 ///   `attention` was faster at n = 128); its memory is O(n) where `Naive`'s is O(n · m)
 ///   (`docs/bench/BENCH_wgpu.md`).
 /// - **Training (autodiff) otherwise** on CPU backends: Burn's `attention` is its plain fallback
-///   built from autodiff ops, slower than `Naive`, and `Chunked` (block [`AUTO_BLOCK_SIZE`])
-///   normalizes the n×d output instead of the n×m weights: m < [`AUTO_BLOCK_SIZE`] → `Naive`,
+///   built from autodiff ops, slower than `Naive`, and `Chunked` (block [`DEFAULT_BLOCK_SIZE`])
+///   normalizes the n×d output instead of the n×m weights: m < [`DEFAULT_BLOCK_SIZE`] → `Naive`,
 ///   else `Chunked`. On CubeCL (GPU) backends, where the chunked path's per-block kernel
 ///   launches were not measured, `Naive`.
 /// - **Inference on Flex and NdArray without the extension**, when the kernel can serve the call
-///   on host copies: `CpuKernel`, except on Flex for m < [`AUTO_BLOCK_SIZE`], where Flex's own
+///   on host copies: `CpuKernel`, except on Flex for m < [`DEFAULT_BLOCK_SIZE`], where Flex's own
 ///   kernel tied with it and needs no host copy.
 /// - **Other inference on Flex** (a mask or bias, another dtype) **and on CubeCL** (another dtype,
 ///   or no `cube` feature): `Fused`, Burn's own kernel, which holds O(n) memory.
 /// - **Other inference on NdArray and other backends**: Burn's `attention` is the plain
-///   fallback: `Chunked` for [`AUTO_BLOCK_SIZE`] ≤ m ≤ 2·[`AUTO_BLOCK_SIZE`] or when the scores
+///   fallback: `Chunked` for [`DEFAULT_BLOCK_SIZE`] ≤ m ≤ 2·[`DEFAULT_BLOCK_SIZE`] or when the scores
 ///   exceed [`AUTO_INFERENCE_SCORES_BUDGET_BYTES`], else `Fused`.
 /// - When `Fused` cannot serve an inference call either (top-left causal with n ≠ m and a
 ///   mask): `Naive`, or `Chunked` above the budget.
 pub fn auto_path(request: AutoRequest) -> AttentionPath {
-    let chunked = AttentionPath::Chunked(AUTO_BLOCK_SIZE);
+    let chunked = AttentionPath::Chunked(DEFAULT_BLOCK_SIZE);
     let over_budget = request.scores_bytes > AUTO_INFERENCE_SCORES_BUDGET_BYTES;
     if request.cpu_kernel_ok && request.cpu_kernel_in_place {
         AttentionPath::CpuKernel
     } else if request.cube_kernel_ok {
         AttentionPath::CubeKernel
     } else if request.autodiff {
-        if request.family == BackendFamily::CubeCl || request.n_keys < AUTO_BLOCK_SIZE {
+        if request.family == BackendFamily::CubeCl || request.n_keys < DEFAULT_BLOCK_SIZE {
             AttentionPath::Naive
         } else {
             chunked
         }
     } else if request.cpu_kernel_ok
         && (request.family == BackendFamily::NdArray
-            || (request.family == BackendFamily::Flex && request.n_keys >= AUTO_BLOCK_SIZE))
+            || (request.family == BackendFamily::Flex && request.n_keys >= DEFAULT_BLOCK_SIZE))
     {
         AttentionPath::CpuKernel
     } else if !request.fused_ok {
@@ -99,7 +96,8 @@ pub fn auto_path(request: AutoRequest) -> AttentionPath {
         }
     } else if request.family.has_fused_inference_kernel() {
         AttentionPath::Fused
-    } else if over_budget || (AUTO_BLOCK_SIZE..=2 * AUTO_BLOCK_SIZE).contains(&request.n_keys) {
+    } else if over_budget || (DEFAULT_BLOCK_SIZE..=2 * DEFAULT_BLOCK_SIZE).contains(&request.n_keys)
+    {
         chunked
     } else {
         AttentionPath::Fused

@@ -7,7 +7,7 @@
 //! path means a file here, a variant in [`crate::vocabulary`] (with its
 //! spelling), and one arm in each of the two matches below.
 
-pub mod auto;
+pub(crate) mod auto;
 pub(crate) mod call;
 pub(crate) mod chunked;
 pub mod cpu;

@@ -21,21 +21,18 @@ pub fn module(implementation: Implementation) -> Result<ScaledDotProductAttentio
         .try_init()?)
 }
 
-/// The paths, as (name, implementation or None for the baseline); `cube_kernel` only on the
-/// CubeCL backends (`cube`), the only ones it runs on.
+/// The name of the baseline (Burn's plain matmul/softmax/matmul, no mask) in the bench's lists.
+pub const BASELINE: &str = "baseline";
+
+/// The paths, as (name, implementation or None for the baseline): every one of
+/// [`Implementation::all`], `cube_kernel` only on the CubeCL backends (`cube`), the only ones it
+/// runs on, then the baseline.
 pub fn paths(block_size: usize, cube: bool) -> Vec<(&'static str, Option<Implementation>)> {
-    let mut paths = vec![
-        ("auto", Some(Implementation::Auto)),
-        ("naive", Some(Implementation::Naive)),
-        ("chunked", Some(Implementation::Chunked { block_size })),
-        ("fused", Some(Implementation::Fused)),
-        ("cpu_kernel", Some(Implementation::CpuKernel)),
-    ];
-    if cube {
-        paths.push(("cube_kernel", Some(Implementation::CubeKernel)));
-    }
-    paths.push(("baseline", None));
-    paths
+    Implementation::all(block_size)
+        .filter(|implementation| cube || *implementation != Implementation::CubeKernel)
+        .map(|implementation| (implementation.name(), Some(implementation)))
+        .chain([(BASELINE, None)])
+        .collect()
 }
 
 /// The paths that can run a mode: all of them, but the baseline takes no mask.
@@ -53,7 +50,7 @@ pub fn paths_for(
 /// The inputs of one cell: q, k, v `[b, h, n, d]`, in the padded modes the padding mask `[b, n]`
 /// hiding the last `fraction` of every batch element's keys, in the causal modes the causal flag.
 #[derive(Debug, Clone)]
-pub struct Cell {
+pub struct BenchInputs {
     pub(super) q: Tensor<4>,
     pub(super) k: Tensor<4>,
     pub(super) v: Tensor<4>,
@@ -65,7 +62,7 @@ pub struct Cell {
     mask: Option<Tensor<4, Bool>>,
 }
 
-impl Cell {
+impl BenchInputs {
     /// Draws a cell on `device`.
     pub fn new(
         rng: &mut rand_chacha::ChaCha8Rng,
@@ -155,7 +152,7 @@ impl Cell {
 /// The path `attn` takes for a cell, as it prints: `naive`, `chunked(B)`, `fused`, `cpu_kernel`.
 pub(super) fn path_taken(
     attn: &ScaledDotProductAttention,
-    cell: &Cell,
+    cell: &BenchInputs,
 ) -> Result<String, LabError> {
     let input = cell.input(cell.q.clone(), cell.k.clone(), cell.v.clone());
     Ok(attn.path(&input)?.to_string())
@@ -177,7 +174,7 @@ pub fn forward_path(
 /// Runs one path on a cell, forward or forward + backward, and waits for the device.
 pub fn run_once(
     attn: Option<&ScaledDotProductAttention>,
-    cell: &Cell,
+    cell: &BenchInputs,
     backward: bool,
 ) -> Result<(), LabError> {
     let leaf = |t: &Tensor<4>| {

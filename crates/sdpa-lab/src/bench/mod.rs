@@ -18,13 +18,13 @@ use std::time::Instant;
 use sdpa_model::Progress;
 use serde::Serialize;
 
-use burn_sdpa::BackendFamily;
+use burn_sdpa::{AttentionPath, BackendFamily, DEFAULT_BLOCK_SIZE};
 
 use crate::context::{LabBackend, LabError};
 use crate::memory::measure_peak;
 use crate::stats::median;
 use cell::path_taken;
-pub use cell::{Cell, baseline, forward_path, module, paths, paths_for, run_once};
+pub use cell::{BASELINE, BenchInputs, baseline, forward_path, module, paths, paths_for, run_once};
 pub use report::{markdown, write};
 pub use sweeps::MemoryRow;
 
@@ -150,7 +150,7 @@ impl BenchConfig {
 
 /// Which keys a timed mode hides.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Masking {
+pub enum MaskKind {
     /// None.
     Dense,
     /// A padding mask hiding [`BenchConfig::padded_fraction`] of the keys of every batch element.
@@ -174,7 +174,7 @@ pub struct Mode {
     /// Forward + backward on an autodiff device.
     pub backward: bool,
     /// Which keys are hidden.
-    pub masking: Masking,
+    pub masking: MaskKind,
 }
 
 impl Mode {
@@ -182,43 +182,43 @@ impl Mode {
     pub const ALL: [Mode; 10] = [
         Mode {
             backward: false,
-            masking: Masking::Dense,
+            masking: MaskKind::Dense,
         },
         Mode {
             backward: true,
-            masking: Masking::Dense,
+            masking: MaskKind::Dense,
         },
         Mode {
             backward: false,
-            masking: Masking::Padded,
+            masking: MaskKind::Padded,
         },
         Mode {
             backward: true,
-            masking: Masking::Padded,
+            masking: MaskKind::Padded,
         },
         Mode {
             backward: false,
-            masking: Masking::Causal,
+            masking: MaskKind::Causal,
         },
         Mode {
             backward: true,
-            masking: Masking::Causal,
+            masking: MaskKind::Causal,
         },
         Mode {
             backward: false,
-            masking: Masking::Packed,
+            masking: MaskKind::Packed,
         },
         Mode {
             backward: true,
-            masking: Masking::Packed,
+            masking: MaskKind::Packed,
         },
         Mode {
             backward: false,
-            masking: Masking::PackedAsMask,
+            masking: MaskKind::PackedAsMask,
         },
         Mode {
             backward: true,
-            masking: Masking::PackedAsMask,
+            masking: MaskKind::PackedAsMask,
         },
     ];
 
@@ -226,22 +226,22 @@ impl Mode {
     /// `forward+backward, causal`, ...
     pub fn name(self) -> &'static str {
         match (self.backward, self.masking) {
-            (false, Masking::Dense) => "forward",
-            (true, Masking::Dense) => "forward+backward",
-            (false, Masking::Padded) => "forward, padded",
-            (true, Masking::Padded) => "forward+backward, padded",
-            (false, Masking::Causal) => "forward, causal",
-            (true, Masking::Causal) => "forward+backward, causal",
-            (false, Masking::Packed) => "forward, packed",
-            (true, Masking::Packed) => "forward+backward, packed",
-            (false, Masking::PackedAsMask) => "forward, packed as a mask",
-            (true, Masking::PackedAsMask) => "forward+backward, packed as a mask",
+            (false, MaskKind::Dense) => "forward",
+            (true, MaskKind::Dense) => "forward+backward",
+            (false, MaskKind::Padded) => "forward, padded",
+            (true, MaskKind::Padded) => "forward+backward, padded",
+            (false, MaskKind::Causal) => "forward, causal",
+            (true, MaskKind::Causal) => "forward+backward, causal",
+            (false, MaskKind::Packed) => "forward, packed",
+            (true, MaskKind::Packed) => "forward+backward, packed",
+            (false, MaskKind::PackedAsMask) => "forward, packed as a mask",
+            (true, MaskKind::PackedAsMask) => "forward+backward, packed as a mask",
         }
     }
 
     /// Whether a mask hides keys (the hand-written baseline takes none).
     pub fn masked(self) -> bool {
-        self.masking != Masking::Dense
+        self.masking != MaskKind::Dense
     }
 
     /// Flops per (b·h·n·m·d): 4 forward, 12 forward + backward — the dense count, also for the
@@ -250,9 +250,9 @@ impl Mode {
     /// FlashAttention's convention).
     fn flops_per_element(self) -> f64 {
         let dense = if self.backward { 12.0 } else { 4.0 };
-        if self.masking == Masking::Causal {
+        if self.masking == MaskKind::Causal {
             dense / 2.0
-        } else if matches!(self.masking, Masking::Packed | Masking::PackedAsMask) {
+        } else if matches!(self.masking, MaskKind::Packed | MaskKind::PackedAsMask) {
             // Each query sees about half of its own document: 1 / (2 · documents) of the row.
             dense / (2.0 * PACKED_DOCUMENTS as f64)
         } else {
@@ -264,7 +264,7 @@ impl Mode {
 /// One timed cell.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchRow {
-    /// `auto`, `naive`, `chunked`, `fused`, `cpu_kernel`, `cube_kernel` or `baseline`.
+    /// An [`Implementation::name`](burn_sdpa::Implementation::name) or [`BASELINE`].
     pub path: String,
     /// [`Mode::name`].
     pub mode: String,
@@ -313,7 +313,7 @@ fn time_cell(
     config: &BenchConfig,
     mode: Mode,
     n: usize,
-    cell: &Cell,
+    cell: &BenchInputs,
     skipped: &mut Vec<String>,
     mut report: impl FnMut(&BenchRow),
 ) -> Result<Vec<BenchRow>, LabError> {
@@ -429,13 +429,13 @@ pub fn run_bench(
             } else {
                 backend.device.clone()
             };
-            let padded = (mode.masking == Masking::Padded).then_some(config.padded_fraction);
-            let mut cell = Cell::new(&mut rng, [b, h, n, d], padded, &device).stored(config);
+            let padded = (mode.masking == MaskKind::Padded).then_some(config.padded_fraction);
+            let mut cell = BenchInputs::new(&mut rng, [b, h, n, d], padded, &device).stored(config);
             match mode.masking {
-                Masking::Causal => cell = cell.causal(),
-                Masking::Packed => cell = cell.causal().packed(PACKED_DOCUMENTS, false)?,
-                Masking::PackedAsMask => cell = cell.causal().packed(PACKED_DOCUMENTS, true)?,
-                Masking::Dense | Masking::Padded => {}
+                MaskKind::Causal => cell = cell.causal(),
+                MaskKind::Packed => cell = cell.causal().packed(PACKED_DOCUMENTS, false)?,
+                MaskKind::PackedAsMask => cell = cell.causal().packed(PACKED_DOCUMENTS, true)?,
+                MaskKind::Dense | MaskKind::Padded => {}
             }
             rows.extend(time_cell(config, mode, n, &cell, &mut skipped, |row| {
                 done += 1;
@@ -488,17 +488,12 @@ fn auto_ratios(rows: &[BenchRow], ns: &[usize]) -> (Ratios, Ratios) {
                 rows.iter()
                     .find(|r| r.mode == mode && r.n == n && r.path == p)
             };
-            let others: Vec<&BenchRow> = [
-                "naive",
-                "chunked",
-                "fused",
-                "cpu_kernel",
-                "cube_kernel",
-                "baseline",
-            ]
-            .iter()
-            .filter_map(|p| cell(p))
-            .collect();
+            let others: Vec<&BenchRow> = AttentionPath::all(DEFAULT_BLOCK_SIZE)
+                .map(AttentionPath::name)
+                .into_iter()
+                .chain([BASELINE])
+                .filter_map(cell)
+                .collect();
             let Some(auto) = cell("auto") else { continue };
             if others.is_empty() {
                 continue; // only Auto was timed

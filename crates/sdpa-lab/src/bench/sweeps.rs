@@ -7,7 +7,7 @@ use burn_sdpa::Implementation;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
-use super::{BenchConfig, Cell, module, path_taken, run_once};
+use super::{BenchConfig, BenchInputs, module, path_taken, run_once};
 use crate::context::{LabBackend, LabError};
 use crate::memory::measure_peak;
 
@@ -60,24 +60,21 @@ pub(super) fn sweep(
         } else {
             backend.device.clone()
         };
-        let cell = Cell::new(rng, [1, h, n, d], None, &device).stored(config);
+        let cell = BenchInputs::new(rng, [1, h, n, d], None, &device).stored(config);
         // `auto` first: the resident high-water mark cannot see buffers a path reuses, so the
         // path with the smallest footprint runs before the others have grown the process's
         // (and, on wgpu, the device's memory pools') buffers.
-        for (name, implementation) in [
-            ("auto", Implementation::Auto),
-            (
-                "chunked",
-                Implementation::Chunked {
-                    block_size: config.block_size,
-                },
-            ),
-            ("naive", Implementation::Naive),
-        ] {
+        let chunked = Implementation::Chunked {
+            block_size: config.block_size,
+        };
+        // The memory sweep compares the O(n) paths with the one that materializes n×n.
+        for implementation in [Implementation::Auto, chunked, Implementation::Naive] {
+            let name = implementation.name();
             // Scores, weights and the softmax's temporaries (and their gradients in training).
             let copies = if backward { 4 } else { 3 };
             let need = copies * (h * n * n * 4) as u64;
-            let holds_scores = name == "naive" || (backward && name == "chunked");
+            let holds_scores =
+                implementation == Implementation::Naive || (backward && implementation == chunked);
             if holds_scores && need > config.naive_limit_bytes {
                 rows.push(MemoryRow {
                     path: name.into(),

@@ -94,13 +94,14 @@ pub fn try_backward_bf16(
     backward(shape, tiles, masking, inputs, outputs)
 }
 
-/// The backward pass on any element type of the kernel.
-fn backward<T: Element>(
+/// Checks every slice of a backward call against the shape (and the masking against the
+/// shape's sizes), naming the first that does not fit.
+fn check_lengths<T: Element>(
     shape: &KernelShape,
     tiles: Tiles,
     masking: &Masking<'_>,
-    inputs: BackwardInputs<'_, T>,
-    outputs: BackwardOutputs<'_>,
+    inputs: &BackwardInputs<'_, T>,
+    outputs: &BackwardOutputs<'_>,
 ) -> Result<(), AttentionError> {
     let AttentionDims {
         batch,
@@ -145,6 +146,27 @@ fn backward<T: Element>(
             [batch, n_heads, n, m],
         )?;
     }
+    Ok(())
+}
+
+/// The backward pass on any element type of the kernel.
+fn backward<T: Element>(
+    shape: &KernelShape,
+    tiles: Tiles,
+    masking: &Masking<'_>,
+    inputs: BackwardInputs<'_, T>,
+    outputs: BackwardOutputs<'_>,
+) -> Result<(), AttentionError> {
+    let AttentionDims {
+        batch,
+        n_heads,
+        n_kv_heads,
+        n,
+        m,
+        d_k,
+        d_v,
+    } = shape.dims;
+    check_lengths(shape, tiles, masking, &inputs, &outputs)?;
     let BackwardOutputs {
         grad_q,
         grad_k,
@@ -302,7 +324,6 @@ impl Task<'_> {
         } = forward.shape.dims;
         let group = n_heads / n_kv_heads;
         let tiles = forward.tiles;
-        let scale = forward.shape.scale;
         let first_head = self.kv_head_idx * group;
         // Rows of the group: [g·n] starting at (batch, first head).
         let row0 = (self.batch_idx * n_heads + first_head) * n;
@@ -338,13 +359,16 @@ impl Task<'_> {
             let local = key_start - keys.start;
             let k_tile = &inputs.k[(kv * m + key_start) * d_k..][..cols * d_k];
             let v_tile = &inputs.v[(kv * m + key_start) * d_v..][..cols * d_v];
-            // K_jᵀ (of the scores), V_jᵀ (of dP) and K_j (of dQ), prepared once per key block.
-            let k_tile_t = T::prepare(View::transposed(k_tile, d_k, cols, d_k));
-            let v_tile_t = T::prepare(View::transposed(v_tile, d_v, cols, d_v));
-            let k_tile_rows = T::prepare(View::rows(k_tile, cols, d_k, d_k));
-            let dk_tile = &mut dk[local * d_k..][..cols * d_k];
-            let dv_tile = &mut dv[local * d_v..][..cols * d_v];
-            let mut kv_written = false;
+            let mut key_tile = KeyTile::<T> {
+                start: key_start,
+                cols,
+                k_t: T::prepare(View::transposed(k_tile, d_k, cols, d_k)),
+                v_t: T::prepare(View::transposed(v_tile, d_v, cols, d_v)),
+                k_rows: T::prepare(View::rows(k_tile, cols, d_k, d_k)),
+                dk: &mut dk[local * d_k..][..cols * d_k],
+                dv: &mut dv[local * d_v..][..cols * d_v],
+                written: false,
+            };
             for group_idx in 0..group {
                 let head_idx = first_head + group_idx;
                 let mut q_start = 0;
@@ -354,10 +378,9 @@ impl Task<'_> {
                         forward.tile_kind(self.batch_idx, head_idx, q_start, rows, key_start, cols);
                     if kind != TileKind::Hidden {
                         let row_in_group = group_idx * n + q_start;
-                        let at = (row0 + row_in_group) * d_k;
-                        let q_block = &inputs.q[at..][..rows * d_k];
-                        let out_at = (row0 + row_in_group) * d_v;
-                        let do_block = &inputs.grad_out[out_at..][..rows * d_v];
+                        let q_block = &inputs.q[(row0 + row_in_group) * d_k..][..rows * d_k];
+                        let do_block =
+                            &inputs.grad_out[(row0 + row_in_group) * d_v..][..rows * d_v];
                         let block_idx = group_idx * query_blocks + q_start / tiles.query_block;
                         let (q_rhs, do_rhs) = query_rhs[block_idx].get_or_insert_with(|| {
                             (
@@ -365,102 +388,192 @@ impl Task<'_> {
                                 T::prepare(View::rows(do_block, rows, d_v, d_v)),
                             )
                         });
-                        let p = &mut scratch.p[..rows * cols];
-                        let dp = &mut scratch.dp[..rows * cols];
-                        let capped = forward.shape.softcap.is_some();
-                        forward.scores(
+                        let tile = QueryTile {
                             kind,
-                            self.batch_idx,
                             head_idx,
                             q_start,
                             rows,
-                            key_start,
-                            cols,
-                            &k_tile_t,
-                            p,
-                            capped.then_some(&mut scratch.cap[..]),
-                        );
-                        // P = exp(S − lse)
-                        for (row, p_row) in p.chunks_mut(cols).enumerate() {
-                            simd::exp_sub(p_row, inputs.lse[row0 + row_in_group + row]);
-                        }
-                        // dV_j [cols, d_v] += Pᵀ [cols, rows] · dO_i [rows, d_v]
-                        T::product_f32_lhs(
-                            dv_tile,
-                            d_v,
-                            View::transposed(p, cols, rows, cols),
+                            row_in_group,
+                            do_block,
+                            q_rhs,
                             do_rhs,
-                            kv_written,
-                            1.0,
-                        );
-                        // dP [rows, cols] = dO_i [rows, d_v] · V_jᵀ [d_v, cols]
-                        T::product(
-                            dp,
-                            cols,
-                            View::rows(do_block, rows, d_v, d_v),
-                            &v_tile_t,
-                            false,
-                            1.0,
-                        );
-                        // dS = P ∘ (dP − D)
-                        for (row, (p_row, dp_row)) in
-                            p.chunks_mut(cols).zip(dp.chunks(cols)).enumerate()
-                        {
-                            simd::softmax_grad(p_row, dp_row, scratch.d[row_in_group + row]);
-                        }
-                        // The score gradient is the bias's (the bias is added after the cap).
-                        if let Some(grad_scores) = grad_scores.as_deref_mut() {
-                            for (row, ds_row) in scratch.p[..rows * cols].chunks(cols).enumerate() {
-                                let at = (row_in_group + row) * m + key_start;
-                                grad_scores[at..][..cols].copy_from_slice(ds_row);
-                            }
-                        }
-                        if capped {
-                            // Through the cap: dS_raw = dS ∘ (1 − tanh²(s / c)).
-                            simd::mul(&mut scratch.p[..rows * cols], &scratch.cap[..rows * cols]);
-                        }
-                        let ds = &scratch.p[..rows * cols];
-                        // dQ_i [rows, d_k] += scale · dS [rows, cols] · K_j [cols, d_k]
+                        };
                         let dq_block = &mut dq[row_in_group * d_k..][..rows * d_k];
-                        T::product_f32_lhs(
+                        let dq_seen = dq_written[block_idx];
+                        tile.products(
+                            forward,
+                            inputs.lse,
+                            self.batch_idx,
+                            row0,
+                            &mut key_tile,
                             dq_block,
-                            d_k,
-                            View::rows(ds, rows, cols, cols),
-                            &k_tile_rows,
-                            dq_written[block_idx],
-                            scale,
+                            dq_seen,
+                            grad_scores.as_deref_mut(),
+                            scratch,
                         );
                         dq_written[block_idx] = true;
-                        // dK_j [cols, d_k] += scale · dSᵀ [cols, rows] · Q_i [rows, d_k]
-                        T::product_f32_lhs(
-                            dk_tile,
-                            d_k,
-                            View::transposed(ds, cols, rows, cols),
-                            q_rhs,
-                            kv_written,
-                            scale,
-                        );
-                        kv_written = true;
                     }
                     q_start += rows;
                 }
             }
-            if !kv_written {
+            if !key_tile.written {
                 // Every query of the group is hidden from these keys.
-                dk_tile.fill(0.0);
-                dv_tile.fill(0.0);
+                key_tile.dk.fill(0.0);
+                key_tile.dv.fill(0.0);
             }
             key_start += cols;
         }
-        // Query blocks that see none of this task's keys.
-        for (block_idx, written) in dq_written.iter().enumerate() {
-            if !written {
-                let (group_idx, q_block) = (block_idx / query_blocks, block_idx % query_blocks);
-                let q_start = q_block * tiles.query_block;
-                let rows = tiles.query_block.min(n - q_start);
-                dq[(group_idx * n + q_start) * d_k..][..rows * d_k].fill(0.0);
+        zero_unwritten(dq, &dq_written, n, d_k, tiles.query_block);
+    }
+}
+
+/// Zeroes the dQ rows `[g·n, d_k]` of the query blocks no product wrote (`written`, per block of
+/// `query_block` rows of each of the g heads): those that see none of a task's keys.
+fn zero_unwritten(dq: &mut [f32], written: &[bool], n: usize, d_k: usize, query_block: usize) {
+    let query_blocks = n.div_ceil(query_block);
+    for (block_idx, _) in written.iter().enumerate().filter(|(_, written)| !**written) {
+        let (group_idx, q_block) = (block_idx / query_blocks, block_idx % query_blocks);
+        let q_start = q_block * query_block;
+        let rows = query_block.min(n - q_start);
+        dq[(group_idx * n + q_start) * d_k..][..rows * d_k].fill(0.0);
+    }
+}
+
+/// One key block of a task: its operands, prepared once for every query block that sees it,
+/// and its rows of dK and dV.
+struct KeyTile<'r, 'o, T: Element> {
+    /// The block's first key.
+    start: usize,
+    /// Its number of keys.
+    cols: usize,
+    /// K_jᵀ, of the scores.
+    k_t: T::Rhs<'r>,
+    /// V_jᵀ, of dP.
+    v_t: T::Rhs<'r>,
+    /// K_j, of dQ.
+    k_rows: T::Rhs<'r>,
+    /// `[cols, d_k]`.
+    dk: &'o mut [f32],
+    /// `[cols, d_v]`.
+    dv: &'o mut [f32],
+    /// Whether a product has written `dk` and `dv` yet (the first overwrites them).
+    written: bool,
+}
+
+/// One block of queries of one head against a key block that it (partly) sees.
+struct QueryTile<'t, 'r, T: Element> {
+    /// How the key block's mask falls on it.
+    kind: TileKind,
+    /// The query head.
+    head_idx: usize,
+    /// The block's first query.
+    q_start: usize,
+    /// Its number of queries.
+    rows: usize,
+    /// Its first row among the group's `[g·n]` rows.
+    row_in_group: usize,
+    /// dO_i `[rows, d_v]`.
+    do_block: &'t [T],
+    /// Q_i, of dK.
+    q_rhs: &'t T::Rhs<'r>,
+    /// dO_i, of dV.
+    do_rhs: &'t T::Rhs<'r>,
+}
+
+impl<T: Element> QueryTile<'_, '_, T> {
+    /// The five products of the tile: the recomputed weights P = exp(S − lse), dV += Pᵀ·dO,
+    /// dP = dO·Vᵀ, dS = P ∘ (dP − D) (copied into `grad_scores` when asked, then through the
+    /// soft-cap), dQ += scale·dS·K and dK += scale·dSᵀ·Q. `row0` is the group's first row of
+    /// `[b·h·n]`; `dq_seen`, whether `dq` was written before (the first product overwrites).
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    fn products(
+        &self,
+        forward: &Inputs<'_, T>,
+        lse: &[f32],
+        batch_idx: usize,
+        row0: usize,
+        keys: &mut KeyTile<'_, '_, T>,
+        dq: &mut [f32],
+        dq_seen: bool,
+        grad_scores: Option<&mut [f32]>,
+        scratch: &mut Scratch,
+    ) {
+        let (rows, cols) = (self.rows, keys.cols);
+        let AttentionDims { m, d_k, d_v, .. } = forward.shape.dims;
+        let scale = forward.shape.scale;
+        let p = &mut scratch.p[..rows * cols];
+        let dp = &mut scratch.dp[..rows * cols];
+        let capped = forward.shape.softcap.is_some();
+        forward.scores(
+            self.kind,
+            batch_idx,
+            self.head_idx,
+            self.q_start,
+            rows,
+            keys.start,
+            cols,
+            &keys.k_t,
+            p,
+            capped.then_some(&mut scratch.cap[..]),
+        );
+        // P = exp(S − lse)
+        for (row, p_row) in p.chunks_mut(cols).enumerate() {
+            simd::exp_sub(p_row, lse[row0 + self.row_in_group + row]);
+        }
+        // dV_j [cols, d_v] += Pᵀ [cols, rows] · dO_i [rows, d_v]
+        T::product_f32_lhs(
+            keys.dv,
+            d_v,
+            View::transposed(p, cols, rows, cols),
+            self.do_rhs,
+            keys.written,
+            1.0,
+        );
+        // dP [rows, cols] = dO_i [rows, d_v] · V_jᵀ [d_v, cols]
+        T::product(
+            dp,
+            cols,
+            View::rows(self.do_block, rows, d_v, d_v),
+            &keys.v_t,
+            false,
+            1.0,
+        );
+        // dS = P ∘ (dP − D)
+        for (row, (p_row, dp_row)) in p.chunks_mut(cols).zip(dp.chunks(cols)).enumerate() {
+            simd::softmax_grad(p_row, dp_row, scratch.d[self.row_in_group + row]);
+        }
+        // The score gradient is the bias's (the bias is added after the cap).
+        if let Some(grad_scores) = grad_scores {
+            for (row, ds_row) in scratch.p[..rows * cols].chunks(cols).enumerate() {
+                let at = (self.row_in_group + row) * m + keys.start;
+                grad_scores[at..][..cols].copy_from_slice(ds_row);
             }
         }
+        if capped {
+            // Through the cap: dS_raw = dS ∘ (1 − tanh²(s / c)).
+            simd::mul(&mut scratch.p[..rows * cols], &scratch.cap[..rows * cols]);
+        }
+        let ds = &scratch.p[..rows * cols];
+        // dQ_i [rows, d_k] += scale · dS [rows, cols] · K_j [cols, d_k]
+        T::product_f32_lhs(
+            dq,
+            d_k,
+            View::rows(ds, rows, cols, cols),
+            &keys.k_rows,
+            dq_seen,
+            scale,
+        );
+        // dK_j [cols, d_k] += scale · dSᵀ [cols, rows] · Q_i [rows, d_k]
+        T::product_f32_lhs(
+            keys.dk,
+            d_k,
+            View::transposed(ds, cols, rows, cols),
+            self.q_rhs,
+            keys.written,
+            scale,
+        );
+        keys.written = true;
     }
 }
 

@@ -199,13 +199,13 @@ fn query_blocks_a_key_range_never_reaches_get_zero_from_it() {
 
 #[test]
 fn segment_and_alibi_gradients_match_the_reference() {
-    use crate::paths::cpu::masking::{Alibi, Segments};
+    use crate::paths::cpu::masking::{Alibi, HostSegments};
     let slopes = [0.5f32, 0.25, 0.125, 0.0625];
     for offset in [None, Some(0)] {
         let s = shape(70, 70, offset);
         let ids = reference::segment_ids(70);
         let masking = Masking {
-            segments: Some(Segments {
+            segments: Some(HostSegments {
                 query: &ids,
                 key: &ids,
             }),

@@ -15,9 +15,9 @@ use burn::backend::{
 use burn::prelude::*;
 use burn::tensor::{DType, bf16, f16};
 
-use super::HostExtras;
 use super::backward::{BACKWARD_TILES, BackwardInputs, BackwardOutputs};
 use super::host::HostFloat;
+use super::masking::HostTerms;
 use super::masking::Masking;
 use super::shape::{KernelShape, Tiles};
 use super::storage::Storage;
@@ -39,7 +39,7 @@ pub(crate) struct KernelCall {
     /// The padding and user masks, or-ed.
     pub mask: Option<Arc<HostMask>>,
     /// Segment ids and ALiBi slopes.
-    pub extras: Arc<HostExtras>,
+    pub terms: Arc<HostTerms>,
     /// Where the forward leaves its log-sum-exp when the caller asked for it (it carries no
     /// gradient).
     pub lse_out: Option<Arc<std::sync::Mutex<Vec<f32>>>>,
@@ -52,7 +52,7 @@ impl KernelCall {
     /// The kernel's masking for this call with `bias` (the bias's host values and shape).
     fn masking<'a>(&'a self, bias: Option<(&'a [f32], [usize; 4])>) -> Masking<'a> {
         let mask = self.mask.as_ref().map(|m| (&m.values[..], m.shape));
-        self.extras.masking(mask, bias)
+        self.terms.masking(mask, bias)
     }
 }
 

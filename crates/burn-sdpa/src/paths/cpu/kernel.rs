@@ -402,6 +402,34 @@ impl<'a, T: Element> Inputs<'a, T> {
         )
     }
 
+    /// The part of a tile's row that query `query_idx` computes and where its hidden keys lie:
+    /// a band tile's row is the keys it sees, widened to whole vectors (their −∞ in the first
+    /// and last, where the statistics take selects; the rest of the row weighs 0); a masked
+    /// tile's row is whole with hidden keys anywhere; a full tile's row is whole.
+    #[inline]
+    fn row_run(
+        &self,
+        kind: TileKind,
+        query_idx: usize,
+        key_start: usize,
+        cols: usize,
+    ) -> (Range<usize>, Hidden) {
+        match kind {
+            TileKind::Band => {
+                let band = self.band(query_idx, key_start, cols);
+                let lanes = simd::LANES;
+                let start = band.start / lanes * lanes;
+                let end = (band.end.div_ceil(lanes) * lanes).min(cols);
+                (
+                    start..end,
+                    Hidden::AtEnds(start < band.start, end > band.end),
+                )
+            }
+            TileKind::Masked => (0..cols, Hidden::Anywhere),
+            _ => (0..cols, Hidden::AtEnds(false, false)),
+        }
+    }
+
     /// One task: queries `q_start .. q_start + rows` of flattened head `bh_idx`; `shared`, when
     /// given, holds every (kv head, key tile)'s prepared operands on the grid of
     /// `tiles.key_block` (see `forward`).
@@ -476,22 +504,7 @@ impl<'a, T: Element> Inputs<'a, T> {
                 kind, batch_idx, head_idx, q_start, rows, key_start, cols, k_tile_t, scores, None,
             );
             for (row, row_scores) in scores.chunks_mut(cols).enumerate() {
-                // A band tile's row: the keys it sees, widened to whole vectors (their −∞ in
-                // the first and last, where the statistics take selects); the rest weigh 0.
-                let (run, hidden) = match kind {
-                    TileKind::Band => {
-                        let band = self.band(q_start + row, key_start, cols);
-                        let lanes = simd::LANES;
-                        let start = band.start / lanes * lanes;
-                        let end = (band.end.div_ceil(lanes) * lanes).min(cols);
-                        (
-                            start..end,
-                            Hidden::AtEnds(start < band.start, end > band.end),
-                        )
-                    }
-                    TileKind::Masked => (0..cols, Hidden::Anywhere),
-                    _ => (0..cols, Hidden::AtEnds(false, false)),
-                };
+                let (run, hidden) = self.row_run(kind, q_start + row, key_start, cols);
                 row_scores[..run.start].fill(0.0);
                 row_scores[run.end..].fill(0.0);
                 let row_scores = &mut row_scores[run];
@@ -517,25 +530,38 @@ impl<'a, T: Element> Inputs<'a, T> {
             );
             key_start += cols;
         }
-        for row in 0..rows {
-            let sum = row_sum[row];
-            // A query that saw no key keeps a zero row (the naive path's masked-row rule) and a
-            // log-sum-exp of +∞, so that its recomputed weights are 0 in the backward pass.
-            let (inv, lse) = if sum > 0.0 {
-                (1.0 / sum, row_max[row] + sum.ln())
-            } else {
-                (0.0, f32::INFINITY)
-            };
-            block_lse[row] = lse;
-            let acc_row = &mut acc[row * d_v..][..d_v];
-            simd::scale(acc_row, inv);
-            T::store(acc_row, &mut block_out[row * d_v..][..d_v]);
-        }
+        finish_rows::<T>(acc, row_max, row_sum, block_lse, block_out);
         if let Some(columns) = block_stats.as_mut() {
             scratch
                 .stats
                 .finish_block(row_max, row_sum, block_lse, columns);
         }
+    }
+}
+
+/// Normalizes a block's context rows `acc` `[rows, d_v]` by their sums into `out` (in `T`) and
+/// writes their log-sum-exps. A query that saw no key keeps a zero row (the naive path's
+/// masked-row rule) and a log-sum-exp of +∞, so that its recomputed weights are 0 in the
+/// backward pass.
+#[inline]
+fn finish_rows<T: Element>(
+    acc: &mut [f32],
+    row_max: &[f32],
+    row_sum: &[f32],
+    lse: &mut [f32],
+    out: &mut [T],
+) {
+    let d_v = acc.len() / row_sum.len().max(1);
+    for (row, (&sum, &max)) in row_sum.iter().zip(row_max).enumerate() {
+        let (inv, row_lse) = if sum > 0.0 {
+            (1.0 / sum, max + sum.ln())
+        } else {
+            (0.0, f32::INFINITY)
+        };
+        lse[row] = row_lse;
+        let acc_row = &mut acc[row * d_v..][..d_v];
+        simd::scale(acc_row, inv);
+        T::store(acc_row, &mut out[row * d_v..][..d_v]);
     }
 }
 

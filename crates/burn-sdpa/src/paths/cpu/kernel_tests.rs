@@ -199,14 +199,14 @@ fn large_scores_do_not_overflow() {
 
 #[test]
 fn segments_and_alibi_match_the_reference() {
-    use crate::paths::cpu::masking::{Alibi, Segments};
+    use crate::paths::cpu::masking::{Alibi, HostSegments};
     let slopes = [0.5f32, 0.25, 0.125, 0.0625];
     for offset in [None, Some(0)] {
         let s = shape(70, 70, offset);
         let ids = reference::segment_ids(70);
         for (with_segments, with_alibi) in [(true, false), (false, true), (true, true)] {
             let masking = Masking {
-                segments: with_segments.then_some(Segments {
+                segments: with_segments.then_some(HostSegments {
                     query: &ids,
                     key: &ids,
                 }),

@@ -60,14 +60,14 @@ impl<'a, T> Broadcast<'a, T> {
 /// The segment ids of packed sequences on the host: query i of batch row r sees key j only when
 /// `query[r·n + i] == key[r·m + j]`.
 #[derive(Debug, Clone, Copy)]
-pub struct Segments<'a> {
+pub struct HostSegments<'a> {
     /// `[b, n]` row-major.
     pub query: &'a [i64],
     /// `[b, m]` row-major.
     pub key: &'a [i64],
 }
 
-impl Segments<'_> {
+impl HostSegments<'_> {
     /// The shortest run of one id among the keys of a row (the shortest packed document), for
     /// [`Tiles::fitted_to`](super::shape::Tiles::fitted_to).
     pub fn shortest_run(&self, m: usize) -> usize {
@@ -113,7 +113,7 @@ pub struct Masking<'a> {
     /// Added to the scaled scores; −∞ hides a key.
     pub bias: Option<Broadcast<'a, f32>>,
     /// Segment ids: a query sees only the keys of its own segment.
-    pub segments: Option<Segments<'a>>,
+    pub segments: Option<HostSegments<'a>>,
     /// ALiBi slopes, added to the scores with the bias.
     pub alibi: Option<Alibi<'a>>,
     /// Attention sinks, `[h]`: a logit per query head in every row's softmax denominator that
@@ -277,6 +277,42 @@ impl<'a> Masking<'a> {
         }
         if let Some(mask) = &self.mask {
             simd::mask(row_scores, &mask.row(batch_idx, head_idx, query_idx)[keys]);
+        }
+    }
+}
+
+/// Segment ids, ALiBi slopes and sinks on the host, as the kernel reads them (owned; [`Masking`]
+/// borrows them).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct HostTerms {
+    /// `([b, n], [b, m])` query and key segment ids.
+    pub segments: Option<(Vec<i64>, Vec<i64>)>,
+    /// `[h]` slopes and the diagonal's offset.
+    pub alibi: Option<(Vec<f32>, i64)>,
+    /// `[h]` attention sinks.
+    pub sinks: Option<Vec<f32>>,
+}
+
+impl HostTerms {
+    /// The kernel's masking with these terms, the host `mask` and the host `bias` (values and
+    /// shape of each).
+    pub(crate) fn masking<'a>(
+        &'a self,
+        mask: Option<(&'a [bool], [usize; 4])>,
+        bias: Option<(&'a [f32], [usize; 4])>,
+    ) -> Masking<'a> {
+        Masking {
+            mask: mask.map(|(values, shape)| Broadcast::new(values, shape)),
+            bias: bias.map(|(values, shape)| Broadcast::new(values, shape)),
+            segments: self
+                .segments
+                .as_ref()
+                .map(|(query, key)| HostSegments { query, key }),
+            alibi: self.alibi.as_ref().map(|(slopes, offset)| Alibi {
+                slopes,
+                offset: *offset,
+            }),
+            sinks: self.sinks.as_deref(),
         }
     }
 }

@@ -7,61 +7,25 @@
 //! serves inference through host copies of the tensors.
 
 pub mod backward;
+#[cfg(test)]
+mod bf16_tests;
+#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
+mod cross_entropy;
 pub(crate) mod element;
 // NdArray is deprecated upstream since Burn 0.22; the product still serves it.
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 #[allow(deprecated)]
 mod extension;
-/// Segment ids and ALiBi slopes on the host, as the kernel reads them.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub(crate) struct HostExtras {
-    /// `([b, n], [b, m])` query and key segment ids.
-    pub segments: Option<(Vec<i64>, Vec<i64>)>,
-    /// `[h]` slopes and the diagonal's offset.
-    pub alibi: Option<(Vec<f32>, i64)>,
-    /// `[h]` attention sinks.
-    pub sinks: Option<Vec<f32>>,
-}
-
-impl HostExtras {
-    /// The kernel's masking with these extras, the host `mask` and the host `bias` (values and
-    /// shape of each).
-    pub(crate) fn masking<'a>(
-        &'a self,
-        mask: Option<(&'a [bool], [usize; 4])>,
-        bias: Option<(&'a [f32], [usize; 4])>,
-    ) -> Masking<'a> {
-        Masking {
-            mask: mask.map(|(values, shape)| Broadcast::new(values, shape)),
-            bias: bias.map(|(values, shape)| Broadcast::new(values, shape)),
-            segments: self
-                .segments
-                .as_ref()
-                .map(|(query, key)| Segments { query, key }),
-            alibi: self.alibi.as_ref().map(|(slopes, offset)| Alibi {
-                slopes,
-                offset: *offset,
-            }),
-            sinks: self.sinks.as_deref(),
-        }
-    }
-}
+pub(crate) mod features;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 #[allow(deprecated)]
 mod host;
-// Host code of the row ops, reached through `row_ops` (the backend extension) only.
-#[cfg(test)]
-mod bf16_tests;
-#[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
-mod cross_entropy;
 pub mod kernel;
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 mod layer_norm;
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 mod linear;
 pub(crate) mod masking;
-// Its backward is reached through the backend extension only.
-pub(crate) mod features;
 #[cfg_attr(not(any(feature = "flex", feature = "ndarray")), allow(dead_code))]
 mod nonfinite;
 #[cfg(any(feature = "flex", feature = "ndarray"))]
@@ -69,6 +33,7 @@ mod nonfinite;
 pub(crate) mod reduce;
 #[cfg(test)]
 mod reference;
+// Host code of the row ops, reached through the backend extension only.
 #[cfg(any(feature = "flex", feature = "ndarray"))]
 #[allow(deprecated)]
 mod row_ops;
@@ -91,7 +56,7 @@ use crate::input::{AttentionOutput, read_back};
 use crate::mask::user_mask;
 use crate::paths::call::Call;
 use crate::vocabulary::{BackendFamily, Implementation};
-use masking::{Alibi, Broadcast, Masking, Segments};
+use masking::HostTerms;
 use shape::{KernelShape, Tiles};
 
 /// Whether the kernel runs in place on `family` in this build: through its backend extension
@@ -242,7 +207,7 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
 }
 
 /// Segment ids, ALiBi slopes and sinks of `call` on the host (small: `[b, n + m]` and `[h]`).
-fn host_extras(call: &Call) -> Result<HostExtras, AttentionError> {
+fn host_terms(call: &Call) -> Result<HostTerms, AttentionError> {
     let segments = call
         .input
         .segments
@@ -272,7 +237,7 @@ fn host_extras(call: &Call) -> Result<HostExtras, AttentionError> {
         .as_ref()
         .map(|sinks| read_back::<f32, 1, Float>("the attention sinks", sinks.clone()))
         .transpose()?;
-    Ok(HostExtras {
+    Ok(HostTerms {
         segments,
         alibi,
         sinks,
@@ -347,7 +312,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
             Ok((read_back::<bool, 4, Bool>("the mask", mask)?, dims))
         })
         .transpose()?;
-    let extras = host_extras(&call)?;
+    let terms = host_terms(&call)?;
     #[cfg(any(feature = "flex", feature = "ndarray"))]
     if call.kernel_in_place {
         let slot = || std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -359,7 +324,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
             shape,
             mask: mask
                 .map(|(values, shape)| std::sync::Arc::new(extension::HostMask { values, shape })),
-            extras: std::sync::Arc::new(extras),
+            terms: std::sync::Arc::new(terms),
             lse_out: lse_out.clone(),
             stats_out: stats_out.clone(),
         };
@@ -382,7 +347,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         }
         return Ok(output);
     }
-    host_copies(call, shape, mask, extras)
+    host_copies(call, shape, mask, terms)
 }
 
 /// The kernel on host copies of the tensors (any backend, inference).
@@ -390,7 +355,7 @@ fn host_copies(
     call: Call,
     shape: KernelShape,
     mask: Option<(Vec<bool>, [usize; 4])>,
-    extras: HostExtras,
+    terms: HostTerms,
 ) -> Result<AttentionOutput, AttentionError> {
     let (need_lse, need_stats) = (call.input.need_lse, call.input.need_row_stats);
     let dims = call.dims;
@@ -409,7 +374,7 @@ fn host_copies(
         input.key.into_data(),
         input.value.into_data(),
     );
-    let masking = extras.masking(
+    let masking = terms.masking(
         mask.as_ref().map(|(values, shape)| (&values[..], *shape)),
         bias.as_ref().map(|(values, shape)| (&values[..], *shape)),
     );

@@ -5,7 +5,7 @@
 use burn::backend::fusion::custom::TensorSpec;
 use burn::backend::ops::FloatTensorOps;
 use burn::backend::{
-    Backend, Dispatch, backend_extension,
+    Backend, Dispatch, ExtensionType, backend_extension,
     tensor::{FloatTensor, IntTensor},
 };
 use burn::prelude::*;
@@ -17,7 +17,10 @@ use cubecl::ir::{ElemType, FloatKind};
 use cubecl::prelude::{CubeCount, CubeDim};
 
 use super::backward::{flash_backward_dkdv, flash_backward_dq};
-use super::kernel::{ROW_STATS, UNITS, flash_forward};
+use super::config::{FlashConfig, ScalarsLaunch, TermsLaunch};
+use super::forward::flash_forward;
+use super::row_stats::ROW_STATS;
+use super::steps::UNITS;
 use super::tile::Tiling;
 
 /// Whether the dK/dV kernel unrolls its loops over d at every head size (the forward and dQ
@@ -59,8 +62,8 @@ pub(crate) struct CubeCall {
     pub causal: bool,
     /// The diagonal's offset (the causal alignment's).
     pub offset: i32,
-    /// Whether `extra` holds a bias and masks (else it is a placeholder).
-    pub has_extra: bool,
+    /// Whether the inputs' `bias` holds a bias or masks (else it is a placeholder).
+    pub has_bias: bool,
     /// Whether the segment ids are given (else they are placeholders).
     pub has_segments: bool,
     /// Whether ALiBi's slopes are given (else zeros).
@@ -76,29 +79,88 @@ pub(crate) struct CubeCall {
     pub stats: bool,
 }
 
+impl CubeCall {
+    /// The kernels' configuration for this call with `rows` rows per unit, writing neither
+    /// optional output (the launch sets `has_stats` or `write_scores`) and unrolling as the
+    /// tiling says.
+    fn config(&self, d_k: usize, d_v: usize, rows: usize) -> FlashConfig {
+        let Tiling {
+            tile_rows,
+            planes,
+            unroll,
+        } = self.tiling;
+        FlashConfig {
+            d_k,
+            d_v,
+            rows,
+            tile_rows,
+            planes,
+            unroll_d: unroll,
+            causal: self.causal,
+            has_left: self.window.0.is_some(),
+            has_right: self.window.1.is_some(),
+            capped: self.softcap.is_some(),
+            has_bias: self.has_bias,
+            has_segments: self.has_segments,
+            has_alibi: self.has_alibi,
+            has_sinks: false,
+            has_stats: false,
+            write_scores: false,
+        }
+    }
+
+    /// The kernels' [`Scalars`](super::config::Scalars) argument (the absent ones 0, or 1 for
+    /// the soft-cap).
+    fn scalars(&self) -> ScalarsLaunch {
+        let (left, right) = self.window;
+        ScalarsLaunch::new(
+            self.scale,
+            self.softcap.unwrap_or(1.0),
+            self.offset,
+            left.unwrap_or(0),
+            right.unwrap_or(0),
+        )
+    }
+}
+
+/// The inputs every op reads: q `[b, h, n, d_k]`, k `[b, h_kv, m, d_k]`, v `[b, h_kv, m, d_v]`
+/// in one float dtype, and the terms that add to or hide scores, each a placeholder the kernels
+/// do not read when absent ([`CubeCall::has_bias`], `has_segments`, `has_alibi`, `has_sinks`):
+/// the bias `[b|1, h|1, n|1, m]` (f32) with the masked keys at `config::HIDDEN` or −∞, the
+/// segment ids `[b, n]` and `[b, m]` (I32), ALiBi's slopes then the sinks `[2·h]` (f32).
+#[derive(ExtensionType, Debug, Clone)]
+#[extension_type(fusion)]
+pub(crate) struct FlashInputs<B: Backend> {
+    /// The queries.
+    pub q: FloatTensor<B>,
+    /// The keys.
+    pub k: FloatTensor<B>,
+    /// The values.
+    pub v: FloatTensor<B>,
+    /// The bias with the masks.
+    pub bias: FloatTensor<B>,
+    /// The queries' segment ids.
+    pub q_segments: IntTensor<B>,
+    /// The keys' segment ids.
+    pub k_segments: IntTensor<B>,
+    /// ALiBi's slopes, then the sinks.
+    pub per_head: FloatTensor<B>,
+}
+
 /// The output specs: context `[b, h, n, d_v]` in q's dtype, log-sum-exp `[b, h, n]` in f32 and
 /// the row statistics `[b, h, n, ROW_STATS]` in f32 (`[1, 1, 1, 1]` when not asked for).
-#[allow(clippy::too_many_arguments)]
 fn forward_meta(
-    q: &TensorSpec,
-    _k: &TensorSpec,
-    v: &TensorSpec,
-    _extra: &TensorSpec,
-    _q_segments: &TensorSpec,
-    _k_segments: &TensorSpec,
-    _slopes: &TensorSpec,
+    inputs: &FlashInputsMetadata,
     _bad_keys: &TensorSpec,
     _bad_queries: &TensorSpec,
     call: &CubeCall,
 ) -> (TensorSpec, TensorSpec, TensorSpec) {
-    let (qd, vd) = (q.shape.clone(), v.shape.clone());
+    let (qd, vd) = (&inputs.q.shape, &inputs.v.shape);
+    let rows = [qd[0], qd[1], qd[2]];
     (
-        TensorSpec::new(Shape::new([qd[0], qd[1], qd[2], vd[3]]), q.dtype),
-        TensorSpec::new(Shape::new([qd[0], qd[1], qd[2]]), DType::F32),
-        TensorSpec::new(
-            Shape::new(stats_shape(call, [qd[0], qd[1], qd[2]])),
-            DType::F32,
-        ),
+        TensorSpec::new(Shape::new([qd[0], qd[1], qd[2], vd[3]]), inputs.q.dtype),
+        TensorSpec::new(Shape::new(rows), DType::F32),
+        TensorSpec::new(Shape::new(stats_shape(call, rows)), DType::F32),
     )
 }
 
@@ -111,61 +173,39 @@ fn stats_shape(call: &CubeCall, [b, h, n]: [usize; 3]) -> [usize; 4] {
     }
 }
 
+/// The score gradient's shape: `[b, h, n, m]`, or `[1, 1, 1, 1]` when not asked for.
+fn scores_shape(want: bool, [b, h, n]: [usize; 3], m: usize) -> [usize; 4] {
+    if want { [b, h, n, m] } else { [1, 1, 1, 1] }
+}
+
 /// The gradient specs: dQ, dK, dV shaped like q, k, v, and the score gradient `[b, h, n, m]`
 /// in f32 (`[1, 1, 1, 1]` when not asked for).
-#[allow(clippy::too_many_arguments)]
 fn backward_meta(
-    q: &TensorSpec,
-    k: &TensorSpec,
-    v: &TensorSpec,
-    _extra: &TensorSpec,
-    _q_segments: &TensorSpec,
-    _k_segments: &TensorSpec,
-    _slopes: &TensorSpec,
+    inputs: &FlashInputsMetadata,
     _out: &TensorSpec,
     _lse: &TensorSpec,
     _d_out: &TensorSpec,
     _call: &CubeCall,
     want_scores: &bool,
 ) -> (TensorSpec, TensorSpec, TensorSpec, TensorSpec) {
-    (
-        q.clone(),
-        k.clone(),
-        v.clone(),
-        scores_spec(q, k, *want_scores),
-    )
-}
-
-/// The score gradient's spec.
-fn scores_spec(q: &TensorSpec, k: &TensorSpec, want: bool) -> TensorSpec {
-    let shape = if want {
-        Shape::new([q.shape[0], q.shape[1], q.shape[2], k.shape[2]])
-    } else {
-        Shape::new([1, 1, 1, 1])
-    };
-    TensorSpec::new(shape, DType::F32)
+    let (q, k) = (&inputs.q, &inputs.k);
+    let rows = [q.shape[0], q.shape[1], q.shape[2]];
+    let scores = scores_shape(*want_scores, rows, k.shape[2]);
+    let scores = TensorSpec::new(Shape::new(scores), DType::F32);
+    (q.clone(), k.clone(), inputs.v.clone(), scores)
 }
 
 /// The ops. Calling them on a backend that is not listed panics: `super::blocker` refuses those.
 #[backend_extension(Cube, Fusion, Autodiff)]
 pub(crate) trait CubeKernelBackend: Backend {
-    /// (context `[b, h, n, d_v]` in q's dtype, log-sum-exp `[b, h, n]` in f32, +3e38 for a row
-    /// with no visible key, row statistics `[b, h, n, ROW_STATS]` in f32 when `call.stats`); `extra` `[b|1, h|1, n|1, m]` (f32) is the bias with the masked keys
-    /// at −3e38 or −∞, `q_segments [b, n]` and `k_segments [b, m]` (I32) the segment ids and
-    /// `slopes [2·h]` (f32) ALiBi's slopes then the sinks (zeros where absent);
-    /// `bad_keys [b, h_kv, m]` and `bad_queries [b, h, n]` (f32) are 1 where q, k or v held a
-    /// non-finite value (zeroed before the call): such rows get the log-sum-exp
-    /// `kernel::POISONED`.
-    #[allow(clippy::too_many_arguments)]
+    /// (context `[b, h, n, d_v]` in q's dtype, log-sum-exp `[b, h, n]` in f32, `config::NO_KEY`
+    /// for a row with no visible key, row statistics `[b, h, n, ROW_STATS]` in f32 when
+    /// `call.stats`); `bad_keys [b, h_kv, m]` and `bad_queries [b, h, n]` (f32) are 1 where q, k
+    /// or v held a non-finite value (zeroed before the call): such rows get the log-sum-exp
+    /// `config::POISONED`.
     #[fusion(meta = forward_meta)]
     fn cube_kernel_forward(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        extra: FloatTensor<Self>,
-        q_segments: IntTensor<Self>,
-        k_segments: IntTensor<Self>,
-        slopes: FloatTensor<Self>,
+        #[extension_type] inputs: FlashInputs<Self>,
         bad_keys: FloatTensor<Self>,
         bad_queries: FloatTensor<Self>,
         call: CubeCall,
@@ -173,18 +213,11 @@ pub(crate) trait CubeKernelBackend: Backend {
 
     /// (dQ, dK, dV, dS) of the forward pass with the same inputs, from its output `out`, its
     /// log-sum-exp and the output's gradient `d_out`; dS `[b, h, n, m]` is the gradient of the
-    /// scores after the soft-cap (that of `extra`, f32) when `want_scores`, else a `[1, 1, 1, 1]`
-    /// zero.
-    #[allow(clippy::too_many_arguments)]
+    /// scores after the soft-cap (that of the bias, f32) when `want_scores`, else a
+    /// `[1, 1, 1, 1]` zero.
     #[fusion(meta = backward_meta)]
     fn cube_kernel_backward(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        extra: FloatTensor<Self>,
-        q_segments: IntTensor<Self>,
-        k_segments: IntTensor<Self>,
-        slopes: FloatTensor<Self>,
+        #[extension_type] inputs: FlashInputs<Self>,
         out: FloatTensor<Self>,
         lse: FloatTensor<Self>,
         d_out: FloatTensor<Self>,
@@ -198,98 +231,78 @@ pub(crate) trait CubeKernelBackend: Backend {
     );
 }
 
+impl FlashInputs<CubeBackend> {
+    /// Every input made contiguous (the kernels index them row-major).
+    fn contiguous(self) -> Self {
+        Self {
+            q: into_contiguous(self.q),
+            k: into_contiguous(self.k),
+            v: into_contiguous(self.v),
+            bias: into_contiguous(self.bias),
+            q_segments: into_contiguous(self.q_segments),
+            k_segments: into_contiguous(self.k_segments),
+            per_head: into_contiguous(self.per_head),
+        }
+    }
+
+    /// The kernels' [`Terms`](super::config::Terms) argument.
+    fn terms(&self) -> TermsLaunch {
+        TermsLaunch::new(
+            self.bias.clone().into_tensor_arg(),
+            self.q_segments.clone().into_tensor_arg(),
+            self.k_segments.clone().into_tensor_arg(),
+            self.per_head.clone().into_tensor_arg(),
+        )
+    }
+}
+
 impl CubeKernelBackend for CubeBackend {
     fn cube_kernel_forward(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        extra: FloatTensor<Self>,
-        q_segments: IntTensor<Self>,
-        k_segments: IntTensor<Self>,
-        slopes: FloatTensor<Self>,
+        inputs: FlashInputs<Self>,
         bad_keys: FloatTensor<Self>,
         bad_queries: FloatTensor<Self>,
         call: CubeCall,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
-        let extra = into_contiguous(extra);
+        let inputs = inputs.contiguous();
         let (bad_keys, bad_queries) = (into_contiguous(bad_keys), into_contiguous(bad_queries));
-        let (q_segments, k_segments) = (into_contiguous(q_segments), into_contiguous(k_segments));
-        let slopes = into_contiguous(slopes);
-        let [b, h, n, d_k] = q.meta.shape.dims::<4>();
-        let d_v = v.meta.shape.dims::<4>()[3];
-        let client = q.client.clone();
-        let (device, dtype) = (q.device.clone(), q.dtype);
-        let context = empty_device_dtype(
-            client.clone(),
-            device.clone(),
-            Shape::new([b, h, n, d_v]),
-            dtype,
-        );
-        let lse = empty_device_dtype(
-            client.clone(),
-            device.clone(),
-            Shape::new([b, h, n]),
-            DType::F32,
-        );
-        let stats = empty_device_dtype(
-            client.clone(),
-            device,
-            Shape::new(stats_shape(&call, [b, h, n])),
-            DType::F32,
-        );
-        let tiling = call.tiling;
-        let rows = tiling.unit_rows(n, d_k.max(d_v));
-        let (left, right) = call.window;
+        let [b, h, n, d_k] = inputs.q.meta.shape.dims::<4>();
+        let d_v = inputs.v.meta.shape.dims::<4>()[3];
+        let client = inputs.q.client.clone();
+        let (device, dtype) = (inputs.q.device.clone(), inputs.q.dtype);
+        let empty =
+            |shape: Shape, dtype| empty_device_dtype(client.clone(), device.clone(), shape, dtype);
+        let context = empty(Shape::new([b, h, n, d_v]), dtype);
+        let lse = empty(Shape::new([b, h, n]), DType::F32);
+        let stats = empty(Shape::new(stats_shape(&call, [b, h, n])), DType::F32);
+        let rows = call.tiling.unit_rows(n, d_k.max(d_v));
+        let config = FlashConfig {
+            has_sinks: call.has_sinks,
+            has_stats: call.stats,
+            ..call.config(d_k, d_v, rows)
+        };
+        let terms = inputs.terms();
         flash_forward::launch(
             &client,
             grid(n.div_ceil(UNITS * rows), b * h),
             CubeDim::new_1d(UNITS as u32),
-            q.into_tensor_arg(),
-            k.into_tensor_arg(),
-            v.into_tensor_arg(),
-            extra.into_tensor_arg(),
-            q_segments.into_tensor_arg(),
-            k_segments.into_tensor_arg(),
-            slopes.into_tensor_arg(),
+            inputs.q.into_tensor_arg(),
+            inputs.k.into_tensor_arg(),
+            inputs.v.into_tensor_arg(),
+            terms,
             bad_keys.into_tensor_arg(),
             bad_queries.into_tensor_arg(),
             context.clone().into_tensor_arg(),
             lse.clone().into_tensor_arg(),
             stats.clone().into_tensor_arg(),
-            call.scale,
-            call.softcap.unwrap_or(1.0),
-            call.offset,
-            left.unwrap_or(0),
-            right.unwrap_or(0),
-            d_k,
-            d_v,
-            rows,
-            tiling.tile_rows,
-            tiling.planes,
-            tiling.unroll,
-            call.causal,
-            left.is_some(),
-            right.is_some(),
-            call.softcap.is_some(),
-            call.has_extra,
-            call.has_segments,
-            call.has_alibi,
-            call.has_sinks,
-            call.stats,
+            call.scalars(),
+            config,
             storage(dtype),
         );
         (context, lse, stats)
     }
 
     fn cube_kernel_backward(
-        q: FloatTensor<Self>,
-        k: FloatTensor<Self>,
-        v: FloatTensor<Self>,
-        extra: FloatTensor<Self>,
-        q_segments: IntTensor<Self>,
-        k_segments: IntTensor<Self>,
-        slopes: FloatTensor<Self>,
+        inputs: FlashInputs<Self>,
         out: FloatTensor<Self>,
         lse: FloatTensor<Self>,
         d_out: FloatTensor<Self>,
@@ -301,22 +314,16 @@ impl CubeKernelBackend for CubeBackend {
         FloatTensor<Self>,
         FloatTensor<Self>,
     ) {
-        let [b, h, n, d_k] = q.meta.shape.dims::<4>();
-        let [_, h_kv, m, d_v] = v.meta.shape.dims::<4>();
+        let [b, h, n, d_k] = inputs.q.meta.shape.dims::<4>();
+        let [_, h_kv, m, d_v] = inputs.v.meta.shape.dims::<4>();
         // D = rowsum(dO ∘ O) in f32: [b, h, n, d_v] -> [b, h, n, 1] -> [b, h, n]
         let to_f32 = |x| Self::float_cast(x, FloatDType::F32);
         let delta = Self::float_sum_dim(Self::float_mul(to_f32(d_out.clone()), to_f32(out)), 3);
         let delta = into_contiguous(Self::float_reshape(delta, Shape::new([b, h, n])));
-        let (q, k, v) = (into_contiguous(q), into_contiguous(k), into_contiguous(v));
-        let (extra, lse, d_out) = (
-            into_contiguous(extra),
-            into_contiguous(lse),
-            into_contiguous(d_out),
-        );
-        let (q_segments, k_segments) = (into_contiguous(q_segments), into_contiguous(k_segments));
-        let slopes = into_contiguous(slopes);
-        let client = q.client.clone();
-        let (device, dtype) = (q.device.clone(), q.dtype);
+        let inputs = inputs.contiguous();
+        let (lse, d_out) = (into_contiguous(lse), into_contiguous(d_out));
+        let client = inputs.q.client.clone();
+        let (device, dtype) = (inputs.q.device.clone(), inputs.q.dtype);
         let empty = |shape: [usize; 4]| {
             empty_device_dtype(client.clone(), device.clone(), Shape::new(shape), dtype)
         };
@@ -325,130 +332,69 @@ impl CubeKernelBackend for CubeBackend {
             empty([b, h_kv, m, d_k]),
             empty([b, h_kv, m, d_v]),
         );
-        let scores_shape = if want_scores {
-            [b, h, n, m]
-        } else {
-            [1, 1, 1, 1]
-        };
-        let d_scores = Self::float_zeros(Shape::new(scores_shape), &device, FloatDType::F32);
-        let (left, right) = call.window;
-        let tiling = call.tiling;
+        let scores_shape = Shape::new(scores_shape(want_scores, [b, h, n], m));
+        let d_scores = Self::float_zeros(scores_shape, &device, FloatDType::F32);
         let d = d_k.max(d_v);
-        let (dq_rows, dkdv_rows) = (tiling.unit_rows(n, d), tiling.unit_rows(m, d));
+        let (dq_rows, dkdv_rows) = (call.tiling.unit_rows(n, d), call.tiling.unit_rows(m, d));
+        let dq_config = FlashConfig {
+            write_scores: want_scores,
+            ..call.config(d_k, d_v, dq_rows)
+        };
+        let dkdv_config = FlashConfig {
+            unroll_d: DKDV_UNROLLED,
+            ..call.config(d_k, d_v, dkdv_rows)
+        };
+        let arg = |t: &FloatTensor<Self>| t.clone().into_tensor_arg();
         flash_backward_dq::launch(
             &client,
             grid(n.div_ceil(UNITS * dq_rows), b * h),
             CubeDim::new_1d(UNITS as u32),
-            q.clone().into_tensor_arg(),
-            k.clone().into_tensor_arg(),
-            v.clone().into_tensor_arg(),
-            extra.clone().into_tensor_arg(),
-            q_segments.clone().into_tensor_arg(),
-            k_segments.clone().into_tensor_arg(),
-            slopes.clone().into_tensor_arg(),
-            d_out.clone().into_tensor_arg(),
-            lse.clone().into_tensor_arg(),
-            delta.clone().into_tensor_arg(),
-            dq.clone().into_tensor_arg(),
-            d_scores.clone().into_tensor_arg(),
-            call.scale,
-            call.softcap.unwrap_or(1.0),
-            call.offset,
-            left.unwrap_or(0),
-            right.unwrap_or(0),
-            d_k,
-            d_v,
-            dq_rows,
-            tiling.tile_rows,
-            tiling.planes,
-            tiling.unroll,
-            call.causal,
-            left.is_some(),
-            right.is_some(),
-            call.softcap.is_some(),
-            call.has_extra,
-            call.has_segments,
-            call.has_alibi,
-            want_scores,
+            arg(&inputs.q),
+            arg(&inputs.k),
+            arg(&inputs.v),
+            inputs.terms(),
+            arg(&d_out),
+            arg(&lse),
+            arg(&delta),
+            arg(&dq),
+            arg(&d_scores),
+            call.scalars(),
+            dq_config,
             storage(dtype),
         );
         flash_backward_dkdv::launch(
             &client,
             grid(m.div_ceil(UNITS * dkdv_rows), b * h_kv),
             CubeDim::new_1d(UNITS as u32),
-            q.into_tensor_arg(),
-            k.into_tensor_arg(),
-            v.into_tensor_arg(),
-            extra.into_tensor_arg(),
-            q_segments.into_tensor_arg(),
-            k_segments.into_tensor_arg(),
-            slopes.into_tensor_arg(),
-            d_out.into_tensor_arg(),
-            lse.into_tensor_arg(),
-            delta.into_tensor_arg(),
-            dk.clone().into_tensor_arg(),
-            dv.clone().into_tensor_arg(),
-            call.scale,
-            call.softcap.unwrap_or(1.0),
-            call.offset,
-            left.unwrap_or(0),
-            right.unwrap_or(0),
-            d_k,
-            d_v,
-            dkdv_rows,
-            tiling.tile_rows,
-            tiling.planes,
-            DKDV_UNROLLED,
-            call.causal,
-            left.is_some(),
-            right.is_some(),
-            call.softcap.is_some(),
-            call.has_extra,
-            call.has_segments,
-            call.has_alibi,
+            arg(&inputs.q),
+            arg(&inputs.k),
+            arg(&inputs.v),
+            inputs.terms(),
+            arg(&d_out),
+            arg(&lse),
+            arg(&delta),
+            arg(&dk),
+            arg(&dv),
+            call.scalars(),
+            dkdv_config,
             storage(dtype),
         );
         (dq, dk, dv, d_scores)
     }
 }
 
-/// The extra inputs of one call besides q, k, v: the bias (f32, with the masks), the segment
-/// ids (I32), ALiBi's slopes and the sinks (f32), each a placeholder the kernels do not read
-/// when absent (`CubeCall::has_extra`, `has_segments`, `has_alibi`, `has_sinks`).
-pub(crate) struct Extras {
-    /// `[b|1, h|1, n|1, m]`.
-    pub extra: Tensor<4>,
-    /// `[b, n]`.
-    pub q_segments: Tensor<2, Int>,
-    /// `[b, m]`.
-    pub k_segments: Tensor<2, Int>,
-    /// `[2·h]`: ALiBi's slopes, then the attention sinks (zeros where absent).
-    pub slopes: Tensor<1>,
-    /// `[b, h_kv, m]`, 1 where a key or value row held a non-finite value.
-    pub bad_keys: Tensor<3>,
-    /// `[b, h, n]`, 1 where a query row did.
-    pub bad_queries: Tensor<3>,
-}
-
 /// Runs the op on tensors of a Cube (or Fusion over Cube) device: (context, log-sum-exp in f32,
 /// row statistics `[b, h, n, ROW_STATS]` in f32 when `call.stats`).
 pub(crate) fn forward(
-    q: Tensor<4>,
-    k: Tensor<4>,
-    v: Tensor<4>,
-    extras: Extras,
+    inputs: FlashInputs<Dispatch>,
+    bad_keys: Tensor<3>,
+    bad_queries: Tensor<3>,
     call: CubeCall,
 ) -> (Tensor<4>, Tensor<3>, Option<Tensor<4>>) {
     let (context, lse, stats) = <Dispatch as CubeKernelBackend>::cube_kernel_forward(
-        q.into_dispatch(),
-        k.into_dispatch(),
-        v.into_dispatch(),
-        extras.extra.into_dispatch(),
-        extras.q_segments.into_dispatch(),
-        extras.k_segments.into_dispatch(),
-        extras.slopes.into_dispatch(),
-        extras.bad_keys.into_dispatch(),
-        extras.bad_queries.into_dispatch(),
+        inputs,
+        bad_keys.into_dispatch(),
+        bad_queries.into_dispatch(),
         call,
     );
     (

@@ -1,5 +1,5 @@
 //! The flash kernel in CubeCL for Burn's CubeCL backends (wgpu, CUDA, ROCm, Metal), through the
-//! backend extension, forward (`kernel.rs`) and backward (`backward.rs`, FlashAttention-2, no
+//! backend extension, forward (`forward.rs`) and backward (`backward.rs`, FlashAttention-2, no
 //! atomics), registered for `Cube`, `Fusion` (`extension.rs`) and `Autodiff` over them
 //! (`autodiff.rs`). The module's semantics: scale, soft-cap, causal masking in both alignments,
 //! windows, grouped-query heads, padding, masks and biases in any broadcast shape (with the
@@ -8,22 +8,35 @@
 //! has the type, always computed in f32. Head sizes up to 512, d_k ≠ d_v included, in tiles
 //! sized from the device's shared memory (`tile.rs`); a call no tiling serves is refused by the
 //! blocker. Not yet: tile sizes measured on a GPU (the rows per unit were measured on lavapipe).
+//!
+//! The three kernels share one shape (cubek's blueprint): a compile-time [`FlashConfig`]
+//! (`config.rs`, with the runtime scalars and the score terms as one launch argument each, and
+//! the sentinel values), the steps they are built from (`steps.rs`: the grid, the tiles, the
+//! register loops over d), the blocks a cube owns (`blocks.rs`) and what a (query, key) pair
+//! sees (`pair.rs`); the forward pass's row statistics are `row_stats.rs`.
+//!
+//! [`FlashConfig`]: config::FlashConfig
 
 mod autodiff;
 mod backward;
-mod bias;
+mod blocks;
+mod config;
 mod extension;
-pub(crate) mod kernel;
+mod forward;
+mod pair;
 mod row_stats;
+mod steps;
 mod tile;
 
 use std::borrow::Cow;
 
-use burn::backend::DispatchDevice;
+use burn::backend::{Dispatch, DispatchDevice};
 use burn::tensor::{DType, FloatDType, IntDType};
 
 use burn::prelude::*;
 
+use self::config::{HIDDEN, SENTINEL_FLOOR, SENTINEL_SPLIT};
+use self::extension::FlashInputs;
 use super::call::Call;
 use crate::error::AttentionError;
 use crate::input::AttentionOutput;
@@ -83,15 +96,16 @@ fn basic_blocker(call: &Call) -> Option<&'static str> {
     }
 }
 
-/// The bias `[b|1, h|1, n|1, m]` (f32) the kernel adds to the soft-capped scores, with every key
-/// the padding mask or the mask hides at −3e38 (the kernels' `HIDDEN`, below [`bias::MASKED`]): `None` when there is none of
-/// them. (Segments and ALiBi are not in it: the kernels compute them key by key.)
-fn extra(call: &Call) -> Option<Tensor<4>> {
+/// The bias `[b|1, h|1, n|1, m]` (f32) the kernels add to the soft-capped scores, with every
+/// key the padding mask or the mask hides at [`HIDDEN`] (the kernels hide a key whose entry is at
+/// or below `config::MASKED`): `None` when there is neither a bias nor a mask. (Segments and
+/// ALiBi are not in it: the kernels compute them key by key.)
+fn masked_bias(call: &Call) -> Option<Tensor<4>> {
     let input = &call.input;
     let [_, _, _, m] = call.dims.scores_shape();
     let hidden = user_mask(input);
     // The kernels compute in f32: a bias of another dtype is widened (its gradient flows back
-    // through the cast), and −3e38 would not fit in f16.
+    // through the cast), and HIDDEN would not fit in f16.
     let bias = input.bias.clone().map(|bias| bias.cast(FloatDType::F32));
     match (bias, hidden) {
         (None, None) => None,
@@ -101,7 +115,7 @@ fn extra(call: &Call) -> Option<Tensor<4>> {
                 bias.unwrap_or_else(|| Tensor::zeros([1, 1, 1, m], (&hidden.device(), DType::F32)));
             let (db, dh) = (bias.dims(), hidden.dims());
             let shape: [usize; 4] = core::array::from_fn(|i| db[i].max(dh[i]));
-            Some(bias.expand(shape).mask_fill(hidden.expand(shape), -3.0e38))
+            Some(bias.expand(shape).mask_fill(hidden.expand(shape), HIDDEN))
         }
     }
 }
@@ -121,17 +135,12 @@ fn flags(t: Tensor<3, Bool>) -> Tensor<3> {
     t.float().cast(FloatDType::F32)
 }
 
-/// The inputs the kernels read besides q, k, v (whose non-finite rows `bad_keys` and
-/// `bad_queries` flag), with the flags that say which of the bias, segments, slopes and sinks
-/// are real.
-fn extras(
-    call: &Call,
-    bad_keys: Tensor<3>,
-    bad_queries: Tensor<3>,
-) -> (extension::Extras, [bool; 4]) {
+/// The kernels' inputs: q, k and v (sanitized by the caller) and the terms that add to or hide
+/// scores, with the flags that say which of the bias, segments, slopes and sinks are real.
+fn flash_inputs(call: &Call, [q, k, v]: [Tensor<4>; 3]) -> (FlashInputs<Dispatch>, [bool; 4]) {
     let input = &call.input;
     let device = input.query.device();
-    let extra = extra(call);
+    let bias = masked_bias(call);
     let segments = input.segments.as_ref().map(|segments| {
         (
             segments.query.clone().cast(IntDType::I32),
@@ -139,17 +148,12 @@ fn extras(
         )
     });
     let h = call.dims.n_heads;
-    let slopes = input
-        .alibi_slopes
-        .as_ref()
-        .map(|slopes| slopes.clone().detach().cast(FloatDType::F32));
-    // Constants for the forward kernel: the sinks' gradient is attached by `paths::run`.
-    let sinks = input
-        .sinks
-        .as_ref()
-        .map(|sinks| sinks.clone().detach().cast(FloatDType::F32));
+    // Constants for the kernels: the sinks' gradient is attached by `paths::run`.
+    let constant = |t: &Tensor<1>| t.clone().detach().cast(FloatDType::F32);
+    let slopes = input.alibi_slopes.as_ref().map(constant);
+    let sinks = input.sinks.as_ref().map(constant);
     let present = [
-        extra.is_some(),
+        bias.is_some(),
         segments.is_some(),
         slopes.is_some(),
         sinks.is_some(),
@@ -162,21 +166,23 @@ fn extras(
     );
     let no_ids = || Tensor::<2, Int>::zeros([1, 1], (&device, DType::I32));
     let (q_segments, k_segments) = segments.unwrap_or_else(|| (no_ids(), no_ids()));
-    let extras = extension::Extras {
-        extra: extra.unwrap_or_else(|| Tensor::zeros([1, 1, 1, 1], (&device, DType::F32))),
-        q_segments,
-        k_segments,
-        slopes: per_head,
-        bad_keys,
-        bad_queries,
+    let bias = bias.unwrap_or_else(|| Tensor::zeros([1, 1, 1, 1], (&device, DType::F32)));
+    let inputs = FlashInputs {
+        q: q.into_dispatch(),
+        k: k.into_dispatch(),
+        v: v.into_dispatch(),
+        bias: bias.into_dispatch(),
+        q_segments: q_segments.into_dispatch(),
+        k_segments: k_segments.into_dispatch(),
+        per_head: per_head.into_dispatch(),
     };
-    (extras, present)
+    (inputs, present)
 }
 
 /// Runs the kernel, with the module's policy for non-finite inputs (see `paths/nonfinite.rs`)
 /// applied key by key: q, k and v go in with their non-finite values zeroed and their bad rows
 /// flagged; the kernel marks the rows that see a bad key, a NaN or +∞ bias entry, or that see a
-/// key with a bad query (`kernel::POISONED`), and their context becomes NaN here (constants:
+/// key with a bad query (`config::POISONED`), and their context becomes NaN here (constants:
 /// no gradient flows through them). No `[n, m]` tensor is built for it.
 pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
     let tiling = tiling(&call).map_err(|reason| AttentionError::Unsupported {
@@ -192,7 +198,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         softcap: call.softcap.map(|c| c as f32),
         causal: call.input.causal,
         offset: to_i32(offset),
-        has_extra: false,
+        has_bias: false,
         has_segments: false,
         has_alibi: false,
         has_sinks: false,
@@ -209,26 +215,23 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
     let (query, bad_queries) = sanitized(call.input.query.clone());
     let (key, bad_key_rows) = sanitized(call.input.key.clone());
     let (value, bad_value_rows) = sanitized(call.input.value.clone());
-    let (extras, [has_extra, has_segments, has_alibi, has_sinks]) = extras(
-        &call,
-        flags(bad_key_rows.bool_or(bad_value_rows)),
-        flags(bad_queries),
-    );
+    let (inputs, [has_bias, has_segments, has_alibi, has_sinks]) =
+        flash_inputs(&call, [query, key, value]);
     let cube_call = extension::CubeCall {
-        has_extra,
+        has_bias,
         has_segments,
         has_alibi,
         has_sinks,
         ..cube_call
     };
-    let dtype = query.dtype();
-    let (context, lse, stats) = extension::forward(query, key, value, extras, cube_call);
-    // Between the kernel's two sentinels: poisoned (2e38); above: no visible key (3e38).
-    let split = kernel::POISONED / 2.0 + kernel::NO_KEY / 2.0;
+    let dtype = call.input.query.dtype();
+    let bad_keys = flags(bad_key_rows.bool_or(bad_value_rows));
+    let (context, lse, stats) = extension::forward(inputs, bad_keys, flags(bad_queries), cube_call);
+    // Between the kernels' two sentinels: poisoned; above: no visible key.
     let poisoned = lse
         .clone()
-        .greater_elem(1.0e38)
-        .bool_and(lse.clone().lower_elem(split));
+        .greater_elem(SENTINEL_FLOOR)
+        .bool_and(lse.clone().lower_elem(SENTINEL_SPLIT));
     let d_v = context.dims()[3];
     // [b, h, n] -> [b, h, n, 1] -> [b, h, n, d_v]
     let poisoned_rows = poisoned
@@ -238,7 +241,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
     let mut output = AttentionOutput::from_context(context.mask_fill(poisoned_rows, f32::NAN));
     // The kernel's no-key sentinel is the module's −∞, a poisoned row's log-sum-exp NaN (as
     // from the CPU kernel); it comes back in the queries' dtype, as from the other paths.
-    let no_key = lse.clone().greater_elem(split);
+    let no_key = lse.clone().greater_elem(SENTINEL_SPLIT);
     let lse = lse
         .mask_fill(no_key, f32::NEG_INFINITY)
         .mask_fill(poisoned.clone(), f32::NAN);
@@ -252,7 +255,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
 }
 
 /// The module's row statistics from the kernel's `[b, h, n, ROW_STATS]` (see
-/// [`kernel::ROW_STATS`]), the log-sum-exp (sentinels already mapped) and the poisoned rows.
+/// [`row_stats::ROW_STATS`]), the log-sum-exp (sentinels already mapped) and the poisoned rows.
 fn row_stats(stats: Tensor<4>, lse: Tensor<3>, poisoned: Tensor<3, Bool>) -> crate::RowStats {
     crate::RowStats::from_packed(stats, lse).poisoned(poisoned)
 }
