@@ -258,13 +258,14 @@ pub trait Experiment: Sync {
 fn decode<T: DeserializeOwned>(
     experiment: &str,
     id: &str,
-    what: &str,
+    what: &'static str,
     value: &serde_json::Value,
 ) -> Result<T, LabError> {
-    T::deserialize(value).map_err(|e| {
-        LabError::Other(format!(
-            "{experiment}: cell {id}: its saved {what} cannot be read back: {e}"
-        ))
+    T::deserialize(value).map_err(|e| LabError::UnreadableCell {
+        experiment: experiment.to_string(),
+        id: id.to_string(),
+        what,
+        message: e.to_string(),
     })
 }
 
@@ -275,10 +276,13 @@ fn encode<T: Serialize>(
 ) -> Result<serde_json::Value, LabError> {
     // Through the text, as it is saved: a fresh result is analyzed from the same bits as a
     // cached one.
-    let text = serde_json::to_string(value)
-        .map_err(|e| LabError::Other(format!("{experiment}: cell {id}: cannot save it: {e}")))?;
-    serde_json::from_str(&text)
-        .map_err(|e| LabError::Other(format!("{experiment}: cell {id}: cannot save it: {e}")))
+    let unsavable = |e: serde_json::Error| LabError::UnsavableCell {
+        experiment: experiment.to_string(),
+        id: id.to_string(),
+        message: e.to_string(),
+    };
+    let text = serde_json::to_string(value).map_err(unsavable)?;
+    serde_json::from_str(&text).map_err(unsavable)
 }
 
 /// The cells of an experiment, with its own types.
@@ -360,11 +364,9 @@ impl<S: Stages> Experiment for S {
         let measured = typed(self, cells)?;
         let analysis = self.analyze(plan, &measured);
         let markdown = self.render(&analysis.data, canvas)?;
-        let data = serde_json::to_value(&analysis.data).map_err(|e| {
-            LabError::Other(format!(
-                "{}: cannot serialize its analysis: {e}",
-                Stages::name(self)
-            ))
+        let data = serde_json::to_value(&analysis.data).map_err(|e| LabError::Serialize {
+            what: format!("the analysis of {}", Stages::name(self)),
+            message: e.to_string(),
         })?;
         Ok(Finished {
             claims: analysis.claims,

@@ -160,10 +160,10 @@ fn one_draw(
             .need_weights()
             .need_scores(),
     )?;
-    let weights = out
-        .weights
-        .clone()
-        .ok_or_else(|| LabError::Other("no weights".into()))?;
+    let weights = out.weights.clone().ok_or_else(|| LabError::Missing {
+        from: "the attention module",
+        what: "weights".into(),
+    })?;
     let diag = attention_diagnostics(weights.clone(), None, out.scores)?.mean();
     let keys = scalar(weights.greater_elem(1e-3).float().sum_dim(3).mean())?;
     Ok(DrawValues {

@@ -84,9 +84,10 @@ fn forward(
                 .with_implementation(Implementation::Naive)
                 .try_init()?;
             let out = attn.try_forward(input.need_weights())?;
-            let w = out
-                .weights
-                .ok_or_else(|| LabError::Other("no weights".into()))?;
+            let w = out.weights.ok_or_else(|| LabError::Missing {
+                from: "the attention module",
+                what: "weights".into(),
+            })?;
             Ok(to_vec(out.context.slice(s![0..1, 0..1, 0..1, 0..1]))?[0]
                 + to_vec(w.slice(s![0..1, 0..1, 0..1, 0..1]))?[0])
         }

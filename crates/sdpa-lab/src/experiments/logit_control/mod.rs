@@ -113,14 +113,25 @@ fn measure_draw(
             .need_weights()
             .need_scores(),
     )?;
-    let missing = |what: &str| LabError::Other(format!("no {what} from the attention"));
-    let weights = out.weights.ok_or_else(|| missing("weights"))?;
-    let scores = out.scores.ok_or_else(|| missing("scores"))?;
+    let missing = |from: &'static str, what: &str| LabError::Missing {
+        from,
+        what: what.to_string(),
+    };
+    let weights = out
+        .weights
+        .ok_or_else(|| missing("the attention module", "weights"))?;
+    let scores = out
+        .scores
+        .ok_or_else(|| missing("the attention module", "scores"))?;
     let grads = (out.context * tensor(gd, [1, 1, n, d_k], &device))
         .sum()
         .backward();
-    let ds = bias.grad(&grads).ok_or_else(|| missing("logit gradient"))?;
-    let dq = q.grad(&grads).ok_or_else(|| missing("query gradient"))?;
+    let ds = bias
+        .grad(&grads)
+        .ok_or_else(|| missing("autodiff", "logit gradient"))?;
+    let dq = q
+        .grad(&grads)
+        .ok_or_else(|| missing("autodiff", "query gradient"))?;
     let share_keys = share_of_keys_with_gradient(ds)?;
     let logits = to_vec(scores.without_autodiff())?;
     let p = to_vec(weights.without_autodiff())?;
