@@ -134,7 +134,19 @@ impl<D> Analysis<D> {
     }
 }
 
-/// An experiment in its four stages, with its own types.
+/// An experiment's *analyze*: every cell → tables and claims (pure).
+pub type AnalyzeFn<S> = fn(
+    &Plan,
+    &[Measured<<S as Stages>::Config, <S as Stages>::Result>],
+) -> Analysis<<S as Stages>::Data>;
+
+/// An experiment's *render*: the analysis → the Markdown section (without its heading and
+/// claims table), plus the CSV files and plots it writes through the [`Canvas`].
+pub type RenderFn<S> = fn(&<S as Stages>::Data, &mut Canvas) -> Result<String, LabError>;
+
+/// An experiment in its four stages, with its own types. *Analyze* and *render* are the
+/// experiment's own functions (its `analyze` and `render::render`), named by
+/// [`Stages::ANALYZE`] and [`Stages::RENDER`].
 pub trait Stages: Sync {
     /// What determines one cell's result.
     type Config: Serialize + DeserializeOwned + Clone + Send + Sync;
@@ -142,6 +154,11 @@ pub trait Stages: Sync {
     type Result: Serialize + DeserializeOwned + Send;
     /// What `analyze` hands to `render` (and to `results.json`).
     type Data: Serialize;
+
+    /// Every cell → tables and claims (pure).
+    const ANALYZE: AnalyzeFn<Self>;
+    /// The analysis → the Markdown section, CSV files and plots.
+    const RENDER: RenderFn<Self>;
 
     /// The name used by `sdpa exp NAME` and in the report.
     fn name(&self) -> &'static str;
@@ -169,15 +186,6 @@ pub trait Stages: Sync {
     fn describe(&self, _config: &Self::Config, _result: &Self::Result) -> String {
         String::new()
     }
-    /// Every cell → tables and claims (pure).
-    fn analyze(
-        &self,
-        plan: &Plan,
-        cells: &[Measured<Self::Config, Self::Result>],
-    ) -> Analysis<Self::Data>;
-    /// The analysis → the Markdown section (without its heading and claims table), plus the
-    /// CSV files and plots it writes through `canvas`.
-    fn render(&self, data: &Self::Data, canvas: &mut Canvas) -> Result<String, LabError>;
 }
 
 /// A cell of a plan, its configuration as JSON.
@@ -362,8 +370,8 @@ impl<S: Stages> Experiment for S {
         canvas: &mut Canvas,
     ) -> Result<Finished, LabError> {
         let measured = typed(self, cells)?;
-        let analysis = self.analyze(plan, &measured);
-        let markdown = self.render(&analysis.data, canvas)?;
+        let analysis = (S::ANALYZE)(plan, &measured);
+        let markdown = (S::RENDER)(&analysis.data, canvas)?;
         let data = serde_json::to_value(&analysis.data).map_err(|e| LabError::Serialize {
             what: format!("the analysis of {}", Stages::name(self)),
             message: e.to_string(),

@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub use analyze::{LogitControlData, analyze};
 
 use crate::context::{Env, LabError, normal_vec, rng, scalar, tensor, to_vec};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 use crate::measures::attention::{
     analytic_jacobian_norms, mean_row_max, share_of_keys_with_gradient,
 };
@@ -166,6 +166,8 @@ impl Stages for LogitControl {
     type Config = LogitControlConfig;
     type Result = LogitControlResult;
     type Data = LogitControlData;
+    const ANALYZE: AnalyzeFn<Self> = |_, cells| analyze(cells);
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "logit-control"
@@ -215,17 +217,5 @@ impl Stages for LogitControl {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(LogitControlResult { draws })
-    }
-
-    fn analyze(
-        &self,
-        _: &Plan,
-        cells: &[Measured<LogitControlConfig, LogitControlResult>],
-    ) -> Analysis<LogitControlData> {
-        analyze(cells)
-    }
-
-    fn render(&self, data: &LogitControlData, canvas: &mut Canvas) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }
