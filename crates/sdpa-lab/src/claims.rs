@@ -3,7 +3,7 @@
 //!
 //! An experiment's `analyze` turns its measured cells into [`Claim`]s with a pure function, so
 //! that tests can feed it numbers that contradict a claim and watch it fail. A claim is the
-//! article's (it quotes the article's sentence, see [`crate::article`]) or the lab's own. Every
+//! article's (it quotes the article's sentence, see `article.rs`) or the lab's own. Every
 //! threshold, margin and level is an argument written beside the claim in the code, fixed before
 //! any run. The experiment's [`Verdict`] follows from all of its claims.
 

@@ -32,15 +32,9 @@ impl Env {
             .iter()
             .find(|b| b.name == name)
             .map(|b| &b.device)
-            .ok_or_else(|| {
-                LabError::Other(format!(
-                    "a cell asks for the {name} backend, which this run did not open (opened: {})",
-                    self.backends
-                        .iter()
-                        .map(|b| b.name.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))
+            .ok_or_else(|| LabError::BackendNotOpened {
+                name: name.to_string(),
+                opened: self.backends.iter().map(|b| b.name.clone()).collect(),
             })
     }
 }
@@ -66,7 +60,76 @@ pub enum LabError {
     /// command line answers this with exit code 2.
     #[error("{0}")]
     Usage(String),
-    /// Anything else, in words.
+    /// A cell asks for a backend this run did not open.
+    #[error(
+        "a cell asks for the {name} backend, which this run did not open (opened: {})",
+        .opened.join(", ")
+    )]
+    BackendNotOpened {
+        /// The backend the cell asks for.
+        name: String,
+        /// The backends this run opened.
+        opened: Vec<String>,
+    },
+    /// A computation did not give back what it was asked for (the attention's weights, a
+    /// gradient).
+    #[error("{from} gave no {what}")]
+    Missing {
+        /// What was asked (`the attention module`, `autodiff`).
+        from: &'static str,
+        /// What it did not give (`weights`, `gradient for Q`).
+        what: String,
+    },
+    /// A tensor read back to be one number held none.
+    #[error("an empty tensor where a number was expected")]
+    EmptyTensor,
+    /// Measuring a cell failed.
+    #[error("{experiment}: cell {id}: {error}")]
+    CellFailed {
+        /// The experiment.
+        experiment: String,
+        /// The cell's id.
+        id: String,
+        /// Why it failed.
+        error: Box<LabError>,
+    },
+    /// A cell's configuration or result could not be saved as JSON.
+    #[error("{experiment}: cell {id}: cannot save it: {message}")]
+    UnsavableCell {
+        /// The experiment.
+        experiment: String,
+        /// The cell's id.
+        id: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A saved cell does not read back as the experiment's types (saved by other code).
+    #[error("{experiment}: cell {id}: its saved {what} cannot be read back: {message}")]
+    UnreadableCell {
+        /// The experiment.
+        experiment: String,
+        /// The cell's id.
+        id: String,
+        /// What of it (`configuration`, `result`, `record`).
+        what: &'static str,
+        /// What went wrong.
+        message: String,
+    },
+    /// A value could not be serialized to JSON (an analysis, `run.json`, the report).
+    #[error("cannot serialize {what}: {message}")]
+    Serialize {
+        /// What (`the report`, `run.json`).
+        what: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A parallel run was not started because another one failed first.
+    #[error("run {index} was not started because another run failed")]
+    NotStarted {
+        /// The run's index among the items.
+        index: usize,
+    },
+    /// Anything else, in words (the benchmark's failures).
     #[error("{0}")]
     Other(String),
 }
@@ -114,8 +177,5 @@ pub fn to_vec<const D: usize>(t: Tensor<D>) -> Result<Vec<f64>, LabError> {
 
 /// Reads a one-element tensor.
 pub fn scalar<const D: usize>(t: Tensor<D>) -> Result<f64, LabError> {
-    to_vec(t)?
-        .first()
-        .copied()
-        .ok_or_else(|| LabError::Other("an empty tensor where a number was expected".into()))
+    to_vec(t)?.first().copied().ok_or(LabError::EmptyTensor)
 }

@@ -134,7 +134,19 @@ impl<D> Analysis<D> {
     }
 }
 
-/// An experiment in its four stages, with its own types.
+/// An experiment's *analyze*: every cell → tables and claims (pure).
+pub type AnalyzeFn<S> = fn(
+    &Plan,
+    &[Measured<<S as Stages>::Config, <S as Stages>::Result>],
+) -> Analysis<<S as Stages>::Data>;
+
+/// An experiment's *render*: the analysis → the Markdown section (without its heading and
+/// claims table), plus the CSV files and plots it writes through the [`Canvas`].
+pub type RenderFn<S> = fn(&<S as Stages>::Data, &mut Canvas) -> Result<String, LabError>;
+
+/// An experiment in its four stages, with its own types. *Analyze* and *render* are the
+/// experiment's own functions (its `analyze` and `render::render`), named by
+/// [`Stages::ANALYZE`] and [`Stages::RENDER`].
 pub trait Stages: Sync {
     /// What determines one cell's result.
     type Config: Serialize + DeserializeOwned + Clone + Send + Sync;
@@ -142,6 +154,11 @@ pub trait Stages: Sync {
     type Result: Serialize + DeserializeOwned + Send;
     /// What `analyze` hands to `render` (and to `results.json`).
     type Data: Serialize;
+
+    /// Every cell → tables and claims (pure).
+    const ANALYZE: AnalyzeFn<Self>;
+    /// The analysis → the Markdown section, CSV files and plots.
+    const RENDER: RenderFn<Self>;
 
     /// The name used by `sdpa exp NAME` and in the report.
     fn name(&self) -> &'static str;
@@ -169,15 +186,6 @@ pub trait Stages: Sync {
     fn describe(&self, _config: &Self::Config, _result: &Self::Result) -> String {
         String::new()
     }
-    /// Every cell → tables and claims (pure).
-    fn analyze(
-        &self,
-        plan: &Plan,
-        cells: &[Measured<Self::Config, Self::Result>],
-    ) -> Analysis<Self::Data>;
-    /// The analysis → the Markdown section (without its heading and claims table), plus the
-    /// CSV files and plots it writes through `canvas`.
-    fn render(&self, data: &Self::Data, canvas: &mut Canvas) -> Result<String, LabError>;
 }
 
 /// A cell of a plan, its configuration as JSON.
@@ -258,13 +266,14 @@ pub trait Experiment: Sync {
 fn decode<T: DeserializeOwned>(
     experiment: &str,
     id: &str,
-    what: &str,
+    what: &'static str,
     value: &serde_json::Value,
 ) -> Result<T, LabError> {
-    T::deserialize(value).map_err(|e| {
-        LabError::Other(format!(
-            "{experiment}: cell {id}: its saved {what} cannot be read back: {e}"
-        ))
+    T::deserialize(value).map_err(|e| LabError::UnreadableCell {
+        experiment: experiment.to_string(),
+        id: id.to_string(),
+        what,
+        message: e.to_string(),
     })
 }
 
@@ -275,10 +284,13 @@ fn encode<T: Serialize>(
 ) -> Result<serde_json::Value, LabError> {
     // Through the text, as it is saved: a fresh result is analyzed from the same bits as a
     // cached one.
-    let text = serde_json::to_string(value)
-        .map_err(|e| LabError::Other(format!("{experiment}: cell {id}: cannot save it: {e}")))?;
-    serde_json::from_str(&text)
-        .map_err(|e| LabError::Other(format!("{experiment}: cell {id}: cannot save it: {e}")))
+    let unsavable = |e: serde_json::Error| LabError::UnsavableCell {
+        experiment: experiment.to_string(),
+        id: id.to_string(),
+        message: e.to_string(),
+    };
+    let text = serde_json::to_string(value).map_err(unsavable)?;
+    serde_json::from_str(&text).map_err(unsavable)
 }
 
 /// The cells of an experiment, with its own types.
@@ -358,13 +370,11 @@ impl<S: Stages> Experiment for S {
         canvas: &mut Canvas,
     ) -> Result<Finished, LabError> {
         let measured = typed(self, cells)?;
-        let analysis = self.analyze(plan, &measured);
-        let markdown = self.render(&analysis.data, canvas)?;
-        let data = serde_json::to_value(&analysis.data).map_err(|e| {
-            LabError::Other(format!(
-                "{}: cannot serialize its analysis: {e}",
-                Stages::name(self)
-            ))
+        let analysis = (S::ANALYZE)(plan, &measured);
+        let markdown = (S::RENDER)(&analysis.data, canvas)?;
+        let data = serde_json::to_value(&analysis.data).map_err(|e| LabError::Serialize {
+            what: format!("the analysis of {}", Stages::name(self)),
+            message: e.to_string(),
         })?;
         Ok(Finished {
             claims: analysis.claims,

@@ -11,26 +11,26 @@
 //!
 //! | layer | modules |
 //! |---|---|
-//! | runner and report | [`runner`], [`report`], [`record`], [`registry`] |
+//! | runner and report | [`runner`], [`report`], `record`, `registry` |
 //! | experiments | [`experiments`] (one folder each) |
-//! | what experiments share | [`experiment`], [`measures`], [`claims`], [`article`] |
-//! | tools | [`stats`], [`plot`], [`markdown`], [`memory`], [`parallel`], [`context`], [`files`] |
+//! | what experiments share | [`experiment`], [`measures`], [`claims`], `article` |
+//! | tools | [`stats`], `plot`, `markdown`, [`memory`], `parallel`, `context`, `files` |
 #![warn(missing_docs)]
 
-pub mod article;
+mod article;
 pub mod bench;
 pub mod claims;
-pub mod context;
+mod context;
 pub mod experiment;
 pub mod experiments;
-pub mod files;
-pub mod markdown;
+mod files;
+mod markdown;
 pub mod measures;
 pub mod memory;
-pub mod parallel;
-pub mod plot;
-pub mod record;
-pub mod registry;
+mod parallel;
+mod plot;
+mod record;
+mod registry;
 pub mod report;
 pub mod runner;
 pub mod stats;

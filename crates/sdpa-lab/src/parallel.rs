@@ -59,9 +59,7 @@ where
             Some(result) => out.push(result?),
             None => {
                 // Not taken: an earlier failure stopped the workers; report that failure.
-                return Err(LabError::Other(format!(
-                    "run {idx} was not started because another run failed"
-                )));
+                return Err(LabError::NotStarted { index: idx });
             }
         }
     }
@@ -90,7 +88,7 @@ mod tests {
             &items,
             |&x| {
                 if x == 5 {
-                    Err(LabError::Other("five".into()))
+                    Err(LabError::Usage("five".into()))
                 } else {
                     Ok(x)
                 }

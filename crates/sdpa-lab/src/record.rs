@@ -161,8 +161,10 @@ impl RunRecord {
 
     /// Writes `DIR/run.json`.
     pub fn write(&self, dir: &Path) -> Result<(), LabError> {
-        let text = serde_json::to_string_pretty(self)
-            .map_err(|e| LabError::Other(format!("cannot write run.json: {e}")))?;
+        let text = serde_json::to_string_pretty(self).map_err(|e| LabError::Serialize {
+            what: "run.json".into(),
+            message: e.to_string(),
+        })?;
         write_atomic(&Self::path(dir), text.as_bytes())
     }
 }

@@ -173,8 +173,10 @@ impl Report {
 
 /// Writes `results.json` and `REPORT.md` into `dir`.
 pub fn write_report(dir: &Path, report: &Report) -> Result<(), LabError> {
-    let json = serde_json::to_string_pretty(report)
-        .map_err(|e| LabError::Other(format!("cannot serialize the report: {e}")))?;
+    let json = serde_json::to_string_pretty(report).map_err(|e| LabError::Serialize {
+        what: "the report".into(),
+        message: e.to_string(),
+    })?;
     write_atomic(&dir.join("results.json"), json.as_bytes())?;
     write_atomic(&dir.join("REPORT.md"), markdown(report).as_bytes())
 }

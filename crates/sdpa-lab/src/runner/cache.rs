@@ -281,11 +281,18 @@ pub fn save(
         result,
         measured_by: run_stamp().to_string(),
     };
-    let text = serde_json::to_string(&saved)
-        .map_err(|e| LabError::Other(format!("cannot save cell {}: {e}", key.id)))?;
+    let text = serde_json::to_string(&saved).map_err(|e| LabError::UnsavableCell {
+        experiment: key.experiment.clone(),
+        id: key.id.clone(),
+        message: e.to_string(),
+    })?;
     write_atomic(&path, encode(&text).as_bytes())?;
-    let back: SavedCell = serde_json::from_str(&text)
-        .map_err(|e| LabError::Other(format!("cannot read back cell {}: {e}", key.id)))?;
+    let back: SavedCell = serde_json::from_str(&text).map_err(|e| LabError::UnreadableCell {
+        experiment: key.experiment.clone(),
+        id: key.id.clone(),
+        what: "record",
+        message: e.to_string(),
+    })?;
     Ok(StoredCell {
         cell: cell.clone(),
         result: back.result,

@@ -126,9 +126,13 @@ impl Measuring<'_> {
         let one = |job: &(usize, PathBuf, PlannedCell)| -> Result<(usize, StoredCell), LabError> {
             let (position, root, cell) = job;
             let started = Instant::now();
-            let result = experiment.measure_cell(cell, env).map_err(|e| {
-                LabError::Other(format!("{}: cell {}: {e}", experiment.name(), cell.id))
-            })?;
+            let result = experiment
+                .measure_cell(cell, env)
+                .map_err(|e| LabError::CellFailed {
+                    experiment: experiment.name().to_string(),
+                    id: cell.id.clone(),
+                    error: Box::new(e),
+                })?;
             let key = CellKey::of(experiment, cell);
             let stored = cache::save(root, &key, cell, result, started.elapsed().as_secs_f64())?;
             Ok((*position, stored))

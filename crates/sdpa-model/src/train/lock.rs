@@ -17,10 +17,10 @@ use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::{Read, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
-use super::RunOptions;
 use super::files::{
     LOCK_FILE, first_entry, foreign_entry, has_progress, refuse_links, remove_run_files,
 };
+use super::options::RunOptions;
 use crate::error::ModelError;
 
 /// The lock of a directory (a training run's, or a lab folder); released (and its file emptied)

@@ -16,12 +16,15 @@ use rand_chacha::ChaCha8Rng;
 
 use super::checkpoint::{CheckpointState, json, load_checkpoint, save_checkpoint};
 use super::config::TrainConfig;
+use super::evaluate::evaluate;
 use super::files::write_atomic;
 use super::grad_norms::{grad_squares, squared_norm};
+use super::init::init_model;
 use super::lock::{RunLock, take_dir};
+use super::options::RunOptions;
 use super::profile::{Phase, StepClock, StepProfile};
 use super::rates::learning_rate;
-use super::{RunOptions, TrainResult, TrainSummary, Versions, evaluate, init_model};
+use super::summary::{TrainResult, TrainSummary, Versions};
 use crate::error::ModelError;
 use crate::metrics::{LayerMetrics, StepMetrics, csv_header};
 use crate::model::{AttentionModel, BatchResult, Block};

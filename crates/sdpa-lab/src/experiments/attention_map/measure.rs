@@ -143,7 +143,10 @@ pub fn trained_map(seed: u64, backend: &str, device: &Device) -> Result<TrainedM
         .attention_maps(batch.tokens.clone())
         .into_iter()
         .next()
-        .ok_or_else(|| LabError::Other("no attention recorded".into()))?;
+        .ok_or_else(|| LabError::Missing {
+            from: "the trained model",
+            what: "attention map".into(),
+        })?;
     let [b, h, s, _] = w.dims();
     let wv = to_vec(w)?;
     let k = task.k;

@@ -13,7 +13,7 @@ pub use analyze::{AttentionMapData, analyze};
 pub use measure::{RandomMaps, TrainedMap};
 
 use crate::context::{Env, LabError};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 
 /// One cell.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,6 +58,8 @@ impl Stages for AttentionMap {
     type Config = AttentionMapConfig;
     type Result = AttentionMapResult;
     type Data = AttentionMapData;
+    const ANALYZE: AnalyzeFn<Self> = |_, cells| analyze(cells);
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "attention-map"
@@ -115,17 +117,5 @@ impl Stages for AttentionMap {
                 measure::trained_map(*seed, backend, env.device(backend)?)?,
             )),
         }
-    }
-
-    fn analyze(
-        &self,
-        _: &Plan,
-        cells: &[Measured<Self::Config, Self::Result>],
-    ) -> Analysis<AttentionMapData> {
-        analyze(cells)
-    }
-
-    fn render(&self, data: &AttentionMapData, canvas: &mut Canvas) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }

@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 pub use analyze::{AttentionSaturationData, CorrectedRow, ReplicatedRow, analyze};
 
 use crate::context::{Env, LabError, normal_tensor, normal_vec, rng, scalar, tensor};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 
 /// The article's table: (d, max p unscaled, max p scaled, "entropy (scaled)", "uniform entropy").
 pub const ARTICLE: [(usize, f64, f64, f64, f64); 4] = [
@@ -160,10 +160,10 @@ fn one_draw(
             .need_weights()
             .need_scores(),
     )?;
-    let weights = out
-        .weights
-        .clone()
-        .ok_or_else(|| LabError::Other("no weights".into()))?;
+    let weights = out.weights.clone().ok_or_else(|| LabError::Missing {
+        from: "the attention module",
+        what: "weights".into(),
+    })?;
     let diag = attention_diagnostics(weights.clone(), None, out.scores)?.mean();
     let keys = scalar(weights.greater_elem(1e-3).float().sum_dim(3).mean())?;
     Ok(DrawValues {
@@ -182,6 +182,8 @@ impl Stages for AttentionSaturation {
     type Config = AttentionSaturationConfig;
     type Result = AttentionSaturationResult;
     type Data = AttentionSaturationData;
+    const ANALYZE: AnalyzeFn<Self> = analyze;
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "attention-saturation"
@@ -312,21 +314,5 @@ impl Stages for AttentionSaturation {
             ),
             _ => String::new(),
         }
-    }
-
-    fn analyze(
-        &self,
-        plan: &Plan,
-        cells: &[Measured<Self::Config, Self::Result>],
-    ) -> Analysis<AttentionSaturationData> {
-        analyze(plan, cells)
-    }
-
-    fn render(
-        &self,
-        data: &AttentionSaturationData,
-        canvas: &mut Canvas,
-    ) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }

@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 pub use analyze::{CompareData, analyze, claims};
 
 use crate::context::{Env, LabError, normal_tensor, rng, scalar};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 
 /// One cell: one backend.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -77,6 +77,8 @@ impl Stages for Compare {
     type Config = CompareConfig;
     type Result = CompareResult;
     type Data = CompareData;
+    const ANALYZE: AnalyzeFn<Self> = |_, cells| analyze(cells);
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "compare"
@@ -159,17 +161,5 @@ impl Stages for Compare {
             burn_vs_naive: max_abs(burn, hand)?,
             ours_vs_naive_unmasked: max_abs(ours_plain, hand_plain)?,
         })
-    }
-
-    fn analyze(
-        &self,
-        _: &Plan,
-        cells: &[Measured<CompareConfig, CompareResult>],
-    ) -> Analysis<CompareData> {
-        analyze(cells)
-    }
-
-    fn render(&self, data: &CompareData, canvas: &mut Canvas) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }

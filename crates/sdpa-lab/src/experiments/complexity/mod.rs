@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 pub use analyze::{ComplexityData, MatrixMemory, analyze};
 
 use crate::context::{Env, LabError, normal_tensor, rng, to_vec};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 use crate::memory::{measure_allocated, measure_peak};
 use crate::stats::median;
 
@@ -84,9 +84,10 @@ fn forward(
                 .with_implementation(Implementation::Naive)
                 .try_init()?;
             let out = attn.try_forward(input.need_weights())?;
-            let w = out
-                .weights
-                .ok_or_else(|| LabError::Other("no weights".into()))?;
+            let w = out.weights.ok_or_else(|| LabError::Missing {
+                from: "the attention module",
+                what: "weights".into(),
+            })?;
             Ok(to_vec(out.context.slice(s![0..1, 0..1, 0..1, 0..1]))?[0]
                 + to_vec(w.slice(s![0..1, 0..1, 0..1, 0..1]))?[0])
         }
@@ -102,6 +103,8 @@ impl Stages for Complexity {
     type Config = ComplexityConfig;
     type Result = ComplexityResult;
     type Data = ComplexityData;
+    const ANALYZE: AnalyzeFn<Self> = |_, cells| analyze(cells);
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "complexity"
@@ -183,17 +186,5 @@ impl Stages for Complexity {
             c.n,
             median(&r.times_ms)
         )
-    }
-
-    fn analyze(
-        &self,
-        _: &Plan,
-        cells: &[Measured<Self::Config, Self::Result>],
-    ) -> Analysis<ComplexityData> {
-        analyze(cells)
-    }
-
-    fn render(&self, data: &ComplexityData, canvas: &mut Canvas) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }

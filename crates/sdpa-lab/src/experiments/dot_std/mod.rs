@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 pub use analyze::{DotStdData, DotStdRow, analyze};
 
 use crate::context::{Env, LabError, normal_tensor, rng, to_vec};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 use crate::stats::std;
 
 /// The article's measured std of q·k for d = 16, 64, 256, 1024.
@@ -52,6 +52,8 @@ impl Stages for DotStd {
     type Config = DotStdConfig;
     type Result = DotStdResult;
     type Data = DotStdData;
+    const ANALYZE: AnalyzeFn<Self> = |_, cells| analyze(cells);
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "dot-std"
@@ -103,17 +105,5 @@ impl Stages for DotStd {
 
     fn describe(&self, c: &DotStdConfig, r: &DotStdResult) -> String {
         format!("d = {}: std {:.3}", c.d, r.pooled_std)
-    }
-
-    fn analyze(
-        &self,
-        _: &Plan,
-        cells: &[Measured<DotStdConfig, DotStdResult>],
-    ) -> Analysis<DotStdData> {
-        analyze(cells)
-    }
-
-    fn render(&self, data: &DotStdData, canvas: &mut Canvas) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }

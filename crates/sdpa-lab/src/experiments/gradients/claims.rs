@@ -26,15 +26,27 @@ fn jacobian_points(cells: &Cells, primary: &str, scaled: bool) -> (Vec<f64>, Vec
         .unzip()
 }
 
+/// The rows of the key-count sweep at `m` keys, in the order of d.
+fn of_m(data: &GradientsData, m: usize) -> Vec<&KeysRow> {
+    data.by_keys.iter().filter(|r| r.m == m).collect()
+}
+
 /// The article's two claims about the Jacobian, and, per number of keys m, how the unscaled one
 /// changes with d and where it crosses the scaled one.
 fn jacobian_claims(cells: &Cells, data: &GradientsData) -> Vec<Claim> {
-    let fixed: Vec<&RatioRow> = data.ratios.iter().filter(|r| r.d_v_fixed).collect();
-    let d_max = fixed.iter().map(|r| r.d).max().unwrap_or(0);
+    let mut claims = vec![vanishes(data)];
+    claims.extend(almost_zero(data));
+    claims.push(shrinks_with_d(data));
+    claims.push(crossover(data));
+    claims.extend(crossover_rises_with_m(data));
+    claims.push(scaled_flat(cells, data));
+    claims
+}
+
+/// The article: the gradient through a saturated softmax vanishes. Checked where it can be
+/// seen against the alternative, per (m, d): is the unscaled Jacobian the smaller one?
+fn vanishes(data: &GradientsData) -> Claim {
     let ms = data.key_counts();
-    let of_m = |m: usize| -> Vec<&KeysRow> { data.by_keys.iter().filter(|r| r.m == m).collect() };
-    // The article: the gradient through a saturated softmax vanishes. Checked where it can be
-    // seen against the alternative, per (m, d): is the unscaled Jacobian the smaller one?
     let vanishes: Vec<Condition> = data
         .by_keys
         .iter()
@@ -44,7 +56,7 @@ fn jacobian_claims(cells: &Cells, data: &GradientsData) -> Vec<Claim> {
             outcome: Outcome::of(side(r.jacobian, 1.0, true)),
         })
         .collect();
-    let mut claims = vec![Claim::per_condition(
+    Claim::per_condition(
         "jacobian-vanishes",
         Source::Article(&article::GRADIENT_VANISHES),
         format!(
@@ -58,25 +70,36 @@ fn jacobian_claims(cells: &Cells, data: &GradientsData) -> Vec<Claim> {
         "‖J‖_F unscaled / scaled, paired per draw: its interval below 1, per (m, d), family-wise 95% over \
          the (m, d) conditions (Bonferroni)",
         vanishes,
-    )];
-    if let Some(r) = fixed.iter().find(|r| r.d == d_max) {
-        claims.push(Claim::below(
-            "jacobian-almost-zero",
-            Source::Article(&article::GRADIENT_ALMOST_ZERO),
-            format!(
-                "at d = {d_max} the unscaled softmax Jacobian is almost 0: at most {ALMOST_ZERO_RATIO} of the \
-                 scaled one (m = {}; threshold fixed in advance)",
-                data.n
-            ),
-            "‖J‖ unscaled / scaled, paired per draw",
-            r.jacobian,
-            ALMOST_ZERO_RATIO,
-        ));
-    }
-    let shrinks: Vec<Condition> = ms
+    )
+}
+
+/// The article: at the largest d the unscaled Jacobian is almost 0 (`None` without a d_v-fixed
+/// ratio).
+fn almost_zero(data: &GradientsData) -> Option<Claim> {
+    let fixed: Vec<&RatioRow> = data.ratios.iter().filter(|r| r.d_v_fixed).collect();
+    let d_max = fixed.iter().map(|r| r.d).max().unwrap_or(0);
+    let r = fixed.iter().find(|r| r.d == d_max)?;
+    Some(Claim::below(
+        "jacobian-almost-zero",
+        Source::Article(&article::GRADIENT_ALMOST_ZERO),
+        format!(
+            "at d = {d_max} the unscaled softmax Jacobian is almost 0: at most {ALMOST_ZERO_RATIO} of the \
+             scaled one (m = {}; threshold fixed in advance)",
+            data.n
+        ),
+        "‖J‖ unscaled / scaled, paired per draw",
+        r.jacobian,
+        ALMOST_ZERO_RATIO,
+    ))
+}
+
+/// Per number of keys m, the fitted exponent of the unscaled Jacobian on d is below 0.
+fn shrinks_with_d(data: &GradientsData) -> Claim {
+    let shrinks: Vec<Condition> = data
+        .key_counts()
         .iter()
         .map(|&m| {
-            let (xs, ys): (Vec<f64>, Vec<f64>) = of_m(m)
+            let (xs, ys): (Vec<f64>, Vec<f64>) = of_m(data, m)
                 .iter()
                 .flat_map(|r| r.unscaled_draws.iter().map(move |j| (r.d as f64, *j)))
                 .unzip();
@@ -88,17 +111,23 @@ fn jacobian_claims(cells: &Cells, data: &GradientsData) -> Vec<Claim> {
             }
         })
         .collect();
-    claims.push(Claim::per_condition(
+    Claim::per_condition(
         "jacobian-shrinks-with-d",
         Source::Lab,
         "without √d scaling the softmax Jacobian shrinks as d grows",
         "fitted exponent of the unscaled ‖J‖_F on d: 95% interval below 0, per m",
         shrinks,
-    ));
-    let crossings: Vec<Condition> = ms
+    )
+}
+
+/// Per number of keys m, the unscaled Jacobian is the larger one at the smallest d and the
+/// smaller one at the largest (it crosses the scaled one).
+fn crossover(data: &GradientsData) -> Claim {
+    let crossings: Vec<Condition> = data
+        .key_counts()
         .iter()
         .map(|&m| {
-            let rows = of_m(m);
+            let rows = of_m(data, m);
             let (a, b) = (rows.first(), rows.last());
             let crossover = data
                 .crossover_by_keys
@@ -129,45 +158,59 @@ fn jacobian_claims(cells: &Cells, data: &GradientsData) -> Vec<Claim> {
             }
         })
         .collect();
-    claims.push(Claim::per_condition(
+    Claim::per_condition(
         "jacobian-crossover",
         Source::Lab,
         "the unscaled Jacobian is larger than the scaled one at small d and smaller at large d (it crosses \
          the scaled one), per number of keys m",
         "‖J‖ ratio unscaled / scaled: its interval above 1 at the smallest d, below 1 at the largest, per m",
         crossings,
-    ));
-    // Where it crosses depends on m: the crossover at the most keys against the fewest.
+    )
+}
+
+/// Where it crosses depends on m: the crossover at the most keys against the fewest (`None`
+/// unless it crosses at two numbers of keys).
+fn crossover_rises_with_m(data: &GradientsData) -> Option<Claim> {
     let found: Vec<(usize, Estimate)> = data
         .crossover_by_keys
         .iter()
         .filter_map(|(m, e)| e.map(|e| (*m, e)))
         .collect();
-    if let (Some((m_lo, a)), Some((m_hi, b))) = (found.first(), found.last())
-        && m_lo != m_hi
-    {
-        claims.push(Claim::per_condition(
-            "crossover-rises-with-m",
-            Source::Lab,
-            "the d at which the unscaled Jacobian falls below the scaled one grows with the number of keys m",
-            "crossover d (interpolated on log d, 95% bootstrap interval over draws) at the largest m against \
-             the smallest m where it crosses: holds when the two intervals are disjoint with the larger m \
-             higher, fails when disjoint the other way",
-            vec![Condition {
-                label: format!("m = {m_lo} vs m = {m_hi}"),
-                measured: format!("crossover d ≈ {} at m = {m_lo}, {} at m = {m_hi}", a.show(0), b.show(0)),
-                outcome: if b.lo > a.hi {
-                    Outcome::Holds
-                } else if b.hi < a.lo {
-                    Outcome::Fails
-                } else {
-                    Outcome::Undecided
-                },
-            }],
-        ));
+    let (Some((m_lo, a)), Some((m_hi, b))) = (found.first(), found.last()) else {
+        return None;
+    };
+    if m_lo == m_hi {
+        return None;
     }
+    Some(Claim::per_condition(
+        "crossover-rises-with-m",
+        Source::Lab,
+        "the d at which the unscaled Jacobian falls below the scaled one grows with the number of keys m",
+        "crossover d (interpolated on log d, 95% bootstrap interval over draws) at the largest m against \
+         the smallest m where it crosses: holds when the two intervals are disjoint with the larger m \
+         higher, fails when disjoint the other way",
+        vec![Condition {
+            label: format!("m = {m_lo} vs m = {m_hi}"),
+            measured: format!(
+                "crossover d ≈ {} at m = {m_lo}, {} at m = {m_hi}",
+                a.show(0),
+                b.show(0)
+            ),
+            outcome: if b.lo > a.hi {
+                Outcome::Holds
+            } else if b.hi < a.lo {
+                Outcome::Fails
+            } else {
+                Outcome::Undecided
+            },
+        }],
+    ))
+}
+
+/// With 1/√d the Jacobian does not depend on d: its fitted exponent within ±0.1.
+fn scaled_flat(cells: &Cells, data: &GradientsData) -> Claim {
     let (sx, sy) = jacobian_points(cells, &data.primary, true);
-    claims.push(Claim::in_range(
+    Claim::in_range(
         "scaled-jacobian-flat",
         Source::Lab,
         "with 1/√d the Jacobian does not depend on d",
@@ -175,8 +218,7 @@ fn jacobian_claims(cells: &Cells, data: &GradientsData) -> Vec<Claim> {
         exponent_ci(&sx, &sy),
         -0.1,
         0.1,
-    ));
-    claims
+    )
 }
 
 /// What the gradient does beyond the Jacobian: which keys get it, how big it is at Q, and how

@@ -76,14 +76,17 @@ fn measure_draw(
             .bias(bias.clone())
             .need_weights(),
     )?;
-    let weights = out
-        .weights
-        .clone()
-        .ok_or_else(|| LabError::Other("no weights".into()))?;
+    let weights = out.weights.clone().ok_or_else(|| LabError::Missing {
+        from: "the attention module",
+        what: "weights".into(),
+    })?;
     let grads = (out.context * tensor(gd, [1, 1, n, d_v], &device))
         .sum()
         .backward();
-    let missing = |what: &str| LabError::Other(format!("autodiff gave no gradient for {what}"));
+    let missing = |what: &str| LabError::Missing {
+        from: "autodiff",
+        what: format!("gradient for {what}"),
+    };
     let ds = bias.grad(&grads).ok_or_else(|| missing("the scores"))?;
     let dq = q.grad(&grads).ok_or_else(|| missing("Q"))?;
     let dk = k.grad(&grads).ok_or_else(|| missing("K"))?;
@@ -136,9 +139,10 @@ fn jacobian_check(
                 .bias(bias.clone())
                 .need_weights(),
         )?;
-        let w = out
-            .weights
-            .ok_or_else(|| LabError::Other("no weights".into()))?;
+        let w = out.weights.ok_or_else(|| LabError::Missing {
+            from: "the attention module",
+            what: "weights".into(),
+        })?;
         if start == 0 {
             analytic =
                 analytic_jacobian_norms(&to_vec(w.clone().slice(s![0..1]).without_autodiff())?, m);
@@ -149,9 +153,10 @@ fn jacobian_check(
             .collect();
         let selector = Tensor::<4>::from_data(TensorData::new(eye, [chunk, 1, 1, m]), &device);
         let grads = (w * selector).sum().backward();
-        let jac = bias
-            .grad(&grads)
-            .ok_or_else(|| LabError::Other("no gradient in the Jacobian pass".into()))?;
+        let jac = bias.grad(&grads).ok_or_else(|| LabError::Missing {
+            from: "autodiff",
+            what: "gradient in the Jacobian pass".into(),
+        })?;
         // Sum over the chunk's output coordinates (batch axis) and the key axis (j').
         let part: Vec<f64> = to_vec(jac.square().sum_dim(0).sum_dim(3))?;
         for (total, p) in squares.iter_mut().zip(part) {

@@ -22,7 +22,7 @@ pub use analyze::GradientsData;
 pub use measure::DrawValues;
 
 use crate::context::{Env, LabError};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{Analysis, AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 
 /// The value width of the primary design.
 pub const FIXED_D_V: usize = 64;
@@ -89,6 +89,8 @@ impl Stages for Gradients {
     type Config = GradientsConfig;
     type Result = GradientsResult;
     type Data = GradientsData;
+    const ANALYZE: AnalyzeFn<Self> = analyze;
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "gradients"
@@ -175,17 +177,5 @@ impl Stages for Gradients {
             c.d_v,
             r.unscaled.first().map_or(f64::NAN, |v| v.jacobian_norm)
         )
-    }
-
-    fn analyze(
-        &self,
-        plan: &Plan,
-        cells: &[Measured<GradientsConfig, GradientsResult>],
-    ) -> Analysis<GradientsData> {
-        analyze(plan, cells)
-    }
-
-    fn render(&self, data: &GradientsData, canvas: &mut Canvas) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }

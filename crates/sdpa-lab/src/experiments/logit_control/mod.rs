@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 pub use analyze::{LogitControlData, analyze};
 
 use crate::context::{Env, LabError, normal_vec, rng, scalar, tensor, to_vec};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 use crate::measures::attention::{
     analytic_jacobian_norms, mean_row_max, share_of_keys_with_gradient,
 };
@@ -113,14 +113,25 @@ fn measure_draw(
             .need_weights()
             .need_scores(),
     )?;
-    let missing = |what: &str| LabError::Other(format!("no {what} from the attention"));
-    let weights = out.weights.ok_or_else(|| missing("weights"))?;
-    let scores = out.scores.ok_or_else(|| missing("scores"))?;
+    let missing = |from: &'static str, what: &str| LabError::Missing {
+        from,
+        what: what.to_string(),
+    };
+    let weights = out
+        .weights
+        .ok_or_else(|| missing("the attention module", "weights"))?;
+    let scores = out
+        .scores
+        .ok_or_else(|| missing("the attention module", "scores"))?;
     let grads = (out.context * tensor(gd, [1, 1, n, d_k], &device))
         .sum()
         .backward();
-    let ds = bias.grad(&grads).ok_or_else(|| missing("logit gradient"))?;
-    let dq = q.grad(&grads).ok_or_else(|| missing("query gradient"))?;
+    let ds = bias
+        .grad(&grads)
+        .ok_or_else(|| missing("autodiff", "logit gradient"))?;
+    let dq = q
+        .grad(&grads)
+        .ok_or_else(|| missing("autodiff", "query gradient"))?;
     let share_keys = share_of_keys_with_gradient(ds)?;
     let logits = to_vec(scores.without_autodiff())?;
     let p = to_vec(weights.without_autodiff())?;
@@ -155,6 +166,8 @@ impl Stages for LogitControl {
     type Config = LogitControlConfig;
     type Result = LogitControlResult;
     type Data = LogitControlData;
+    const ANALYZE: AnalyzeFn<Self> = |_, cells| analyze(cells);
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "logit-control"
@@ -204,17 +217,5 @@ impl Stages for LogitControl {
             })
             .collect::<Result<Vec<_>, _>>()?;
         Ok(LogitControlResult { draws })
-    }
-
-    fn analyze(
-        &self,
-        _: &Plan,
-        cells: &[Measured<LogitControlConfig, LogitControlResult>],
-    ) -> Analysis<LogitControlData> {
-        analyze(cells)
-    }
-
-    fn render(&self, data: &LogitControlData, canvas: &mut Canvas) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }

@@ -14,7 +14,7 @@ pub use analyze::{MasksData, analyze};
 pub use measure::{MaskRow, MasksResult};
 
 use crate::context::{Env, LabError};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 
 /// The logits of the test row (4 keys; keys 2 and 3 are masked in the partial case).
 pub const SCORES: [f64; 4] = [1.5, -0.5, 2.0, 0.3];
@@ -39,6 +39,8 @@ impl Stages for Masks {
     type Config = MasksConfig;
     type Result = MasksResult;
     type Data = MasksData;
+    const ANALYZE: AnalyzeFn<Self> = |_, cells| analyze(cells);
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "masks"
@@ -72,17 +74,5 @@ impl Stages for Masks {
 
     fn measure(&self, c: &MasksConfig, env: &Env) -> Result<MasksResult, LabError> {
         measure::measure(c, env.device(&c.backend)?)
-    }
-
-    fn analyze(
-        &self,
-        _: &Plan,
-        cells: &[Measured<MasksConfig, MasksResult>],
-    ) -> Analysis<MasksData> {
-        analyze(cells)
-    }
-
-    fn render(&self, data: &MasksData, canvas: &mut Canvas) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }

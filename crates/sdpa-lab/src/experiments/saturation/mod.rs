@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 pub use analyze::{SaturationData, SaturationRow, analyze};
 
 use crate::context::{Env, LabError, normal_tensor, rng, to_vec};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 use crate::stats::{Estimate, mean_ci};
 
 /// The article's table: (n, scale, max p, entropy).
@@ -66,6 +66,8 @@ impl Stages for Saturation {
     type Config = SaturationConfig;
     type Result = SaturationResult;
     type Data = SaturationData;
+    const ANALYZE: AnalyzeFn<Self> = |_, cells| analyze(cells);
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "saturation"
@@ -117,17 +119,5 @@ impl Stages for Saturation {
 
     fn describe(&self, c: &SaturationConfig, r: &SaturationResult) -> String {
         format!("n = {}, s = {}: max p {:.4}", c.n, c.scale, r.max_p.value)
-    }
-
-    fn analyze(
-        &self,
-        _: &Plan,
-        cells: &[Measured<SaturationConfig, SaturationResult>],
-    ) -> Analysis<SaturationData> {
-        analyze(cells)
-    }
-
-    fn render(&self, data: &SaturationData, canvas: &mut Canvas) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }

@@ -94,13 +94,43 @@ fn noun(n: usize, word: &str) -> String {
 
 /// The abstract's lines from `training` (empty when the main part did not run).
 pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
-    let main: Vec<&PairStats> = of_part(data, Part::Main)
-        .filter(|s| s.comparison.reference == Arm::Scaled && s.comparison.other == Arm::Unscaled)
-        .collect();
+    let main = unscaled_against_scaled(data, Part::Main);
     if main.is_empty() {
         return Vec::new();
     }
-    let all = Direction::of(&main);
+    let inits = inits(&main);
+    let mut out = vec![
+        question_line(&main, &inits),
+        how_much_line(&main),
+        conditions_line(data, &main, &inits),
+    ];
+    out.extend(learning_rate_line(data, claims));
+    out.push(caveat_line(data, &main));
+    out.extend(article_words_line(data, claims, &main));
+    out
+}
+
+/// The paired comparisons of a part where the unscaled arm is compared with 1/√d_k.
+fn unscaled_against_scaled(data: &TrainingData, part: Part) -> Vec<&PairStats> {
+    of_part(data, part)
+        .filter(|s| s.comparison.reference == Arm::Scaled && s.comparison.other == Arm::Unscaled)
+        .collect()
+}
+
+/// The initializations of `main`, in their order (repeats next to each other merged).
+fn inits(main: &[&PairStats]) -> Vec<&'static str> {
+    let mut i: Vec<&'static str> = main
+        .iter()
+        .map(|s| init_name(s.comparison.condition.init))
+        .collect();
+    i.dedup();
+    i
+}
+
+/// "Does dividing by √d_k matter?": the secondary endpoint (steps to 99%) over every condition,
+/// then the primary one (whether a run reaches 99% at all within the budget).
+fn question_line(main: &[&PairStats], inits: &[&str]) -> String {
+    let all = Direction::of(main);
     let dims = {
         let mut d: Vec<usize> = main.iter().map(|s| s.comparison.condition.d_k).collect();
         d.sort_unstable();
@@ -109,14 +139,6 @@ pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
             .map(|d| d.to_string())
             .collect::<Vec<_>>()
             .join(", ")
-    };
-    let inits = {
-        let mut i: Vec<&str> = main
-            .iter()
-            .map(|s| init_name(s.comparison.condition.init))
-            .collect();
-        i.dedup();
-        i
     };
     let pairs = main.iter().map(|s| s.pairs).min().unwrap_or(0);
     // The primary endpoint: whether a run reaches 99% at all within the budget.
@@ -128,7 +150,7 @@ pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
         .iter()
         .filter(|s| s.mcnemar_p_holm < ALPHA && s.only_other_stuck < s.only_reference_stuck)
         .count();
-    let mut out = vec![format!(
+    format!(
         "**Does dividing by √d_k matter?** With Adam, by the steps to 99% (the secondary endpoint), {}: \
          without it, the model reached 99% held-out accuracy {} ({} initialization × d_k {dims}; exact sign \
          tests on {pairs} paired seeds per condition). The primary endpoint, whether a run reaches 99% at all within the budget \
@@ -144,45 +166,52 @@ pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
         } else {
             String::new()
         },
-    )];
+    )
+}
 
-    // How much: runs that never got there, and the medians of steps.
+/// "How much": runs that never got there, and the medians of steps.
+fn how_much_line(main: &[&PairStats]) -> String {
     let stuck_other: usize = main.iter().map(|s| s.other_km.censored).sum();
     let stuck_reference: usize = main.iter().map(|s| s.reference_km.censored).sum();
     let runs_other: usize = main.iter().map(|s| s.other_km.n).sum();
     let runs_reference: usize = main.iter().map(|s| s.reference_km.n).sum();
     let budget = main.iter().map(|s| s.budget).max().unwrap_or(0);
-    let medians = |pick: &dyn Fn(&PairStats) -> Option<f64>| {
-        let values: Vec<Option<f64>> = main.iter().map(|s| pick(s)).collect();
-        let finite: Vec<f64> = values.iter().flatten().copied().collect();
-        let beyond = values.iter().filter(|v| v.is_none()).count();
-        let range = match (
-            finite.iter().copied().reduce(f64::min),
-            finite.iter().copied().reduce(f64::max),
-        ) {
-            (Some(lo), Some(hi)) => format!("{lo}–{hi}"),
-            _ => "none".into(),
-        };
-        if beyond > 0 {
-            format!(
-                "{range}, beyond the budget in {beyond} {}",
-                noun(beyond, "condition")
-            )
-        } else {
-            range
-        }
-    };
-    out.push(format!(
+    format!(
         "**How much:** {stuck_other} of {runs_other} unscaled runs against {stuck_reference} of \
          {runs_reference} scaled runs never reached 99% within {budget} steps; Kaplan–Meier \
          medians of steps to 99% per condition: unscaled {}, scaled {}.",
-        medians(&|s| s.other_km.value),
-        medians(&|s| s.reference_km.value),
-    ));
+        median_range(main, |s| s.other_km.value),
+        median_range(main, |s| s.reference_km.value),
+    )
+}
 
-    // Under which initialization and optimizer.
+/// The range of one arm's per-condition median steps (`pick`), and in how many conditions
+/// the median is beyond the budget.
+fn median_range(main: &[&PairStats], pick: impl Fn(&PairStats) -> Option<f64>) -> String {
+    let values: Vec<Option<f64>> = main.iter().map(|s| pick(s)).collect();
+    let finite: Vec<f64> = values.iter().flatten().copied().collect();
+    let beyond = values.iter().filter(|v| v.is_none()).count();
+    let range = match (
+        finite.iter().copied().reduce(f64::min),
+        finite.iter().copied().reduce(f64::max),
+    ) {
+        (Some(lo), Some(hi)) => format!("{lo}–{hi}"),
+        _ => "none".into(),
+    };
+    if beyond > 0 {
+        format!(
+            "{range}, beyond the budget in {beyond} {}",
+            noun(beyond, "condition")
+        )
+    } else {
+        range
+    }
+}
+
+/// "Under which conditions": the direction per initialization, and with SGD when it ran.
+fn conditions_line(data: &TrainingData, main: &[&PairStats], inits: &[&str]) -> String {
     let mut per_init = Vec::new();
-    for init in &inits {
+    for init in inits {
         let of_init: Vec<&PairStats> = main
             .iter()
             .copied()
@@ -193,9 +222,7 @@ pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
             Direction::of(&of_init).words()
         ));
     }
-    let sgd: Vec<&PairStats> = of_part(data, Part::Sgd)
-        .filter(|s| s.comparison.reference == Arm::Scaled && s.comparison.other == Arm::Unscaled)
-        .collect();
+    let sgd = unscaled_against_scaled(data, Part::Sgd);
     let sgd_words = if sgd.is_empty() {
         String::new()
     } else {
@@ -210,15 +237,15 @@ pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
             Direction::of(&sgd).words()
         )
     };
-    out.push(format!(
+    format!(
         "**Under which conditions:** {}.{sgd_words}",
         per_init.join("; ")
-    ));
-    if let Some(line) = learning_rate_line(data, claims) {
-        out.push(line);
-    }
+    )
+}
 
-    // The caveat: how the learning rates were chosen.
+/// The caveat: how the learning rates were chosen, and the conditions whose rate is at an end
+/// of the grid.
+fn caveat_line(data: &TrainingData, main: &[&PairStats]) -> String {
     let edges: Vec<String> = main
         .iter()
         .filter(|s| s.reference_lr_at_edge || s.other_lr_at_edge)
@@ -230,7 +257,7 @@ pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
             )
         })
         .collect();
-    out.push(format!(
+    format!(
         "**Caveat:** each arm's learning rate was chosen on {} tuning seeds from the grid {:?}{}.",
         data.sizes.tuning_seeds,
         data.sizes.adam_lrs,
@@ -243,75 +270,92 @@ pub fn lines(data: &TrainingData, claims: &[Claim]) -> Vec<String> {
                 edges.join("; ")
             )
         },
-    ));
+    )
+}
 
-    // The article's own words about training, split by whether the unscaled starting logits
-    // are saturated (the article's premise).
-    // The median initial logit std of a condition's unscaled runs.
-    let start_std = |s: &PairStats| -> Option<f64> {
-        let stds: Vec<f64> = data
-            .runs
+/// The article's own words about training («fails completely», «extremely slow», the two
+/// together), each split by whether the unscaled starting logits are saturated (the article's
+/// premise); `None` when one of the three claims was not made.
+fn article_words_line(
+    data: &TrainingData,
+    claims: &[Claim],
+    main: &[&PairStats],
+) -> Option<String> {
+    let starts: Vec<Option<f64>> = main.iter().map(|s| unscaled_start_std(data, s)).collect();
+    let words = |id: &str| {
+        claims
             .iter()
-            .filter(|r| r.condition == s.comparison.condition && r.arm == Arm::Unscaled)
-            .map(|r| r.outcome.initial.logit_std)
-            .filter(|x| x.is_finite())
-            .collect();
-        (!stds.is_empty()).then(|| median(&stds))
+            .find(|c| c.id == id)
+            .map(|c| saturation_split(c, &starts))
     };
-    let saturated = |s: &PairStats| start_std(s).map(|std| std >= SATURATED_LOGIT_STD);
+    let (fails, slow, either) = (
+        words("fails-completely")?,
+        words("extremely-slow")?,
+        words("fails-or-extremely-slow")?,
+    );
     let stds: Vec<String> = main
         .iter()
-        .filter_map(|s| {
+        .zip(&starts)
+        .filter_map(|(s, std)| {
             let c = s.comparison.condition;
-            start_std(s).map(|std| format!("{} d_k {} {std:.1}", init_name(c.init), c.d_k))
+            std.map(|std| format!("{} d_k {} {std:.1}", init_name(c.init), c.d_k))
         })
         .collect();
-    let words = |id: &str| -> Option<String> {
-        let c = claims.iter().find(|c| c.id == id)?;
-        if c.conditions.len() != main.len() {
-            return Some(c.outcome_text());
-        }
-        let split = |want: bool| -> Vec<Outcome> {
-            c.conditions
-                .iter()
-                .zip(&main)
-                .filter(|(_, s)| saturated(s) == Some(want))
-                .map(|(k, _)| k.outcome)
-                .collect()
-        };
-        let part = |outcomes: Vec<Outcome>, where_: &str| {
-            if outcomes.is_empty() {
-                format!("no condition {where_}")
-            } else {
-                format!("{where_}: {}", Tally::of(&outcomes).show("conditions"))
-            }
-        };
-        Some(format!(
-            "{} — {}; {}",
-            c.outcome_text(),
-            part(
-                split(true),
-                &format!(
-                    "where the unscaled starting logits have std ≥ {SATURATED_LOGIT_STD} (the article's \"clearly saturated\")"
-                )
-            ),
-            part(split(false), "where they are below")
-        ))
-    };
-    if let (Some(fails), Some(slow), Some(either)) = (
-        words("fails-completely"),
-        words("extremely-slow"),
-        words("fails-or-extremely-slow"),
-    ) {
-        out.push(format!(
-            "**The article's words:** «training fails completely» {fails}. «Extremely slow» (at least \
-             {SLOW_FACTOR}× the steps to 99%) {slow}. The sentence as a whole, «fails completely or extremely \
-             slow», {either}. (The split at std {SATURATED_LOGIT_STD} was added after the runs were seen and \
-             changes no outcome; the median unscaled starting logit std per condition: {}.)",
-            stds.join(", ")
-        ));
+    Some(format!(
+        "**The article's words:** «training fails completely» {fails}. «Extremely slow» (at least \
+         {SLOW_FACTOR}× the steps to 99%) {slow}. The sentence as a whole, «fails completely or extremely \
+         slow», {either}. (The split at std {SATURATED_LOGIT_STD} was added after the runs were seen and \
+         changes no outcome; the median unscaled starting logit std per condition: {}.)",
+        stds.join(", ")
+    ))
+}
+
+/// The median initial logit std of a condition's unscaled runs (`None` when none is finite).
+fn unscaled_start_std(data: &TrainingData, s: &PairStats) -> Option<f64> {
+    let stds: Vec<f64> = data
+        .runs
+        .iter()
+        .filter(|r| r.condition == s.comparison.condition && r.arm == Arm::Unscaled)
+        .map(|r| r.outcome.initial.logit_std)
+        .filter(|x| x.is_finite())
+        .collect();
+    (!stds.is_empty()).then(|| median(&stds))
+}
+
+/// A claim's outcome, then the tally of its conditions where the unscaled starting logits are
+/// saturated (`starts`: each main condition's median starting logit std, in the claim's order)
+/// and where they are below; the outcome alone when its conditions are not the main part's.
+fn saturation_split(claim: &Claim, starts: &[Option<f64>]) -> String {
+    if claim.conditions.len() != starts.len() {
+        return claim.outcome_text();
     }
-    out
+    let split = |want: bool| -> Vec<Outcome> {
+        claim
+            .conditions
+            .iter()
+            .zip(starts)
+            .filter(|(_, std)| std.map(|std| std >= SATURATED_LOGIT_STD) == Some(want))
+            .map(|(k, _)| k.outcome)
+            .collect()
+    };
+    let part = |outcomes: Vec<Outcome>, where_: &str| {
+        if outcomes.is_empty() {
+            format!("no condition {where_}")
+        } else {
+            format!("{where_}: {}", Tally::of(&outcomes).show("conditions"))
+        }
+    };
+    format!(
+        "{} — {}; {}",
+        claim.outcome_text(),
+        part(
+            split(true),
+            &format!(
+                "where the unscaled starting logits have std ≥ {SATURATED_LOGIT_STD} (the article's \"clearly saturated\")"
+            )
+        ),
+        part(split(false), "where they are below")
+    )
 }
 
 /// "Is it only the learning rate?": the unscaled arm against 1/√d_k over the learning-rate

@@ -28,7 +28,7 @@ pub use analyze::TrainingData;
 use design::{Condition, Sizes, TUNING_SEED_OFFSET};
 
 use crate::context::{Env, LabError};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{Analysis, AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 use crate::measures::training::{
     Arm, TrainingOutcome, TrainingSpec, init_name, optimizer_name, run,
 };
@@ -153,6 +153,8 @@ impl Stages for Training {
     type Config = TrainingCell;
     type Result = TrainingOutcome;
     type Data = TrainingData;
+    const ANALYZE: AnalyzeFn<Self> = analyze;
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "training"
@@ -225,13 +227,5 @@ impl Stages for Training {
                 r.steps_run, r.final_accuracy
             ),
         }
-    }
-
-    fn analyze(&self, plan: &Plan, cells: &[Run]) -> Analysis<TrainingData> {
-        analyze(plan, cells)
-    }
-
-    fn render(&self, data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }

@@ -17,7 +17,7 @@ mod render;
 use serde::{Deserialize, Serialize};
 
 use crate::context::{Env, LabError};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{Analysis, AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 use crate::experiments::training::{Role, pick_lr};
 use crate::measures::training::{
     Arm, TrainingOutcome, TrainingSpec, model_config, run_config, train_config,
@@ -113,6 +113,8 @@ impl Stages for TrainingVariants {
     type Config = VariantCell;
     type Result = TrainingOutcome;
     type Data = VariantsData;
+    const ANALYZE: AnalyzeFn<Self> = |plan, cells| analyze(Sizes::new(plan.quick), cells);
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "training-variants"
@@ -186,13 +188,5 @@ impl Stages for TrainingVariants {
                 r.steps_run, r.final_accuracy
             ),
         }
-    }
-
-    fn analyze(&self, plan: &Plan, cells: &[Run]) -> Analysis<VariantsData> {
-        analyze(Sizes::new(plan.quick), cells)
-    }
-
-    fn render(&self, data: &VariantsData, canvas: &mut Canvas) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }

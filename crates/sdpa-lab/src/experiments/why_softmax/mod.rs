@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 pub use analyze::{WhySoftmaxData, analyze};
 
 use crate::context::{Env, LabError, normal_tensor, rng, scalar, to_vec};
-use crate::experiment::{Analysis, Canvas, Cell, Measured, Plan, Stages, Weight};
+use crate::experiment::{AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
 
 /// The weightings compared.
 pub const METHODS: [&str; 5] = [
@@ -89,6 +89,8 @@ impl Stages for WhySoftmax {
     type Config = WhySoftmaxConfig;
     type Result = WhySoftmaxResult;
     type Data = WhySoftmaxData;
+    const ANALYZE: AnalyzeFn<Self> = |_, cells| analyze(cells);
+    const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {
         "why-softmax"
@@ -180,17 +182,5 @@ impl Stages for WhySoftmax {
             }
         }
         Ok(WhySoftmaxResult { values })
-    }
-
-    fn analyze(
-        &self,
-        _: &Plan,
-        cells: &[Measured<Self::Config, Self::Result>],
-    ) -> Analysis<WhySoftmaxData> {
-        analyze(cells)
-    }
-
-    fn render(&self, data: &WhySoftmaxData, canvas: &mut Canvas) -> Result<String, LabError> {
-        render::render(data, canvas)
     }
 }
