@@ -8,7 +8,7 @@ use std::time::Instant;
 use burn::prelude::*;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
-use sdpa::lab::bench::{Cell, module, paths_for, run_once};
+use sdpa::lab::bench::{BenchInputs, module, paths_for, run_once};
 use sdpa::lab::stats::median;
 
 /// Timed runs per case, after one warm-up.
@@ -26,7 +26,7 @@ fn main() -> anyhow::Result<()> {
             Device::flex()
         };
         let mut rng = ChaCha8Rng::seed_from_u64(n as u64);
-        let cell = Cell::new(&mut rng, [b, h, n, d], None, &device);
+        let cell = BenchInputs::new(&mut rng, [b, h, n, d], None, &device);
         // Flex only: no CubeCL kernel.
         for (name, implementation) in paths_for(256, false, false) {
             let case = format!(

@@ -129,9 +129,14 @@ pub enum LabError {
         /// The run's index among the items.
         index: usize,
     },
-    /// Anything else, in words (the benchmark's failures).
-    #[error("{0}")]
-    Other(String),
+    /// The device failed to run or synchronize a benchmark's work.
+    #[error("the device failed while {during}: {message}")]
+    Device {
+        /// What it was doing (`reading the context back`, `synchronizing`).
+        during: &'static str,
+        /// What went wrong.
+        message: String,
+    },
 }
 
 impl LabError {

@@ -15,7 +15,6 @@
 //! | experiments | [`experiments`] (one folder each) |
 //! | what experiments share | [`experiment`], [`measures`], [`claims`], `article` |
 //! | tools | [`stats`], `plot`, `markdown`, [`memory`], `parallel`, `context`, `files` |
-#![warn(missing_docs)]
 
 mod article;
 pub mod bench;

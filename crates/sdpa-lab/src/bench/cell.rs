@@ -203,20 +203,28 @@ pub fn run_once(
         };
         let grads = out.sum().backward();
         for t in [&q, &k, &v] {
-            let g = t
-                .grad(&grads)
-                .ok_or_else(|| LabError::Other("missing gradient".into()))?;
+            let g = t.grad(&grads).ok_or_else(|| LabError::Missing {
+                from: "autodiff",
+                what: "gradient".into(),
+            })?;
             g.slice(s![0..1, 0..1, 0..1, 0..1])
                 .try_into_data()
-                .map_err(|e| LabError::Other(format!("the device failed: {e}")))?;
+                .map_err(|e| LabError::Device {
+                    during: "reading the result back",
+                    message: e.to_string(),
+                })?;
         }
     } else {
         out.slice(s![0..1, 0..1, 0..1, 0..1])
             .try_into_data()
-            .map_err(|e| LabError::Other(format!("the device failed: {e}")))?;
+            .map_err(|e| LabError::Device {
+                during: "reading the result back",
+                message: e.to_string(),
+            })?;
     }
-    device
-        .sync()
-        .map_err(|e| LabError::Other(format!("device sync failed: {e:?}")))?;
+    device.sync().map_err(|e| LabError::Device {
+        during: "synchronizing",
+        message: format!("{e:?}"),
+    })?;
     Ok(())
 }

@@ -195,8 +195,10 @@ pub fn write(r: &BenchReport, ctx: &BenchContext) -> Result<Vec<String>, LabErro
         format!("{}_{}", r.backend, r.config.dtype)
     };
     let json = ctx.out_dir.join(format!("bench_{stem}.json"));
-    let text = serde_json::to_string_pretty(r)
-        .map_err(|e| LabError::Other(format!("cannot serialize the bench report: {e}")))?;
+    let text = serde_json::to_string_pretty(r).map_err(|e| LabError::Serialize {
+        what: "the bench report".into(),
+        message: e.to_string(),
+    })?;
     // Atomically and without following a link, as every file of the lab.
     crate::files::write_atomic(&json, text.as_bytes())?;
     let md = ctx.out_dir.join(format!("BENCH_{stem}.md"));

@@ -33,7 +33,7 @@ use super::scratch::Scratch;
 use super::shape::check_len;
 use super::shape::{KernelShape, Tiles};
 use super::simd;
-use super::stats_scratch::{Hidden, ROW_STATS, update_row};
+use super::stats_scratch::{Hidden, ROW_STATS, finish_rows, update_row};
 use super::tile::View;
 use crate::error::AttentionError;
 use crate::types::AttentionDims;
@@ -536,32 +536,6 @@ impl<'a, T: Element> Inputs<'a, T> {
                 .stats
                 .finish_block(row_max, row_sum, block_lse, columns);
         }
-    }
-}
-
-/// Normalizes a block's context rows `acc` `[rows, d_v]` by their sums into `out` (in `T`) and
-/// writes their log-sum-exps. A query that saw no key keeps a zero row (the naive path's
-/// masked-row rule) and a log-sum-exp of +∞, so that its recomputed weights are 0 in the
-/// backward pass.
-#[inline]
-fn finish_rows<T: Element>(
-    acc: &mut [f32],
-    row_max: &[f32],
-    row_sum: &[f32],
-    lse: &mut [f32],
-    out: &mut [T],
-) {
-    let d_v = acc.len() / row_sum.len().max(1);
-    for (row, (&sum, &max)) in row_sum.iter().zip(row_max).enumerate() {
-        let (inv, row_lse) = if sum > 0.0 {
-            (1.0 / sum, max + sum.ln())
-        } else {
-            (0.0, f32::INFINITY)
-        };
-        lse[row] = row_lse;
-        let acc_row = &mut acc[row * d_v..][..d_v];
-        simd::scale(acc_row, inv);
-        T::store(acc_row, &mut out[row * d_v..][..d_v]);
     }
 }
 

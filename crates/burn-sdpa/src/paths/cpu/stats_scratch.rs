@@ -2,6 +2,7 @@
 //! online accumulators of the row statistics (see [`ROW_STATS`]), one entry per query of a
 //! block, updated beside the running max and sum.
 
+use super::element::Element;
 use super::simd;
 
 /// How many statistics the forward writes per query row when asked (`stats: [ROW_STATS, batch,
@@ -187,5 +188,31 @@ impl StatsScratch {
             logit_mean[row] = if seen { m + mean } else { f32::NAN };
             logit_std[row] = if seen { variance.sqrt() } else { f32::NAN };
         }
+    }
+}
+
+/// Normalizes a block's context rows `acc` `[rows, d_v]` by their sums into `out` (in `T`) and
+/// writes their log-sum-exps. A query that saw no key keeps a zero row (the naive path's
+/// masked-row rule) and a log-sum-exp of +∞, so that its recomputed weights are 0 in the
+/// backward pass.
+#[inline]
+pub(crate) fn finish_rows<T: Element>(
+    acc: &mut [f32],
+    row_max: &[f32],
+    row_sum: &[f32],
+    lse: &mut [f32],
+    out: &mut [T],
+) {
+    let d_v = acc.len() / row_sum.len().max(1);
+    for (row, (&sum, &max)) in row_sum.iter().zip(row_max).enumerate() {
+        let (inv, row_lse) = if sum > 0.0 {
+            (1.0 / sum, max + sum.ln())
+        } else {
+            (0.0, f32::INFINITY)
+        };
+        lse[row] = row_lse;
+        let acc_row = &mut acc[row * d_v..][..d_v];
+        simd::scale(acc_row, inv);
+        T::store(acc_row, &mut out[row * d_v..][..d_v]);
     }
 }
