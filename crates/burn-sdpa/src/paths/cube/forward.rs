@@ -22,8 +22,7 @@ use super::config::{FlashConfig, HIDDEN, NO_KEY, POISONED, Scalars, Terms};
 use super::pair::segment_of;
 use super::row_stats::{ROW_STATS, StatsAcc};
 use super::steps::{
-    UNITS, dot_rows, end_tiles, fetch_rows, load_row, load_tiles, soft_cap, store_row, tile_len,
-    zero_row,
+    dot_rows, end_tiles, fetch_rows, load_row, load_tiles, soft_cap, store_row, tile_len, zero_row,
 };
 
 /// The running max and sum a row starts from: a sink starts every row of its head with one
