@@ -8,7 +8,7 @@ use burn::backend::autodiff::grads::Gradients;
 use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
 use burn::backend::{Autodiff, AutodiffBackend, Backend, TensorMetadata, tensor::FloatTensor};
 
-use super::extension::{CubeCall, CubeKernelBackend, FlashInputs};
+use super::extension::{CubeCall, CubeKernelBackend, FlashInputs, Grads, OutputGrad, Outputs};
 
 /// What the backward pass keeps from the forward.
 #[derive(Debug, Clone)]
@@ -36,9 +36,12 @@ impl<B: CubeKernelBackend> Backward<B, 4> for CubeBackward {
             call,
         } = ops.state;
         let bias_shape = inputs.bias.shape();
-        let want_scores = ops.parents[3].is_some();
-        let (dq, dk, dv, d_scores) =
-            B::cube_kernel_backward(inputs, out, lse, d_out, call, want_scores);
+        let call = CubeCall {
+            score_grads: ops.parents[3].is_some(),
+            ..call
+        };
+        let grad = OutputGrad { out, lse, d_out };
+        let (dq, dk, dv, d_scores) = B::cube_kernel_backward(inputs, grad, call);
         for (parent, grad) in ops.parents.iter().take(3).zip([dq, dk, dv]) {
             if let Some(node) = parent {
                 grads.register::<B>(node.id, grad);
@@ -57,39 +60,21 @@ impl<B: CubeKernelBackend> Backward<B, 4> for CubeBackward {
     }
 }
 
-impl<B: Backend, C: CheckpointStrategy> FlashInputs<Autodiff<B, C>> {
-    /// The inner backend's inputs (the segment ids, slopes and sinks are constants: the module
-    /// detaches them, and the sinks' gradient is attached by `paths::run`).
-    fn inner(&self) -> FlashInputs<B> {
-        FlashInputs {
-            q: self.q.primitive().clone(),
-            k: self.k.primitive().clone(),
-            v: self.v.primitive().clone(),
-            bias: self.bias.primitive().clone(),
-            q_segments: self.q_segments.clone(),
-            k_segments: self.k_segments.clone(),
-            per_head: self.per_head.primitive().clone(),
-        }
-    }
+/// The inner backend's inputs: every tensor a constant there (the segment ids, slopes, sinks and
+/// flags are constants anyway: the module detaches them, and the sinks' gradient is attached by
+/// `paths::run`).
+fn inner<B: Backend, C: CheckpointStrategy>(
+    inputs: &FlashInputs<Autodiff<B, C>>,
+) -> FlashInputs<B> {
+    inputs.clone().map(|t| t.primitive().clone(), |t| t)
 }
 
 impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff<B, C> {
-    fn cube_kernel_forward(
-        inputs: FlashInputs<Self>,
-        bad_keys: FloatTensor<Self>,
-        bad_queries: FloatTensor<Self>,
-        call: CubeCall,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
-        let inner = inputs.inner();
+    fn cube_kernel_forward(inputs: FlashInputs<Self>, call: CubeCall) -> Outputs<Self> {
+        let inner = inner(&inputs);
         let nodes = [&inputs.q, &inputs.k, &inputs.v, &inputs.bias].map(|t| t.node());
         let prep = CubeBackward.prepare::<C>(nodes).compute_bound().stateful();
-        // The non-finite flags are data, not parameters: constants.
-        let (out, lse, stats) = B::cube_kernel_forward(
-            inner.clone(),
-            bad_keys.primitive().clone(),
-            bad_queries.primitive().clone(),
-            call,
-        );
+        let (out, lse, stats) = B::cube_kernel_forward(inner.clone(), call);
         let out = match prep {
             OpsKind::Tracked(prep) => {
                 let state = Saved {
@@ -102,35 +87,22 @@ impl<B: CubeKernelBackend, C: CheckpointStrategy> CubeKernelBackend for Autodiff
             }
             OpsKind::UnTracked(prep) => prep.finish(out),
         };
-        (
-            out,
-            <Autodiff<B, C>>::from_inner(lse),
-            <Autodiff<B, C>>::from_inner(stats),
-        )
+        let wrap = <Autodiff<B, C>>::from_inner;
+        (out, wrap(lse), wrap(stats))
     }
 
     fn cube_kernel_backward(
         inputs: FlashInputs<Self>,
-        out: FloatTensor<Self>,
-        lse: FloatTensor<Self>,
-        d_out: FloatTensor<Self>,
+        grad: OutputGrad<Self>,
         call: CubeCall,
-        want_scores: bool,
-    ) -> (
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-    ) {
+    ) -> Grads<Self> {
         // The backward pass's own gradient is not tracked (no double backward).
-        let grads = B::cube_kernel_backward(
-            inputs.inner(),
-            out.primitive().clone(),
-            lse.primitive().clone(),
-            d_out.primitive().clone(),
-            call,
-            want_scores,
-        );
+        let inner_grad = OutputGrad {
+            out: grad.out.primitive().clone(),
+            lse: grad.lse.primitive().clone(),
+            d_out: grad.d_out.primitive().clone(),
+        };
+        let grads = B::cube_kernel_backward(inner(&inputs), inner_grad, call);
         let wrap = <Autodiff<B, C>>::from_inner;
         (wrap(grads.0), wrap(grads.1), wrap(grads.2), wrap(grads.3))
     }

@@ -7,6 +7,7 @@ use cubecl::prelude::*;
 use super::config::{FlashConfig, Scalars, Terms};
 use super::pair::{Pair, bias_row, read_pair, slope_of};
 use super::steps::{Block, UNITS, grid_block};
+use super::stream::{RowStream, tile_span};
 
 /// A block of `UNITS · rows` queries of one (batch, head) and what every one of its keys needs.
 #[derive(CubeType, Clone, Copy)]
@@ -131,6 +132,51 @@ impl QueryBlock {
             self.bias_base + r * self.bias_step + key_idx,
             config,
         )
+    }
+}
+
+/// What a kernel over a block of queries does with each key its band lets through: the
+/// forward's online softmax, dQ's sums.
+#[cube]
+pub(crate) trait KeyStep {
+    /// Adds key `key_idx`, whose key and value rows are in `keys` (its non-finite flag in
+    /// `bad_keys` `[b, h_kv, m]`), to the unit's rows of `block`.
+    #[allow(clippy::too_many_arguments)]
+    fn add_key(
+        &mut self,
+        keys: &RowStream,
+        key_idx: usize,
+        bad_keys: &Tensor<f32>,
+        block: &QueryBlock,
+        terms: &Terms,
+        scalars: &Scalars,
+        #[comptime] config: FlashConfig,
+    );
+}
+
+/// Streams the keys of `block`'s band through `step`, tile by tile (see `stream.rs`).
+#[cube]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn stream_keys<F: Float, S: KeyStep>(
+    step: &mut S,
+    k: &Tensor<F>,
+    v: &Tensor<F>,
+    bad_keys: &Tensor<f32>,
+    block: &QueryBlock,
+    terms: &Terms,
+    scalars: &Scalars,
+    #[comptime] config: FlashConfig,
+) {
+    let mut keys = RowStream::new(config);
+    let (first_tile, end_tile) = tile_span(block.key_lo, block.key_hi, config);
+    for tile_idx in first_tile..end_tile {
+        let key_start = keys.load::<F>(k, v, block.kv, tile_idx, block.m, config);
+        for key_idx in key_start..min(key_start + config.tile_rows, block.key_hi) {
+            let tile_row = key_idx - key_start;
+            keys.fetch::<F>(k, v, block.kv * block.m + key_idx, tile_row, config);
+            step.add_key(&keys, key_idx, bad_keys, block, terms, scalars, config);
+        }
+        keys.end_tile(config);
     }
 }
 

@@ -67,7 +67,7 @@ pub(crate) struct FlashConfig {
     pub has_sinks: bool,
     /// Whether the forward kernel writes the row statistics.
     pub has_stats: bool,
-    /// Whether the dQ kernel writes the score gradient.
+    /// Whether the dK/dV kernel writes the score gradient.
     pub write_scores: bool,
 }
 

@@ -77,6 +77,8 @@ pub(crate) struct CubeCall {
     pub tiling: Tiling,
     /// Whether the forward writes the row statistics (else a `[1, 1, 1, 1]` placeholder).
     pub stats: bool,
+    /// Whether the backward writes the score gradient, the bias's (else a `[1, 1, 1, 1]` zero).
+    pub score_grads: bool,
 }
 
 impl CubeCall {
@@ -124,10 +126,11 @@ impl CubeCall {
 }
 
 /// The inputs every op reads: q `[b, h, n, d_k]`, k `[b, h_kv, m, d_k]`, v `[b, h_kv, m, d_v]`
-/// in one float dtype, and the terms that add to or hide scores, each a placeholder the kernels
-/// do not read when absent ([`CubeCall::has_bias`], `has_segments`, `has_alibi`, `has_sinks`):
-/// the bias `[b|1, h|1, n|1, m]` (f32) with the masked keys at `config::HIDDEN` or −∞, the
-/// segment ids `[b, n]` and `[b, m]` (I32), ALiBi's slopes then the sinks `[2·h]` (f32).
+/// in one float dtype, with their non-finite values zeroed and flagged (`bad_keys`,
+/// `bad_queries`), and the terms that add to or hide scores, each a placeholder the kernels do
+/// not read when absent ([`CubeCall::has_bias`], `has_segments`, `has_alibi`, `has_sinks`): the
+/// bias `[b|1, h|1, n|1, m]` (f32) with the masked keys at `config::HIDDEN` or −∞, the segment
+/// ids `[b, n]` and `[b, m]` (I32), ALiBi's slopes then the sinks `[2·h]` (f32).
 #[derive(ExtensionType, Debug, Clone)]
 #[extension_type(fusion)]
 pub(crate) struct FlashInputs<B: Backend> {
@@ -145,14 +148,62 @@ pub(crate) struct FlashInputs<B: Backend> {
     pub k_segments: IntTensor<B>,
     /// ALiBi's slopes, then the sinks.
     pub per_head: FloatTensor<B>,
+    /// `[b, h_kv, m]` (f32): 1 where the key or value row held a NaN or ±∞ (the forward kernel
+    /// poisons the rows that see it; a constant).
+    pub bad_keys: FloatTensor<B>,
+    /// `[b, h, n]` (f32): 1 where the query row held a NaN or ±∞ (a constant).
+    pub bad_queries: FloatTensor<B>,
 }
+
+impl<B: Backend> FlashInputs<B> {
+    /// The inputs with `float` applied to every float tensor and `int` to the segment ids.
+    pub(crate) fn map<C: Backend>(
+        self,
+        float: impl Fn(FloatTensor<B>) -> FloatTensor<C>,
+        int: impl Fn(IntTensor<B>) -> IntTensor<C>,
+    ) -> FlashInputs<C> {
+        FlashInputs {
+            q: float(self.q),
+            k: float(self.k),
+            v: float(self.v),
+            bias: float(self.bias),
+            q_segments: int(self.q_segments),
+            k_segments: int(self.k_segments),
+            per_head: float(self.per_head),
+            bad_keys: float(self.bad_keys),
+            bad_queries: float(self.bad_queries),
+        }
+    }
+}
+
+/// What the backward pass reads besides the inputs: the forward's context `out`
+/// `[b, h, n, d_v]` and log-sum-exp `lse` `[b, h, n]` (f32), and the context's gradient `d_out`.
+#[derive(ExtensionType, Debug, Clone)]
+#[extension_type(fusion)]
+pub(crate) struct OutputGrad<B: Backend> {
+    /// The forward's context.
+    pub out: FloatTensor<B>,
+    /// The forward's log-sum-exp.
+    pub lse: FloatTensor<B>,
+    /// The context's gradient.
+    pub d_out: FloatTensor<B>,
+}
+
+/// The forward's outputs: context, log-sum-exp, row statistics.
+pub(crate) type Outputs<B> = (FloatTensor<B>, FloatTensor<B>, FloatTensor<B>);
+
+/// The backward's outputs: dQ, dK, dV and the score gradient.
+pub(crate) type Grads<B> = (
+    FloatTensor<B>,
+    FloatTensor<B>,
+    FloatTensor<B>,
+    FloatTensor<B>,
+);
 
 /// The output specs: context `[b, h, n, d_v]` in q's dtype, log-sum-exp `[b, h, n]` in f32 and
 /// the row statistics `[b, h, n, ROW_STATS]` in f32 (`[1, 1, 1, 1]` when not asked for).
 fn forward_meta(
     inputs: &FlashInputsMetadata,
-    _bad_keys: &TensorSpec,
-    _bad_queries: &TensorSpec,
     call: &CubeCall,
 ) -> (TensorSpec, TensorSpec, TensorSpec) {
     let (qd, vd) = (&inputs.q.shape, &inputs.v.shape);
@@ -174,23 +225,24 @@ fn stats_shape(call: &CubeCall, [b, h, n]: [usize; 3]) -> [usize; 4] {
 }
 
 /// The score gradient's shape: `[b, h, n, m]`, or `[1, 1, 1, 1]` when not asked for.
-fn scores_shape(want: bool, [b, h, n]: [usize; 3], m: usize) -> [usize; 4] {
-    if want { [b, h, n, m] } else { [1, 1, 1, 1] }
+fn scores_shape(call: &CubeCall, [b, h, n]: [usize; 3], m: usize) -> [usize; 4] {
+    if call.score_grads {
+        [b, h, n, m]
+    } else {
+        [1, 1, 1, 1]
+    }
 }
 
 /// The gradient specs: dQ, dK, dV shaped like q, k, v, and the score gradient `[b, h, n, m]`
 /// in f32 (`[1, 1, 1, 1]` when not asked for).
 fn backward_meta(
     inputs: &FlashInputsMetadata,
-    _out: &TensorSpec,
-    _lse: &TensorSpec,
-    _d_out: &TensorSpec,
-    _call: &CubeCall,
-    want_scores: &bool,
+    _grad: &OutputGradMetadata,
+    call: &CubeCall,
 ) -> (TensorSpec, TensorSpec, TensorSpec, TensorSpec) {
     let (q, k) = (&inputs.q, &inputs.k);
     let rows = [q.shape[0], q.shape[1], q.shape[2]];
-    let scores = scores_shape(*want_scores, rows, k.shape[2]);
+    let scores = scores_shape(call, rows, k.shape[2]);
     let scores = TensorSpec::new(Shape::new(scores), DType::F32);
     (q.clone(), k.clone(), inputs.v.clone(), scores)
 }
@@ -200,29 +252,23 @@ fn backward_meta(
 pub(crate) trait CubeKernelBackend: Backend {
     /// (context `[b, h, n, d_v]` in q's dtype, log-sum-exp `[b, h, n]` in f32, `config::NO_KEY`
     /// for a row with no visible key, row statistics `[b, h, n, ROW_STATS]` in f32 when
-    /// `call.stats`); `bad_keys [b, h_kv, m]` and `bad_queries [b, h, n]` (f32) are 1 where q, k
-    /// or v held a non-finite value (zeroed before the call): such rows get the log-sum-exp
-    /// `config::POISONED`.
+    /// `call.stats`); the rows the inputs' `bad_keys` and `bad_queries` poison (see
+    /// [`FlashInputs`]) get the log-sum-exp `config::POISONED`.
     #[fusion(meta = forward_meta)]
     fn cube_kernel_forward(
         #[extension_type] inputs: FlashInputs<Self>,
-        bad_keys: FloatTensor<Self>,
-        bad_queries: FloatTensor<Self>,
         call: CubeCall,
     ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>);
 
-    /// (dQ, dK, dV, dS) of the forward pass with the same inputs, from its output `out`, its
-    /// log-sum-exp and the output's gradient `d_out`; dS `[b, h, n, m]` is the gradient of the
-    /// scores after the soft-cap (that of the bias, f32) when `want_scores`, else a
+    /// (dQ, dK, dV, dS) of the forward pass with the same inputs, from its output, its
+    /// log-sum-exp and the output's gradient (`grad`); dS `[b, h, n, m]` is the gradient of the
+    /// scores after the soft-cap (that of the bias, f32) when `call.score_grads`, else a
     /// `[1, 1, 1, 1]` zero.
     #[fusion(meta = backward_meta)]
     fn cube_kernel_backward(
         #[extension_type] inputs: FlashInputs<Self>,
-        out: FloatTensor<Self>,
-        lse: FloatTensor<Self>,
-        d_out: FloatTensor<Self>,
+        #[extension_type] grad: OutputGrad<Self>,
         call: CubeCall,
-        want_scores: bool,
     ) -> (
         FloatTensor<Self>,
         FloatTensor<Self>,
@@ -234,15 +280,7 @@ pub(crate) trait CubeKernelBackend: Backend {
 impl FlashInputs<CubeBackend> {
     /// Every input made contiguous (the kernels index them row-major).
     fn contiguous(self) -> Self {
-        Self {
-            q: into_contiguous(self.q),
-            k: into_contiguous(self.k),
-            v: into_contiguous(self.v),
-            bias: into_contiguous(self.bias),
-            q_segments: into_contiguous(self.q_segments),
-            k_segments: into_contiguous(self.k_segments),
-            per_head: into_contiguous(self.per_head),
-        }
+        self.map(into_contiguous, into_contiguous)
     }
 
     /// The kernels' [`Terms`](super::config::Terms) argument.
@@ -257,14 +295,8 @@ impl FlashInputs<CubeBackend> {
 }
 
 impl CubeKernelBackend for CubeBackend {
-    fn cube_kernel_forward(
-        inputs: FlashInputs<Self>,
-        bad_keys: FloatTensor<Self>,
-        bad_queries: FloatTensor<Self>,
-        call: CubeCall,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>, FloatTensor<Self>) {
+    fn cube_kernel_forward(inputs: FlashInputs<Self>, call: CubeCall) -> Outputs<Self> {
         let inputs = inputs.contiguous();
-        let (bad_keys, bad_queries) = (into_contiguous(bad_keys), into_contiguous(bad_queries));
         let [b, h, n, d_k] = inputs.q.meta.shape.dims::<4>();
         let d_v = inputs.v.meta.shape.dims::<4>()[3];
         let client = inputs.q.client.clone();
@@ -289,8 +321,8 @@ impl CubeKernelBackend for CubeBackend {
             inputs.k.into_tensor_arg(),
             inputs.v.into_tensor_arg(),
             terms,
-            bad_keys.into_tensor_arg(),
-            bad_queries.into_tensor_arg(),
+            inputs.bad_keys.into_tensor_arg(),
+            inputs.bad_queries.into_tensor_arg(),
             context.clone().into_tensor_arg(),
             lse.clone().into_tensor_arg(),
             stats.clone().into_tensor_arg(),
@@ -303,19 +335,12 @@ impl CubeKernelBackend for CubeBackend {
 
     fn cube_kernel_backward(
         inputs: FlashInputs<Self>,
-        out: FloatTensor<Self>,
-        lse: FloatTensor<Self>,
-        d_out: FloatTensor<Self>,
+        grad: OutputGrad<Self>,
         call: CubeCall,
-        want_scores: bool,
-    ) -> (
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-        FloatTensor<Self>,
-    ) {
+    ) -> Grads<Self> {
         let [b, h, n, d_k] = inputs.q.meta.shape.dims::<4>();
         let [_, h_kv, m, d_v] = inputs.v.meta.shape.dims::<4>();
+        let OutputGrad { out, lse, d_out } = grad;
         // D = rowsum(dO ∘ O) in f32: [b, h, n, d_v] -> [b, h, n, 1] -> [b, h, n]
         let to_f32 = |x| Self::float_cast(x, FloatDType::F32);
         let delta = Self::float_sum_dim(Self::float_mul(to_f32(d_out.clone()), to_f32(out)), 3);
@@ -332,52 +357,49 @@ impl CubeKernelBackend for CubeBackend {
             empty([b, h_kv, m, d_k]),
             empty([b, h_kv, m, d_v]),
         );
-        let scores_shape = Shape::new(scores_shape(want_scores, [b, h, n], m));
+        let scores_shape = Shape::new(scores_shape(&call, [b, h, n], m));
         let d_scores = Self::float_zeros(scores_shape, &device, FloatDType::F32);
         let d = d_k.max(d_v);
         let (dq_rows, dkdv_rows) = (call.tiling.unit_rows(n, d), call.tiling.unit_rows(m, d));
-        let dq_config = FlashConfig {
-            write_scores: want_scores,
-            ..call.config(d_k, d_v, dq_rows)
-        };
+        let dq_config = call.config(d_k, d_v, dq_rows);
         let dkdv_config = FlashConfig {
             unroll_d: DKDV_UNROLLED,
+            write_scores: call.score_grads,
             ..call.config(d_k, d_v, dkdv_rows)
         };
         let arg = |t: &FloatTensor<Self>| t.clone().into_tensor_arg();
-        flash_backward_dq::launch(
-            &client,
-            grid(n.div_ceil(UNITS * dq_rows), b * h),
-            CubeDim::new_1d(UNITS as u32),
-            arg(&inputs.q),
-            arg(&inputs.k),
-            arg(&inputs.v),
-            inputs.terms(),
-            arg(&d_out),
-            arg(&lse),
-            arg(&delta),
-            arg(&dq),
-            arg(&d_scores),
-            call.scalars(),
-            dq_config,
-            storage(dtype),
-        );
-        flash_backward_dkdv::launch(
-            &client,
-            grid(m.div_ceil(UNITS * dkdv_rows), b * h_kv),
-            CubeDim::new_1d(UNITS as u32),
-            arg(&inputs.q),
-            arg(&inputs.k),
-            arg(&inputs.v),
-            inputs.terms(),
-            arg(&d_out),
-            arg(&lse),
-            arg(&delta),
-            arg(&dk),
-            arg(&dv),
-            call.scalars(),
+        // The two kernels' arguments but their own (dQ's `bad_keys` and output, dK/dV's three
+        // outputs).
+        macro_rules! launch {
+            ($kernel:ident, $count:expr, $config:expr, $($own:expr),+) => {
+                $kernel::launch(
+                    &client,
+                    $count,
+                    CubeDim::new_1d(UNITS as u32),
+                    arg(&inputs.q),
+                    arg(&inputs.k),
+                    arg(&inputs.v),
+                    inputs.terms(),
+                    arg(&d_out),
+                    arg(&lse),
+                    arg(&delta),
+                    $(arg($own)),+,
+                    call.scalars(),
+                    $config,
+                    storage(dtype),
+                )
+            };
+        }
+        let dq_grid = grid(n.div_ceil(UNITS * dq_rows), b * h);
+        launch!(flash_backward_dq, dq_grid, dq_config, &inputs.bad_keys, &dq);
+        let dkdv_grid = grid(m.div_ceil(UNITS * dkdv_rows), b * h_kv);
+        launch!(
+            flash_backward_dkdv,
+            dkdv_grid,
             dkdv_config,
-            storage(dtype),
+            &d_scores,
+            &dk,
+            &dv
         );
         (dq, dk, dv, d_scores)
     }
@@ -387,16 +409,9 @@ impl CubeKernelBackend for CubeBackend {
 /// row statistics `[b, h, n, ROW_STATS]` in f32 when `call.stats`).
 pub(crate) fn forward(
     inputs: FlashInputs<Dispatch>,
-    bad_keys: Tensor<3>,
-    bad_queries: Tensor<3>,
     call: CubeCall,
 ) -> (Tensor<4>, Tensor<3>, Option<Tensor<4>>) {
-    let (context, lse, stats) = <Dispatch as CubeKernelBackend>::cube_kernel_forward(
-        inputs,
-        bad_keys.into_dispatch(),
-        bad_queries.into_dispatch(),
-        call,
-    );
+    let (context, lse, stats) = <Dispatch as CubeKernelBackend>::cube_kernel_forward(inputs, call);
     (
         Tensor::from_dispatch(context),
         Tensor::from_dispatch(lse),

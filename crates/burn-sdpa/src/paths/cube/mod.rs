@@ -26,6 +26,7 @@ mod forward;
 mod pair;
 mod row_stats;
 mod steps;
+mod stream;
 mod tile;
 
 use std::borrow::Cow;
@@ -135,9 +136,14 @@ fn flags(t: Tensor<3, Bool>) -> Tensor<3> {
     t.float().cast(FloatDType::F32)
 }
 
-/// The kernels' inputs: q, k and v (sanitized by the caller) and the terms that add to or hide
-/// scores, with the flags that say which of the bias, segments, slopes and sinks are real.
-fn flash_inputs(call: &Call, [q, k, v]: [Tensor<4>; 3]) -> (FlashInputs<Dispatch>, [bool; 4]) {
+/// The kernels' inputs: q, k and v and their non-finite flags (sanitized by the caller) and the
+/// terms that add to or hide scores, with the flags that say which of the bias, segments, slopes
+/// and sinks are real.
+fn flash_inputs(
+    call: &Call,
+    [q, k, v]: [Tensor<4>; 3],
+    [bad_keys, bad_queries]: [Tensor<3>; 2],
+) -> (FlashInputs<Dispatch>, [bool; 4]) {
     let input = &call.input;
     let device = input.query.device();
     let bias = masked_bias(call);
@@ -175,6 +181,8 @@ fn flash_inputs(call: &Call, [q, k, v]: [Tensor<4>; 3]) -> (FlashInputs<Dispatch
         q_segments: q_segments.into_dispatch(),
         k_segments: k_segments.into_dispatch(),
         per_head: per_head.into_dispatch(),
+        bad_keys: bad_keys.into_dispatch(),
+        bad_queries: bad_queries.into_dispatch(),
     };
     (inputs, present)
 }
@@ -210,13 +218,15 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         }),
         tiling,
         stats: call.input.need_row_stats,
+        score_grads: false,
     };
     let need_lse = call.input.need_lse;
     let (query, bad_queries) = sanitized(call.input.query.clone());
     let (key, bad_key_rows) = sanitized(call.input.key.clone());
     let (value, bad_value_rows) = sanitized(call.input.value.clone());
+    let bad_keys = flags(bad_key_rows.bool_or(bad_value_rows));
     let (inputs, [has_bias, has_segments, has_alibi, has_sinks]) =
-        flash_inputs(&call, [query, key, value]);
+        flash_inputs(&call, [query, key, value], [bad_keys, flags(bad_queries)]);
     let cube_call = extension::CubeCall {
         has_bias,
         has_segments,
@@ -225,8 +235,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         ..cube_call
     };
     let dtype = call.input.query.dtype();
-    let bad_keys = flags(bad_key_rows.bool_or(bad_value_rows));
-    let (context, lse, stats) = extension::forward(inputs, bad_keys, flags(bad_queries), cube_call);
+    let (context, lse, stats) = extension::forward(inputs, cube_call);
     // Between the kernels' two sentinels: poisoned; above: no visible key.
     let poisoned = lse
         .clone()

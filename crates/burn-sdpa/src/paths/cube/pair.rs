@@ -5,6 +5,7 @@
 use cubecl::prelude::*;
 
 use super::config::{FlashConfig, MASKED, Scalars, Terms};
+use super::steps::Block;
 
 /// Whether key `j` is visible to the query whose diagonal is `centre` under the causal mask and
 /// the window.
@@ -137,6 +138,24 @@ pub(crate) fn segment_of(
         segment = segments[batch_idx * len + idx];
     }
     segment
+}
+
+/// The segment ids of the unit's rows of `block` in `segments` `[b, len]` (see
+/// [`segment_of`]).
+#[cube]
+pub(crate) fn own_segments(
+    segments: &OwnedTensor<i32>,
+    block: &Block,
+    len: usize,
+    #[comptime] config: FlashConfig,
+) -> Array<i32> {
+    let mut own = Array::<i32>::new(config.rows);
+    #[unroll]
+    for r in 0..config.rows {
+        let (idx, _, _) = block.own(r, len);
+        own[r] = segment_of(segments, block.batch_idx, idx, len, config);
+    }
+    own
 }
 
 /// ALiBi's slope of head `head_idx` (0 when the call has none).

@@ -1,7 +1,7 @@
-//! The steps the three flash kernels are built from: where a cube sits in the grid, which keys
-//! (or queries) a block of rows can see, how rows reach the units (shared tiles or plane
-//! broadcasts, see `forward.rs`), and the register loops over d, each accumulating into an
-//! array indexed by the unit's rows, d outermost, unrolled when [`FlashConfig::unroll_d`].
+//! The steps the three flash kernels are built from: where a cube sits in the grid and which
+//! rows its unit owns, and the register loops over d, each accumulating into an array indexed by
+//! the unit's rows, d outermost, unrolled when [`FlashConfig::unroll_d`] (how the streamed rows
+//! reach the units: `stream.rs`).
 
 use cubecl::prelude::*;
 
@@ -9,11 +9,6 @@ use super::config::{FlashConfig, Scalars};
 
 /// Units per cube.
 pub(crate) const UNITS: usize = 32;
-
-/// Lanes of a plane (subgroup) that share one load when the kernel runs with `planes`: lane `t`
-/// loads element `t` of each group of `LANES`, and a plane broadcast hands it to the others.
-/// Every plane of at least this many lanes works (lavapipe's are 8 wide with AVX2, GPUs' 32 or 64).
-pub(crate) const LANES: usize = 8;
 
 /// Where one cube sits: its (batch, head) row of the grid and its block of `UNITS · rows` rows
 /// (queries, or keys for dK/dV), of which this unit owns `first`, `first + UNITS`, ...
@@ -27,8 +22,6 @@ pub(crate) struct Block {
     pub head_idx: usize,
     /// Whether the row is one of the grid's (the last layer of the grid may be partly empty).
     pub in_grid: bool,
-    /// This unit's index in the cube.
-    pub unit: usize,
     /// The block's first row.
     pub start: usize,
     /// This unit's first row: `start + unit`.
@@ -48,179 +41,88 @@ pub(crate) fn grid_block(batch: usize, n_heads: usize, #[comptime] rows: usize) 
         batch_idx: row / n_heads,
         head_idx: row % n_heads,
         in_grid: row < batch * n_heads,
-        unit,
         start,
         first: start + unit,
     }
 }
 
-/// The length of one shared tile of rows of `d` floats: one element with plane broadcasts (the
-/// kernels do not read it, and CubeCL needs a length), else `tile_rows · d`.
-pub(crate) fn tile_len(planes: bool, tile_rows: usize, d: usize) -> usize {
-    if planes { 1 } else { tile_rows * d }
+#[cube]
+impl Block {
+    /// The unit's row `r` of rows of `len` per (batch·head) row: its index `first + r · UNITS`,
+    /// its row in the flattened `[.., len]` tensors, and whether it is one of the `len`.
+    pub fn own(&self, r: usize, len: usize) -> (usize, usize, bool) {
+        let idx = self.first + r * UNITS;
+        (idx, self.row * len + idx, idx < len)
+    }
 }
 
-/// Loads rows `start..start + tile_rows` of head row `head` of `src` `[.., len, d]` (keys and
-/// values of a kv head, or queries and dO of a query head) into `tile` (zeros past `len`), the
-/// cube's units loading consecutive elements (unit `u` loads elements `u`, `u + UNITS`, ...).
-/// Needs `start < len` (the callers' tiles start below their range's end, which is at most `len`).
+/// The unit's rows of `src` `[.., len, d]` (see [`Block::own`]) times `factor`, in f32:
+/// `[r · d + dd]`, zeros for a row past the end.
 #[cube]
-fn load_tile<F: Float>(
+pub(crate) fn load_rows<F: Float>(
     src: &Tensor<F>,
-    tile: &mut Shared<[f32]>,
-    head: usize,
-    start: usize,
+    block: &Block,
     len: usize,
-    unit: usize,
-    #[comptime] d: usize,
-    #[comptime] config: FlashConfig,
-) {
-    let tile_len = comptime!(config.tile_rows * d);
-    let base = (head * len + start) * d;
-    // Elements of the tile that lie inside `src`'s rows (the rest are zeros).
-    let valid = (len - start) * d;
-    #[unroll(config.unroll_d)]
-    for load in 0..comptime!(tile_len.div_ceil(UNITS)) {
-        let idx = load * UNITS + unit;
-        if idx < tile_len {
-            let mut x = 0.0f32;
-            if idx < valid {
-                x = f32::cast_from(src[base + idx]);
-            }
-            tile[idx] = x;
-        }
-    }
-}
-
-/// Loads the tiles of rows from `start` of head row `head` of `a` `[.., len, d_k]` and `b`
-/// `[.., len, d_v]` and waits for the cube (nothing with plane broadcasts, which need no tile).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn load_tiles<F: Float>(
-    a: &Tensor<F>,
-    b: &Tensor<F>,
-    a_tile: &mut Shared<[f32]>,
-    b_tile: &mut Shared<[f32]>,
-    head: usize,
-    start: usize,
-    len: usize,
-    unit: usize,
-    #[comptime] config: FlashConfig,
-) {
-    if !config.planes {
-        load_tile::<F>(a, a_tile, head, start, len, unit, config.d_k, config);
-        load_tile::<F>(b, b_tile, head, start, len, unit, config.d_v, config);
-        sync_cube();
-    }
-}
-
-/// Waits for the cube before the next tiles overwrite these (nothing with plane broadcasts).
-#[cube]
-pub(crate) fn end_tiles(#[comptime] config: FlashConfig) {
-    if !config.planes {
-        sync_cube();
-    }
-}
-
-/// `vals[dd] = src[base + dd]` (in f32) for the `d` elements of a row, every element loaded by
-/// one lane of the plane and broadcast to the others (`d` a multiple of [`LANES`]; called by the
-/// whole plane, in uniform control flow).
-#[cube]
-fn broadcast_row<F: Float>(
-    src: &Tensor<F>,
-    vals: &mut Array<f32>,
-    base: usize,
-    #[comptime] d: usize,
-    #[comptime] unroll_d: bool,
-) {
-    let lane = UNIT_POS_PLANE as usize % LANES;
-    #[unroll(unroll_d)]
-    for chunk in 0..comptime!(d / LANES) {
-        let x = f32::cast_from(src[base + chunk * LANES + lane]);
-        #[unroll]
-        for t in 0..LANES {
-            vals[chunk * LANES + t] = plane_broadcast(x, t as u32);
-        }
-    }
-}
-
-/// `vals[dd] = tile[row · d + dd]` for the `d` elements of a row of a shared tile.
-#[cube]
-fn tile_row(
-    tile: &Shared<[f32]>,
-    vals: &mut Array<f32>,
-    row: usize,
-    #[comptime] d: usize,
-    #[comptime] unroll_d: bool,
-) {
-    #[unroll(unroll_d)]
-    for dd in 0..d {
-        vals[dd] = tile[row * d + dd];
-    }
-}
-
-/// Row `idx` of head row `head` of `a` `[.., len, d_k]` and `b` `[.., len, d_v]` into `a_vals`
-/// and `b_vals`: by plane broadcasts, or from row `idx − tile_start` of the tiles
-/// [`load_tiles`] filled.
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn fetch_rows<F: Float>(
-    a: &Tensor<F>,
-    b: &Tensor<F>,
-    a_tile: &Shared<[f32]>,
-    b_tile: &Shared<[f32]>,
-    a_vals: &mut Array<f32>,
-    b_vals: &mut Array<f32>,
-    row_idx: usize,
-    tile_row_idx: usize,
-    #[comptime] config: FlashConfig,
-) {
-    let (d_k, d_v) = comptime!((config.d_k, config.d_v));
-    if config.planes {
-        broadcast_row::<F>(a, a_vals, row_idx * d_k, d_k, config.unroll_d);
-        broadcast_row::<F>(b, b_vals, row_idx * d_v, d_v, config.unroll_d);
-    } else {
-        tile_row(a_tile, a_vals, tile_row_idx, d_k, config.unroll_d);
-        tile_row(b_tile, b_vals, tile_row_idx, d_v, config.unroll_d);
-    }
-}
-
-/// `dst[r · d + dd] = src[row_idx · d + dd] · factor` (in f32) for the `d` elements of the
-/// unit's row `r`, and zeros when the row is past the end (`!active`).
-#[cube]
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn load_row<F: Float>(
-    src: &Tensor<F>,
-    dst: &mut Array<f32>,
-    r: usize,
-    row_idx: usize,
-    active: bool,
     factor: f32,
     #[comptime] d: usize,
-    #[comptime] unroll_d: bool,
-) {
-    #[unroll(unroll_d)]
-    for dd in 0..d {
-        let mut x = 0.0f32;
-        if active {
-            x = f32::cast_from(src[row_idx * d + dd]);
+    #[comptime] config: FlashConfig,
+) -> Array<f32> {
+    let mut rows = Array::<f32>::new(comptime!(config.rows * d));
+    #[unroll]
+    for r in 0..config.rows {
+        let (_, row_idx, active) = block.own(r, len);
+        #[unroll(config.unroll_d)]
+        for dd in 0..d {
+            let mut x = 0.0f32;
+            if active {
+                x = f32::cast_from(src[row_idx * d + dd]);
+            }
+            rows[r * d + dd] = x * factor;
         }
-        dst[r * d + dd] = x * factor;
     }
+    rows
 }
 
-/// `dst[r · d + dd] = 0` for the `d` elements of the unit's row `r`.
+/// The value of each of the unit's rows in `src` `[.., len]` (0 for a row past the end).
 #[cube]
-pub(crate) fn zero_row(
-    dst: &mut Array<f32>,
-    r: usize,
-    #[comptime] d: usize,
-    #[comptime] unroll_d: bool,
-) {
-    #[unroll(unroll_d)]
-    for dd in 0..d {
-        dst[r * d + dd] = 0.0f32;
+pub(crate) fn load_values(
+    src: &Tensor<f32>,
+    block: &Block,
+    len: usize,
+    #[comptime] config: FlashConfig,
+) -> Array<f32> {
+    let mut values = Array::<f32>::new(config.rows);
+    #[unroll]
+    for r in 0..config.rows {
+        let (_, row_idx, active) = block.own(r, len);
+        let mut x = 0.0f32;
+        if active {
+            x = src[row_idx];
+        }
+        values[r] = x;
     }
+    values
+}
+
+/// Accumulators for the unit's rows of `d` floats (`[r · d + dd]`), all `value`.
+#[cube]
+pub(crate) fn filled_rows(
+    value: f32,
+    #[comptime] d: usize,
+    #[comptime] config: FlashConfig,
+) -> Array<f32> {
+    let mut rows = Array::<f32>::new(comptime!(config.rows * d));
+    #[unroll(config.unroll_d)]
+    for idx in 0..comptime!(config.rows * d) {
+        rows[idx] = value;
+    }
+    rows
+}
+
+/// One f32 per row of the unit, unset (a step's scratch).
+#[cube]
+pub(crate) fn per_row(#[comptime] config: FlashConfig) -> Array<f32> {
+    Array::<f32>::new(config.rows)
 }
 
 /// `dst[row_idx · d + dd] = src[r · d + dd] · factor` (rounded to `F`) for the unit's row `r`.

@@ -23,7 +23,8 @@ use std::sync::OnceLock;
 
 use cubecl::ir::DeviceProperties;
 
-use super::steps::{LANES, UNITS};
+use super::steps::UNITS;
+use super::stream::LANES;
 
 /// The largest d_k and d_v the kernels serve (larger heads take a tensor-op path).
 pub(crate) const MAX_HEAD_SIZE: usize = 512;
@@ -162,7 +163,7 @@ impl Tiling {
     /// The shared memory the kernels allocate with this tiling, in bytes (two tiles).
     #[cfg(test)]
     pub(crate) fn shared_bytes(&self, d_k: usize, d_v: usize) -> usize {
-        let tile_len = |d| super::steps::tile_len(self.planes, self.tile_rows, d);
+        let tile_len = |d| super::stream::tile_len(self.planes, self.tile_rows, d);
         (tile_len(d_k) + tile_len(d_v)) * size_of::<f32>()
     }
 
