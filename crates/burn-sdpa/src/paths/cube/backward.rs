@@ -2,11 +2,12 @@
 //! from the forward's log-sum-exp, nothing of size n × m is stored, and every unit owns the rows it
 //! writes (no atomics: the result does not depend on scheduling).
 //!
-//! - `flash_backward_dq`: one cube of [`UNITS`](super::steps::UNITS) units per (batch·head, block of `UNITS · rows`
-//!   queries), `rows` query rows per unit, the keys and values streamed through shared memory: dQ.
+//! - `flash_backward_dq`: one cube of [`UNITS`](super::steps::UNITS) units per (batch·head,
+//!   block of `UNITS · rows` queries), `rows` query rows per unit, the keys and values streamed
+//!   past them (`stream.rs`: shared tiles or plane broadcasts): dQ.
 //! - `flash_backward_dkdv`: one cube per (batch·kv head, block of `UNITS · rows` keys), `rows` key
 //!   rows per unit, the queries of every head of the group (with dO, the log-sum-exp and
-//!   D = rowsum(dO ∘ O)) streamed through shared memory: dK and dV, and when the bias wants its
+//!   D = rowsum(dO ∘ O)) streamed past them: dK and dV, and when the bias wants its
 //!   gradient the score gradient (each (query, key) pair is met once, by the unit owning the key).
 //!
 //! A row the forward pass poisoned or that saw no key has the log-sum-exp `config::POISONED` or
@@ -167,7 +168,9 @@ impl KeyStep for QueryRows {
 
 /// dQ `[b, h, n, d_k]` of the forward pass with the same options (see
 /// [`flash_forward`](super::forward::flash_forward)); `lse` and `delta` (D = rowsum(dO ∘ O)) are
-/// `[b, h, n]`, `bad_keys` the forward's. Launched with [`UNITS`] units per cube and
+/// `[b, h, n]`. `bad_keys` (the forward's flags) is not read: a row that sees a bad key is
+/// poisoned and its weights are 0 here; it is an argument because the forward's and dQ's steps
+/// share one key loop ([`stream_keys`]). Launched with [`UNITS`] units per cube and
 /// `(n.div_ceil(UNITS · rows), y, z)` cubes, `y · z ≥ b · h`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
@@ -349,8 +352,8 @@ struct HeadRows {
 /// of the forward pass with the same options; `lse` and `delta` as for
 /// [`flash_backward_dq`]. With `write_scores`, also the gradient of the scores after the
 /// soft-cap (the bias's) into `d_scores` `[b, h, n, m]`, which must hold zeros (the hidden
-/// entries are not written; every other is written once, by the unit owning its key). Launched with [`UNITS`] units per cube and `(m.div_ceil(UNITS · rows), y, z)` cubes,
-/// `y · z ≥ b · h_kv`.
+/// entries are not written; every other is written once, by the unit owning its key). Launched
+/// with [`UNITS`] units per cube and `(m.div_ceil(UNITS · rows), y, z)` cubes, `y · z ≥ b · h_kv`.
 #[cube(launch)]
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn flash_backward_dkdv<F: Float>(

@@ -45,7 +45,7 @@ const GRID_AXIS_MAX: usize = 65_535;
 
 /// The cube count for `blocks` blocks of rows of each of `rows` (batch·head) rows: the blocks
 /// on the first axis, the rows on the second and, past [`GRID_AXIS_MAX`], the third
-/// (`kernel::grid_row` reads them back).
+/// ([`grid_block`](super::steps::grid_block) reads them back).
 fn grid(blocks: usize, rows: usize) -> CubeCount {
     let y = rows.clamp(1, GRID_AXIS_MAX);
     CubeCount::Static(blocks as u32, y as u32, rows.div_ceil(y) as u32)

@@ -1,19 +1,23 @@
-//! The flash forward pass in CubeCL: one cube of [`UNITS`](super::steps::UNITS) units per (batch·head, block of
+//! The flash forward pass in CubeCL: one cube of [`UNITS`] units per (batch·head, block of
 //! `UNITS · rows` queries), each unit owning `rows` query rows (rows `u`, `u + UNITS`, ...); every
 //! unit runs the online softmax of its rows over the keys in registers, then writes its context
 //! rows and log-sum-exps. The tiles of `tile_rows` keys outside the causal band and the window
 //! are never visited.
 //!
-//! Each key and value row reaches the units one of two ways (a compile-time switch, `planes`,
-//! chosen with `tile_rows` by `tile.rs` from the device's limits): loaded once per plane of
-//! [`LANES`](super::stream::LANES) lanes (each lane loads one element of every group of [`LANES`](super::stream::LANES)) and handed to the
-//! other lanes by plane broadcasts, where the device has plane operations and the head sizes are
-//! multiples of [`LANES`](super::stream::LANES); else loaded by the cube's units together into shared memory, tile by
-//! tile. Several rows per unit and the broadcasts both make every load feed many multiply-adds,
-//! which is what makes the kernel fast on Mesa's lavapipe (a CPU driver, where every load from
-//! shared or global memory is a loop over the SIMD lanes); the rows per unit are chosen by the
-//! caller (`tile.rs`, measured on lavapipe only). Every sum over d accumulates into an array
-//! indexed by the unit's rows, d outermost; the loops over d are unrolled when `unroll_d`.
+//! Each key and value row reaches the units one of two ways (`stream.rs`; a compile-time switch,
+//! `planes`, chosen with `tile_rows` by `tile.rs` from the device's limits): loaded once per
+//! plane of [`LANES`] lanes (each lane loads one element of every group of [`LANES`]) and handed
+//! to the other lanes by plane broadcasts, where the device has plane operations and the head
+//! sizes are multiples of [`LANES`]; else loaded by the cube's units together into shared memory,
+//! tile by tile. Several rows per unit and the broadcasts both make every load feed many
+//! multiply-adds, which is what makes the kernel fast on Mesa's lavapipe (a CPU driver, where
+//! every load from shared or global memory is a loop over the SIMD lanes); the rows per unit are
+//! chosen by the caller (`tile.rs`, measured on lavapipe only). Every sum over d accumulates into
+//! an array indexed by the unit's rows, d outermost; the loops over d are unrolled when
+//! `unroll_d`.
+//!
+//! [`UNITS`]: super::steps::UNITS
+//! [`LANES`]: super::stream::LANES
 
 use cubecl::prelude::*;
 

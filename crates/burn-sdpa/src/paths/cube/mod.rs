@@ -11,9 +11,11 @@
 //!
 //! The three kernels share one shape (cubek's blueprint): a compile-time [`FlashConfig`]
 //! (`config.rs`, with the runtime scalars and the score terms as one launch argument each, and
-//! the sentinel values), the steps they are built from (`steps.rs`: the grid, the tiles, the
-//! register loops over d), the blocks a cube owns (`blocks.rs`) and what a (query, key) pair
-//! sees (`pair.rs`); the forward pass's row statistics are `row_stats.rs`.
+//! the sentinel values), the steps they are built from (`steps.rs`: the grid, the unit's own
+//! rows, the register loops over d), how the streamed rows reach the units (`stream.rs`: shared
+//! tiles or plane broadcasts), the blocks a cube owns and the one key loop of the forward and dQ
+//! kernels (`blocks.rs`: `KeyStep`, `stream_keys`) and what a (query, key) pair sees
+//! (`pair.rs`); the forward pass's row statistics are `row_stats.rs`.
 //!
 //! [`FlashConfig`]: config::FlashConfig
 
