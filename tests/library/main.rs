@@ -7,6 +7,7 @@ mod cpu_dtypes;
 mod cube;
 mod cube_dtypes;
 mod cube_head_sizes;
+mod cube_sweep;
 mod drop_in;
 mod drop_in_api;
 mod errors;

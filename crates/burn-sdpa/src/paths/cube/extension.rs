@@ -23,13 +23,6 @@ use super::row_stats::ROW_STATS;
 use super::steps::UNITS;
 use super::tile::Tiling;
 
-/// Whether the dK/dV kernel unrolls its loops over d at every head size (the forward and dQ
-/// kernels follow `Tiling::unroll`, loops above 128). As loops, lavapipe (Mesa 22.3) returned
-/// wrong dK and dV (all but the first element of a row zero) for every key block that met three
-/// or more (head, query tile) steps, though the WGSL CubeCL generated reads right; unrolled, every
-/// case passes (`tests/library/cube_head_sizes.rs`). It costs compile time at large heads only.
-const DKDV_UNROLLED: bool = true;
-
 /// The kernels' storage type for a float dtype (they compute in f32 whatever it is);
 /// `super::blocker` lets only these three through.
 fn storage(dtype: DType) -> ElemType {
@@ -363,7 +356,6 @@ impl CubeKernelBackend for CubeBackend {
         let (dq_rows, dkdv_rows) = (call.tiling.unit_rows(n, d), call.tiling.unit_rows(m, d));
         let dq_config = call.config(d_k, d_v, dq_rows);
         let dkdv_config = FlashConfig {
-            unroll_d: DKDV_UNROLLED,
             write_scores: call.score_grads,
             ..call.config(d_k, d_v, dkdv_rows)
         };

@@ -25,7 +25,9 @@ use super::blocks::{KeyStep, KeyStepExpand, QueryBlock, query_block, stream_keys
 use super::config::{FlashConfig, HIDDEN, NO_KEY, POISONED, Scalars, Terms};
 use super::pair::{own_segments, segment_of};
 use super::row_stats::{ROW_STATS, StatsAcc};
-use super::steps::{dot_rows, filled_rows, load_rows, load_values, per_row, soft_cap, store_row};
+use super::steps::{
+    chunk_of, dot_rows, filled_rows, load_rows, load_values, per_row, soft_cap, store_row,
+};
 use super::stream::RowStream;
 
 /// The running max and sum a row starts from: a sink starts every row of its head with one
@@ -200,12 +202,16 @@ impl KeyStep for OnlineRows {
         }
         // acc[r · d_v + dd] = acc[r · d_v + dd] · correction[r] + weight[r] · v_j[dd].
         #[unroll(config.unroll_d)]
-        for dd in 0..config.d_v {
-            let x = keys.b_vals[dd];
+        for c in 0..comptime!(config.d_v / chunk_of(config.d_v)) {
             #[unroll]
-            for r in 0..config.rows {
-                let idx = r * config.d_v + dd;
-                self.acc[idx] = self.acc[idx] * self.corrections[r] + self.weights[r] * x;
+            for i in 0..comptime!(chunk_of(config.d_v)) {
+                let dd = c * comptime!(chunk_of(config.d_v)) + i;
+                let x = keys.b_vals[dd];
+                #[unroll]
+                for r in 0..config.rows {
+                    let idx = r * config.d_v + dd;
+                    self.acc[idx] = self.acc[idx] * self.corrections[r] + self.weights[r] * x;
+                }
             }
         }
     }

@@ -64,7 +64,17 @@ fn tiling(call: &Call) -> Result<tile::Tiling, String> {
         return Err("it runs on the CubeCL backends only".into());
     };
     let limits = tile::Limits::of(cube.client().properties());
-    tile::Tiling::for_device(limits, call.dims.d_k, call.dims.d_v)
+    let dims = &call.dims;
+    let tiling = tile::Tiling::for_device(limits, dims.d_k, dims.d_v)?;
+    let loops = tile::LoopDims {
+        n: dims.n,
+        m: dims.m,
+        group: dims.group(),
+        d_k: dims.d_k,
+        d_v: dims.d_v,
+    };
+    tiling.check_loops(limits, loops)?;
+    Ok(tiling)
 }
 
 /// Why the CubeCL kernel cannot serve `call`, if it cannot.

@@ -10,6 +10,24 @@ use super::config::{FlashConfig, Scalars};
 /// Units per cube.
 pub(crate) const UNITS: usize = 32;
 
+/// The most elements one iteration of a loop over d handles when the loop is not unrolled whole
+/// (its iterations are unrolled): Mesa's llvmpipe (lavapipe) ends every loop of a shader
+/// invocation silently after 65 535 iterations in all (`LP_MAX_TGSI_LOOP_ITERATIONS`, shared by
+/// every loop), so a loop per element of d made a unit stop early, and write stale memory, past
+/// about 65 535 / (2 · (d_k + d_v)) keys (`tile.rs` bounds what is left).
+pub(crate) const CHUNK: usize = 32;
+
+/// The elements one iteration of a loop over `len` elements handles: the largest power of two up
+/// to [`CHUNK`] that divides `len` (so no iteration runs past the end).
+pub(crate) const fn chunk_of(len: usize) -> usize {
+    let zeros = len.trailing_zeros();
+    if zeros < CHUNK.trailing_zeros() {
+        1 << zeros
+    } else {
+        CHUNK
+    }
+}
+
 /// Where one cube sits: its (batch, head) row of the grid and its block of `UNITS · rows` rows
 /// (queries, or keys for dK/dV), of which this unit owns `first`, `first + UNITS`, ...
 #[derive(CubeType, Clone, Copy)]
@@ -72,12 +90,16 @@ pub(crate) fn load_rows<F: Float>(
     for r in 0..config.rows {
         let (_, row_idx, active) = block.own(r, len);
         #[unroll(config.unroll_d)]
-        for dd in 0..d {
-            let mut x = 0.0f32;
-            if active {
-                x = f32::cast_from(src[row_idx * d + dd]);
+        for c in 0..comptime!(d / chunk_of(d)) {
+            #[unroll]
+            for i in 0..comptime!(chunk_of(d)) {
+                let dd = c * comptime!(chunk_of(d)) + i;
+                let mut x = 0.0f32;
+                if active {
+                    x = f32::cast_from(src[row_idx * d + dd]);
+                }
+                rows[r * d + dd] = x * factor;
             }
-            rows[r * d + dd] = x * factor;
         }
     }
     rows
@@ -113,8 +135,11 @@ pub(crate) fn filled_rows(
 ) -> Array<f32> {
     let mut rows = Array::<f32>::new(comptime!(config.rows * d));
     #[unroll(config.unroll_d)]
-    for idx in 0..comptime!(config.rows * d) {
-        rows[idx] = value;
+    for c in 0..comptime!(config.rows * d / chunk_of(config.rows * d)) {
+        #[unroll]
+        for i in 0..comptime!(chunk_of(config.rows * d)) {
+            rows[c * comptime!(chunk_of(config.rows * d)) + i] = value;
+        }
     }
     rows
 }
@@ -137,8 +162,12 @@ pub(crate) fn store_row<F: Float>(
     #[comptime] unroll_d: bool,
 ) {
     #[unroll(unroll_d)]
-    for dd in 0..d {
-        dst[row_idx * d + dd] = F::cast_from(src[r * d + dd] * factor);
+    for c in 0..comptime!(d / chunk_of(d)) {
+        #[unroll]
+        for i in 0..comptime!(chunk_of(d)) {
+            let dd = c * comptime!(chunk_of(d)) + i;
+            dst[row_idx * d + dd] = F::cast_from(src[r * d + dd] * factor);
+        }
     }
 }
 
@@ -157,11 +186,15 @@ pub(crate) fn dot_rows(
         out[r] = 0.0f32;
     }
     #[unroll(config.unroll_d)]
-    for dd in 0..d {
-        let x = vals[dd];
+    for c in 0..comptime!(d / chunk_of(d)) {
         #[unroll]
-        for r in 0..config.rows {
-            out[r] += rows_data[r * d + dd] * x;
+        for i in 0..comptime!(chunk_of(d)) {
+            let dd = c * comptime!(chunk_of(d)) + i;
+            let x = vals[dd];
+            #[unroll]
+            for r in 0..config.rows {
+                out[r] += rows_data[r * d + dd] * x;
+            }
         }
     }
 }
@@ -176,11 +209,15 @@ pub(crate) fn add_outer(
     #[comptime] config: FlashConfig,
 ) {
     #[unroll(config.unroll_d)]
-    for dd in 0..d {
-        let x = vals[dd];
+    for c in 0..comptime!(d / chunk_of(d)) {
         #[unroll]
-        for r in 0..config.rows {
-            acc[r * d + dd] += coeffs[r] * x;
+        for i in 0..comptime!(chunk_of(d)) {
+            let dd = c * comptime!(chunk_of(d)) + i;
+            let x = vals[dd];
+            #[unroll]
+            for r in 0..config.rows {
+                acc[r * d + dd] += coeffs[r] * x;
+            }
         }
     }
 }

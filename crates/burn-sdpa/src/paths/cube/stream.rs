@@ -7,7 +7,7 @@
 use cubecl::prelude::*;
 
 use super::config::FlashConfig;
-use super::steps::UNITS;
+use super::steps::{UNITS, chunk_of};
 
 /// Lanes of a plane (subgroup) that share one load when the kernel runs with `planes`: lane `t`
 /// loads element `t` of each group of `LANES`, and a plane broadcast hands it to the others.
@@ -138,15 +138,19 @@ fn load_tile<F: Float>(
     let base = (head * len + start) * d;
     // Elements of the tile that lie inside `src`'s rows (the rest are zeros).
     let valid = (len - start) * d;
+    let loads = comptime!(tile_len.div_ceil(UNITS));
     #[unroll(config.unroll_d)]
-    for load in 0..comptime!(tile_len.div_ceil(UNITS)) {
-        let idx = load * UNITS + unit;
-        if idx < tile_len {
-            let mut x = 0.0f32;
-            if idx < valid {
-                x = f32::cast_from(src[base + idx]);
+    for c in 0..comptime!(loads / chunk_of(loads)) {
+        #[unroll]
+        for i in 0..comptime!(chunk_of(loads)) {
+            let idx = (c * comptime!(chunk_of(loads)) + i) * UNITS + unit;
+            if idx < tile_len {
+                let mut x = 0.0f32;
+                if idx < valid {
+                    x = f32::cast_from(src[base + idx]);
+                }
+                tile[idx] = x;
             }
-            tile[idx] = x;
         }
     }
 }
@@ -163,12 +167,17 @@ fn broadcast_row<F: Float>(
     #[comptime] unroll_d: bool,
 ) {
     let lane = UNIT_POS_PLANE as usize % LANES;
+    let groups = comptime!(d / LANES);
     #[unroll(unroll_d)]
-    for chunk in 0..comptime!(d / LANES) {
-        let x = f32::cast_from(src[base + chunk * LANES + lane]);
+    for c in 0..comptime!(groups / chunk_of(groups).min(4)) {
         #[unroll]
-        for t in 0..LANES {
-            vals[chunk * LANES + t] = plane_broadcast(x, t as u32);
+        for i in 0..comptime!(chunk_of(groups).min(4)) {
+            let group = c * comptime!(chunk_of(groups).min(4)) + i;
+            let x = f32::cast_from(src[base + group * LANES + lane]);
+            #[unroll]
+            for t in 0..LANES {
+                vals[group * LANES + t] = plane_broadcast(x, t as u32);
+            }
         }
     }
 }
@@ -183,7 +192,11 @@ fn copy_row(
     #[comptime] unroll_d: bool,
 ) {
     #[unroll(unroll_d)]
-    for dd in 0..d {
-        vals[dd] = tile[base + dd];
+    for c in 0..comptime!(d / chunk_of(d)) {
+        #[unroll]
+        for i in 0..comptime!(chunk_of(d)) {
+            let dd = c * comptime!(chunk_of(d)) + i;
+            vals[dd] = tile[base + dd];
+        }
     }
 }

@@ -14,6 +14,10 @@
 //! use, or a single row not fitting) is refused with a reason, and `Auto` takes a tensor-op
 //! path.
 //!
+//! On lavapipe every loop of a shader invocation ends silently after 65 535 iterations in all
+//! ([`LLVMPIPE_LOOP_LIMIT`]); the loops over d step by 32 elements there, and a call whose loops
+//! could still pass the limit (about a thousand keys at d = 256) is refused with the sizes.
+//!
 //! Three environment variables, read once per process, change the rule for measurements and
 //! tests: `SDPA_CUBE_SHARED_BYTES` (bytes) replaces the device's shared memory per cube,
 //! `SDPA_CUBE_PLANES=off` turns plane broadcasts off, and `SDPA_CUBE_ROWS` (1, 2, 4, 8, 16)
@@ -23,8 +27,19 @@ use std::sync::OnceLock;
 
 use cubecl::ir::DeviceProperties;
 
-use super::steps::UNITS;
+use super::steps::{UNITS, chunk_of};
 use super::stream::LANES;
+
+/// The loop iterations Mesa's llvmpipe (lavapipe) lets one shader invocation run, all loops
+/// together (`LP_MAX_TGSI_LOOP_ITERATIONS` in Mesa's gallivm): past it every loop ends
+/// silently, so a unit would stop early and leave stale memory in its outputs. The kernels'
+/// loops over d step by [`CHUNK`](super::steps::CHUNK) elements when they are not unrolled,
+/// and [`Tiling::check_loops`] refuses a call that could still run past the limit.
+pub(crate) const LLVMPIPE_LOOP_LIMIT: usize = 65_535;
+
+/// The margin kept below a loop limit: the bound [`Tiling::loop_iterations`] counts the
+/// kernels' loops from their source, and the compiled shader may add a few.
+const LOOP_MARGIN: f64 = 1.25;
 
 /// The largest d_k and d_v the kernels serve (larger heads take a tensor-op path).
 pub(crate) const MAX_HEAD_SIZE: usize = 512;
@@ -81,6 +96,24 @@ pub(crate) struct Limits {
     pub units_per_cube: usize,
     /// Whether rows may be shared by plane broadcasts.
     pub plane_broadcasts: bool,
+    /// The loop iterations the driver lets one invocation run, if it ends loops past a count
+    /// ([`LLVMPIPE_LOOP_LIMIT`] on lavapipe).
+    pub loop_limit: Option<usize>,
+}
+
+/// The sizes of a call that set how long the kernels' loops run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LoopDims {
+    /// Queries per head.
+    pub n: usize,
+    /// Keys per head.
+    pub m: usize,
+    /// Query heads per key head.
+    pub group: usize,
+    /// The query and key head size.
+    pub d_k: usize,
+    /// The value head size.
+    pub d_v: usize,
 }
 
 impl Limits {
@@ -89,11 +122,12 @@ impl Limits {
     /// AVX2) though CubeCL reports no plane features for CPU devices, so it is recognised by name.
     pub(crate) fn of(properties: &DeviceProperties) -> Self {
         let knobs = knobs();
+        let llvmpipe = properties.identity.name.contains("llvmpipe");
         let ops = properties
             .features
             .plane
             .contains(cubecl::features::Plane::Ops)
-            || properties.identity.name.contains("llvmpipe");
+            || llvmpipe;
         Limits {
             shared_bytes: knobs
                 .shared_bytes
@@ -102,6 +136,7 @@ impl Limits {
             plane_broadcasts: ops
                 && properties.hardware.plane_size_min as usize >= LANES
                 && !knobs.planes_off,
+            loop_limit: llvmpipe.then_some(LLVMPIPE_LOOP_LIMIT),
         }
     }
 }
@@ -160,6 +195,71 @@ impl Tiling {
         })
     }
 
+    /// Iterations of one loop over `d` elements (0 when the loops over d are unrolled).
+    fn loop_over(&self, d: usize) -> usize {
+        if self.unroll { 0 } else { d / chunk_of(d) }
+    }
+
+    /// An upper bound on the loop iterations one unit runs in the busiest of the three kernels
+    /// (counted from their source): per streamed row (a key in the forward pass and dQ, a query
+    /// of each head of the group in dK/dV) one iteration of the row loop, its fetch, and at most
+    /// four loops over d (dK/dV's two products and two sums); per tile its loop and its loads;
+    /// per own row its loads, fills and stores. The band is not counted: every key or query is
+    /// taken as visited, plus one tile before it.
+    pub(crate) fn loop_iterations(&self, dims: LoopDims) -> usize {
+        let (over_k, over_v) = (self.loop_over(dims.d_k), self.loop_over(dims.d_v));
+        let groups = |d: usize| {
+            let n_groups = d / LANES;
+            if self.unroll {
+                0
+            } else {
+                n_groups / chunk_of(n_groups).min(4)
+            }
+        };
+        let fetch = if self.planes {
+            groups(dims.d_k) + groups(dims.d_v)
+        } else {
+            over_k + over_v
+        };
+        let per_row = 1 + fetch + 2 * (over_k + over_v);
+        let tile_loads = |d: usize| {
+            let loads = (self.tile_rows * d).div_ceil(UNITS);
+            if self.planes || self.unroll {
+                0
+            } else {
+                loads / chunk_of(loads)
+            }
+        };
+        let per_tile = 1 + tile_loads(dims.d_k) + tile_loads(dims.d_v);
+        let stream = |len: usize| {
+            (len + self.tile_rows) * per_row + (len.div_ceil(self.tile_rows) + 1) * per_tile
+        };
+        let d = dims.d_k.max(dims.d_v);
+        let own = |len: usize| self.unit_rows(len, d) * (4 * (over_k + over_v) + 4) + 16;
+        let query_block = stream(dims.m) + own(dims.n);
+        let key_block = dims.group * (stream(dims.n) + 1) + own(dims.m);
+        query_block.max(key_block)
+    }
+
+    /// Refuses a call whose loops could run past the device's loop limit (see
+    /// [`LLVMPIPE_LOOP_LIMIT`]), naming the sizes.
+    pub(crate) fn check_loops(&self, limits: Limits, dims: LoopDims) -> Result<(), String> {
+        let Some(limit) = limits.loop_limit else {
+            return Ok(());
+        };
+        let needed = self.loop_iterations(dims);
+        if needed as f64 * LOOP_MARGIN <= limit as f64 {
+            return Ok(());
+        }
+        Err(format!(
+            "lavapipe (Mesa's llvmpipe) ends a shader's loops silently after {limit} iterations \
+             in all, and a unit would run up to {needed} at n = {}, m = {}, d_k = {}, d_v = {} \
+             (query heads per key head {}): shorter sequences or head sizes up to \
+             {UNROLL_HEAD_SIZE} fit",
+            dims.n, dims.m, dims.d_k, dims.d_v, dims.group
+        ))
+    }
+
     /// The shared memory the kernels allocate with this tiling, in bytes (two tiles).
     #[cfg(test)]
     pub(crate) fn shared_bytes(&self, d_k: usize, d_v: usize) -> usize {
@@ -198,6 +298,7 @@ mod tests {
             shared_bytes,
             units_per_cube: 1024,
             plane_broadcasts,
+            loop_limit: None,
         }
     }
 
@@ -295,5 +396,57 @@ mod tests {
         // Ordered by head size; the last entry covers every head size.
         assert!(ROWS_BY_HEAD_SIZE.windows(2).all(|w| w[0].0 < w[1].0));
         assert_eq!(ROWS_BY_HEAD_SIZE.last().map(|e| e.0), Some(usize::MAX));
+    }
+
+    #[test]
+    fn the_loop_bound_refuses_long_sequences_only_under_a_loop_limit() {
+        let lavapipe = Limits {
+            loop_limit: Some(LLVMPIPE_LOOP_LIMIT),
+            ..limits(32 * 1024, true)
+        };
+        let dims = |n, m, d| LoopDims {
+            n,
+            m,
+            group: 2,
+            d_k: d,
+            d_v: d,
+        };
+        for (d, admitted, refused) in [(512, 300, 2_000), (256, 600, 4_000), (64, 10_000, 60_000)] {
+            for planes in [true, false] {
+                let limits = Limits {
+                    plane_broadcasts: planes,
+                    ..lavapipe
+                };
+                let tiling = Tiling::for_device(limits, d, d).expect("tiling");
+                for (n, m) in [(1, admitted), (admitted / 2, 33)] {
+                    assert_eq!(
+                        tiling.check_loops(limits, dims(n, m, d)),
+                        Ok(()),
+                        "{d} {n} {m}"
+                    );
+                }
+                for (n, m) in [(1, refused), (refused, 33)] {
+                    let err = tiling
+                        .check_loops(limits, dims(n, m, d))
+                        .expect_err("refused");
+                    assert!(
+                        err.contains("65535") && err.contains(&format!("d_k = {d}")),
+                        "{err}"
+                    );
+                    // A device without the limit runs it.
+                    let gpu = Limits {
+                        loop_limit: None,
+                        ..limits
+                    };
+                    assert_eq!(tiling.check_loops(gpu, dims(n, m, d)), Ok(()));
+                }
+            }
+            // The bound grows with the lengths.
+            let tiling = Tiling::for_device(lavapipe, d, d).expect("tiling");
+            assert!(
+                tiling.loop_iterations(dims(1, admitted + 1, d))
+                    > tiling.loop_iterations(dims(1, admitted, d))
+            );
+        }
     }
 }
