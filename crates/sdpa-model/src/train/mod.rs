@@ -1,9 +1,9 @@
 //! The training loop: records per-step internals, evaluates on held-out batches, checkpoints
 //! and resumes exactly.
 //!
-//! A run directory holds `config.json`, `metrics.csv`, `summary.json` and
-//! `checkpoint/{model.bpk, optim.bpk, state.json}` (Burn's burnpack format for the model and the
-//! optimizer).
+//! A run directory holds `config.json` (the configuration and the backend), `metrics.csv`,
+//! `summary.json` and `checkpoint/{model.bpk, optim.bpk, state.json}` (Burn's burnpack format
+//! for the model and the optimizer).
 //!
 //! | file | what it holds |
 //! |---|---|
