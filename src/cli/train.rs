@@ -1,6 +1,6 @@
 //! `sdpa train`: train the self-attention model on a synthetic task.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use clap::Args;
@@ -45,9 +45,10 @@ pub struct TrainArgs {
     /// Task: match or recall.
     #[arg(long, value_parser = parse_task)]
     pub task: Option<TaskKind>,
-    /// Backend: ndarray, flex or wgpu.
-    #[arg(long, default_value = "flex")]
-    pub backend: BackendKind,
+    /// Backend: ndarray, flex or wgpu (default: flex; with --resume, the run's own, which is
+    /// the only one a resume accepts).
+    #[arg(long)]
+    pub backend: Option<BackendKind>,
     /// Scale of the scores: inv-sqrt-dk, none, or a positive number.
     #[arg(long)]
     pub scale: Option<ScaleArg>,
@@ -265,6 +266,18 @@ impl TrainArgs {
         if self.no_early_stop {
             c.stop_at_target = false;
         }
+        if let Some(m) = self.momentum
+            && c.optimizer != OptimizerKind::Sgd
+        {
+            return Err(UsageError(format!(
+                "--momentum {m} is SGD's, and this run's optimizer is {}: pass --optimizer sgd \
+                 with it, or leave it out",
+                match c.optimizer {
+                    OptimizerKind::Adam => "adam",
+                    OptimizerKind::Sgd => "sgd",
+                }
+            )));
+        }
         c.validate().map_err(|e| UsageError(e.to_string()))?;
         Ok(c)
     }
@@ -278,71 +291,159 @@ impl TrainArgs {
     }
 }
 
-/// A wrong --out or --resume folder, a resume that asks for another run than the saved one, or
-/// sizes that cannot fit, are bad usage (exit 2); every other error is a failed run (exit 1).
-fn usage_or_failure(e: ModelError) -> anyhow::Error {
+/// A wrong --out or --resume folder, a resume that asks for another run than the saved one, a
+/// run that cannot start on its device, or sizes that cannot fit, are bad usage (exit 2); every
+/// other error is a failed run (exit 1). The message's control characters are escaped (a folder
+/// named with a newline stays on one line).
+pub(crate) fn usage_or_failure(e: ModelError) -> anyhow::Error {
+    let message = sdpa_model::printable(&e.to_string());
     match e {
         ModelError::RunExists { .. }
         | ModelError::ForeignFile(_)
+        | ModelError::NotAFile(_)
         | ModelError::Locked { .. }
         | ModelError::Mismatch { .. }
         | ModelError::Link(_)
-        | ModelError::TooLarge { .. } => anyhow::Error::new(UsageError(e.to_string())),
-        other => anyhow::Error::new(other),
+        | ModelError::CannotStart { .. }
+        | ModelError::TooLarge { .. } => anyhow::Error::new(UsageError(message)),
+        _ => anyhow::anyhow!(message),
     }
+}
+
+/// A path as messages print it: its control characters escaped.
+fn shown(path: &Path) -> String {
+    sdpa_model::printable(&path.display().to_string())
+}
+
+/// The saved configuration of the run in `dir` and the backend its resume runs on: the one it
+/// records; `--backend` may only repeat it. A run written before `config.json` recorded the
+/// backend resumes on `--backend`, else on the backend its checkpoint or `summary.json` names,
+/// else on flex (the default then), and says so.
+fn resumed_run(
+    args: &TrainArgs,
+    dir: &Path,
+) -> anyhow::Result<(TrainConfig, BackendKind, Option<String>)> {
+    if !dir.is_dir() {
+        return Err(UsageError(format!(
+            "cannot resume: {} is not a folder holding a run",
+            shown(dir)
+        ))
+        .into());
+    }
+    // Links, odd entries, a user's file in a checkpoint folder and a live holder are refused
+    // before anything is read.
+    sdpa_model::check_run_dir(dir).map_err(usage_or_failure)?;
+    if std::fs::symlink_metadata(dir.join("config.json")).is_err() {
+        return Err(UsageError(format!(
+            "cannot resume: {} holds no run to resume (no config.json): start it afresh with --out",
+            shown(dir)
+        ))
+        .into());
+    }
+    let saved = sdpa_model::train::read_saved_run(dir)
+        .map_err(|e| usage_or_failure(e).context("cannot resume"))?;
+    let Some(name) = saved.backend else {
+        let (backend, whence) = match args.backend {
+            Some(b) => (b, "--backend"),
+            None => match recorded_backend(dir) {
+                Some((b, file)) => (b, file),
+                None => (
+                    BackendKind::Flex,
+                    "the default of the version that wrote it",
+                ),
+            },
+        };
+        let note = format!(
+            "{}/config.json records no backend (written by an earlier version): resuming on \
+             {backend} ({whence}), recorded from now on",
+            shown(dir)
+        );
+        return Ok((saved.config, backend, Some(note)));
+    };
+    let recorded: BackendKind = name.parse().map_err(|_| {
+        anyhow::anyhow!(
+            "cannot resume: {}/config.json records the backend `{}`, which this version does not know",
+            shown(dir),
+            sdpa_model::printable(&name)
+        )
+    })?;
+    match args.backend {
+        Some(asked) if asked != recorded => Err(UsageError(format!(
+            "cannot resume {} on {asked}: the run trains on {recorded} (its config.json says \
+             so), and another backend would change its rows; leave --backend out to continue \
+             on {recorded}, or start a new run with --out",
+            shown(dir)
+        ))
+        .into()),
+        _ => Ok((saved.config, recorded, None)),
+    }
+}
+
+/// The backend that the checkpoint's `state.json` or the `summary.json` of a run written before
+/// `config.json` recorded it names, if one does, and the file that names it.
+fn recorded_backend(dir: &Path) -> Option<(BackendKind, &'static str)> {
+    let named = |file: &str| -> Option<BackendKind> {
+        let path = dir.join(file);
+        let meta = std::fs::symlink_metadata(&path).ok()?;
+        if !meta.is_file() || meta.len() > sdpa_model::train::MAX_CONFIG_BYTES * 4 {
+            return None;
+        }
+        let text = std::fs::read_to_string(&path).ok()?;
+        let value: serde_json::Value = serde_json::from_str(&text).ok()?;
+        value.get("backend")?.as_str()?.parse().ok()
+    };
+    named("checkpoint/state.json")
+        .map(|b| (b, "its checkpoint's state.json"))
+        .or_else(|| named("summary.json").map(|b| (b, "its summary.json")))
+}
+
+/// Refuses an `--out` that cannot hold a run folder: a file, a path below a file, or a link to
+/// nothing.
+fn check_out(out: &Path) -> Result<(), UsageError> {
+    if (out.exists() && !out.is_dir())
+        || std::fs::metadata(out).is_err_and(|e| e.kind() == std::io::ErrorKind::NotADirectory)
+    {
+        return Err(UsageError(format!(
+            "--out {} is a file, not a folder: choose a folder for the run",
+            shown(out)
+        )));
+    }
+    if let Ok(target) = std::fs::read_link(out)
+        && !out.exists()
+    {
+        return Err(UsageError(format!(
+            "--out {} is a symbolic link to {}, which does not exist: create that folder, or \
+             choose another --out",
+            shown(out),
+            shown(&target)
+        )));
+    }
+    Ok(())
 }
 
 /// Trains, printing where the results are.
 pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
-    let base = match &args.resume {
+    let (base, backend, note) = match &args.resume {
         Some(dir) => {
-            if !dir.is_dir() {
-                return Err(UsageError(format!(
-                    "cannot resume: {} is not a folder holding a run",
-                    dir.display()
-                ))
-                .into());
-            }
-            // Links, odd entries and a live holder are refused before anything is read.
-            sdpa_model::check_run_dir(dir).map_err(usage_or_failure)?;
-            let path = dir.join("config.json");
-            if !path.is_file() {
-                return Err(UsageError(format!(
-                    "cannot resume: {} holds no run to resume (no config.json): start it afresh with --out",
-                    dir.display()
-                ))
-                .into());
-            }
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| anyhow::anyhow!("cannot resume: {}: {e}", path.display()))?;
-            Some(
-                serde_json::from_str::<TrainConfig>(&text)
-                    .map_err(|e| anyhow::anyhow!("cannot resume: {}: {e}", path.display()))?,
-            )
+            let (config, backend, note) = resumed_run(args, dir)?;
+            (Some(config), backend, note)
         }
-        None => None,
+        None => (None, args.backend.unwrap_or_default(), None),
     };
-    if let Some(out) = &args.out
-        && ((out.exists() && !out.is_dir())
-            || std::fs::metadata(out).is_err_and(|e| e.kind() == std::io::ErrorKind::NotADirectory))
-    {
-        return Err(UsageError(format!(
-            "--out {} is a file, not a folder: choose a folder for the run",
-            out.display()
-        ))
-        .into());
+    if let Some(out) = &args.out {
+        check_out(out)?;
     }
     let config = args.config(base)?;
     // The memory check before the device is opened or anything is written.
     config
         .check_memory()
         .map_err(|e| UsageError(e.to_string()))?;
-    let device = super::open_device(args.backend)?;
+    let device = super::open_device(backend)?;
     let out_dir = args.out_dir(&config);
     let options = RunOptions {
         out_dir: out_dir.clone(),
         resume: args.resume.is_some(),
-        backend: args.backend.to_string(),
+        backend: backend.to_string(),
         progress: if args.plain {
             ProgressMode::Lines
         } else {
@@ -350,6 +451,9 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
         },
         overwrite: args.overwrite,
     };
+    if let Some(note) = note {
+        println!("{note}");
+    }
     let result = sdpa_model::train(&config, &device, &options).map_err(usage_or_failure)?;
     let s = &result.summary;
     println!(
@@ -368,8 +472,8 @@ pub fn run(args: &TrainArgs) -> anyhow::Result<TrainResult> {
     );
     println!(
         "metrics: {}  summary: {}",
-        out_dir.join("metrics.csv").display(),
-        out_dir.join("summary.json").display()
+        shown(&out_dir.join("metrics.csv")),
+        shown(&out_dir.join("summary.json"))
     );
     Ok(result)
 }

@@ -157,7 +157,9 @@ pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<Trai
     config.model.attention.precision = args.dtype;
     config.validate().map_err(|e| UsageError(e.to_string()))?;
     let device = super::open_device(args.backend)?;
-    let result = train_in_memory(&config, &device, args.backend.name())?;
+    // A path or dtype the device cannot serve is bad usage (exit 2), found before any step.
+    let result = train_in_memory(&config, &device, args.backend.name())
+        .map_err(super::train::usage_or_failure)?;
     let profile: &StepProfile = &result.profile;
     anyhow::ensure!(
         profile.steps.len() >= warmup + args.rounds * steps,

@@ -7,10 +7,12 @@ mod cli;
 mod golden;
 mod lab;
 mod module;
+mod reads;
 mod resume;
 mod rope;
 mod runs;
 mod sizes;
+mod starts;
 mod training;
 
 use std::path::Path;

@@ -37,9 +37,18 @@ pub enum ModelError {
         /// What is wrong with it.
         reason: String,
     },
-    /// A checkpoint does not match the run it is resumed into.
+    /// A run file other than a checkpoint's (`config.json`, `metrics.csv`) is damaged, too
+    /// large, or not what this version writes.
+    #[error("{path}: {reason}")]
+    Damaged {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A saved run does not match the run it is resumed into.
     #[error(
-        "checkpoint {path} does not match the requested run: {field} is {saved} in the checkpoint but {requested} was asked for"
+        "{path} does not match the requested run: {field} is {saved} there but {requested} was asked for (a resume may change only --steps and --implementation)"
     )]
     Mismatch {
         /// The file holding the saved value.
@@ -51,6 +60,24 @@ pub enum ModelError {
         /// The requested value.
         requested: String,
     },
+    /// The run cannot start on the device it was given: a dtype its backend lacks, an
+    /// attention path that cannot serve the model's calls there, a model that cannot be built.
+    /// Found before anything is written or removed.
+    #[error(
+        "the run cannot start on {backend}: {reason} (choose an attention implementation and a dtype that this backend serves)"
+    )]
+    CannotStart {
+        /// The backend's name.
+        backend: String,
+        /// Why not.
+        reason: String,
+    },
+    /// Something other than a regular file where a run keeps one of its files (a FIFO, a
+    /// device, a folder), or other than a folder where it keeps a folder.
+    #[error(
+        "{0} is not what a training run keeps there (a FIFO, a device, or a folder where a file belongs, or the reverse): refusing to read, replace or remove it (move it away or choose another folder)"
+    )]
+    NotAFile(PathBuf),
     /// A fresh run's output directory is not empty.
     #[error(
         "{dir} is not empty (it holds {found}): choose another --out, pass --resume to continue the run saved there, or --overwrite to replace a previous run's files (other files are never touched)"
@@ -142,6 +169,14 @@ impl ModelError {
         ModelError::Io {
             path: path.to_path_buf(),
             cause: source,
+        }
+    }
+
+    /// A [`ModelError::Damaged`].
+    pub fn damaged(path: &Path, reason: impl ToString) -> Self {
+        ModelError::Damaged {
+            path: path.to_path_buf(),
+            reason: reason.to_string(),
         }
     }
 

@@ -27,7 +27,7 @@ pub mod train;
 pub use error::ModelError;
 pub use metrics::{LayerMetrics, StepMetrics};
 pub use model::{AttentionModel, ModelConfig, QkInit};
-pub use progress::{Progress, ProgressMode};
+pub use progress::{Progress, ProgressMode, printable};
 pub use task::{TaskBatch, TaskConfig, TaskKind};
 pub use train::{
     OptimizerKind, Phase, RunOptions, StepProfile, TrainConfig, TrainResult, TrainSummary,

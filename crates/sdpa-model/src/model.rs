@@ -338,20 +338,39 @@ impl AttentionModel {
     /// # Shapes
     /// - tokens: `[b, s]` with `s <= seq_len`
     /// - hidden: `[b, s, d_model]`
+    ///
+    /// # Panics
+    /// With the message of [`try_encode`](Self::try_encode)'s error.
     pub fn encode(&self, tokens: Tensor<2, Int>, record: bool) -> (Tensor<3>, Vec<LayerAttention>) {
+        self.try_encode(tokens, record)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`encode`](Self::encode), or the attention's error (a path that cannot serve the call:
+    /// `CubeKernel` on a CPU backend, say).
+    pub fn try_encode(
+        &self,
+        tokens: Tensor<2, Int>,
+        record: bool,
+    ) -> Result<(Tensor<3>, Vec<LayerAttention>), ModelError> {
         let mode = if record {
             Record::Stats
         } else {
             Record::Nothing
         };
-        let (hidden, recorded, _) = self.encode_recording(tokens, mode);
-        (hidden, recorded)
+        let (hidden, recorded, _) = self.encode_recording(tokens, mode)?;
+        Ok((hidden, recorded))
     }
 
     /// Each layer's softmax weights `[b, h, s, s]` for `tokens` `[b, s]` (for analysis: the
     /// weights need the materializing path, so this forward is not the training one).
+    ///
+    /// # Panics
+    /// When the attention cannot serve the call (its implementation cannot return weights).
     pub fn attention_maps(&self, tokens: Tensor<2, Int>) -> Vec<Tensor<4>> {
-        self.encode_recording(tokens, Record::Weights).2
+        self.encode_recording(tokens, Record::Weights)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .2
     }
 
     /// [`encode`](Self::encode), recording what `mode` asks for: (hidden, each layer's
@@ -360,7 +379,7 @@ impl AttentionModel {
         &self,
         tokens: Tensor<2, Int>,
         mode: Record,
-    ) -> (Tensor<3>, Vec<LayerAttention>, Vec<Tensor<4>>) {
+    ) -> Result<(Tensor<3>, Vec<LayerAttention>, Vec<Tensor<4>>), ModelError> {
         let [b, s] = tokens.dims();
         let device = tokens.device();
         // [s] -> [1, s] -> [b, s]
@@ -379,7 +398,7 @@ impl AttentionModel {
             let out = if mode == Record::Weights {
                 let out = block
                     .attention
-                    .forward(MhaInput::self_attn(h).need_weights());
+                    .try_forward(MhaInput::self_attn(h).need_weights())?;
                 maps.extend(out.weights.clone());
                 out
             } else if mode == Record::Stats {
@@ -387,18 +406,14 @@ impl AttentionModel {
                 // carries them through its softmax) and measures the heads it projected.
                 let input = MhaInput::self_attn(h).need_row_stats();
                 let attention = &block.attention;
-                let (query, key, value) = attention
-                    .project_heads(&input)
-                    .unwrap_or_else(|e| panic!("{e}"));
-                let mut out = attention
-                    .attend(input, query.clone(), key.clone(), value)
-                    .unwrap_or_else(|e| panic!("{e}"));
+                let (query, key, value) = attention.project_heads(&input)?;
+                let mut out = attention.attend(input, query.clone(), key.clone(), value)?;
                 if let Some(stats) = out.row_stats.take() {
                     recorded.push(LayerAttention::new(stats, &query, &key));
                 }
                 out
             } else {
-                block.attention.forward(MhaInput::self_attn(h))
+                block.attention.try_forward(MhaInput::self_attn(h))?
             };
             x = x + out.context;
             if let Some(mlp) = &block.mlp {
@@ -412,7 +427,7 @@ impl AttentionModel {
         if let Some(norm) = &self.norm_out {
             x = normalize(norm, x);
         }
-        (x, recorded, maps)
+        Ok((x, recorded, maps))
     }
 
     /// Logits at the positions `target_range`.
@@ -420,19 +435,33 @@ impl AttentionModel {
     /// # Shapes
     /// - tokens: `[b, s]`
     /// - logits: `[b, target_range.len(), n_classes]`
+    ///
+    /// # Panics
+    /// With the message of [`try_forward`](Self::try_forward)'s error.
     pub fn forward(
         &self,
         tokens: Tensor<2, Int>,
         target_range: std::ops::Range<usize>,
         record: bool,
     ) -> ModelOutput {
-        let (hidden, attention) = self.encode(tokens, record);
+        self.try_forward(tokens, target_range, record)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`forward`](Self::forward), or the attention's error.
+    pub fn try_forward(
+        &self,
+        tokens: Tensor<2, Int>,
+        target_range: std::ops::Range<usize>,
+        record: bool,
+    ) -> Result<ModelOutput, ModelError> {
+        let (hidden, attention) = self.try_encode(tokens, record)?;
         // [b, s, d_model] -> [b, t, d_model]
         let hidden = hidden.slice(s![.., target_range, ..]);
-        ModelOutput {
+        Ok(ModelOutput {
             logits: linear_rows(&self.head, hidden),
             attention,
-        }
+        })
     }
 
     /// Loss and predictions on a task batch.
@@ -440,20 +469,34 @@ impl AttentionModel {
     /// # Shapes
     /// - batch.tokens: `[b, s]`; batch.targets: `[b, t]`
     /// - logits: `[b · t, n_classes]`
+    ///
+    /// # Panics
+    /// With the message of [`try_forward_batch`](Self::try_forward_batch)'s error.
     pub fn forward_batch(&self, batch: &TaskBatch, record: bool) -> BatchResult {
-        let out = self.forward(batch.tokens.clone(), batch.target_range.clone(), record);
+        self.try_forward_batch(batch, record)
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// [`forward_batch`](Self::forward_batch), or the attention's error (a path that cannot
+    /// serve the call): what training runs, so that such a path is an error, never a panic.
+    pub fn try_forward_batch(
+        &self,
+        batch: &TaskBatch,
+        record: bool,
+    ) -> Result<BatchResult, ModelError> {
+        let out = self.try_forward(batch.tokens.clone(), batch.target_range.clone(), record)?;
         let [b, t, c] = out.logits.dims();
         // [b, t, C] -> [b·t, C]
         let logits = out.logits.reshape([b * t, c]);
         // [b, t] -> [b·t]
         let targets = batch.targets.clone().reshape([b * t]);
         let loss = burn_sdpa::cross_entropy(logits.clone(), targets.clone());
-        BatchResult {
+        Ok(BatchResult {
             loss,
             logits,
             targets,
             attention: out.attention,
-        }
+        })
     }
 }
 

@@ -75,7 +75,10 @@ impl Progress {
     }
 
     /// A line worth keeping (e.g. an evaluation): printed above the bar, or as a plain line.
+    /// Control characters (a newline or an escape in a folder's name) are printed escaped: one
+    /// line stays one line, and nothing reaches the terminal as a command.
     pub fn println(&self, line: &str) {
+        let line = printable(line);
         match &self.bar {
             Some(bar) => bar.println(format!("{} {line}", self.label)),
             None if self.lines => println!("{} {line}", self.label),
@@ -91,4 +94,17 @@ impl Progress {
             None => {}
         }
     }
+}
+
+/// `text` with its control characters escaped (`\n`, `\u{1b}`), the rest as it is.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }

@@ -14,8 +14,10 @@ use serde::{Deserialize, Serialize};
 
 use super::config::TrainConfig;
 use super::files::{checksum, checksum_bytes, recover_checkpoint, swap_checkpoint, write_atomic};
+use super::rows::{RowsWanted, read_metrics};
+use super::saved::read_bounded;
 use crate::error::ModelError;
-use crate::metrics::{LayerMetrics, StepMetrics, csv_header, csv_header_before_max_logit};
+use crate::metrics::{LayerMetrics, StepMetrics};
 use crate::model::AttentionModel;
 
 /// What a checkpoint holds beside the model and optimizer files.
@@ -30,6 +32,9 @@ pub(crate) struct CheckpointState {
     pub elapsed_s: f64,
     pub initial_attention: Vec<LayerMetrics>,
     pub config: TrainConfig,
+    /// The backend the run trains on (`None` in a checkpoint written before it was recorded).
+    #[serde(default)]
+    pub backend: Option<String>,
     /// The first step whose `metrics.csv` row is not covered by this checkpoint: its step, or
     /// one more when the run stopped at its target there (that step's row is already written).
     pub rows_through: usize,
@@ -37,6 +42,13 @@ pub(crate) struct CheckpointState {
     pub model_checksum: Option<String>,
     /// Checksum of `optim.bpk`.
     pub optim_checksum: Option<String>,
+    /// Size of `model.bpk` in bytes, checked before its checksum is computed (`None` in a
+    /// checkpoint written before it was recorded: the size is then bounded by the model's).
+    #[serde(default)]
+    pub model_bytes: Option<u64>,
+    /// Size of `optim.bpk` in bytes (as `model_bytes`).
+    #[serde(default)]
+    pub optim_bytes: Option<u64>,
     /// Checksum of this state's JSON written with this field `None`: an edited `state.json` is
     /// refused as a damaged one.
     pub state_checksum: Option<String>,
@@ -77,16 +89,24 @@ pub(crate) fn json<T: Serialize>(value: &T, path: &Path) -> Result<String, Model
         .map_err(|e| ModelError::checkpoint(path, format!("cannot serialize: {e}")))
 }
 
-/// Reads a checkpoint's state.
-fn read_state(state_path: &Path) -> Result<CheckpointState, ModelError> {
-    let text = fs::read_to_string(state_path)
-        .map_err(|e| ModelError::checkpoint(state_path, format!("cannot read: {e}")))?;
-    serde_json::from_str(&text).map_err(|e| {
+/// The most of `state.json` that is read (a state is a few KiB).
+const MAX_STATE_BYTES: u64 = 4 << 20;
+
+/// Reads a checkpoint's state: its text (at most [`MAX_STATE_BYTES`]) and what it holds.
+fn read_state_text(state_path: &Path) -> Result<(CheckpointState, String), ModelError> {
+    let text = read_bounded(state_path, MAX_STATE_BYTES, "a checkpoint's state")?;
+    let state = serde_json::from_str(&text).map_err(|e| {
         ModelError::checkpoint(
             state_path,
             format!("truncated or not a checkpoint state: {e}"),
         )
-    })
+    })?;
+    Ok((state, text))
+}
+
+/// Reads a checkpoint's state.
+fn read_state(state_path: &Path) -> Result<CheckpointState, ModelError> {
+    read_state_text(state_path).map(|(state, _)| state)
 }
 
 /// Whether a checkpoint directory is whole: its state loads and its model and optimizer files
@@ -98,7 +118,9 @@ fn is_complete(ckpt: &Path) -> bool {
 
 /// Names the first setting that differs between two configurations, ignoring `steps` (a
 /// resumed run may extend its budget) and the attention path (it computes the same function).
-fn config_mismatch(
+/// The task's settings come first: the model's sizes follow them, and a changed `k` is named
+/// as `task.k`, not as the model's class count it changes.
+pub(crate) fn config_mismatch(
     saved: &TrainConfig,
     requested: &TrainConfig,
 ) -> Option<(String, String, String)> {
@@ -111,7 +133,9 @@ fn config_mismatch(
     ) -> Option<(String, String, String)> {
         match (a, b) {
             (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
-                for (k, va) in x {
+                let mut keys: Vec<_> = x.iter().collect();
+                keys.sort_by_key(|(k, _)| k.as_str() != "task");
+                for (k, va) in keys {
                     // The budget may grow, and the attention path computes the same function.
                     if (prefix.is_empty() && k == "steps")
                         || (prefix == "model.attention" && k == "implementation")
@@ -147,14 +171,16 @@ pub(crate) struct Resumed {
     pub notes: Vec<String>,
 }
 
-/// Loads the checkpoint of the run in `dir` and checks it against `config`; `None` when the run
-/// stopped before its first checkpoint (it continues from step 0, with the recovery notes).
+/// Loads the checkpoint of the run in `dir` and checks it against `config` and `backend`;
+/// `None` when the run stopped before its first checkpoint (it continues from step 0, with the
+/// recovery notes).
 pub(crate) fn load_checkpoint(
     config: &TrainConfig,
     dir: &Path,
     device: &Device,
+    backend: &str,
 ) -> Result<Result<Resumed, Vec<String>>, ModelError> {
-    let notes = recover_checkpoint(dir, is_complete)?;
+    let mut notes = recover_checkpoint(dir, is_complete)?;
     let ckpt = dir.join("checkpoint");
     if fs::symlink_metadata(&ckpt).is_err()
         && fs::symlink_metadata(dir.join("summary.json")).is_err()
@@ -162,36 +188,23 @@ pub(crate) fn load_checkpoint(
         return Ok(Err(notes));
     }
     let state_path = ckpt.join("state.json");
-    let state = read_state(&state_path)?;
-    let text = fs::read_to_string(&state_path)
-        .map_err(|e| ModelError::checkpoint(&state_path, format!("cannot read: {e}")))?;
+    let (state, text) = read_state_text(&state_path)?;
     if !own_checksum_holds(&text, state.state_checksum.as_deref()) {
         return Err(ModelError::checkpoint(
             &state_path,
             "damaged or edited: its checksum does not match its content (or it has none: written by an earlier version)",
         ));
     }
-    if let Some((field, saved, requested)) = config_mismatch(&state.config, config) {
-        return Err(ModelError::Mismatch {
-            path: state_path,
-            field,
-            saved,
-            requested,
-        });
-    }
-    if state.step > config.steps {
-        return Err(ModelError::Mismatch {
-            path: state_path,
-            field: "steps".into(),
-            saved: format!("{} (already taken)", state.step),
-            requested: config.steps.to_string(),
-        });
-    }
+    check_state(&state, &state_path, config, backend)?;
+    notes.extend(path_note(&state.config, config, state.step));
     let model_path = ckpt.join("model.bpk");
-    if !model_path.is_file() {
-        return Err(ModelError::checkpoint(&model_path, "missing"));
-    }
-    verify(&model_path, state.model_checksum.as_deref())?;
+    let bound = config.memory_estimate()?.saturating_add(16 << 20);
+    verify(
+        &model_path,
+        state.model_checksum.as_deref(),
+        state.model_bytes,
+        bound,
+    )?;
     let model = config
         .model
         .try_init(device)?
@@ -200,14 +213,20 @@ pub(crate) fn load_checkpoint(
             ModelError::checkpoint(&model_path, format!("truncated or unreadable: {e:?}"))
         })?;
     let optim_path = ckpt.join("optim.bpk");
-    if !optim_path.is_file() {
-        return Err(ModelError::checkpoint(&optim_path, "missing"));
-    }
-    verify(&optim_path, state.optim_checksum.as_deref())?;
+    verify(
+        &optim_path,
+        state.optim_checksum.as_deref(),
+        state.optim_bytes,
+        bound,
+    )?;
     let optim = config.optimizer().load(&optim_path).map_err(|e| {
         ModelError::checkpoint(&optim_path, format!("truncated or unreadable: {e:?}"))
     })?;
-    let metrics = read_metrics(&dir.join("metrics.csv"), config, state.rows_through)?;
+    let wanted = RowsWanted {
+        rows_through: state.rows_through,
+        saved_steps: state.config.steps,
+    };
+    let metrics = read_metrics(&dir.join("metrics.csv"), config, &wanted)?;
     Ok(Ok(Resumed {
         model,
         optim,
@@ -217,14 +236,103 @@ pub(crate) fn load_checkpoint(
     }))
 }
 
-/// Checks a checkpoint file against the checksum its state recorded (which must be there).
-fn verify(path: &Path, want: Option<&str>) -> Result<(), ModelError> {
+/// Checks a checkpoint's state against the run it is resumed into: the same settings (see
+/// [`config_mismatch`]), the same backend, a budget not already passed, and rows that its step
+/// covers (`rows_through` is its step, or one more when the run stopped at its target there).
+fn check_state(
+    state: &CheckpointState,
+    state_path: &Path,
+    config: &TrainConfig,
+    backend: &str,
+) -> Result<(), ModelError> {
+    let mismatch = |field: &str, saved: String, requested: String| ModelError::Mismatch {
+        path: state_path.to_path_buf(),
+        field: field.into(),
+        saved,
+        requested,
+    };
+    if let Some((field, saved, requested)) = config_mismatch(&state.config, config) {
+        return Err(mismatch(&field, saved, requested));
+    }
+    if let Some(saved) = &state.backend
+        && saved != backend
+    {
+        return Err(mismatch("backend", saved.clone(), backend.to_string()));
+    }
+    if state.step > config.steps {
+        return Err(mismatch(
+            "steps",
+            format!("{} (already taken)", state.step),
+            config.steps.to_string(),
+        ));
+    }
+    let stopped_there = state.steps_to_target == Some(state.step);
+    if !(state.rows_through == state.step
+        || (stopped_there && state.rows_through == state.step + 1))
+    {
+        return Err(ModelError::checkpoint(
+            state_path,
+            format!(
+                "rows_through is {} at step {}: a checkpoint covers the rows before its step \
+                 (and its step's own when the run stopped at its target there)",
+                state.rows_through, state.step
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The note a resume prints when it changes the attention path: the rows it computes may then
+/// differ in their last bits from an uninterrupted run's (the paths compute the same function,
+/// each in its own order of floating-point operations).
+fn path_note(saved: &TrainConfig, requested: &TrainConfig, step: usize) -> Option<String> {
+    let (was, now) = (
+        saved.model.attention.implementation,
+        requested.model.attention.implementation,
+    );
+    (was != now).then(|| {
+        format!(
+            "the attention path changes from {was} to {now}: the rows from step {step} on may \
+             differ in their last bits from those of an uninterrupted run on {was}"
+        )
+    })
+}
+
+/// Checks a checkpoint file against the size and checksum its state recorded (the checksum
+/// must be there): the size first, from the file's metadata, so that a file replaced by a
+/// huge one is refused before a byte of it is read. A state written before sizes were recorded
+/// bounds the size by `bound`, more than any checkpoint of the run's model takes.
+fn verify(
+    path: &Path,
+    want: Option<&str>,
+    bytes: Option<u64>,
+    bound: u64,
+) -> Result<(), ModelError> {
+    let meta = fs::symlink_metadata(path).map_err(|_| ModelError::checkpoint(path, "missing"))?;
+    if !meta.is_file() {
+        return Err(ModelError::NotAFile(path.to_path_buf()));
+    }
     let Some(want) = want else {
         return Err(ModelError::checkpoint(
             path,
             "its checkpoint records no checksum for it (written by an earlier version): start afresh",
         ));
     };
+    let size_ok = match bytes {
+        Some(bytes) => meta.len() == bytes,
+        None => meta.len() <= bound,
+    };
+    if !size_ok {
+        return Err(ModelError::checkpoint(
+            path,
+            format!(
+                "damaged: {} bytes, where the checkpoint recorded {} (the file changed after it \
+                 was written); not read",
+                meta.len(),
+                bytes.map_or_else(|| format!("at most {bound}"), |b| b.to_string())
+            ),
+        ));
+    }
     let got = checksum(path)?;
     if got != want {
         return Err(ModelError::checkpoint(
@@ -235,115 +343,6 @@ fn verify(path: &Path, want: Option<&str>) -> Result<(), ModelError> {
         ));
     }
     Ok(())
-}
-
-/// The rows of `metrics.csv` before `rows_through` (the checkpoint's step, see
-/// [`CheckpointState::rows_through`]), checked: the header is the run's, every row parses as
-/// UTF-8 and as a row, its loss and accuracy are finite (a non-finite one would have stopped the
-/// run), it holds a held-out evaluation exactly on the evaluation steps, steps increase, and no
-/// step the run records (every `log_every`-th) is missing. Later rows are left out (the resumed
-/// run recomputes them), and so is a last line without its newline (an append a kill
-/// interrupted).
-pub(crate) fn read_metrics(
-    path: &Path,
-    config: &TrainConfig,
-    rows_through: usize,
-) -> Result<Vec<StepMetrics>, ModelError> {
-    let (n_layers, log_every) = (config.model.n_layers, config.log_every);
-    let checkpoint_step = rows_through;
-    let bytes =
-        fs::read(path).map_err(|e| ModelError::checkpoint(path, format!("cannot read: {e}")))?;
-    let damaged = |line: usize, reason: String| ModelError::DamagedMetrics {
-        path: path.to_path_buf(),
-        line,
-        reason,
-        checkpoint_step,
-    };
-    let mut lines = Vec::new();
-    let mut pieces: Vec<&[u8]> = bytes.split(|&b| b == b'\n').collect();
-    // After the last newline: empty, or an interrupted append.
-    pieces.pop();
-    for (idx, piece) in pieces.into_iter().enumerate() {
-        lines.push(
-            std::str::from_utf8(piece)
-                .map_err(|_| damaged(idx + 1, "the line is not UTF-8 text".into()))?,
-        );
-    }
-    let header = lines.first().map(|h| h.trim_end_matches('\r'));
-    let known = [csv_header(n_layers), csv_header_before_max_logit(n_layers)];
-    if !known.iter().any(|k| header == Some(k.as_str())) {
-        return Err(damaged(
-            1,
-            "the header is not that of this run's metrics".into(),
-        ));
-    }
-    let mut rows: Vec<StepMetrics> = Vec::new();
-    // The next step the run must have recorded.
-    let mut due = 0;
-    for (idx, line) in lines.iter().enumerate().skip(1) {
-        let line_no = idx + 1;
-        let step = line
-            .split(',')
-            .next()
-            .and_then(|s| s.trim().parse::<usize>().ok());
-        if step.is_some_and(|s| s >= checkpoint_step) {
-            break;
-        }
-        let row = StepMetrics::from_csv_row(line, n_layers).ok_or_else(|| {
-            damaged(
-                line_no,
-                format!("`{}` is not a metrics row", line.escape_debug()),
-            )
-        })?;
-        if !(row.loss.is_finite() && row.accuracy.is_finite()) {
-            return Err(damaged(
-                line_no,
-                format!("step {}: its loss or accuracy is not finite", row.step),
-            ));
-        }
-        let evaluated = row.eval_loss.is_some() && row.eval_accuracy.is_some();
-        if evaluated != row.step.is_multiple_of(config.eval_every) {
-            let what = if evaluated {
-                "recorded, but none is due"
-            } else {
-                "due, but missing"
-            };
-            return Err(damaged(
-                line_no,
-                format!("step {}: a held-out evaluation is {what} there", row.step),
-            ));
-        }
-        if let Some(last) = rows.last()
-            && row.step <= last.step
-        {
-            return Err(damaged(
-                line_no,
-                format!(
-                    "step {} comes after step {} (repeated or out of order)",
-                    row.step, last.step
-                ),
-            ));
-        }
-        if row.step > due {
-            return Err(damaged(
-                line_no,
-                format!("step {due} is missing before step {}", row.step),
-            ));
-        }
-        due = (row.step / log_every + 1) * log_every;
-        rows.push(row);
-    }
-    if due < checkpoint_step {
-        return Err(damaged(
-            rows.len() + 2,
-            format!("the rows stop before step {due}"),
-        ));
-    }
-    // The row of an earlier budget's last step (recorded because it was the last, not a
-    // `log_every`-th) is not one this run records when it goes on past it: dropped, so that a run
-    // extended on resume writes the rows an uninterrupted run of the new budget writes.
-    rows.retain(|r| r.step.is_multiple_of(log_every) || r.step + 1 == config.steps);
-    Ok(rows)
 }
 
 /// Writes a checkpoint of the run in `dir`, replacing the previous one atomically (see
@@ -367,6 +366,13 @@ pub(crate) fn save_checkpoint(
             .map_err(|e| ModelError::checkpoint(&optim_path, format!("cannot write: {e:?}")))?;
         state.model_checksum = Some(checksum(&model_path)?);
         state.optim_checksum = Some(checksum(&optim_path)?);
+        let size = |path: &Path| {
+            fs::metadata(path)
+                .map(|m| m.len())
+                .map_err(|e| ModelError::io(path, e))
+        };
+        state.model_bytes = Some(size(&model_path)?);
+        state.optim_bytes = Some(size(&optim_path)?);
         let state_path = tmp.join("state.json");
         state.state_checksum = None;
         write_atomic(&state_path, with_own_checksum(&json(&state, &state_path)?))

@@ -19,7 +19,7 @@ pub fn evaluate(model: &AttentionModel, batches: &[TaskBatch]) -> Result<(f64, f
     let model = model.valid();
     let mut parts = Vec::new();
     for b in batches {
-        let r = model.forward_batch(b, false);
+        let r = model.try_forward_batch(b, false)?;
         parts.push(Tensor::cat(vec![r.loss.clone(), r.accuracy()], 0));
     }
     let n = parts.len().max(1) as f64;

@@ -159,7 +159,7 @@ fn check_entry(path: &Path, is_dir: bool) -> Result<(), ModelError> {
         return Err(ModelError::Link(path.to_path_buf()));
     }
     if (is_dir && !kind.is_dir()) || (!is_dir && !kind.is_file()) {
-        return Err(ModelError::ForeignFile(path.to_path_buf()));
+        return Err(ModelError::NotAFile(path.to_path_buf()));
     }
     #[cfg(unix)]
     if path.file_name().is_some_and(|n| n == LOCK_FILE) {
@@ -174,6 +174,34 @@ fn check_entry(path: &Path, is_dir: bool) -> Result<(), ModelError> {
     Ok(())
 }
 
+/// The first entry of the checkpoint folder `path` that a run did not write, if any.
+fn foreign_in_checkpoint(path: &Path) -> Result<Option<PathBuf>, ModelError> {
+    for inner in list(path)? {
+        let inner_name = inner.file_name().to_string_lossy().into_owned();
+        let inner_kind = inner.file_type().map_err(|e| ModelError::io(path, e))?;
+        if !is_own_checkpoint_file(&inner_name) || !inner_kind.is_file() {
+            return Ok(Some(inner.path()));
+        }
+    }
+    Ok(None)
+}
+
+/// Refuses a run folder whose checkpoint folders (`checkpoint/`, `checkpoint.tmp/`,
+/// `checkpoint.old/`) hold an entry that a run does not write there (a user's notes, say): the
+/// checkpoint swap would move it, and the removal of an old checkpoint would stop at it. A
+/// resume checks it before anything changes.
+pub(crate) fn refuse_foreign_checkpoint_files(dir: &Path) -> Result<(), ModelError> {
+    for name in CHECKPOINT_DIRS {
+        let path = dir.join(name);
+        if entry_kind(&path)?.is_some_and(|kind| kind.is_dir())
+            && let Some(foreign) = foreign_in_checkpoint(&path)?
+        {
+            return Err(ModelError::ForeignFile(foreign));
+        }
+    }
+    Ok(())
+}
+
 /// The first entry of `dir` that a run did not write, if any (`dir/checkpoint*` directories are
 /// looked into; links are never followed, and a folder that cannot be listed is an error).
 pub(crate) fn foreign_entry(dir: &Path) -> Result<Option<PathBuf>, ModelError> {
@@ -183,12 +211,8 @@ pub(crate) fn foreign_entry(dir: &Path) -> Result<Option<PathBuf>, ModelError> {
         let path = entry.path();
         let kind = entry.file_type().map_err(|e| ModelError::io(&path, e))?;
         if CHECKPOINT_DIRS.contains(&name.as_str()) && kind.is_dir() {
-            for inner in list(&path)? {
-                let inner_name = inner.file_name().to_string_lossy().into_owned();
-                let inner_kind = inner.file_type().map_err(|e| ModelError::io(&path, e))?;
-                if !is_own_checkpoint_file(&inner_name) || !inner_kind.is_file() {
-                    return Ok(Some(inner.path()));
-                }
+            if let Some(foreign) = foreign_in_checkpoint(&path)? {
+                return Ok(Some(foreign));
             }
         } else if !(is_own_file(&name, &RUN_FILES) || name == LOCK_FILE) || !kind.is_file() {
             return Ok(Some(path));

@@ -18,7 +18,8 @@ use std::io::{Read, Seek as _, SeekFrom, Write as _};
 use std::path::{Path, PathBuf};
 
 use super::files::{
-    LOCK_FILE, first_entry, foreign_entry, has_progress, refuse_links, remove_run_files,
+    LOCK_FILE, first_entry, foreign_entry, has_progress, refuse_foreign_checkpoint_files,
+    refuse_links, remove_run_files,
 };
 use super::options::RunOptions;
 use crate::error::ModelError;
@@ -265,10 +266,12 @@ impl DirLock {
 }
 
 /// Checks, without writing anything, that the run directory `dir` can be read by a new process:
-/// no link or odd entry where the run keeps its files, and no live run holding its lock (the
-/// error names it). `sdpa train --resume` calls it before it reads the run's configuration.
+/// no link or odd entry where the run keeps its files, nothing in its checkpoint folders that a
+/// run does not write there, and no live run holding its lock (the error names it). `sdpa train
+/// --resume` calls it before it reads the run's configuration.
 pub fn check_run_dir(dir: &Path) -> Result<(), ModelError> {
     refuse_links(dir)?;
+    refuse_foreign_checkpoint_files(dir)?;
     check_unlocked(dir, LOCK_FILE, "training run")
 }
 
@@ -318,14 +321,24 @@ pub(crate) fn take_dir(
     if options.resume {
         // A resumed run's directory must exist: the lock is never the first thing in it.
         fs::read_dir(dir).map_err(|e| ModelError::io(dir, e))?;
+        refuse_foreign_checkpoint_files(dir)?;
     } else {
+        // A link to nothing: there is no folder to create, and none is created at its target.
+        if fs::symlink_metadata(dir).is_ok_and(|m| m.file_type().is_symlink())
+            && fs::metadata(dir).is_err()
+        {
+            return Err(ModelError::Link(dir.to_path_buf()));
+        }
         // Checked before the lock file is created, so that a refused run leaves nothing behind.
         check_fresh(dir, options.overwrite)?;
         fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
     }
     let (lock, note) = RunLock::acquire(dir)?;
     notes.extend(note);
-    if !options.resume {
+    if options.resume {
+        // Under the lock, before the recovery of a checkpoint swap moves anything.
+        refuse_foreign_checkpoint_files(dir)?;
+    } else {
         // Under the lock, again: another process may have written there since.
         if let Some(note) = check_fresh(dir, options.overwrite)? {
             remove_run_files(dir)?;

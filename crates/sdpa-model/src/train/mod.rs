@@ -1,9 +1,9 @@
 //! The training loop: records per-step internals, evaluates on held-out batches, checkpoints
 //! and resumes exactly.
 //!
-//! A run directory holds `config.json`, `metrics.csv`, `summary.json` and
-//! `checkpoint/{model.bpk, optim.bpk, state.json}` (Burn's burnpack format for the model and the
-//! optimizer).
+//! A run directory holds `config.json` (the configuration and the backend), `metrics.csv`,
+//! `summary.json` and `checkpoint/{model.bpk, optim.bpk, state.json}` (Burn's burnpack format
+//! for the model and the optimizer).
 //!
 //! | file | what it holds |
 //! |---|---|
@@ -13,9 +13,12 @@
 //! | `init.rs` | the model built from a seed ([`init_model`]) |
 //! | `evaluate.rs` | held-out loss and accuracy ([`evaluate`]) |
 //! | `checkpoint.rs` | what a checkpoint holds, saving and loading it |
+//! | `rows.rs` | the rows of `metrics.csv` a resume keeps, read and checked |
+//! | `saved.rs` | a run's saved configuration (`config.json`: settings and backend) |
 //! | `files.rs` | the files a run writes, crash-safe writes, the checkpoint swap and its recovery |
 //! | `lock.rs` | one writer per run directory (`run.lock`), and taking a directory for a run |
 //! | `memory.rs` | the memory a configuration needs, checked against the machine's |
+//! | `start.rs` | the configuration checked against the device before anything is written |
 //! | `profile.rs` | where a step's time goes ([`StepProfile`]) |
 //! | `run.rs` | a run in progress and its steps (open, step, record, checkpoint, finish) |
 //! | `mod.rs` | [`train`] and [`train_in_memory`] |
@@ -31,7 +34,10 @@ mod memory;
 mod options;
 mod profile;
 mod rates;
+mod rows;
 mod run;
+mod saved;
+mod start;
 mod summary;
 
 use std::path::PathBuf;
@@ -46,6 +52,8 @@ pub use lock::{DirLock, check_run_dir, check_unlocked};
 pub use memory::{available_memory, check_fits};
 pub use options::RunOptions;
 pub use profile::{Phase, StepProfile};
+pub use saved::{MAX_CONFIG_BYTES, SavedRun, read_saved_run};
+pub use start::check_start;
 pub use summary::{TrainResult, TrainSummary, Versions};
 
 use crate::error::ModelError;
@@ -65,6 +73,10 @@ pub fn train(
 ) -> Result<TrainResult, ModelError> {
     config.validate()?;
     config.check_memory()?;
+    if options.resume {
+        saved::check_resume(config, options)?;
+    }
+    check_start(config, device, &options.backend)?;
     let mut run = Run::open(config, device, options, true)?;
     while !run.done() {
         run = run.train_step()?;
@@ -92,6 +104,7 @@ pub fn train_in_memory(
 ) -> Result<TrainResult, ModelError> {
     config.validate()?;
     config.check_memory()?;
+    check_start(config, device, backend)?;
     let options = RunOptions {
         out_dir: PathBuf::new(),
         resume: false,

@@ -2,15 +2,13 @@
 //! record, checkpoint, finish).
 
 use std::fs::{self, File};
-use std::io::Write as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
-use burn::tensor::Gradients;
-use burn_sdpa::{AttentionDiagnostics, AttentionError, read_back};
+use burn_sdpa::read_back;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
@@ -18,18 +16,25 @@ use super::checkpoint::{CheckpointState, json, load_checkpoint, save_checkpoint}
 use super::config::TrainConfig;
 use super::evaluate::evaluate;
 use super::files::write_atomic;
-use super::grad_norms::{grad_squares, squared_norm};
+use super::grad_norms::grad_squares;
 use super::init::init_model;
 use super::lock::{RunLock, take_dir};
 use super::options::RunOptions;
 use super::profile::{Phase, StepClock, StepProfile};
 use super::rates::learning_rate;
+use super::saved::{config_json, read_bounded};
 use super::summary::{TrainResult, TrainSummary, Versions};
 use crate::error::ModelError;
 use crate::metrics::{LayerMetrics, StepMetrics, csv_header};
-use crate::model::{AttentionModel, BatchResult, Block};
+use crate::model::AttentionModel;
 use crate::progress::Progress;
 use crate::task::{TaskBatch, TaskConfig};
+
+#[path = "record.rs"]
+mod record;
+
+/// The most of an earlier `summary.json` that is read (a summary is a few KiB).
+const MAX_SUMMARY_BYTES: u64 = 4 << 20;
 
 /// Everything a run carries from one step to the next.
 pub(crate) struct Run<'a> {
@@ -65,6 +70,9 @@ pub(crate) struct Run<'a> {
     clock: Instant,
     /// Where this process's steps spent their time.
     profile: StepProfile,
+    /// The steps per second an earlier process's summary recorded: a resume that has no step
+    /// left to run keeps that figure rather than a rate of no steps.
+    previous_rate: Option<f64>,
     /// The run directory's lock, held until the run is dropped; `None` for a run kept in memory.
     _lock: Option<RunLock>,
 }
@@ -90,7 +98,7 @@ impl<'a> Run<'a> {
             (None, Vec::new())
         };
         let resumed = if options.resume && persist {
-            match load_checkpoint(config, dir, &device)? {
+            match load_checkpoint(config, dir, &device, &options.backend)? {
                 Ok(r) => Some(r),
                 Err(recovery) => {
                     notes.extend(recovery);
@@ -135,7 +143,10 @@ impl<'a> Run<'a> {
         let csv = if persist {
             fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
             let config_path = dir.join("config.json");
-            write_atomic(&config_path, json(config, &config_path)?)?;
+            write_atomic(
+                &config_path,
+                config_json(config, &options.backend, &config_path)?,
+            )?;
             let mut text = csv_header(config.model.n_layers);
             text.push('\n');
             for m in &history {
@@ -190,6 +201,9 @@ impl<'a> Run<'a> {
             progress,
             clock: Instant::now(),
             profile: StepProfile::default(),
+            previous_rate: (options.resume && persist)
+                .then(|| previous_rate(&dir.join("summary.json")))
+                .flatten(),
             _lock: lock,
         })
     }
@@ -214,7 +228,7 @@ impl<'a> Run<'a> {
             .batch(&mut self.rng, config.batch_size, &self.device);
         clock.lap(Phase::Data);
         let record = self.step.is_multiple_of(config.log_every) || self.step + 1 == config.steps;
-        let out = self.model.forward_batch(&batch, record);
+        let out = self.model.try_forward_batch(&batch, record)?;
         clock.lap(Phase::Forward);
         let grads = out.loss.backward();
         clock.lap(Phase::Backward);
@@ -275,127 +289,6 @@ impl<'a> Run<'a> {
         Ok(self)
     }
 
-    /// Records the step: loss, accuracy, gradient norms, attention diagnostics and, when due, the
-    /// held-out evaluation; appends the row to `metrics.csv`.
-    /// What a recorded step reads back beside its loss and squared gradient norm, left on the
-    /// device: the accuracy, the squared gradient norms of the query, key and value projections
-    /// (all layers), then per layer the diagnostics' values
-    /// ([`DIAGNOSTIC_VALUES`](burn_sdpa::DIAGNOSTIC_VALUES) per head) and the query and key std.
-    fn record_parts(&self, out: &BatchResult, grads: &Gradients) -> Vec<Tensor<1>> {
-        let mut parts = vec![out.accuracy()];
-        let inner = &self.inner;
-        let blocks = &self.model.blocks;
-        let squared = |f: &dyn Fn(&Block) -> Option<Tensor<2>>| {
-            blocks
-                .iter()
-                .map(|b| squared_norm(f(b), inner))
-                .reduce(|a, b| a + b)
-                .unwrap_or_else(|| Tensor::zeros([1], inner))
-        };
-        parts.push(squared(&|b| b.attention.query.weight.grad(grads)));
-        parts.push(squared(&|b| b.attention.key.weight.grad(grads)));
-        parts.push(squared(&|b| b.attention.value.weight.grad(grads)));
-        for layer in &out.attention {
-            parts.push(burn_sdpa::diagnostics_tensor(&layer.stats));
-            parts.push(layer.qk_std.clone());
-        }
-        parts
-    }
-
-    /// Records the step from `v`, the values read back: [loss, |g|², then
-    /// [`record_parts`](Self::record_parts)'s].
-    fn record(&mut self, out: &BatchResult, v: &[f64]) -> Result<(), ModelError> {
-        let config = self.config;
-        let step = self.step;
-        // [loss, |g|², accuracy, |g_q|², |g_k|², |g_v|², per layer: diagnostics, q std, k std]
-        let mut rest = &v[6.min(v.len())..];
-        let mut layers = out
-            .attention
-            .iter()
-            .map(|a| {
-                let n_heads = a.stats.entropy.dims()[1];
-                let len = burn_sdpa::DIAGNOSTIC_VALUES * n_heads;
-                if rest.len() < len + 2 {
-                    return Err(ModelError::Attention(AttentionError::Shape {
-                        what: "the recorded values",
-                        expected: format!("{} more", len + 2),
-                        got: vec![rest.len()],
-                    }));
-                }
-                let d = AttentionDiagnostics::from_tensor_values(&rest[..len], n_heads)?.mean();
-                let (query_std, key_std) = (rest[len], rest[len + 1]);
-                rest = &rest[len + 2..];
-                Ok(LayerMetrics {
-                    entropy: d.entropy,
-                    normalized_entropy: d.normalized_entropy,
-                    max_prob: d.max_prob,
-                    saturated_fraction: d.saturated_fraction,
-                    logit_std: d.logit_std.unwrap_or(f64::NAN),
-                    query_std,
-                    key_std,
-                    max_logit: d.max_logit.unwrap_or(f64::NAN),
-                })
-            })
-            .collect::<Result<Vec<_>, ModelError>>()?;
-        if layers.is_empty() {
-            // A diverged step that was not due for recording ran without statistics: its row
-            // keeps every layer's columns, as NaN.
-            let nan = LayerMetrics {
-                entropy: f64::NAN,
-                normalized_entropy: f64::NAN,
-                max_prob: f64::NAN,
-                saturated_fraction: f64::NAN,
-                logit_std: f64::NAN,
-                query_std: f64::NAN,
-                key_std: f64::NAN,
-                max_logit: f64::NAN,
-            };
-            layers = vec![nan; self.model.blocks.len()];
-        }
-        if step == 0 {
-            self.initial = layers.clone();
-        }
-        let eval = if step.is_multiple_of(config.eval_every) {
-            Some(evaluate(&self.model, &self.eval_set)?)
-        } else {
-            None
-        };
-        let m = StepMetrics {
-            step,
-            loss: v[0],
-            accuracy: v[2],
-            grad_norm: v[1].sqrt(),
-            grad_norm_query: v[3].sqrt(),
-            grad_norm_key: v[4].sqrt(),
-            grad_norm_value: v[5].sqrt(),
-            eval_loss: eval.map(|e| e.0),
-            eval_accuracy: eval.map(|e| e.1),
-            layers,
-            elapsed_s: self.elapsed(),
-        };
-        if let Some(csv) = &mut self.csv {
-            writeln!(csv, "{}", m.csv_row()).map_err(|e| ModelError::io(&self.metrics_path, e))?;
-        }
-        let rate = (step + 1 - self.start) as f64 / self.clock.elapsed().as_secs_f64().max(1e-9);
-        self.progress.update(
-            step as u64,
-            &format!(
-                "loss {:.4} acc {:.3} {:.1} steps/s",
-                m.loss, m.accuracy, rate
-            ),
-        );
-        if let Some((loss, accuracy)) = eval {
-            self.progress.println(&format!(
-                "step {step:>6}: held-out loss {loss:.4}, accuracy {accuracy:.4}"
-            ));
-            if accuracy >= config.target_accuracy && self.steps_to_target.is_none() {
-                self.steps_to_target = Some(step);
-            }
-        }
-        self.history.push(m);
-        Ok(())
-    }
-
     /// Wall time of the whole run so far, earlier processes included.
     fn elapsed(&self) -> f64 {
         self.elapsed_before + self.clock.elapsed().as_secs_f64()
@@ -413,10 +306,13 @@ impl<'a> Run<'a> {
             elapsed_s: self.elapsed(),
             initial_attention: self.initial.clone(),
             config: self.config.clone(),
+            backend: Some(self.options.backend.clone()),
             // A run that stopped at its target has already recorded the row of this step.
             rows_through: self.history.last().map_or(0, |m| m.step + 1).max(self.step),
             model_checksum: None,
             optim_checksum: None,
+            model_bytes: None,
+            optim_bytes: None,
             state_checksum: None,
         }
     }
@@ -448,7 +344,10 @@ impl<'a> Run<'a> {
             final_train_loss: self.history.last().map_or(f64::NAN, |m| m.loss),
             initial_attention: self.initial.clone(),
             time_s: self.elapsed(),
-            steps_per_s: (step - self.start) as f64 / self.clock.elapsed().as_secs_f64().max(1e-9),
+            steps_per_s: match self.previous_rate {
+                Some(rate) if step == self.start => rate,
+                _ => (step - self.start) as f64 / self.clock.elapsed().as_secs_f64().max(1e-9),
+            },
             resumed_from: self.options.resume.then_some(self.start),
             diverged_at,
         }
@@ -545,4 +444,11 @@ fn held_out(
     (0..n)
         .map(|_| task.batch(&mut rng, batch, device))
         .collect()
+}
+
+/// The steps per second that the summary at `path` records, if it is there and says.
+fn previous_rate(path: &std::path::Path) -> Option<f64> {
+    let text = read_bounded(path, MAX_SUMMARY_BYTES, "a run's summary").ok()?;
+    let summary: serde_json::Value = serde_json::from_str(&text).ok()?;
+    summary.get("steps_per_s")?.as_f64()
 }
