@@ -5,6 +5,7 @@
 
 mod cli;
 mod golden;
+mod golden_cases;
 mod lab;
 mod module;
 mod resume;
