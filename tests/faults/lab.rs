@@ -34,7 +34,7 @@ fn spawn(args: &[&str]) -> Child {
 }
 
 /// `sdpa exp dot-std --quick` as shards 0/2 and 1/2, into `root/s0` and `root/s1`.
-fn two_shards(root: &Path) -> Vec<PathBuf> {
+pub(crate) fn two_shards(root: &Path) -> Vec<PathBuf> {
     let shards: Vec<PathBuf> = (0..2).map(|i| root.join(format!("s{i}"))).collect();
     for (i, s) in shards.iter().enumerate() {
         let shard = format!("{i}/2");

@@ -3,6 +3,7 @@
 //! golden cases, bad inputs to the module and bad command lines, through the real `sdpa` binary
 //! or the public API.
 
+mod benches;
 mod cli;
 mod golden;
 mod golden_cases;
