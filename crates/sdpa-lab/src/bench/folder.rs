@@ -41,8 +41,9 @@ impl BenchFolder {
     /// creates it when absent; accepts it when empty, or when it holds the manifest and none of
     /// `names` exists unlisted. Anything else (a folder holding files the benches did not write,
     /// a name the bench would replace that the manifest does not list) is a usage error naming
-    /// them, unless `overwrite`; a path that is not a folder, a link, or a name that is a folder
-    /// or a link is refused whatever `overwrite` says. Nothing is written but the manifest.
+    /// them, unless `overwrite`; a `dir` that is not a folder or is a link, or one of `names`
+    /// that is a folder, a FIFO or a device, is refused whatever `overwrite` says (a link there
+    /// is a file: replaced, never followed). Nothing is written but the manifest.
     pub fn claim(dir: &Path, names: &[String], overwrite: bool) -> Result<Self, LabError> {
         let shown = dir.display().to_string().escape_debug().to_string();
         let usage = |reason: String| LabError::Usage(format!("{shown}: {reason}"));
@@ -71,10 +72,15 @@ impl BenchFolder {
             .filter(|name| fs::symlink_metadata(dir.join(name)).is_ok())
             .cloned()
             .collect();
-        // Never replaced, overwrite or not: a folder, a link, a FIFO where a file would go.
+        // Never replaced, overwrite or not: a folder, a FIFO, a device where a file would go. (A
+        // link counts as a file: replacing it replaces the link itself, never what it points
+        // to, so it follows the rule of files.)
         let odd: Vec<&String> = existing
             .iter()
-            .filter(|name| !fs::symlink_metadata(dir.join(name)).is_ok_and(|m| m.is_file()))
+            .filter(|name| {
+                !fs::symlink_metadata(dir.join(name))
+                    .is_ok_and(|m| m.is_file() || m.file_type().is_symlink())
+            })
             .collect();
         if !odd.is_empty() {
             return Err(usage(format!(
