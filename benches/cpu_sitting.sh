@@ -28,9 +28,12 @@ lscpu > "$OUT/lscpu.txt"
 
 ours() {
     local dir="$1"
+    # --overwrite: the round's folder holds this script's logs and PyTorch's files beside the
+    # bench's (the bench writes only into a folder of its own otherwise).
     for dtype in f32 bf16; do
         "$SDPA" bench --backend flex --n 1024 --skip-memory --mode forward \
-            --mode forward+backward --dtype "$dtype" --out "$dir" > "$dir/sdpa_$dtype.log" 2>&1
+            --mode forward+backward --dtype "$dtype" --overwrite --out "$dir" \
+            > "$dir/sdpa_$dtype.log" 2>&1
     done
 }
 theirs() {

@@ -3,9 +3,11 @@
 (optional: nothing in the project depends on PyTorch).
 
     python3 -m venv /tmp/torch && /tmp/torch/bin/pip install torch numpy
+    cargo run --release -- train-bench --size small --out bench-out   # ours, same sitting
     /tmp/torch/bin/python benches/pytorch_model.py --size small --threads 2 --out bench-out
     /tmp/torch/bin/python benches/pytorch_model.py --size large --threads 2 --out bench-out
-    cargo run --release -- train-bench --size small --out bench-out   # ours, same sitting
+
+(ours first: `sdpa train-bench` writes only into an empty folder or one of its own.)
 
 The same model (`crates/sdpa-model/src/model.rs`): token and learned position embeddings
 (N(0, 1)), one pre-LayerNorm block with multi-head self-attention (four bias-free projections,

@@ -3,8 +3,10 @@
 measured in one sitting on one machine (optional: nothing in the project depends on PyTorch).
 
     python3 -m venv /tmp/torch && /tmp/torch/bin/pip install torch numpy
-    /tmp/torch/bin/python benches/pytorch_sdpa.py --n 1024 --threads 2 --out bench-out
     cargo run --release -- bench --backend flex --n 1024 --skip-memory --out bench-out
+    /tmp/torch/bin/python benches/pytorch_sdpa.py --n 1024 --threads 2 --out bench-out
+
+(`sdpa bench` first: it writes only into an empty folder or one of its own, see its `--out`.)
 
 Same sizes (b = 4, h = 8, d = 64, n = m), f32, the same six modes (forward and forward +
 backward; dense, a padding mask hiding the last 1/8 of every batch element's keys, causal), the

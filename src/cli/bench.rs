@@ -7,7 +7,7 @@ use clap::Args;
 use burn_sdpa::{DEFAULT_BLOCK_SIZE, Implementation};
 
 use super::UsageError;
-use super::report::LabArgs;
+use super::report::{LabArgs, lab_error};
 
 /// Arguments of `sdpa bench`.
 #[derive(Args, Debug, Clone)]
@@ -15,9 +15,14 @@ pub struct BenchArgs {
     /// Backend(s): ndarray, flex, wgpu or all; may be given more than once.
     #[arg(long = "backend", default_value = "flex")]
     pub backends: Vec<String>,
-    /// Output folder.
+    /// Output folder: a new or empty folder, or one the benches wrote (holding their manifest
+    /// `.sdpa-bench`, which lists the files they may replace there).
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
+    /// Write into --out even when it holds files the benches did not write, replacing those of
+    /// the bench's file names.
+    #[arg(long)]
+    pub overwrite: bool,
     /// Tiny sizes (a smoke run, seconds).
     #[arg(long)]
     pub quick: bool,
@@ -64,11 +69,10 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         render_only: None,
         merge: Vec::new(),
     };
-    let (env, _) = lab.env()?;
+    let (mut env, _) = lab.env()?;
     let ctx = sdpa_lab::bench::BenchContext {
         progress: lab.progress(),
         seed: 42,
-        out_dir: args.out.clone(),
     };
     let mut config = sdpa_lab::bench::BenchConfig::new(args.quick);
     config.dtype = args.dtype.clone();
@@ -131,11 +135,21 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         ))
     })?;
     sdpa_model::check_fits(&sizes, needed).map_err(|e| UsageError(e.to_string()))?;
+    keep_backends_with_dtype(args, &mut env.backends)?;
+    // Before anything runs: the folder must be the benches' own (or empty), and every file
+    // this run writes one they may replace.
+    let names: Vec<String> = env
+        .backends
+        .iter()
+        .flat_map(|b| sdpa_lab::bench::file_names(&b.name, &config))
+        .collect();
+    let mut folder = sdpa_lab::bench::BenchFolder::claim(&args.out, &names, args.overwrite)
+        .map_err(lab_error)?;
     let mut ok = true;
     for backend in &env.backends {
         let report = sdpa_lab::bench::run_bench(backend, &config, &ctx)?;
         println!("{}", sdpa_lab::bench::markdown(&report));
-        for f in sdpa_lab::bench::write(&report, &ctx)? {
+        for f in sdpa_lab::bench::write(&report, &mut folder).map_err(lab_error)? {
             println!("wrote {f}");
         }
         for note in &report.skipped {
@@ -162,6 +176,48 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         }
     }
     Ok(ok)
+}
+
+/// Keeps the backends whose devices have tensors of `--dtype` (bf16 and f16 are not on every
+/// backend: NdArray has neither). A backend named on the command line without it is bad usage
+/// (exit 2, before anything runs); one `all` brought in is skipped with a note.
+fn keep_backends_with_dtype(
+    args: &BenchArgs,
+    backends: &mut Vec<sdpa_lab::LabBackend>,
+) -> anyhow::Result<()> {
+    let dtype = match args.dtype.as_str() {
+        "bf16" => burn::tensor::FloatDType::BF16,
+        "f16" => burn::tensor::FloatDType::F16,
+        _ => return Ok(()),
+    };
+    let named = |name: &str| args.backends.iter().any(|b| b.eq_ignore_ascii_case(name));
+    let mut kept = Vec::new();
+    for backend in backends.drain(..) {
+        if backend.device.supports_dtype(dtype) {
+            kept.push(backend);
+        } else if named(&backend.name) {
+            return Err(UsageError(format!(
+                "the {} backend has no {} tensors (--dtype {}): bench it in f32, or bench {} on \
+                 another backend (flex)",
+                backend.name, args.dtype, args.dtype, args.dtype
+            ))
+            .into());
+        } else {
+            eprintln!(
+                "note: skipping {}: it has no {} tensors (--dtype {})",
+                backend.name, args.dtype, args.dtype
+            );
+        }
+    }
+    if kept.is_empty() {
+        return Err(UsageError(format!(
+            "no backend asked for has {} tensors (--dtype {})",
+            args.dtype, args.dtype
+        ))
+        .into());
+    }
+    *backends = kept;
+    Ok(())
 }
 
 /// What `--path` takes: every name [`Implementation::all`] gives, then the baseline.

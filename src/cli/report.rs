@@ -45,8 +45,15 @@ pub struct LabArgs {
         conflicts_with_all = ["shard", "merge", "out", "quick", "seed", "backends"]
     )]
     pub render_only: Option<PathBuf>,
-    /// Merge the folders of every shard of a run into --out and render the report.
-    #[arg(long, value_name = "DIR", num_args = 1.., conflicts_with = "shard")]
+    /// Merge the folders of every shard of a run into --out and render the report (measures
+    /// nothing: the shards' run.json says what was run, so --quick, --seed and --backend do not
+    /// apply).
+    #[arg(
+        long,
+        value_name = "DIR",
+        num_args = 1..,
+        conflicts_with_all = ["shard", "quick", "seed", "backends"]
+    )]
     pub merge: Vec<PathBuf>,
 }
 
@@ -116,7 +123,7 @@ impl LabArgs {
 }
 
 /// A lab error as the command line answers it: a usage error (exit 2) or a failed run (exit 1).
-fn lab_error(e: LabError) -> anyhow::Error {
+pub(super) fn lab_error(e: LabError) -> anyhow::Error {
     match e {
         LabError::Usage(m) => UsageError(m).into(),
         other => other.into(),

@@ -78,9 +78,24 @@ pub struct TrainBenchArgs {
     /// Seed of the parameters and the data.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
-    /// Folder for `train_<backend>_<size>.json`.
+    /// Folder for `train_<backend>_<size>.json`: a new or empty folder, or one the benches
+    /// wrote (holding their manifest `.sdpa-bench`, which lists the files they may replace).
     #[arg(long, default_value = "bench-out")]
     pub out: PathBuf,
+    /// Write into --out even when it holds files the benches did not write, replacing those of
+    /// this bench's file names.
+    #[arg(long)]
+    pub overwrite: bool,
+}
+
+/// The file a size's result goes to: `train_<backend>_<size>.json` (`_bf16.json` in bf16; the
+/// f32 files keep their names, which the side-by-side runner reads).
+fn file_name(args: &TrainBenchArgs, size: BenchSize) -> String {
+    let suffix = match args.dtype {
+        Precision::Inputs => "",
+        Precision::Bf16 => "_bf16",
+    };
+    format!("train_{}_{}{suffix}.json", args.backend.name(), size.name())
 }
 
 /// The `--dtype` name of a precision.
@@ -132,18 +147,42 @@ pub struct TrainBenchResult {
     pub final_loss: f64,
 }
 
-/// Runs one size: a single in-memory run of warm-up + rounds · steps + 1 steps, whose timed
-/// steps are split into rounds (the last step, which always records, is not timed).
-pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<TrainBenchResult> {
-    let (k, vocab) = size.task();
+/// A size's timed steps per round, warm-up steps and total steps (warm-up + rounds · steps + 1):
+/// a usage error when one is 0 or the total overflows.
+fn step_counts(
+    args: &TrainBenchArgs,
+    size: BenchSize,
+) -> Result<(usize, usize, usize), UsageError> {
     let (default_steps, default_warmup) = size.default_steps();
     let steps = args.steps.unwrap_or(default_steps);
     let warmup = args.warmup.unwrap_or(default_warmup);
     if steps == 0 || args.rounds == 0 || warmup == 0 {
         // Step 0 always records and evaluates: it is never timed.
-        return Err(UsageError("--steps, --rounds and --warmup must be > 0".into()).into());
+        return Err(UsageError(format!(
+            "--steps, --rounds and --warmup must be > 0, got {steps}, {} and {warmup}",
+            args.rounds
+        )));
     }
-    let total = warmup + args.rounds * steps + 1;
+    // Checked: values near usize::MAX would wrap (or panic) otherwise.
+    args.rounds
+        .checked_mul(steps)
+        .and_then(|timed| timed.checked_add(warmup))
+        .and_then(|t| t.checked_add(1))
+        .map(|total| (steps, warmup, total))
+        .ok_or_else(|| {
+            UsageError(format!(
+                "--warmup {warmup} + --rounds {} × --steps {steps} + 1 overflows the step count: \
+                 give smaller values",
+                args.rounds
+            ))
+        })
+}
+
+/// Runs one size: a single in-memory run of warm-up + rounds · steps + 1 steps, whose timed
+/// steps are split into rounds (the last step, which always records, is not timed).
+pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<TrainBenchResult> {
+    let (k, vocab) = size.task();
+    let (steps, warmup, total) = step_counts(args, size)?;
     let mut config = TrainConfig::for_task(TaskConfig::new().with_k(k).with_vocab(vocab))
         .with_steps(total)
         .with_seed(args.seed)
@@ -205,17 +244,21 @@ pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<Trai
 
 /// `sdpa train-bench`: every size asked for; prints a line each and writes the JSON files.
 pub fn run(args: &TrainBenchArgs) -> anyhow::Result<bool> {
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", args.out.display()))?;
+    // Before anything runs: the folder must be the benches' own (or empty), and every file this
+    // run writes one they may replace.
+    for &size in &args.sizes {
+        step_counts(args, size)?;
+    }
+    let names: Vec<String> = args.sizes.iter().map(|&s| file_name(args, s)).collect();
+    let mut folder = sdpa_lab::bench::BenchFolder::claim(&args.out, &names, args.overwrite)
+        .map_err(super::report::lab_error)?;
     for &size in &args.sizes {
         let r = bench_size(args, size)?;
-        // f32 files keep their names (the side-by-side runner reads them).
-        let suffix = if r.dtype == "f32" { "" } else { "_bf16" };
-        let path = args
-            .out
-            .join(format!("train_{}_{}{suffix}.json", r.backend, size.name()));
-        // Atomically, without following a link (the lab's one durable write).
-        sdpa_model::train::write_atomic(&path, serde_json::to_string_pretty(&r)? + "\n")?;
+        // Listed in the manifest, then written atomically without following a link.
+        let text = serde_json::to_string_pretty(&r)? + "\n";
+        let path = folder
+            .write(&file_name(args, size), text.as_bytes())
+            .map_err(super::report::lab_error)?;
         let profile = r
             .profile_ms_per_step
             .iter()

@@ -164,43 +164,79 @@ pub struct TensorCheck {
     pub passed: bool,
     /// Whether the result contains NaN or infinity.
     pub non_finite: bool,
+    /// Whether the case's tolerance cannot fail on this expected tensor (an output of zeros would
+    /// pass it, see [`GoldenCase::cannot_fail`]): the check says nothing, and `--strict` fails
+    /// the case.
+    pub cannot_fail: bool,
 }
 
 /// The result of one case.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CaseReport {
-    /// The case's name.
+    /// The case's name (its `name` field).
     pub name: String,
+    /// The case's file, as the runner names it (relative to the folder given, on the command
+    /// line): several cases may share a name.
+    pub file: String,
     /// One entry per compared tensor.
     pub checks: Vec<TensorCheck>,
+    /// Why some checks cannot fail (the tolerance against the expected tensors they name), if so.
+    pub note: Option<String>,
 }
 
 impl CaseReport {
-    /// Whether every tensor is within tolerance.
+    /// Whether every tensor is within tolerance (a check that cannot fail passes).
     pub fn passed(&self) -> bool {
         self.checks.iter().all(|c| c.passed)
+    }
+
+    /// Whether every tensor is within tolerance and every check could have failed (`--strict`).
+    pub fn passed_strict(&self) -> bool {
+        self.passed() && self.checks.iter().all(|c| !c.cannot_fail)
+    }
+
+    /// The case's result line: `ok` or `FAIL` (under `strict`, a check that cannot fail fails
+    /// the case), the file, the name, each check's largest error, and the note.
+    pub fn line(&self, strict: bool) -> String {
+        let passed = if strict {
+            self.passed_strict()
+        } else {
+            self.passed()
+        };
+        // Escaped: a case's name and file are data, and must never print a line of their own.
+        let mut line = format!(
+            "{} {:<28}",
+            if passed { "ok  " } else { "FAIL" },
+            format!(
+                "{} [{}]",
+                self.file.escape_debug(),
+                self.name.escape_debug()
+            )
+        );
+        for c in &self.checks {
+            line.push_str(&format!(
+                " {}={:.1e}{}",
+                c.name,
+                c.max_abs_err,
+                if !c.passed {
+                    "(!)"
+                } else if c.cannot_fail {
+                    "(cannot fail)"
+                } else {
+                    ""
+                }
+            ));
+        }
+        if let Some(note) = &self.note {
+            line.push_str(&format!(" -- {}", note.escape_debug()));
+        }
+        line
     }
 }
 
 impl fmt::Display for CaseReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} {:<28}",
-            if self.passed() { "ok  " } else { "FAIL" },
-            // Escaped: a case's name is data, and must never print a line of its own.
-            self.name.escape_debug().to_string()
-        )?;
-        for c in &self.checks {
-            write!(
-                f,
-                " {}={:.1e}{}",
-                c.name,
-                c.max_abs_err,
-                if c.passed { "" } else { "(!)" }
-            )?;
-        }
-        Ok(())
+        f.write_str(&self.line(false))
     }
 }
 
@@ -352,59 +388,67 @@ impl GoldenCase {
                     .into(),
             ));
         }
-        let grad_sinks = self.expected.grad_sinks.as_ref().map(|grad| JsonTensor {
-            shape: vec![1, 1, 1, grad.len()],
-            data: grad.clone(),
-        });
-        let mut expected = tensors[4..].to_vec();
-        if let Some(grad) = &grad_sinks {
-            expected.push(("expected.grad_sinks", grad));
-        }
-        self.check_tolerance(path, &expected)
+        self.check_tolerance(path)
     }
 
-    /// A tolerance must be able to fail: finite, not negative, and tight enough that an output
-    /// of zeros would not pass any expected tensor that is not all zeros (`|0 − want| <= abs +
-    /// rel·|want|` for every element of it means the comparison cannot tell that result from
-    /// nothing).
-    fn check_tolerance(
-        &self,
-        path: &str,
-        expected: &[(&str, &JsonTensor)],
-    ) -> Result<(), GoldenError> {
+    /// A tolerance must be a tolerance: finite and not negative. (One that is too loose to fail
+    /// on some expected tensor is valid: [`GoldenCase::cannot_fail`] says so, and the runner
+    /// reports it on the case's line.)
+    fn check_tolerance(&self, path: &str) -> Result<(), GoldenError> {
         let Tolerance { abs, rel } = self.tolerance;
-        // 1e300 as `1e300`, not three hundred digits.
-        let num = |x: f64| {
-            if x != 0.0 && x.is_finite() && (x.abs() >= 1e6 || x.abs() < 1e-4) {
-                format!("{x:e}")
-            } else {
-                format!("{x}")
-            }
-        };
-        let (abs_text, rel_text) = (num(abs), num(rel));
-        let err = |reason: String| GoldenError {
-            path: path.to_string(),
-            reason,
-            unsupported: false,
-        };
         if !(abs.is_finite() && rel.is_finite() && abs >= 0.0 && rel >= 0.0) {
-            return Err(err(format!(
-                "tolerance abs = {abs_text}, rel = {rel_text}: both must be finite and ≥ 0"
-            )));
-        }
-        // Per expected tensor (one that is all zeros passes zeros whatever the tolerance).
-        for (what, t) in expected {
-            let nonzero = t.data.iter().any(|w| *w != 0.0);
-            let zeros_pass = t.data.iter().all(|w| w.abs() <= abs + rel * w.abs());
-            if nonzero && zeros_pass {
-                return Err(err(format!(
-                    "tolerance abs = {abs_text}, rel = {rel_text} cannot fail on {what}: an output of zeros would \
-                     pass it (every |expected| ≤ abs + rel·|expected|); give a tolerance that can tell a \
-                     wrong result"
-                )));
-            }
+            return Err(GoldenError {
+                path: path.to_string(),
+                reason: format!(
+                    "tolerance abs = {}, rel = {}: both must be finite and ≥ 0",
+                    compact(abs),
+                    compact(rel)
+                ),
+                unsupported: false,
+            });
         }
         Ok(())
+    }
+
+    /// Whether the case's tolerance cannot fail on `want`: it is not all zeros, yet an output of
+    /// zeros would pass it (`|0 − want| <= abs + rel·|want|` for every element), so that the
+    /// comparison cannot tell a wrong result from nothing. (A tensor that is all zeros passes
+    /// zeros whatever the tolerance: that is not the tolerance's doing.)
+    pub fn cannot_fail(&self, want: &JsonTensor) -> bool {
+        let Tolerance { abs, rel } = self.tolerance;
+        want.data.iter().any(|w| *w != 0.0)
+            && want.data.iter().all(|w| w.abs() <= abs + rel * w.abs())
+    }
+
+    /// The note of a case whose tolerance cannot fail on the expected tensors named in `fields`,
+    /// naming the tolerance compactly (`1e300`, not three hundred digits).
+    pub fn cannot_fail_note(&self, fields: &[&str]) -> String {
+        format!(
+            "tolerance abs = {}, rel = {} cannot fail on {}: an output of zeros would pass (every \
+             |expected| ≤ abs + rel·|expected|), so {} not checked (--strict fails the case)",
+            compact(self.tolerance.abs),
+            compact(self.tolerance.rel),
+            fields
+                .iter()
+                .map(|f| format!("expected.{f}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            if fields.len() == 1 {
+                "it is"
+            } else {
+                "they are"
+            }
+        )
+    }
+}
+
+/// A number as a short line: the shortest text that reads back as the same f64, in exponent
+/// form when large or small (`1e300`, `1e-7`, `0.5`), never three hundred digits.
+pub fn compact(x: f64) -> String {
+    if x != 0.0 && x.is_finite() && (x.abs() >= 1e6 || x.abs() < 1e-4) {
+        format!("{x:e}")
+    } else {
+        format!("{x}")
     }
 }
 
@@ -422,17 +466,33 @@ pub(crate) fn rank4(path: &str, what: &str, shape: &[usize]) -> Result<[usize; 4
     Ok(out)
 }
 
-/// Loads a case file.
+/// The largest case file the runner reads, in bytes (1 GiB): thousands of times the largest
+/// case shipped (under 0.5 MiB), and room for a case at [`MAX_CASE_WEIGHTS`] written as JSON
+/// (about 24 bytes a value). A larger file is refused from its size, before a byte is read.
+pub const MAX_CASE_BYTES: u64 = 1 << 30;
+
+/// Loads a case file: its size is checked first ([`MAX_CASE_BYTES`]), then it is parsed as it is
+/// read (never held whole in memory as text).
 pub fn load_case(path: &Path) -> Result<GoldenCase, GoldenError> {
-    let p = path.display().to_string();
-    let text = std::fs::read_to_string(path).map_err(|e| GoldenError {
-        path: p.clone(),
-        reason: format!("cannot read: {e}"),
+    use std::io::Read;
+    let err = |reason: String| GoldenError {
+        path: path.display().to_string(),
+        reason,
         unsupported: false,
-    })?;
-    serde_json::from_str(&text).map_err(|e| GoldenError {
-        path: p,
-        reason: format!("not a golden case: {e}"),
-        unsupported: false,
-    })
+    };
+    let file = std::fs::File::open(path).map_err(|e| err(format!("cannot read: {e}")))?;
+    let size = file
+        .metadata()
+        .map_err(|e| err(format!("cannot read: {e}")))?
+        .len();
+    if size > MAX_CASE_BYTES {
+        return Err(err(format!(
+            "the file is {size} bytes ({:.1} GiB), over the runner's limit of {MAX_CASE_BYTES} \
+             bytes (1 GiB) for a case: not read",
+            size as f64 / (1u64 << 30) as f64
+        )));
+    }
+    // At most the limit and one byte more, should the file grow while it is read.
+    let reader = std::io::BufReader::new(file.take(MAX_CASE_BYTES + 1));
+    serde_json::from_reader(reader).map_err(|e| err(format!("not a golden case: {e}")))
 }

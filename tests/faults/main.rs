@@ -3,8 +3,10 @@
 //! golden cases, bad inputs to the module and bad command lines, through the real `sdpa` binary
 //! or the public API.
 
+mod benches;
 mod cli;
 mod golden;
+mod golden_cases;
 mod lab;
 mod module;
 mod reads;

@@ -508,7 +508,6 @@ fn bench_smoke_run_times_every_path_and_writes_its_files() {
     let ctx = sdpa::lab::bench::BenchContext {
         progress: ProgressMode::Quiet,
         seed: 42,
-        out_dir: tmp.path().to_path_buf(),
     };
     let config = sdpa::lab::bench::BenchConfig::new(true);
     let report = sdpa::lab::bench::run_bench(&env.backends[0], &config, &ctx).expect("bench");
@@ -549,7 +548,21 @@ fn bench_smoke_run_times_every_path_and_writes_its_files() {
             .iter()
             .all(|r| r.median_ms > 0.0 && r.gflops > 0.0 && r.times_ms.len() == config.reps)
     );
-    let files = sdpa::lab::bench::write(&report, &ctx).expect("write");
+    let names = sdpa::lab::bench::file_names(&report.backend, &config);
+    let mut folder =
+        sdpa::lab::bench::BenchFolder::claim(tmp.path(), &names, false).expect("its folder");
+    let files = sdpa::lab::bench::write(&report, &mut folder).expect("write");
+    // Every file written is one it planned, and its manifest lists it.
+    let manifest = std::fs::read_to_string(tmp.path().join(sdpa::lab::bench::BENCH_MANIFEST))
+        .expect("the manifest");
+    for f in &files {
+        let name = std::path::Path::new(f)
+            .file_name()
+            .unwrap()
+            .to_string_lossy();
+        assert!(names.iter().any(|n| *n == name), "{name} not in {names:?}");
+        assert!(manifest.lines().any(|l| l == name), "{name}: {manifest}");
+    }
     for f in files {
         assert!(
             std::fs::metadata(&f)

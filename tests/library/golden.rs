@@ -55,7 +55,7 @@ fn golden_on_every_backend(implementation: Implementation) {
             match golden::run_file(file, &device, implementation) {
                 Ok(report) => {
                     println!("{backend} {implementation:?}: {report}");
-                    if !report.passed() {
+                    if !report.passed_strict() {
                         failures.push(format!("{backend}: {report}"));
                     }
                 }
@@ -109,7 +109,7 @@ fn every_golden_case_passes_on_every_backend_fused_where_it_applies() {
                 continue;
             }
             match result {
-                Ok(r) if r.passed() => println!("{backend} Fused: {r}"),
+                Ok(r) if r.passed_strict() => println!("{backend} Fused: {r}"),
                 Ok(r) => failures.push(format!("{backend}: {r}")),
                 Err(e) => failures.push(format!("{backend}: {e}")),
             }
@@ -134,7 +134,7 @@ fn every_golden_case_passes_on_every_backend_cpu_kernel() {
         let in_place = sdpa::cpu_kernel::runs_in_place(&device);
         for file in golden_files() {
             match golden::run_file(&file, &device, Implementation::CpuKernel) {
-                Ok(r) if r.passed() => {
+                Ok(r) if r.passed_strict() => {
                     println!("{backend} CpuKernel: {r}");
                     let checked: Vec<&str> = r.checks.iter().map(|c| c.name).collect();
                     if in_place {
@@ -283,7 +283,7 @@ fn every_golden_case_passes_forward_and_backward_through_the_cube_kernel_on_wgpu
     let files = golden_files();
     for file in &files {
         match golden::run_file(file, &device, Implementation::CubeKernel) {
-            Ok(r) if r.passed() => {
+            Ok(r) if r.passed_strict() => {
                 let checked: Vec<&str> = r.checks.iter().map(|c| c.name).collect();
                 assert!(
                     checked.contains(&"grad_key"),

@@ -74,8 +74,9 @@ pub enum AttentionError {
         /// The scores' shape.
         scores: [usize; 4],
     },
-    /// A fixed scale that is not a finite positive number in f32.
-    #[error("a fixed scale must be finite and > 0 in f32 (between 1.2e-38 and 3.4e38), got {0}")]
+    /// A fixed scale that is not a finite positive number in f32 (printed as its shortest text,
+    /// `1e300`, not three hundred digits).
+    #[error("a fixed scale must be finite and > 0 in f32 (between 1.2e-38 and 3.4e38), got {0:?}")]
     InvalidScale(f64),
     /// Query, key, value and bias do not share one float dtype.
     #[error(
@@ -102,7 +103,7 @@ pub enum AttentionError {
         other_device: String,
     },
     /// A dropout probability outside [0, 1).
-    #[error("dropout must be in [0, 1), got {0}")]
+    #[error("dropout must be in [0, 1), got {0:?}")]
     InvalidDropout(f64),
     /// A configuration value that is out of range.
     #[error("invalid configuration: {field} = {value}: {reason}")]

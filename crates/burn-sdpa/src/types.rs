@@ -161,7 +161,8 @@ pub fn validate_softcap(softcap: f64) -> Result<(), AttentionError> {
     } else {
         Err(AttentionError::InvalidConfig {
             field: "softcap",
-            value: softcap.to_string(),
+            // The shortest text of the number (`1e300`, not three hundred digits).
+            value: format!("{softcap:?}"),
             reason: "the soft-cap must be finite and > 0 (it divides the scores)".into(),
         })
     }

@@ -8,8 +8,10 @@
 //! | `cell.rs` | one cell's inputs, the paths, one timed run |
 //! | `sweeps.rs` | the memory sweeps (b = 1, long sequences) |
 //! | `report.rs` | the Markdown tables, the JSON file and the plots |
+//! | `folder.rs` | the folders the benches write into, and their manifest |
 
 mod cell;
+mod folder;
 mod report;
 mod sweeps;
 
@@ -25,7 +27,8 @@ use crate::memory::measure_peak;
 use crate::stats::median;
 use cell::path_taken;
 pub use cell::{BASELINE, BenchInputs, baseline, forward_path, module, paths, paths_for, run_once};
-pub use report::{markdown, write};
+pub use folder::{BENCH_MANIFEST, BenchFolder};
+pub use report::{file_names, markdown, write};
 pub use sweeps::MemoryRow;
 
 /// Sizes of the benchmark.
@@ -381,15 +384,13 @@ fn time_cell(
     Ok(rows)
 }
 
-/// Where a benchmark writes, and how it shows progress.
+/// How a benchmark shows progress, and its seed (where it writes: [`BenchFolder`]).
 #[derive(Debug, Clone)]
 pub struct BenchContext {
     /// How progress is shown.
     pub progress: sdpa_model::ProgressMode,
     /// The seed of the inputs.
     pub seed: u64,
-    /// Where the tables and plots go.
-    pub out_dir: std::path::PathBuf,
 }
 
 /// Runs the benchmark on one backend.

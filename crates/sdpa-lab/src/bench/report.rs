@@ -1,6 +1,7 @@
 //! The bench's Markdown tables, its JSON file and its plots.
 
-use super::BenchContext;
+use super::BenchConfig;
+use super::folder::BenchFolder;
 use super::sweeps::MemoryRow;
 use super::{BenchReport, Mode, paths};
 use crate::context::LabError;
@@ -184,38 +185,61 @@ fn sweep_table(rows: &[MemoryRow]) -> String {
     )
 }
 
-/// Writes `bench_<backend>.json`, `BENCH_<backend>.md` and one GFLOP/s plot per mode under the
-/// output folder (`<backend>_bf16` / `<backend>_f16` for a half-precision run).
-pub fn write(r: &BenchReport, ctx: &BenchContext) -> Result<Vec<String>, LabError> {
-    std::fs::create_dir_all(&ctx.out_dir).map_err(|e| LabError::io(&ctx.out_dir, e))?;
-    // `bench_flex_bf16.json` … for a bf16 run.
-    let stem = if r.config.dtype == "f32" {
-        r.backend.clone()
+/// The stem of a bench's files: the backend, and the dtype when it is not f32 (`flex_bf16`).
+fn stem(backend: &str, config: &BenchConfig) -> String {
+    if config.dtype == "f32" {
+        backend.to_string()
     } else {
-        format!("{}_{}", r.backend, r.config.dtype)
-    };
-    let json = ctx.out_dir.join(format!("bench_{stem}.json"));
+        format!("{backend}_{}", config.dtype)
+    }
+}
+
+/// The name of the GFLOP/s plot of `mode`.
+fn plot_name(stem: &str, mode: &str) -> String {
+    let slug: String = mode
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    format!("bench_{stem}_{}.png", slug.replace("__", "_"))
+}
+
+/// Every file a bench of `config` on `backend` may write (what [`write`] writes when every mode
+/// asked for is timed): checked against its folder before anything runs.
+pub fn file_names(backend: &str, config: &BenchConfig) -> Vec<String> {
+    let stem = stem(backend, config);
+    let mut names = vec![format!("bench_{stem}.json"), format!("BENCH_{stem}.md")];
+    names.extend(
+        Mode::ALL
+            .map(Mode::name)
+            .into_iter()
+            .filter(|m| config.modes.iter().any(|x| x == m))
+            .map(|m| plot_name(&stem, m)),
+    );
+    names
+}
+
+/// Writes `bench_<backend>.json`, `BENCH_<backend>.md` and one GFLOP/s plot per mode into
+/// `folder` (`<backend>_bf16` / `<backend>_f16` for a half-precision run), each listed in its
+/// manifest before it is written.
+pub fn write(r: &BenchReport, folder: &mut BenchFolder) -> Result<Vec<String>, LabError> {
+    // `bench_flex_bf16.json` … for a bf16 run.
+    let stem = stem(&r.backend, &r.config);
     let text = serde_json::to_string_pretty(r).map_err(|e| LabError::Serialize {
         what: "the bench report".into(),
         message: e.to_string(),
     })?;
     // Atomically and without following a link, as every file of the lab.
-    crate::files::write_atomic(&json, text.as_bytes())?;
-    let md = ctx.out_dir.join(format!("BENCH_{stem}.md"));
-    crate::files::write_atomic(&md, markdown(r).as_bytes())?;
+    let json = folder.write(&format!("bench_{stem}.json"), text.as_bytes())?;
+    let md = folder.write(&format!("BENCH_{stem}.md"), markdown(r).as_bytes())?;
     let mut files = vec![json.display().to_string(), md.display().to_string()];
     let timed = Mode::ALL
         .map(Mode::name)
         .into_iter()
         .filter(|m| r.rows.iter().any(|x| &x.mode == m));
     for mode in timed {
-        let slug: String = mode
-            .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
-            .collect();
-        let name = format!("bench_{stem}_{}.png", slug.replace("__", "_"));
+        let path = folder.record(&plot_name(&stem, mode))?;
         line_plot(
-            &ctx.out_dir.join(&name),
+            &path,
             &LinePlot {
                 title: format!(
                     "Attention {mode} on {} (b={}, h={}, d={})",
@@ -241,7 +265,7 @@ pub fn write(r: &BenchReport, ctx: &BenchContext) -> Result<Vec<String>, LabErro
                     .collect(),
             },
         )?;
-        files.push(ctx.out_dir.join(name).display().to_string());
+        files.push(path.display().to_string());
     }
     Ok(files)
 }
