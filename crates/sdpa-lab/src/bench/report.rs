@@ -203,7 +203,7 @@ fn plot_name(stem: &str, mode: &str) -> String {
     format!("bench_{stem}_{}.png", slug.replace("__", "_"))
 }
 
-/// Every file a bench of `config` on `backend` may write (what [`write`] writes when every mode
+/// Every file a bench of `config` on `backend` may write (what [`write()`] writes when every mode
 /// asked for is timed): checked against its folder before anything runs.
 pub fn file_names(backend: &str, config: &BenchConfig) -> Vec<String> {
     let stem = stem(backend, config);
