@@ -124,11 +124,7 @@ fn anchors(text: &str) -> BTreeSet<String> {
         }
         let base = slug(trimmed[level..].trim());
         let n = seen.entry(base.clone()).or_insert(0);
-        out.insert(if *n == 0 {
-            base.clone()
-        } else {
-            format!("{base}-{n}")
-        });
+        out.insert(if *n == 0 { base } else { format!("{base}-{n}") });
         *n += 1;
     }
     out
@@ -272,9 +268,10 @@ fn every_rust_example_is_a_doc_test() {
                 if other_fence {
                     other_fence = false;
                 } else if let Some((start, lines)) = block.take() {
-                    let found = tests
-                        .iter()
-                        .any(|test| test.windows(lines.len()).any(|w| w == lines.as_slice()));
+                    let found = !lines.is_empty()
+                        && tests
+                            .iter()
+                            .any(|test| test.windows(lines.len()).any(|w| w == lines.as_slice()));
                     if !found {
                         missing.push(format!("{}:{start}", doc.display()));
                     }
