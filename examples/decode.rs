@@ -13,6 +13,10 @@
 //! cargo run --release --example decode -- flex --quick  # contexts of 256 and 512 tokens
 //! ```
 //!
+//! How long on 2 cores: not measured as a whole; a few seconds of training, then generation after
+//! 1k and 4k cached tokens three ways, recomputing the prefix being the slow one (36 tokens/s after
+//! 4096 tokens at batch 4 on 2 cores, `docs/bench/decode_flex.md`); `--quick` stops at 512 tokens.
+//!
 //! The task: sequences `x_t = (a + s·t) mod V` with a random start `a` and stride `s`; the next
 //! token follows from the last two, so the model must attend to the previous position.
 

@@ -5,6 +5,8 @@
 //! cargo run --example quickstart -- ndarray # or ndarray / wgpu (with --features wgpu)
 //! ```
 //!
+//! How long on 2 cores: not measured (one forward, one backward and one Adam step of a tiny model).
+//!
 //! Builds a tiny classifier (embedding → causal self-attention → mean pool → linear), runs a
 //! forward and a backward pass on an autodiff device, takes one Adam step, and prints the
 //! attention map of the first head.

@@ -27,6 +27,10 @@
 //! cargo run --release --example row_stats_cost                      # prints the tables
 //! cargo run --release --example row_stats_cost -- --out docs/bench/BENCH_row_stats.md
 //! ```
+//!
+//! How long on 2 cores: not measured as a whole; 6 paired training runs of 42 steps and 7 rounds of
+//! 16-step runs at seq 512 (about 10 steps/s on 2 cores, `docs/bench/BENCH_train.md`), then 7
+//! rounds of paired forwards at n 1024.
 
 use std::time::Instant;
 

@@ -3,6 +3,7 @@
 //! cache never reusing another configuration's cell, the output folder's ownership).
 
 mod claims;
+mod docs_links;
 mod runner_promises;
 
 use std::path::Path;
