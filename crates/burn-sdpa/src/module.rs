@@ -142,7 +142,10 @@ impl ScaledDotProductAttention {
         Ok(out)
     }
 
-    /// The path a call would take (after validating it), without running it.
+    /// The path a call would take (after validating it), without running it. A call whose
+    /// scores may overflow the dtype is reported on the chunked path it then takes instead of a
+    /// kernel (`CpuKernel`, `CubeKernel`, `Fused`; see the semantics guide), which costs one
+    /// read-back of a few values, as running the call does.
     pub fn path(&self, input: &AttentionInput) -> Result<AttentionPath, AttentionError> {
         paths::resolve(self.implementation, &self.call(input.clone())?)
     }

@@ -121,16 +121,25 @@ impl RowStats {
             .exp()
             .mask_fill(visible.clone().bool_not(), 0.0);
         // −Σ p (s − lse), each masked key's term 0.
-        let entropy = (p.clone() * (safe_lse.clone() - zeroed.clone()))
-            .sum_dim(3)
-            .mask_fill(empty.clone(), 0.0);
+        // A score of −∞ has p = 0: its term is 0, not 0 · ∞ (the clamp leaves every score with
+        // p > 0 as it is).
+        let entropy = (p.clone()
+            * (safe_lse.clone() - zeroed.clone()).clamp_max(-most_negative(f32)))
+        .sum_dim(3)
+        .mask_fill(empty.clone(), 0.0);
         let max_prob = (max_logit.clone() - safe_lse)
             .exp()
             .mask_fill(empty.clone(), 0.0);
         let safe_count = count.clone().mask_fill(empty.clone(), 1.0);
         let mean = zeroed.clone().sum_dim(3) / safe_count.clone();
         let square = zeroed.powi_scalar(2).sum_dim(3) / safe_count;
-        let std = (square - mean.clone().powi_scalar(2)).clamp_min(0.0).sqrt();
+        let variance = square - mean.clone().powi_scalar(2);
+        // Rounding may leave it just below 0; a NaN (a row with an infinite score) stays NaN
+        // (a clamp keeps NaN on some backends only).
+        let std = variance
+            .clone()
+            .mask_fill(variance.lower_elem(0.0), 0.0)
+            .sqrt();
         let rows = |t: Tensor<4>| t.reshape([b, h, n]);
         let stats = Self {
             max_logit: rows(max_logit),

@@ -10,6 +10,7 @@ use crate::input::AttentionOutput;
 use crate::mask::most_negative;
 use crate::paths::call::Call;
 use crate::paths::online_stats::OnlineStats;
+use crate::paths::overflow;
 
 /// Why the chunked path cannot serve `call`, if it cannot.
 pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
@@ -22,8 +23,9 @@ pub(crate) fn blocker(call: &Call) -> Option<&'static str> {
 
 /// Runs the chunked path with blocks of `block_size` keys: the same semantics as the naive path
 /// (masks, bias, causal alignments, windows, soft-capping, grouped-query heads, dropout on the
-/// weights, zero output for rows without a visible key); key blocks that the causal mask or the
-/// window hide from every query are never computed.
+/// weights, zero output for rows without a visible key, the rule of [`overflow`] for scores
+/// that overflow); key blocks that the causal mask or the window hide from every query are never
+/// computed.
 pub(crate) fn run(call: Call, block_size: usize) -> Result<AttentionOutput, AttentionError> {
     let (context, rows) = context(&call, block_size);
     let mut output = AttentionOutput::from_context(context);
@@ -60,6 +62,11 @@ pub(crate) fn context(call: &Call, block_size: usize) -> (Tensor<4>, RowOutputs)
         .input
         .need_row_stats
         .then(|| OnlineStats::new([b, h_kv, group * n, 1], &device, dtype));
+    // [b, h, n, 1]: the rows that saw a key so far, and (for the log-sum-exp and statistics) a
+    // visible +∞ score.
+    let rows_asked = call.input.need_lse || stats.is_some();
+    let mut seen: Option<Tensor<4, Bool>> = None;
+    let mut above: Option<Tensor<4, Bool>> = None;
     if let Some(sinks) = &call.input.sinks {
         // Every row starts with its head's sink: one term exp(sink − max), no value.
         // [b, h_kv, g·n, 1]
@@ -75,7 +82,18 @@ pub(crate) fn context(call: &Call, block_size: usize) -> (Tensor<4>, RowOutputs)
         let len = block_size.min(reachable.end - start);
         let keys = start..start + len;
         // [b, h, n, len], mask expanded to the same shape
-        let (mut scores, mask) = call.scores(&query, keys.clone());
+        let (scores, mask) = call.scores(&query, keys.clone());
+        let (block_seen, block_above) =
+            overflow::seen_and_above(&scores, mask.as_ref(), rows_asked);
+        seen = Some(match seen.take() {
+            Some(seen) => seen.bool_or(block_seen),
+            None => block_seen,
+        });
+        above = match (above.take(), block_above) {
+            (Some(above), Some(block)) => Some(above.bool_or(block)),
+            (above, block) => above.or(block),
+        };
+        let mut scores = overflow::cap_positive(scores);
         if let Some(mask) = &mask {
             scores = scores.mask_fill(mask.clone(), fill);
         }
@@ -83,9 +101,11 @@ pub(crate) fn context(call: &Call, block_size: usize) -> (Tensor<4>, RowOutputs)
         let scores = scores.reshape([b, h_kv, group * n, len]);
         // The shift only keeps exp() in range; it does not change the result, so it is detached.
         let block_max = scores.clone().detach().max_dim(3);
+        // At least the fill (a sink's start is too): a row whose visible scores so far are all
+        // −∞ gets terms exp(−∞ − fill) = 0, never −∞ − (−∞).
         let new_max = match &run_max {
             Some(prev) => prev.clone().max_pair(block_max),
-            None => block_max,
+            None => block_max.clamp_min(fill),
         };
         let stats_scores = stats.is_some().then(|| scores.clone());
         let mut p = (scores - new_max.clone()).exp();
@@ -127,16 +147,34 @@ pub(crate) fn context(call: &Call, block_size: usize) -> (Tensor<4>, RowOutputs)
     // Rows without a visible key have sum 0 and acc 0: divide them by 1 (not by a tiny number,
     // whose square would underflow to 0 in the backward pass and make 0/0 = NaN).
     let empty = sum.clone().lower_equal_elem(0.0);
+    // [b, h, n, 1] -> [b, h_kv, g·n, 1]
+    let grouped = |rows: Tensor<4, Bool>| rows.reshape([b, h_kv, group * n, 1]);
+    // A row that saw a key but has no term has no limit (see `overflow`): NaN.
+    let no_limit = seen.map(|seen| grouped(seen).bool_and(empty.clone()));
+    // The rows whose log-sum-exp and statistics are NaN: those, and a visible +∞ score.
+    let overflowed = match (above.map(grouped), &no_limit) {
+        (Some(above), Some(no_limit)) => Some(above.bool_or(no_limit.clone())),
+        (above, no_limit) => above.or(no_limit.clone()),
+    };
     // [b, h_kv, g·n, 1]
-    let grouped_lse = (call.input.need_lse || stats.is_some()).then(|| {
+    let grouped_lse = rows_asked.then(|| {
         let max = run_max
             .clone()
             .unwrap_or_else(|| Tensor::zeros([b, h_kv, group * n, 1], (&device, dtype)));
-        (max.detach() + sum.clone().detach().log()).mask_fill(empty.clone(), f64::NEG_INFINITY)
+        let lse =
+            (max.detach() + sum.clone().detach().log()).mask_fill(empty.clone(), f64::NEG_INFINITY);
+        match &overflowed {
+            Some(rows) => lse.mask_fill(rows.clone(), f64::NAN),
+            None => lse,
+        }
     });
-    let stats = stats
-        .zip(grouped_lse.clone())
-        .map(|(stats, lse)| stats.finish(sum.clone(), lse, [b, h, n]));
+    let stats = stats.zip(grouped_lse.clone()).map(|(stats, lse)| {
+        let stats = stats.finish(sum.clone(), lse, [b, h, n]);
+        match &overflowed {
+            Some(rows) => stats.poisoned(rows.clone().reshape([b, h, n])),
+            None => stats,
+        }
+    });
     let rows = RowOutputs {
         // [b, h_kv, g·n, 1] -> [b, h, n]
         lse: grouped_lse
@@ -144,9 +182,13 @@ pub(crate) fn context(call: &Call, block_size: usize) -> (Tensor<4>, RowOutputs)
             .map(|lse| lse.reshape([b, h, n])),
         stats,
     };
-    let context = (acc / sum.mask_fill(empty, 1.0))
-        // [b, h_kv, g·n, d_v] -> [b, h, n, d_v]
-        .reshape([b, h, n, d_v]);
+    let mut context = acc / sum.mask_fill(empty, 1.0);
+    if let Some(rows) = no_limit {
+        // A constant: no gradient flows through the row.
+        context = context.mask_fill(rows.expand([b, h_kv, group * n, d_v]), f64::NAN);
+    }
+    // [b, h_kv, g·n, d_v] -> [b, h, n, d_v]
+    let context = context.reshape([b, h, n, d_v]);
     (context, rows)
 }
 

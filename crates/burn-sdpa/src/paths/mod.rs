@@ -3,7 +3,8 @@
 //! Every path is one file with two functions: `blocker(&Call)` says why it cannot serve a call
 //! (`Option<&'static str>`; the cube path's a `Cow`, since its reasons name the device's limits),
 //! and `run(Call)` computes it. [`resolve`] honours an explicit [`Implementation`] or rejects it
-//! with the path's reason, and asks [`auto::auto_path`] for `Auto`; [`run`] dispatches. Adding a
+//! with the path's reason, and asks [`auto::auto_path`] for `Auto`, then reroutes a kernel whose
+//! scores may overflow to the chunked path ([`overflow`]); [`run`] dispatches. Adding a
 //! path means a file here, a variant in [`crate::vocabulary`] (with its
 //! spelling), and one arm in each of the two matches below.
 
@@ -17,13 +18,14 @@ pub(crate) mod fused;
 pub(crate) mod naive;
 pub(crate) mod nonfinite;
 pub(crate) mod online_stats;
+pub(crate) mod overflow;
 pub(crate) mod sinks;
 
 use std::borrow::Cow;
 
 use crate::error::AttentionError;
 use crate::input::AttentionOutput;
-use crate::vocabulary::{AttentionPath, Implementation};
+use crate::vocabulary::{AttentionPath, DEFAULT_BLOCK_SIZE, Implementation};
 use auto::{AutoRequest, auto_path};
 use call::Call;
 
@@ -97,7 +99,8 @@ fn tensor_ops(
 /// the path's reason (e.g. weights asked of `Chunked` or `Fused`). `Auto` takes `Naive` when the
 /// weights or scores are asked for (only it has them); otherwise it follows the measured rule of
 /// [`auto_path`]: by backend ([`BackendFamily`](crate::BackendFamily)), autodiff state, number of keys, size of the
-/// scores and which paths can serve the call.
+/// scores and which paths can serve the call. Either way, a kernel whose scores may overflow
+/// takes the chunked path instead ([`overflow_safe`]).
 pub(crate) fn resolve(
     implementation: Implementation,
     call: &Call,
@@ -108,21 +111,47 @@ pub(crate) fn resolve(
                 implementation,
                 reason: reason.into_owned(),
             }),
-            None => Ok(path),
+            None => overflow_safe(path, call),
         };
     }
     if call.input.need_weights || call.input.need_scores {
         return Ok(AttentionPath::Naive);
     }
     let [b, h, n, m] = call.dims.scores_shape();
-    Ok(auto_path(AutoRequest {
-        family: call.family,
-        autodiff: call.autodiff,
-        n_keys: m,
-        scores_bytes: (b * h * n * m * call.input.query.dtype().size()) as u64,
-        fused_ok: blocker(AttentionPath::Fused, call).is_none(),
-        cpu_kernel_ok: blocker(AttentionPath::CpuKernel, call).is_none(),
-        cube_kernel_ok: blocker(AttentionPath::CubeKernel, call).is_none(),
-        cpu_kernel_in_place: call.kernel_in_place,
-    }))
+    overflow_safe(
+        auto_path(AutoRequest {
+            family: call.family,
+            autodiff: call.autodiff,
+            n_keys: m,
+            scores_bytes: (b * h * n * m * call.input.query.dtype().size()) as u64,
+            fused_ok: blocker(AttentionPath::Fused, call).is_none(),
+            cpu_kernel_ok: blocker(AttentionPath::CpuKernel, call).is_none(),
+            cube_kernel_ok: blocker(AttentionPath::CubeKernel, call).is_none(),
+            cpu_kernel_in_place: call.kernel_in_place,
+        }),
+        call,
+    )
+}
+
+/// `path`, or `Chunked` with blocks of [`DEFAULT_BLOCK_SIZE`] keys (`Naive` where it cannot
+/// serve the call) when `path` is one of the kernels that compute the scores inside their tiles
+/// (`CpuKernel`, `CubeKernel`, Burn's op behind `Fused`) and the call's scores may overflow
+/// ([`overflow::may_overflow`]: one read-back of a few values, on these paths only). The
+/// tensor-op paths apply the rule for overflowing scores ([`overflow`]); the kernels then only
+/// see scores that cannot overflow. An explicit request for a kernel is rerouted too, and
+/// [`ScaledDotProductAttention::path`](crate::ScaledDotProductAttention::path) reports the path
+/// taken.
+fn overflow_safe(path: AttentionPath, call: &Call) -> Result<AttentionPath, AttentionError> {
+    let kernel = matches!(
+        path,
+        AttentionPath::CpuKernel | AttentionPath::CubeKernel | AttentionPath::Fused
+    );
+    if !kernel || !overflow::may_overflow(call)? {
+        return Ok(path);
+    }
+    Ok(if chunked::blocker(call).is_none() {
+        AttentionPath::Chunked(DEFAULT_BLOCK_SIZE)
+    } else {
+        AttentionPath::Naive
+    })
 }

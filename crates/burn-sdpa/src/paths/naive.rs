@@ -2,19 +2,20 @@
 //! can return them, and the reference every other path is tested against.
 
 use burn::prelude::*;
-use burn::tensor::activation::softmax;
 
 use crate::error::AttentionError;
 use crate::input::AttentionOutput;
 use crate::mask::most_negative;
 use crate::paths::call::Call;
+use crate::paths::overflow;
 
 /// Why the naive path cannot serve `call`: it serves every call.
 pub(crate) fn blocker(_call: &Call) -> Option<&'static str> {
     None
 }
 
-/// softmax(QKᵀ·scale + bias, masked)·V with every intermediate materialized.
+/// softmax(QKᵀ·scale + bias, masked)·V with every intermediate materialized; scores that
+/// overflow follow the rule of [`overflow`].
 ///
 /// # Shapes
 /// - query `[b, h, n, d_k]`, key `[b, h_kv, m, d_k]`, value `[b, h_kv, m, d_v]`
@@ -31,27 +32,28 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         .sinks
         .as_ref()
         .map(|sinks| super::sinks::per_head(sinks, &call.dims).cast(scores.dtype()));
+    // [b, h, n, 1]: rows that see a key, and (for the statistics) rows with a visible +∞ score.
+    let rows_asked = call.input.need_lse || call.input.need_row_stats;
+    let (seen, above) = overflow::seen_and_above(&scores, mask.as_ref(), rows_asked);
 
     let row_stats = call
         .input
         .need_row_stats
         .then(|| crate::RowStats::from_scores(scores.clone(), mask.as_ref(), sinks.clone()));
+    let (max, p, sum) = softmax_terms(overflow::cap_positive(scores), mask.as_ref(), sinks);
+    // A row without a term (no visible key, or every visible score −∞, and no finite sink) is
+    // divided by 1: its weights are 0, and so is its gradient.
+    let empty = sum.clone().lower_equal_elem(0.0);
+    // [b, h, n, 1]: a row that sees a key but has no term has no limit (issue 51, item 6).
+    let no_limit = seen.bool_and(empty.clone());
+    let weights = p / sum.clone().mask_fill(empty.clone(), 1.0);
+    // The statistics of an overflowed row are NaN (see `overflow`).
+    let overflowed = above.map(|above| above.bool_or(no_limit.clone()).reshape([b, h, n]));
     // The statistics hold the log-sum-exp: computed once when both are asked for.
     let lse = call.input.need_lse.then(|| match &row_stats {
         Some(stats) => stats.lse.clone(),
-        None => row_lse(scores.clone(), mask.as_ref(), sinks.clone()),
+        None => lse_of(max, sum, empty).reshape([b, h, n]),
     });
-    let weights = match (&mask, sinks) {
-        (mask, Some(sinks)) => softmax_with_sinks(scores, mask.as_ref(), sinks),
-        (Some(mask), None) => {
-            let fill = most_negative(scores.dtype());
-            // Masked keys get the most negative finite value, so they vanish from the softmax
-            // of a row that has a visible key; a row with none becomes uniform and is zeroed
-            // right after, which also makes its gradient exactly zero.
-            softmax(scores.mask_fill(mask.clone(), fill), 3).mask_fill(mask.clone(), 0.0)
-        }
-        (None, None) => softmax(scores, 3),
-    };
     let dropped = match &call.dropout {
         Some(dropout) => dropout.forward(weights.clone()),
         None => weights.clone(),
@@ -61,42 +63,40 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         .reshape([b, h_kv, group * n, m])
         .matmul(call.values(0..m))
         // -> [b, h, n, d_v]
-        .reshape([b, h, n, d_v]);
+        .reshape([b, h, n, d_v])
+        .mask_fill(no_limit.clone().expand([b, h, n, d_v]), f64::NAN);
 
     Ok(AttentionOutput {
         context,
-        weights: call.input.need_weights.then_some(weights),
+        weights: call
+            .input
+            .need_weights
+            .then(|| weights.mask_fill(no_limit.expand([b, h, n, m]), f64::NAN)),
         scores: scores_out,
         mask,
-        lse,
-        row_stats,
+        lse: lse.map(|lse| match &overflowed {
+            Some(rows) => lse.mask_fill(rows.clone(), f64::NAN),
+            None => lse,
+        }),
+        row_stats: row_stats.map(|stats| match overflowed {
+            Some(rows) => stats.poisoned(rows),
+            None => stats,
+        }),
     })
 }
 
-/// The softmax of each row over its visible scores and its head's sink, `[b, h, n, m]` (`sinks`
-/// `[1, h, 1, 1]`, finite or −∞): `exp(s_ij) / (exp(sink_h) + Σ_j' exp(s_ij'))`, masked keys 0,
-/// and a zero row where the denominator has no term (every key masked and a sink of −∞).
-fn softmax_with_sinks(
+/// The terms of the softmax of each row over its visible scores and its head's sink: the row
+/// maximum `[b, h, n, 1]` (detached; at least the sink, and at least the most negative finite
+/// value, so that a row whose visible scores are all −∞ gets terms exp(−∞ − fill) = 0, never
+/// −∞ − (−∞)), `exp(s − max)` `[b, h, n, m]` with masked keys 0, and the row's sum with the
+/// sink's term `[b, h, n, 1]` (0 where the row has no term).
+///
+/// `scores` `[b, h, n, m]` hold no +∞ ([`overflow::cap_positive`]); `sinks` are `[1, h, 1, 1]`,
+/// finite or −∞.
+fn softmax_terms(
     scores: Tensor<4>,
     mask: Option<&Tensor<4, Bool>>,
-    sinks: Tensor<4>,
-) -> Tensor<4> {
-    let (_, mut p, sink_term) = sink_softmax_terms(scores, mask, sinks);
-    if let Some(mask) = mask {
-        p = p.mask_fill(mask.clone(), 0.0);
-    }
-    let sum = p.clone().sum_dim(3) + sink_term;
-    let empty = sum.clone().lower_equal_elem(0.0);
-    p / sum.mask_fill(empty, 1.0)
-}
-
-/// The terms of a softmax with sinks: the row maximum over the visible scores and the sink
-/// `[b, h, n, 1]` (detached), `exp(s − max)` `[b, h, n, m]` (masked keys not yet zeroed) and
-/// the sink's `exp(sink − max)` `[b, h, n, 1]`.
-fn sink_softmax_terms(
-    scores: Tensor<4>,
-    mask: Option<&Tensor<4, Bool>>,
-    sinks: Tensor<4>,
+    sinks: Option<Tensor<4>>,
 ) -> (Tensor<4>, Tensor<4>, Tensor<4>) {
     let [b, h, n, _] = scores.dims();
     let fill = most_negative(scores.dtype());
@@ -104,53 +104,41 @@ fn sink_softmax_terms(
         Some(mask) => scores.mask_fill(mask.clone(), fill),
         None => scores,
     };
-    // [b, h, n, m] -> [b, h, n, 1], at least the sink (or the most negative value for −∞).
-    let max = filled
-        .clone()
-        .detach()
-        .max_dim(3)
-        .max_pair(super::sinks::start_max(sinks.clone()).expand([b, h, n, 1]));
-    let p = (filled - max.clone()).exp();
-    let sink_term = (sinks - max.clone()).exp();
-    (max, p, sink_term)
+    // [b, h, n, m] -> [b, h, n, 1]
+    let mut max = filled.clone().detach().max_dim(3).clamp_min(fill);
+    if let Some(sinks) = &sinks {
+        max = max.max_pair(super::sinks::start_max(sinks.clone()).expand([b, h, n, 1]));
+    }
+    let mut p = (filled - max.clone()).exp();
+    if let Some(mask) = mask {
+        // A row whose keys are all masked has max = fill and exp(fill − fill) = 1.
+        p = p.mask_fill(mask.clone(), 0.0);
+    }
+    let mut sum = p.clone().sum_dim(3);
+    if let Some(sinks) = sinks {
+        sum = sum + (sinks - max.clone()).exp();
+    }
+    (max, p, sum)
+}
+
+/// The log-sum-exp `max + ln(sum)` of [`softmax_terms`]' rows `[b, h, n, 1]`, −∞ where `empty`
+/// (detached).
+fn lse_of(max: Tensor<4>, sum: Tensor<4>, empty: Tensor<4, Bool>) -> Tensor<4> {
+    // log(0) = −∞ already; the fill keeps it so on every backend.
+    (max.detach() + sum.detach().log()).mask_fill(empty, f64::NEG_INFINITY)
 }
 
 /// The log-sum-exp of each row's visible scores (and its head's sink, `sinks` `[1, h, 1, 1]`),
 /// `[b, h, n, m] -> [b, h, n]`, −∞ for a row with none (detached: the log-sum-exp is returned as
-/// a statistic, without a gradient).
+/// a statistic, without a gradient). A +∞ score counts as the dtype's largest finite value.
 pub(crate) fn row_lse(
     scores: Tensor<4>,
     mask: Option<&Tensor<4, Bool>>,
     sinks: Option<Tensor<4>>,
 ) -> Tensor<3> {
     let [b, h, n, _] = scores.dims();
-    let scores = scores.detach();
-    let (max, sum) = match sinks {
-        Some(sinks) => {
-            let (max, mut p, sink_term) = sink_softmax_terms(scores, mask, sinks.detach());
-            if let Some(mask) = mask {
-                p = p.mask_fill(mask.clone(), 0.0);
-            }
-            (max, p.sum_dim(3) + sink_term)
-        }
-        None => {
-            let fill = most_negative(scores.dtype());
-            let filled = match mask {
-                Some(mask) => scores.mask_fill(mask.clone(), fill),
-                None => scores,
-            };
-            // [b, h, n, m] -> [b, h, n, 1]
-            let max = filled.clone().max_dim(3);
-            let mut p = (filled - max.clone()).exp();
-            if let Some(mask) = mask {
-                p = p.mask_fill(mask.clone(), 0.0);
-            }
-            (max, p.sum_dim(3))
-        }
-    };
+    let scores = overflow::cap_positive(scores.detach());
+    let (max, _, sum) = softmax_terms(scores, mask, sinks.map(Tensor::detach));
     let empty = sum.clone().lower_equal_elem(0.0);
-    // log(0) = −∞ already; the fill keeps it so on every backend.
-    (max + sum.log())
-        .mask_fill(empty, f64::NEG_INFINITY)
-        .reshape([b, h, n])
+    lse_of(max, sum, empty).reshape([b, h, n])
 }

@@ -84,7 +84,13 @@ impl OnlineStats {
             }
         };
         let unseen = self.count.clone().lower_equal_elem(0.0);
-        self.shift = self.shift.clone().mask_where(unseen, block_max.clone());
+        // At least the most negative finite value: a first block whose visible scores all
+        // overflowed to −∞ must not shift the next ones by −∞ (−∞ − (−∞) = NaN).
+        let floor = crate::mask::most_negative(f32);
+        self.shift = self
+            .shift
+            .clone()
+            .mask_where(unseen, block_max.clone().clamp_min(floor));
         let hide = |t: Tensor<4>| match &hidden {
             Some(hidden) => t.mask_fill(hidden.clone(), 0.0),
             None => t,
@@ -96,12 +102,20 @@ impl OnlineStats {
         self.visible_max = self.visible_max.clone().max_pair(block_max);
 
         let block_sum = p.clone().sum_dim(3);
-        let block_weighted = (p * hide(scores - new_max)).sum_dim(3);
+        // A score of −∞ has p = 0: its term is 0, not 0 · (−∞) (the clamp leaves every score
+        // with p > 0 as it is).
+        let block_weighted = (p * hide(scores - new_max).clamp_min(floor)).sum_dim(3);
         match delta {
             Some(delta) => {
                 let correction = delta.clone().exp();
                 // δ·keys_sum is 0 where nothing was seen yet (δ may be −∞ or huge there).
-                let empty = self.keys_sum.clone().lower_equal_elem(0.0);
+                // It is 0 where the correction vanishes too (δ may be −∞ there, and
+                // (−∞)·0 = NaN).
+                let empty = self
+                    .keys_sum
+                    .clone()
+                    .lower_equal_elem(0.0)
+                    .bool_or(correction.clone().lower_equal_elem(0.0));
                 let moved = (delta * self.keys_sum.clone()).mask_fill(empty, 0.0);
                 self.weighted =
                     (self.weighted.clone() + moved) * correction.clone() + block_weighted;
@@ -131,7 +145,10 @@ impl OnlineStats {
             .mask_fill(empty.clone(), 0.0);
         let safe_count = self.count.clone().mask_fill(empty.clone(), 1.0);
         let mean = self.first / safe_count.clone();
-        let variance = (self.second / safe_count - mean.clone().powi_scalar(2)).clamp_min(0.0);
+        let variance = self.second / safe_count - mean.clone().powi_scalar(2);
+        // Rounding may leave it just below 0; a NaN (a row with an infinite score) stays NaN
+        // (a clamp keeps NaN on some backends only).
+        let variance = variance.clone().mask_fill(variance.lower_elem(0.0), 0.0);
         // [b, h_kv, g·n, 1] -> [b, h, n]
         let rows = |t: Tensor<4>| t.reshape([b, h, n]);
         let stats = RowStats {
