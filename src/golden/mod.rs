@@ -243,7 +243,9 @@ fn report(case: &GoldenCase, path: &str, checks: Vec<TensorCheck>) -> CaseReport
     }
 }
 
-/// Compares one result tensor with the case's expected values, within the case's tolerance.
+/// Compares one result tensor with the case's expected values, within the case's tolerance; an
+/// expected NaN (`null` in the case) is matched by a NaN only, and a NaN or infinity where a
+/// number is expected fails.
 fn compare(
     path: &str,
     case: &GoldenCase,
@@ -273,7 +275,16 @@ fn compare(
     let mut max_abs_err = 0.0f64;
     let mut passed = true;
     let mut non_finite = false;
+    let mut missed_nan = false;
     for (g, w) in got.iter().zip(&want.data) {
+        if w.is_nan() {
+            // An expected NaN (`null` in the case) is matched by a NaN only.
+            if !g.is_nan() {
+                missed_nan = true;
+                passed = false;
+            }
+            continue;
+        }
         if !g.is_finite() {
             non_finite = true;
             passed = false;
@@ -287,7 +298,11 @@ fn compare(
     }
     Ok(TensorCheck {
         name,
-        max_abs_err: if non_finite { f64::NAN } else { max_abs_err },
+        max_abs_err: if non_finite || missed_nan {
+            f64::NAN
+        } else {
+            max_abs_err
+        },
         passed,
         non_finite,
         cannot_fail: case.cannot_fail(want),

@@ -73,6 +73,10 @@ fn hidden(case: &GoldenCase, [b, h, i, j]: [usize; 4], n: usize, m: usize) -> bo
 
 /// The reference of `case` from the naive path's `scores` `[b, h, n, m]`, the keys the case
 /// leaves visible and the case's sinks (quiet softmax: a sink of 0 on every head).
+///
+/// A row whose scores overflowed f32 (the contract of `tests/data/golden-overflow/README.md`):
+/// one with a visible score of +∞, or one that sees keys whose scores are all −∞ and has no
+/// finite sink, has NaN in every statistic but its visible keys.
 fn reference(case: &GoldenCase, scores: &[f64]) -> Reference {
     // [b, h_q, n, m], validated against the inputs.
     let [b, h, n, m] = padded(&case.expected.weights.shape);
@@ -97,11 +101,27 @@ fn reference(case: &GoldenCase, scores: &[f64]) -> Reference {
         let visible: Vec<usize> = (0..m)
             .filter(|&j| !hidden(case, [row / (h * n), head, row % n, j], n, m))
             .collect();
+        r.visible_keys.push(visible.len() as f64);
+        let seen: Vec<f64> = visible.iter().map(|&j| scores[row * m + j]).collect();
+        let finite_sink = sink(head).is_some_and(|s| (s as f32).is_finite());
+        let overflowed = seen.contains(&f64::INFINITY)
+            || (!seen.is_empty() && !finite_sink && seen.iter().all(|&s| s == f64::NEG_INFINITY));
+        if overflowed {
+            for stat in [
+                &mut r.max_logit,
+                &mut r.lse,
+                &mut r.entropy,
+                &mut r.max_prob,
+                &mut r.logit_mean,
+                &mut r.logit_std,
+            ] {
+                stat.push(f64::NAN);
+            }
+            continue;
+        }
         r.entropy
             .push(w.iter().filter(|&&x| x > 0.0).map(|&x| -x * x.ln()).sum());
         r.max_prob.push(w.iter().cloned().fold(0.0, f64::max));
-        r.visible_keys.push(visible.len() as f64);
-        let seen: Vec<f64> = visible.iter().map(|&j| scores[row * m + j]).collect();
         let top = seen.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
         let terms = seen.iter().cloned().chain(sink(head));
         let shift = terms.clone().fold(f64::NEG_INFINITY, f64::max);
@@ -122,8 +142,8 @@ fn reference(case: &GoldenCase, scores: &[f64]) -> Reference {
 }
 
 /// The checks of `got` (the path's statistics) against the reference from the naive path's
-/// `scores` and the keys the case leaves visible; equal infinities and NaN where the reference is NaN (a row without a
-/// key) pass.
+/// `scores` and the keys the case leaves visible; equal infinities and NaN where the reference is
+/// NaN (a row without a key, or one whose scores overflowed) pass.
 pub(super) fn checks(
     path: &str,
     case: &GoldenCase,

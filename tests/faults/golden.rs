@@ -259,3 +259,85 @@ fn the_golden_runner_takes_every_valid_input_and_flags_a_tolerance_that_cannot_f
         );
     }
 }
+
+/// Scores that overflow f32 on finite inputs follow one rule on every implementation (issue 51,
+/// item 6): the hand-made cases of `tests/data/golden-overflow` (their README states the rule)
+/// pass, under `--strict`, on every path that runs on the CPU backends, forward, backward and
+/// row statistics. Before, the CPU kernel (which `Auto` takes there) gave a zero row for the
+/// issue's example, and Naive, Chunked and Fused NaN.
+#[test]
+fn scores_that_overflow_follow_one_rule_on_every_implementation() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let dir = root.join("tests/data/golden-overflow");
+    for backend in ["flex", "ndarray"] {
+        for implementation in [
+            "naive",
+            "chunked:2",
+            "chunked",
+            "fused",
+            "cpu_kernel",
+            "auto",
+        ] {
+            let out = sdpa(&[
+                "golden",
+                &arg(&dir),
+                "--backend",
+                backend,
+                "--implementation",
+                implementation,
+                "--strict",
+            ]);
+            let printed = text(&out);
+            assert_eq!(code(&out), Some(0), "{backend} {implementation}: {printed}");
+            assert!(
+                printed.contains("4 passed, 0 failed"),
+                "{backend} {implementation}: {printed}"
+            );
+        }
+    }
+}
+
+/// The issue's example through the library on Flex: the CPU kernel asked for by name no longer
+/// returns the zero row it returned (the call is reported and run as the chunked path), the
+/// context is v0 and v0 gets the row's whole value gradient; an ordinary call keeps the kernel.
+#[test]
+fn the_issue_s_overflowing_example_is_v0_and_keeps_its_value_gradient() {
+    use burn::prelude::*;
+    use burn::tensor::TensorData;
+    use sdpa::{AttentionInput, AttentionPath, Implementation, ScaledDotProductAttentionConfig};
+
+    let device = Device::flex().autodiff();
+    let t = |data: Vec<f32>, shape: [usize; 4]| {
+        Tensor::<4>::from_data(TensorData::new(data, shape), &device).require_grad()
+    };
+    // One query row [3e38, 0]; keys [2, 0] (score +∞ in f32) and [0, 1] (score 0).
+    let value = t(vec![1.5, -2.0, 0.25, 4.0], [1, 1, 2, 2]);
+    let input = |query: Vec<f32>| {
+        AttentionInput::new(
+            t(query, [1, 1, 1, 2]),
+            t(vec![2.0, 0.0, 0.0, 1.0], [1, 1, 2, 2]),
+            value.clone(),
+        )
+    };
+    let kernel = ScaledDotProductAttentionConfig::new()
+        .with_implementation(Implementation::CpuKernel)
+        .init();
+    assert_eq!(
+        kernel.path(&input(vec![3e38, 0.0])).unwrap(),
+        AttentionPath::Chunked(256)
+    );
+    assert_eq!(
+        kernel.path(&input(vec![0.5, 0.0])).unwrap(),
+        AttentionPath::CpuKernel
+    );
+    let out = kernel.forward(input(vec![3e38, 0.0]));
+    let context: Vec<f32> = out.context.clone().into_data().to_vec().unwrap();
+    assert_eq!(context, [1.5, -2.0], "the old answer was [0, 0]");
+    let grads = out.context.sum().backward();
+    let grad_value: Vec<f32> = value.grad(&grads).unwrap().into_data().to_vec().unwrap();
+    assert_eq!(
+        grad_value,
+        [1.0, 1.0, 0.0, 0.0],
+        "the old gradient was all 0"
+    );
+}

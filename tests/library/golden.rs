@@ -1,8 +1,9 @@
 //! Every golden case (PyTorch, float64) passes forward and backward on every compiled backend:
 //! the base cases (`sdpa/`), the soft-cap and window cases (`extensions/`), the packed-sequence
 //! and ALiBi cases (`extensions2/`), the quiet-softmax and attention-sink cases (`extensions3/`,
-//! their sinks' gradients checked too) and the head sizes 96 to 512 (`tests/data/golden-head-sizes`,
-//! generated in the repository by its `generate.py`).
+//! their sinks' gradients checked too), the head sizes 96 to 512 (`tests/data/golden-head-sizes`,
+//! generated in the repository by its `generate.py`) and the hand-made cases whose scores overflow
+//! f32 (`tests/data/golden-overflow`, NaN written `null`: its README states the rule).
 
 use std::path::PathBuf;
 
@@ -23,8 +24,8 @@ fn golden_dir(shared: &str, vendored: &str) -> PathBuf {
     }
 }
 
-/// Every case file of the folders: at least the 12 base cases, the 5 + 4 + 4 extension cases and
-/// the 25 head-size cases.
+/// Every case file of the folders: at least the 12 base cases, the 5 + 4 + 4 extension cases, the
+/// 25 head-size cases and the 4 overflow cases.
 fn golden_files() -> Vec<PathBuf> {
     let mut files = Vec::new();
     for (shared, vendored, at_least) in [
@@ -33,6 +34,7 @@ fn golden_files() -> Vec<PathBuf> {
         ("extensions2", "golden-extensions2", 4),
         ("extensions3", "golden-extensions3", 4),
         ("head-sizes", "golden-head-sizes", 25),
+        ("overflow", "golden-overflow", 4),
     ] {
         let dir = golden_dir(shared, vendored);
         let found = golden::case_files(&dir).expect("golden folder");
@@ -155,8 +157,8 @@ fn every_golden_case_passes_on_every_backend_cpu_kernel() {
         "failing golden cases (CpuKernel):\n{}",
         failures.join("\n")
     );
-    // flex and ndarray are on by default: at least their 2 × (12 + 5 + 4 + 4 + 25) cases ran
-    // backward.
+    // flex and ndarray are on by default: at least their 2 × (12 + 5 + 4 + 4 + 25 + 4) cases
+    // ran backward.
     assert!(
         with_gradients >= 100,
         "only {with_gradients} cases ran backward"
@@ -213,6 +215,17 @@ fn vendored_copy_matches_the_cases_it_was_copied_from() {
             "d_v != {d_k}"
         );
     }
+    // The overflow cases: two expect NaN rows (`null` read as NaN), in the context and weights.
+    let files = golden::case_files(&root.join("tests/data/golden-overflow")).expect("vendored");
+    assert_eq!(files.len(), 4);
+    let mut with_nan = 0;
+    for f in files {
+        let case = golden::load_case(&f).unwrap_or_else(|e| panic!("{e}"));
+        let nan = |t: &golden::JsonTensor| t.data.iter().any(|x| x.is_nan());
+        with_nan += usize::from(nan(&case.expected.context) && nan(&case.expected.weights));
+        assert!(!nan(&case.query) && !nan(&case.expected.grad_key));
+    }
+    assert_eq!(with_nan, 2);
 }
 
 #[test]
@@ -296,5 +309,5 @@ fn every_golden_case_passes_forward_and_backward_through_the_cube_kernel_on_wgpu
         }
     }
     assert!(failures.is_empty(), "{failures:#?}");
-    assert!(files.len() >= 43);
+    assert!(files.len() >= 54);
 }
