@@ -80,53 +80,87 @@ pub(crate) fn overflows_from(dtype: DType) -> f64 {
     (top + 2f64.powi(top.log2().floor() as i32 + 1)) / 2.0
 }
 
-/// Whether some score of `call` may overflow its dtype. From the largest finite magnitudes of
-/// the inputs (NaN and ±∞ inputs are the non-finite policy's and do not count): the dot products
-/// before and after scaling (a kernel may scale its sums at the end) are bounded by
-/// `P = max(1, scale) · d_k · max|q| · max|k|`, the final score by `S + A + B`, with `S` the
-/// scaled bound (or the soft-cap `c`, which bounds the capped score), `A = max|slope| · (n + m)`
-/// for ALiBi and `B` the largest finite |bias|. The call is safe when `2·P` and `2·(S + A) + B`
-/// stay below [`overflows_from`] (the factor 2 covers the roundings of the products and sums):
-/// a bias at the dtype's most negative value (a common additive mask) is no risk by itself, as
-/// long as the scores stay below half a unit in its last place (5·10³⁰ in f32, 8 in f16). The
-/// maxima are computed on the device and read back together: one read-back of up to four values
-/// per call.
+/// Whether some score of `call` may overflow its dtype. From the largest magnitudes of the
+/// inputs: the dot products before and after scaling (a kernel may scale its sums at the end) are
+/// bounded by `P = max(1, scale) · d_k · max|q| · max|k|`, the final score by `S + A + B`, with
+/// `S` the scaled bound (or the soft-cap `c`, which bounds the capped score), `A = max|slope| ·
+/// (n + m)` for ALiBi and `B` the largest finite |bias|. The call is safe when `2·P` and
+/// `2·(S + A) + B` stay below [`overflows_from`] (the factor 2 covers the roundings of the
+/// products and sums): a bias at the dtype's most negative value (a common additive mask) is no
+/// risk by itself, as long as the scores stay below half a unit in its last place (5·10³⁰ in
+/// f32, 8 in f16).
+///
+/// The maxima and minima of q, k and the bias (and the slopes' largest magnitude) are reduced on
+/// the device and read back together: one read-back of a few values per call, and no
+/// element-wise pass. A non-finite extreme (the non-finite policy's inputs, or a bias of −∞ that
+/// masks keys) counts as the dtype's largest value, an upper bound of the finite ones; only when
+/// that bound of the bias makes the call risky are the bias's finite entries reduced in a second
+/// read-back (a −∞-masking bias in f16, say).
 pub(crate) fn may_overflow(call: &Call) -> Result<bool, AttentionError> {
     let input = &call.input;
     let dtype = input.query.dtype();
-    // The largest finite |x| of a tensor, [1] in f32 (0 when it has none).
-    fn finite_max<const D: usize>(t: &Tensor<D>) -> Tensor<1> {
-        let magnitude = t.clone().detach().abs();
-        let not_finite = magnitude.clone().is_finite().bool_not();
-        magnitude
-            .mask_fill(not_finite, 0.0)
-            .max()
-            .cast(FloatDType::F32)
+    let top = most_positive(dtype);
+    // [max, min] of a tensor, [2] in f32.
+    fn extremes<const D: usize>(t: &Tensor<D>) -> [Tensor<1>; 2] {
+        let t = t.clone().detach();
+        [t.clone().max(), t.min()].map(|x| x.cast(FloatDType::F32))
     }
-    let mut parts = vec![finite_max(&input.query), finite_max(&input.key)];
+    let mut parts: Vec<Tensor<1>> = Vec::with_capacity(7);
+    parts.extend(extremes(&input.query));
+    parts.extend(extremes(&input.key));
     if let Some(bias) = &input.bias {
-        parts.push(finite_max(bias));
+        parts.extend(extremes(bias));
     }
     if let Some(slopes) = &input.alibi_slopes {
-        parts.push(finite_max(slopes));
+        parts.push(slopes.clone().detach().max_abs().cast(FloatDType::F32));
     }
-    let maxima: Vec<f64> = read_back("the inputs' largest magnitudes", Tensor::cat(parts, 0))?;
-    let mut rest = maxima.iter().skip(2).copied();
-    let max_bias = if input.bias.is_some() {
-        rest.next().unwrap_or(0.0)
+    let read: Vec<f64> = read_back("the inputs' largest magnitudes", Tensor::cat(parts, 0))?;
+    // The largest finite magnitude is at most this (the dtype's largest value when an extreme is
+    // not finite).
+    let magnitude = |hi: f64, lo: f64| {
+        if hi.is_finite() && lo.is_finite() {
+            hi.abs().max(lo.abs())
+        } else {
+            top
+        }
+    };
+    let (max_q, max_k) = (magnitude(read[0], read[1]), magnitude(read[2], read[3]));
+    let (mut max_bias, bias_exact) = match &input.bias {
+        Some(_) => (
+            magnitude(read[4], read[5]),
+            read[4].is_finite() && read[5].is_finite(),
+        ),
+        None => (0.0, true),
+    };
+    let max_slope = if input.alibi_slopes.is_some() {
+        read[read.len() - 1]
     } else {
         0.0
     };
-    let max_slope = rest.next().unwrap_or(0.0);
     let dims = &call.dims;
-    let dot = dims.d_k as f64 * maxima[0] * maxima[1];
+    let dot = dims.d_k as f64 * max_q * max_k;
     let scaled = call.scale.abs() * dot;
     let score = call.softcap.map_or(scaled, f64::abs);
     let alibi = max_slope * (dims.n + dims.m) as f64;
     let limit = overflows_from(dtype);
-    // A NaN bound (it cannot be, from finite maxima) counts as a risk.
-    let safe = 2.0 * dot.max(scaled) < limit && 2.0 * (score + alibi) + max_bias < limit;
-    Ok(!safe)
+    // A NaN bound (a NaN slope: refused before) counts as a risk.
+    let safe =
+        |max_bias: f64| 2.0 * dot.max(scaled) < limit && 2.0 * (score + alibi) + max_bias < limit;
+    if safe(max_bias) {
+        return Ok(false);
+    }
+    if let (Some(bias), false) = (&input.bias, bias_exact) {
+        // The bias's largest finite magnitude.
+        let magnitude = bias.clone().detach().abs();
+        let not_finite = magnitude.clone().is_finite().bool_not();
+        let finite = magnitude
+            .mask_fill(not_finite, 0.0)
+            .max()
+            .cast(FloatDType::F32);
+        max_bias = read_back::<f64, 1, _>("the bias's largest finite magnitude", finite)?[0];
+        return Ok(!safe(max_bias));
+    }
+    Ok(true)
 }
 
 #[cfg(test)]
