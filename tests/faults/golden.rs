@@ -299,7 +299,8 @@ fn scores_that_overflow_follow_one_rule_on_every_implementation() {
 
 /// The issue's example through the library on Flex: the CPU kernel asked for by name no longer
 /// returns the zero row it returned (the call is reported and run as the chunked path), the
-/// context is v0 and v0 gets the row's whole value gradient; an ordinary call keeps the kernel.
+/// context is v0 and v0 gets the row's whole value gradient; an ordinary call, and one whose
+/// non-finite inputs the non-finite policy handles, keeps the kernel.
 #[test]
 fn the_issue_s_overflowing_example_is_v0_and_keeps_its_value_gradient() {
     use burn::prelude::*;
@@ -330,6 +331,14 @@ fn the_issue_s_overflowing_example_is_v0_and_keeps_its_value_gradient() {
         kernel.path(&input(vec![0.5, 0.0])).unwrap(),
         AttentionPath::CpuKernel
     );
+    // A NaN or infinite query is the non-finite policy's, which the kernel applies itself: it
+    // keeps the call when the finite entries cannot overflow.
+    for bad in [f32::NAN, f32::INFINITY] {
+        assert_eq!(
+            kernel.path(&input(vec![bad, 0.5])).unwrap(),
+            AttentionPath::CpuKernel
+        );
+    }
     let out = kernel.forward(input(vec![3e38, 0.0]));
     let context: Vec<f32> = out.context.clone().into_data().to_vec().unwrap();
     assert_eq!(context, [1.5, -2.0], "the old answer was [0, 0]");

@@ -94,16 +94,26 @@ pub(crate) fn overflows_from(dtype: DType) -> f64 {
 /// the device and read back together: one read-back of a few values per call, and no
 /// element-wise pass. A non-finite extreme (the non-finite policy's inputs, or a bias of −∞ that
 /// masks keys) counts as the dtype's largest value, an upper bound of the finite ones; only when
-/// that bound of the bias makes the call risky are the bias's finite entries reduced in a second
-/// read-back (a −∞-masking bias in f16, say).
+/// that bound makes the call risky are the finite entries of those tensors reduced, in a second
+/// read-back (NaN inputs, or a −∞-masking bias in f16), so that the kernels keep the calls whose
+/// non-finite inputs the policy handles.
 pub(crate) fn may_overflow(call: &Call) -> Result<bool, AttentionError> {
     let input = &call.input;
     let dtype = input.query.dtype();
     let top = most_positive(dtype);
-    // [max, min] of a tensor, [2] in f32.
+    // [max, min] of a tensor, in f32.
     fn extremes<const D: usize>(t: &Tensor<D>) -> [Tensor<1>; 2] {
         let t = t.clone().detach();
         [t.clone().max(), t.min()].map(|x| x.cast(FloatDType::F32))
+    }
+    // The largest finite |x| of a tensor, [1] in f32 (0 when it has none).
+    fn finite_max<const D: usize>(t: &Tensor<D>) -> Tensor<1> {
+        let magnitude = t.clone().detach().abs();
+        let not_finite = magnitude.clone().is_finite().bool_not();
+        magnitude
+            .mask_fill(not_finite, 0.0)
+            .max()
+            .cast(FloatDType::F32)
     }
     let mut parts: Vec<Tensor<1>> = Vec::with_capacity(7);
     parts.extend(extremes(&input.query));
@@ -115,52 +125,71 @@ pub(crate) fn may_overflow(call: &Call) -> Result<bool, AttentionError> {
         parts.push(slopes.clone().detach().max_abs().cast(FloatDType::F32));
     }
     let read: Vec<f64> = read_back("the inputs' largest magnitudes", Tensor::cat(parts, 0))?;
-    // The largest finite magnitude is at most this (the dtype's largest value when an extreme is
-    // not finite).
-    let magnitude = |hi: f64, lo: f64| {
-        if hi.is_finite() && lo.is_finite() {
-            hi.abs().max(lo.abs())
-        } else {
-            top
-        }
+    // q, k and the bias: the largest magnitude when both extremes are finite; else the dtype's
+    // largest value, an upper bound of the finite entries (`None`: not exact).
+    let magnitude = |i: usize| {
+        let (hi, lo) = (read[2 * i], read[2 * i + 1]);
+        (hi.is_finite() && lo.is_finite()).then(|| hi.abs().max(lo.abs()))
     };
-    let (max_q, max_k) = (magnitude(read[0], read[1]), magnitude(read[2], read[3]));
-    let (mut max_bias, bias_exact) = match &input.bias {
-        Some(_) => (
-            magnitude(read[4], read[5]),
-            read[4].is_finite() && read[5].is_finite(),
-        ),
-        None => (0.0, true),
-    };
+    let mut maxima = [
+        magnitude(0),
+        magnitude(1),
+        input.bias.as_ref().and_then(|_| magnitude(2)),
+    ];
     let max_slope = if input.alibi_slopes.is_some() {
         read[read.len() - 1]
     } else {
         0.0
     };
     let dims = &call.dims;
-    let dot = dims.d_k as f64 * max_q * max_k;
-    let scaled = call.scale.abs() * dot;
-    let score = call.softcap.map_or(scaled, f64::abs);
-    let alibi = max_slope * (dims.n + dims.m) as f64;
     let limit = overflows_from(dtype);
-    // A NaN bound (a NaN slope: refused before) counts as a risk.
-    let safe =
-        |max_bias: f64| 2.0 * dot.max(scaled) < limit && 2.0 * (score + alibi) + max_bias < limit;
-    if safe(max_bias) {
+    // Whether the call is safe with these magnitudes of q, k and the bias.
+    let safe = |[max_q, max_k, max_bias]: [f64; 3]| {
+        let dot = dims.d_k as f64 * max_q * max_k;
+        let scaled = call.scale.abs() * dot;
+        let score = call.softcap.map_or(scaled, f64::abs);
+        let alibi = max_slope * (dims.n + dims.m) as f64;
+        // A NaN bound (a NaN slope: refused before) counts as a risk.
+        2.0 * dot.max(scaled) < limit && 2.0 * (score + alibi) + max_bias < limit
+    };
+    let bias_or_zero = |x: Option<f64>| {
+        if input.bias.is_some() {
+            x.unwrap_or(top)
+        } else {
+            0.0
+        }
+    };
+    let bound = [
+        maxima[0].unwrap_or(top),
+        maxima[1].unwrap_or(top),
+        bias_or_zero(maxima[2]),
+    ];
+    if safe(bound) {
         return Ok(false);
     }
-    if let (Some(bias), false) = (&input.bias, bias_exact) {
-        // The bias's largest finite magnitude.
-        let magnitude = bias.clone().detach().abs();
-        let not_finite = magnitude.clone().is_finite().bool_not();
-        let finite = magnitude
-            .mask_fill(not_finite, 0.0)
-            .max()
-            .cast(FloatDType::F32);
-        max_bias = read_back::<f64, 1, _>("the bias's largest finite magnitude", finite)?[0];
-        return Ok(!safe(max_bias));
+    let tensors = [Some(&input.query), Some(&input.key), input.bias.as_ref()];
+    let inexact: Vec<usize> = (0..3)
+        .filter(|&i| tensors[i].is_some() && maxima[i].is_none())
+        .collect();
+    if inexact.is_empty() {
+        return Ok(true);
     }
-    Ok(true)
+    let finite = inexact
+        .iter()
+        .filter_map(|&i| tensors[i].map(finite_max))
+        .collect();
+    let read: Vec<f64> = read_back(
+        "the inputs' largest finite magnitudes",
+        Tensor::cat(finite, 0),
+    )?;
+    for (&i, value) in inexact.iter().zip(read) {
+        maxima[i] = Some(value);
+    }
+    Ok(!safe([
+        maxima[0].unwrap_or(top),
+        maxima[1].unwrap_or(top),
+        bias_or_zero(maxima[2]),
+    ]))
 }
 
 #[cfg(test)]
