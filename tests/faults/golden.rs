@@ -340,10 +340,15 @@ fn the_issue_s_overflowing_example_is_v0_and_keeps_its_value_gradient() {
         );
     }
     let out = kernel.forward(input(vec![3e38, 0.0]));
-    let context: Vec<f32> = out.context.clone().into_data().to_vec().unwrap();
+    let context: Vec<f32> = out.context.clone().into_data().try_to_vec::<f32>().unwrap();
     assert_eq!(context, [1.5, -2.0], "the old answer was [0, 0]");
     let grads = out.context.sum().backward();
-    let grad_value: Vec<f32> = value.grad(&grads).unwrap().into_data().to_vec().unwrap();
+    let grad_value: Vec<f32> = value
+        .grad(&grads)
+        .unwrap()
+        .into_data()
+        .try_to_vec::<f32>()
+        .unwrap();
     assert_eq!(
         grad_value,
         [1.0, 1.0, 0.0, 0.0],
