@@ -6,6 +6,8 @@
 #
 #   benches/gpu_sitting.sh [--small|--headline] SDPA_BINARY OUT_DIR
 #
+# SDPA_BINARY may be xz-compressed (a name ending in .xz), as it travels to the GPU machine.
+#
 #   (full)      about 8 minutes at most (SITTING_BUDGET seconds, default 460): every step below,
 #               the most important first, each skipped once the budget is spent;
 #   --headline  about 4 minutes at most (default budget 230 s): b 4, h 16, d 128, n = m = 4096,
@@ -23,7 +25,9 @@
 # OUT/bench/ each `sdpa bench` run's own files.
 #
 # Environment: PYTHON (default python3; the PyTorch side and the tables), SITTING_BUDGET
-# (seconds), GPU_B / GPU_H (default 4 / 16).
+# (seconds), GPU_B / GPU_H (default 4 / 16), SITTING_BACKEND (default cuda; wgpu runs our side
+# through Vulkan on the same GPU, for a binary built without the cuda feature: wgpu has no bf16,
+# so its bf16 cells are recorded as refused).
 set -uo pipefail
 
 mode=full
@@ -36,10 +40,23 @@ OUT="${2:?usage: gpu_sitting.sh [--small|--headline] SDPA_BINARY OUT_DIR}"
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 case "$SDPA" in /*) ;; *) SDPA="$ROOT/$SDPA" ;; esac
-[ -x "$SDPA" ] || { echo "not an executable: $SDPA" >&2; exit 2; }
 mkdir -p "$OUT/logs" "$OUT/bench" || exit 2
 OUT="$(cd "$OUT" && pwd)"
 PYTHON="${PYTHON:-python3}"
+# A binary carried compressed (SDPA.xz: the stripped binary is ~110 MB, its xz ~19 MB) is
+# unpacked next to this run's temporary files first (xz, or Python's lzma where xz is missing).
+if [ "${SDPA%.xz}" != "$SDPA" ]; then
+    unpacked="$(mktemp "${TMPDIR:-/tmp}/gpu-sitting-sdpa.XXXXXX")"
+    if command -v xz >/dev/null 2>&1; then
+        xz -dc "$SDPA" > "$unpacked"
+    else
+        "$PYTHON" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+            "$SDPA" "$unpacked"
+    fi || { echo "cannot unpack $SDPA" >&2; exit 2; }
+    chmod +x "$unpacked"
+    SDPA="$unpacked"
+fi
+[ -x "$SDPA" ] || { echo "not an executable: $SDPA" >&2; exit 2; }
 REPORT=("$PYTHON" "$ROOT/benches/gpu_sitting_report.py")
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp/xdg-runtime-$(id -u)}"
 mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
@@ -54,10 +71,10 @@ DEADLINE=$((START + budget))
 MIN_STEP=12
 
 if [ "$mode" = small ]; then
-    BACKEND=wgpu; B="${GPU_B:-1}"; H="${GPU_H:-2}"; TORCH_DEVICE=cpu
+    BACKEND="${SITTING_BACKEND:-wgpu}"; B="${GPU_B:-1}"; H="${GPU_H:-2}"; TORCH_DEVICE=cpu
     GOLDEN_DIRS=(tests/data/golden)
 else
-    BACKEND=cuda; B="${GPU_B:-4}"; H="${GPU_H:-16}"; TORCH_DEVICE=cuda
+    BACKEND="${SITTING_BACKEND:-cuda}"; B="${GPU_B:-4}"; H="${GPU_H:-16}"; TORCH_DEVICE=cuda
     GOLDEN_DIRS=(tests/data/golden tests/data/golden-extensions tests/data/golden-extensions2
         tests/data/golden-extensions3 tests/data/golden-head-sizes)
 fi
@@ -118,9 +135,14 @@ step() {
     echo "## nvidia-smi --query-gpu"
     timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem,power.limit,compute_cap --format=csv 2>&1 || true
     echo "## CUDA"; (nvcc --version 2>/dev/null || echo "(no nvcc)"); ls -d /usr/local/cuda* 2>/dev/null
+    echo "## Vulkan (the wgpu backend)"; ls /usr/share/vulkan/icd.d /etc/vulkan/icd.d 2>&1
+    ldconfig -p 2>/dev/null | grep -E 'libvulkan\.so|libGLX_nvidia|libnvidia-vulkan' || echo "(no libvulkan in ldconfig)"
     echo "## libraries"; ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libnvrtc\.so' || echo "(none in ldconfig)"
     echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     echo "## sdpa"; "$SDPA" --version 2>&1; ls -l "$SDPA"; (ldd "$SDPA" 2>&1 || true)
+    echo "## sdpa's $BACKEND device (\"no *.json case files\": it opened; else the reason it did not)"
+    probe_dir="$(mktemp -d)"; timeout 60 "$SDPA" golden "$probe_dir" --backend "$BACKEND" 2>&1 | tail -3
+    rmdir "$probe_dir"
     echo "## python"; "$PYTHON" --version 2>&1
     "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 || echo "(no torch)"
     echo "## CPU"; (lscpu 2>/dev/null | head -20) || true
@@ -170,7 +192,7 @@ ours() { # PATH DTYPE D N LIMIT: one `sdpa bench` run of one path on one cell, f
 # Every case of the golden folders in one folder (outside OUT: 6 MB that need not come back),
 # named FOLDER__CASE.json, so that one run per implementation covers them all.
 GOLDEN_CASES="$(mktemp -d "${TMPDIR:-/tmp}/gpu-sitting-golden.XXXXXX")"
-trap 'rm -rf "$GOLDEN_CASES"' EXIT
+trap 'rm -rf "$GOLDEN_CASES" ${unpacked:+"$unpacked"}' EXIT
 for dir in "${GOLDEN_DIRS[@]}"; do
     for f in "$dir"/*.json; do cp "$f" "$GOLDEN_CASES/$(basename "$dir")__$(basename "$f")"; done
 done
