@@ -6,7 +6,17 @@
 #
 #   benches/gpu_sitting.sh [--small|--headline] SDPA_BINARY OUT_DIR
 #
-# SDPA_BINARY may be xz-compressed (a name ending in .xz), as it travels to the GPU machine.
+# SDPA_BINARY may be xz-compressed (a name ending in .xz), as it travels to the GPU machine:
+#
+#   cargo build --release --locked --features "wgpu cuda" --bin sdpa
+#   mkdir -p .gpu && strip -o .gpu/sdpa "$CARGO_TARGET_DIR/release/sdpa" && xz -9 -T2 .gpu/sdpa
+#
+# (`/.gpu/` is in .git/info/exclude.) The `cuda` feature builds without CUDA, but cubecl-cuda's
+# cubecl-llvm needs tracel's LLVM 23.1 bundle, which its build script (tracel-llvm-bundler)
+# downloads from github.com/tracel-ai/tracel-llvm/releases/download/v23.1.0-4/ into
+# ~/.cache/tracel/ (tracel-llvm-23.1.0-4-linux-x64.tar.xz and ...-linux-x64.checksums.json)
+# and unpacks into ~/.local/share/tracel/: on a machine without network, put the two files
+# there and build with TRACEL_LLVM_BUNDLER_SKIP_CHECKSUM_DOWNLOAD=1.
 #
 #   (full)      about 8 minutes at most (SITTING_BUDGET seconds, default 460): every step below,
 #               the most important first, each skipped once the budget is spent;
