@@ -188,6 +188,8 @@ ours() { # PATH DTYPE D N LIMIT: one `sdpa bench` run of one path on one cell, f
         --dtype "$dtype" --batch "$B" --heads "$H" --d-k "$d" --n "$n" --skip-memory --plain \
         "${reps[@]}" "${modes[@]}" --out "$dir"
     [ "$RC" = -1 ] && return 0
+    # One cell's plots (single points, ~400 KB a run) need not come back from the GPU machine.
+    rm -f "$dir"/*.png
     if [ "$HAVE_PYTHON" = 1 ]; then
         if ls "$dir"/bench_*.json >/dev/null 2>&1; then
             "${REPORT[@]}" ingest-bench "$OUT" "$dir"
