@@ -19,7 +19,9 @@ backward, the loss and the global gradient norm read back (the divergence check)
 No per-step logging on either side (`--log-every` past the budget).
 
 Sizes: `small` is the default model (k 8, vocab 64: seq_len 16, d_model 64, 2 heads of d_k 32);
-`large` is seq_len 512 (k 256, vocab 512), the same width. Timing: `--warmup` steps, then
+`large` is seq_len 512 (k 256, vocab 512), `xlarge` seq_len 2048 (k 1024, vocab 2048), the same
+width. `--device cuda` runs the twin on the GPU (the batch drawn on the host and copied, as ours
+is). Timing: `--warmup` steps, then
 `--steps` steps in `--rounds` rounds; steps/s is the median over the rounds. The profile splits
 each timed step into data, forward, backward, host read (loss and gradient norm) and optimizer.
 Writes `train_pytorch_<size>.json`.
@@ -37,7 +39,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-SIZES = {"small": (8, 64), "large": (256, 512)}
+SIZES = {"small": (8, 64), "large": (256, 512), "xlarge": (1024, 2048)}
 
 
 class Block(nn.Module):
@@ -77,7 +79,7 @@ class Model(nn.Module):
 
     def forward(self, tokens, k):
         s = tokens.shape[1]
-        x = self.token(tokens) + self.position(torch.arange(s).unsqueeze(0))
+        x = self.token(tokens) + self.position(torch.arange(s, device=tokens.device).unsqueeze(0))
         x = self.norm_out(self.block(x))
         # the second half of the sequence is scored: [b, k, n_classes]
         return self.head(x[:, k:, :])
@@ -103,13 +105,16 @@ def main():
     p.add_argument("--dtype", choices=["f32", "bf16"], default="f32",
                    help="the attention's compute dtype (bf16: q, k, v cast for the SDPA call)")
     p.add_argument("--out", default=".")
+    p.add_argument("--device", default="cpu", help="cpu, or cuda (the GPU; times with synchronize)")
     a = p.parse_args()
+    device = torch.device(a.device)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     k, vocab = SIZES[a.size]
-    steps = a.steps or (400 if a.size == "small" else 20)
-    warmup = a.warmup if a.warmup is not None else (20 if a.size == "small" else 3)
-    model = Model(vocab, 2 * k, k, dtype=torch.bfloat16 if a.dtype == "bf16" else torch.float32)
+    steps = a.steps or {"small": 400, "large": 20, "xlarge": 10}[a.size]
+    warmup = a.warmup if a.warmup is not None else {"small": 20, "large": 3, "xlarge": 2}[a.size]
+    model = Model(vocab, 2 * k, k, dtype=torch.bfloat16 if a.dtype == "bf16" else torch.float32).to(device)
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3, betas=(0.9, 0.999), eps=1e-5)
     rng = np.random.default_rng(a.seed)
     phases = {p: 0.0 for p in ("data", "forward", "backward", "host_read", "optimizer")}
@@ -117,12 +122,16 @@ def main():
     def step(profile):
         t0 = time.perf_counter()
         tokens, targets = batch(rng, a.batch_size, k, vocab)
+        tokens, targets = tokens.to(device), targets.to(device)
+        sync()
         t1 = time.perf_counter()
         logits = model(tokens, k)
         loss = F.cross_entropy(logits.reshape(-1, k), targets.reshape(-1))
+        sync()
         t2 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        sync()
         t3 = time.perf_counter()
         grad_sq = torch.stack([g.grad.square().sum() for g in model.parameters()]).sum()
         loss_v, norm = loss.item(), grad_sq.sqrt().item()
@@ -130,6 +139,7 @@ def main():
             raise SystemExit(f"diverged: loss {loss_v}, gradient norm {norm}")
         t4 = time.perf_counter()
         opt.step()
+        sync()
         t5 = time.perf_counter()
         if profile:
             for name, dt in zip(phases, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
@@ -150,6 +160,7 @@ def main():
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "threads": torch.get_num_threads(),
         "machine": platform.processor() or platform.machine(),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "size": a.size,
         "dtype": a.dtype,
         "k": k,

@@ -55,13 +55,15 @@ def run_json(cmd, path, threads):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rounds", type=int, default=5)
-    p.add_argument("--size", action="append", choices=["small", "large"])
+    p.add_argument("--size", action="append", choices=["small", "large", "xlarge"])
     p.add_argument("--threads", type=int, default=os.cpu_count())
     p.add_argument("--sdpa", default=os.path.join(ROOT, "target", "release", "sdpa"),
                    help="the sdpa binary (default: target/release/sdpa; CARGO_TARGET_DIR is honoured)")
     p.add_argument("--implementation", default=None, help="sdpa's --implementation")
     p.add_argument("--out", default="bench-out")
     p.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
+    p.add_argument("--backend", default="flex", help="sdpa's --backend (cuda: use --device cuda too)")
+    p.add_argument("--device", default="cpu", help="the twin's torch device (cpu or cuda)")
     a = p.parse_args()
     if "CARGO_TARGET_DIR" in os.environ and a.sdpa == os.path.join(ROOT, "target", "release", "sdpa"):
         a.sdpa = os.path.join(os.environ["CARGO_TARGET_DIR"], "release", "sdpa")
@@ -71,15 +73,15 @@ def main():
     for r in range(a.rounds):
         for size in sizes:
             ours = [a.sdpa, "train-bench", "--size", size, "--rounds", "1", "--out", work,
-                    "--dtype", a.dtype]
+                    "--dtype", a.dtype, "--backend", a.backend, "--overwrite"]
             if a.implementation:
                 ours += ["--implementation", a.implementation]
             theirs = [sys.executable, os.path.join(HERE, "pytorch_model.py"), "--size", size,
                       "--rounds", "1", "--threads", str(a.threads), "--seed", str(42 + r), "--out", work,
-                      "--dtype", a.dtype]
+                      "--dtype", a.dtype, "--device", a.device]
             ours += ["--seed", str(42 + r)]
             suffix = "" if a.dtype == "f32" else "_bf16"
-            order = [("sdpa", ours, f"train_flex_{size}{suffix}.json"),
+            order = [("sdpa", ours, f"train_{a.backend}_{size}{suffix}.json"),
                      ("pytorch", theirs, f"train_pytorch_{size}{suffix}.json")]
             if r % 2 == 1:
                 order.reverse()

@@ -17,7 +17,16 @@ pub enum BackendKind {
     Flex,
     /// Burn's wgpu GPU backend (cargo feature `wgpu`).
     Wgpu,
+    /// Burn's CUDA backend (cargo feature `cuda`): NVIDIA GPUs through CubeCL; the driver and
+    /// NVRTC are loaded at run time, so the binary builds and starts without them.
+    Cuda,
 }
+
+/// Backends with the device each opened ([`BackendKind::usable`]).
+pub type OpenedBackends = Vec<(BackendKind, Device)>;
+
+/// Backends with the reason each opened no device ([`BackendKind::usable`]).
+pub type RefusedBackends = Vec<(BackendKind, BackendError)>;
 
 /// A backend that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -43,13 +52,18 @@ pub enum BackendError {
         reason: String,
     },
     /// Not a backend name.
-    #[error("unknown backend `{0}`: expected ndarray, flex or wgpu")]
+    #[error("unknown backend `{0}`: expected ndarray, flex, wgpu or cuda")]
     Unknown(String),
 }
 
 impl BackendKind {
     /// Every backend, compiled in or not.
-    pub const ALL: [BackendKind; 3] = [BackendKind::Ndarray, BackendKind::Flex, BackendKind::Wgpu];
+    pub const ALL: [BackendKind; 4] = [
+        BackendKind::Ndarray,
+        BackendKind::Flex,
+        BackendKind::Wgpu,
+        BackendKind::Cuda,
+    ];
 
     /// Its name on the command line.
     pub fn name(&self) -> &'static str {
@@ -57,6 +71,7 @@ impl BackendKind {
             BackendKind::Ndarray => "ndarray",
             BackendKind::Flex => "flex",
             BackendKind::Wgpu => "wgpu",
+            BackendKind::Cuda => "cuda",
         }
     }
 
@@ -71,6 +86,7 @@ impl BackendKind {
             BackendKind::Ndarray => cfg!(feature = "ndarray"),
             BackendKind::Flex => cfg!(feature = "flex"),
             BackendKind::Wgpu => cfg!(feature = "wgpu"),
+            BackendKind::Cuda => cfg!(feature = "cuda"),
         }
     }
 
@@ -79,15 +95,39 @@ impl BackendKind {
         Self::ALL.into_iter().filter(|b| b.is_compiled()).collect()
     }
 
-    /// Whether the backend computes in float64 (for finite-difference checks).
+    /// Whether the backend computes in float64 (for finite-difference checks). Not on wgpu
+    /// (WGSL has none); not claimed on CUDA either, where it is not verified.
     pub fn supports_f64(&self) -> bool {
-        !matches!(self, BackendKind::Wgpu)
+        !matches!(self, BackendKind::Wgpu | BackendKind::Cuda)
+    }
+
+    /// Whether the backend runs only on a GPU with its driver, so that being compiled in does
+    /// not mean it is usable on this machine (CUDA: a CI machine builds it without a GPU; wgpu
+    /// falls back to a CPU driver, lavapipe, where there is no GPU).
+    pub fn needs_gpu(&self) -> bool {
+        matches!(self, BackendKind::Cuda)
+    }
+
+    /// The compiled-in backends that open a device here, each with its device, and the
+    /// compiled-in ones that do not with the reason (a [`needs_gpu`](Self::needs_gpu) backend
+    /// on a machine without its GPU).
+    pub fn usable() -> (OpenedBackends, RefusedBackends) {
+        let mut usable = Vec::new();
+        let mut unusable = Vec::new();
+        for kind in Self::compiled() {
+            match kind.device() {
+                Ok(device) => usable.push((kind, device)),
+                Err(e) => unusable.push((kind, e)),
+            }
+        }
+        (usable, unusable)
     }
 
     /// Opens the backend's default device (without autodiff; call `.autodiff()` for training).
     ///
-    /// For wgpu this also runs one tiny operation, so that a machine without an adapter gets a
-    /// clear error here instead of a panic deep inside the first real computation.
+    /// For wgpu and CUDA this also runs one tiny operation, so that a machine without an adapter,
+    /// a driver or a GPU gets a clear error here ([`BackendError::NoDevice`], with the runtime's
+    /// own message) instead of a panic deep inside the first real computation.
     pub fn device(&self) -> Result<Device, BackendError> {
         if !self.is_compiled() {
             return Err(BackendError::NotCompiled {
@@ -107,33 +147,85 @@ impl BackendKind {
             #[cfg(feature = "flex")]
             BackendKind::Flex => Ok(Device::flex()),
             #[cfg(feature = "wgpu")]
-            BackendKind::Wgpu => {
-                let device = Device::wgpu(DeviceKind::DefaultDevice);
-                let probe = device.clone();
-                let hook = std::panic::take_hook();
-                std::panic::set_hook(Box::new(|_| {}));
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-                    Tensor::<1>::ones([4], &probe).sum().into_scalar::<f32>()
-                }));
-                std::panic::set_hook(hook);
-                match result {
-                    Ok(4.0) => Ok(device),
-                    Ok(v) => Err(BackendError::NoDevice {
-                        backend: *self,
-                        reason: format!("a probe sum of four ones gave {v}"),
-                    }),
-                    Err(panic) => Err(BackendError::NoDevice {
-                        backend: *self,
-                        reason: panic
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                            .unwrap_or_else(|| "the wgpu runtime panicked".into()),
-                    }),
-                }
-            }
+            BackendKind::Wgpu => self.probed(Device::wgpu(DeviceKind::DefaultDevice)),
+            #[cfg(feature = "cuda")]
+            BackendKind::Cuda => self.probed(Device::cuda(0)),
             #[allow(unreachable_patterns)]
             _ => unreachable!("is_compiled() was checked above"),
+        }
+    }
+
+    /// `device` once a sum of four ones computed on it gave 4, else why not. The GPU runtimes
+    /// panic when they find no adapter, driver or GPU, on the thread that opens the device (a
+    /// runner thread of CubeCL's) and then on the caller's: every panic message of the probe is
+    /// kept (the first is the runtime's own, e.g. cudarc's "Unable to dynamically load the
+    /// \"cuda\" shared library") and none is printed.
+    ///
+    /// The probe runs once per backend and process; later calls give its answer again (a
+    /// runtime that failed to start is not started twice).
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    fn probed(&self, device: Device) -> Result<Device, BackendError> {
+        use std::sync::OnceLock;
+        static PROBES: [OnceLock<Result<(), BackendError>>; BackendKind::ALL.len()] =
+            [const { OnceLock::new() }; BackendKind::ALL.len()];
+        let index = Self::ALL.iter().position(|k| k == self).unwrap_or_default();
+        PROBES[index]
+            .get_or_init(|| self.probe(&device))
+            .clone()
+            .map(|()| device)
+    }
+
+    /// Runs the probe of [`probed`](Self::probed) on `device`.
+    #[cfg(any(feature = "wgpu", feature = "cuda"))]
+    fn probe(&self, device: &Device) -> Result<(), BackendError> {
+        use std::sync::{Arc, Mutex};
+        let probe = device.clone();
+        let messages: Arc<Mutex<Vec<String>>> = Arc::default();
+        let hook = std::panic::take_hook();
+        let seen = Arc::clone(&messages);
+        std::panic::set_hook(Box::new(move |info| {
+            let payload = info.payload();
+            let message = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| info.to_string());
+            if let Ok(mut seen) = seen.lock() {
+                seen.push(message);
+            }
+        }));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+            Tensor::<1>::ones([4], &probe).sum().into_scalar::<f32>()
+        }));
+        std::panic::set_hook(hook);
+        let messages = messages.lock().map(|m| m.clone()).unwrap_or_default();
+        match result {
+            Ok(4.0) => Ok(()),
+            Ok(v) => Err(BackendError::NoDevice {
+                backend: *self,
+                reason: format!("a probe sum of four ones gave {v}"),
+            }),
+            Err(panic) => {
+                let last = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()));
+                let mut reasons: Vec<String> = messages;
+                if let Some(last) = last
+                    && !reasons.contains(&last)
+                {
+                    reasons.push(last);
+                }
+                let reason = if reasons.is_empty() {
+                    format!("the {self} runtime panicked")
+                } else {
+                    reasons.join("; then: ")
+                };
+                Err(BackendError::NoDevice {
+                    backend: *self,
+                    reason,
+                })
+            }
         }
     }
 }
@@ -152,7 +244,91 @@ impl FromStr for BackendKind {
             "ndarray" => Ok(BackendKind::Ndarray),
             "flex" => Ok(BackendKind::Flex),
             "wgpu" => Ok(BackendKind::Wgpu),
+            "cuda" => Ok(BackendKind::Cuda),
             _ => Err(BackendError::Unknown(s.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_backend_parses_from_its_name_in_any_case() {
+        for kind in BackendKind::ALL {
+            assert_eq!(kind.name().parse::<BackendKind>(), Ok(kind));
+            assert_eq!(kind.name().to_uppercase().parse::<BackendKind>(), Ok(kind));
+            assert_eq!(kind.to_string(), kind.name());
+        }
+        assert_eq!("Cuda".parse::<BackendKind>(), Ok(BackendKind::Cuda));
+    }
+
+    #[test]
+    fn an_unknown_name_lists_every_backend() {
+        let err = "rocm".parse::<BackendKind>().unwrap_err();
+        assert_eq!(err, BackendError::Unknown("rocm".into()));
+        let text = err.to_string();
+        for kind in BackendKind::ALL {
+            assert!(text.contains(kind.name()), "{text}");
+        }
+        assert!(
+            text.contains("expected ndarray, flex, wgpu or cuda"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn cuda_needs_a_gpu_its_feature_and_claims_no_f64() {
+        let cuda = BackendKind::Cuda;
+        assert!(cuda.needs_gpu());
+        assert!(!cuda.supports_f64());
+        assert_eq!(cuda.feature(), "cuda");
+        assert_eq!(cuda.is_compiled(), cfg!(feature = "cuda"));
+        assert_eq!(
+            BackendKind::compiled().contains(&cuda),
+            cfg!(feature = "cuda")
+        );
+        assert!(!BackendKind::Wgpu.needs_gpu() && !BackendKind::Flex.needs_gpu());
+    }
+
+    #[cfg(not(feature = "cuda"))]
+    #[test]
+    fn cuda_without_its_feature_names_the_feature() {
+        let err = BackendKind::Cuda.device().unwrap_err();
+        assert!(
+            matches!(
+                &err,
+                BackendError::NotCompiled {
+                    backend: BackendKind::Cuda,
+                    feature: "cuda",
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("--features cuda"), "{err}");
+    }
+
+    /// With the feature, on a machine without a CUDA GPU or driver: a `NoDevice` error holding
+    /// the runtime's reason, not a panic; on a machine with one, a device that computes.
+    #[cfg(feature = "cuda")]
+    #[test]
+    fn cuda_opens_a_device_or_says_why_not() {
+        match BackendKind::Cuda.device() {
+            Ok(device) => {
+                let sum = Tensor::<1>::ones([8], &device).sum().into_scalar::<f32>();
+                assert_eq!(sum, 8.0);
+            }
+            Err(BackendError::NoDevice { backend, reason }) => {
+                assert_eq!(backend, BackendKind::Cuda);
+                assert!(reason.len() > 10, "{reason}");
+                // Asking again gives an error again (no hang, no panic after the first probe).
+                assert!(BackendKind::Cuda.device().is_err());
+            }
+            Err(other) => panic!("{other:?}"),
+        }
+        let (usable, unusable) = BackendKind::usable();
+        assert!(usable.iter().all(|(b, _)| *b != BackendKind::Cuda) || unusable.is_empty());
     }
 }

@@ -12,7 +12,7 @@ use super::report::{LabArgs, lab_error};
 /// Arguments of `sdpa bench`.
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Backend(s): ndarray, flex, wgpu or all; may be given more than once.
+    /// Backend(s): ndarray, flex, wgpu, cuda or all; may be given more than once.
     #[arg(long = "backend", default_value = "flex")]
     pub backends: Vec<String>,
     /// Output folder: a new or empty folder, or one the benches wrote (holding their manifest
@@ -55,6 +55,23 @@ pub struct BenchArgs {
     /// Time only this path (repeatable; default: every path).
     #[arg(long = "path", help = path_help())]
     pub paths: Vec<String>,
+    /// Batch size b of the timed cells (default: 4; 1 with --quick). The memory sweeps keep
+    /// b = 1.
+    #[arg(long)]
+    pub batch: Option<usize>,
+    /// Heads h (default: 8; 2 with --quick).
+    #[arg(long)]
+    pub heads: Option<usize>,
+    /// Head size d = d_k = d_v (default: 64; 16 with --quick).
+    #[arg(long = "d-k")]
+    pub d_k: Option<usize>,
+    /// Least timed runs per path and cell, after one warm-up (default: 5; 2 with --quick).
+    #[arg(long)]
+    pub reps: Option<usize>,
+    /// More runs are timed, up to 30 (or --reps if more), until each path has run this long
+    /// in a cell (default: 3000 ms; 0 with --quick).
+    #[arg(long)]
+    pub min_total_ms: Option<f64>,
 }
 
 /// `sdpa bench`: times every path on every backend asked for.
@@ -81,6 +98,30 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         return Err(UsageError(format!("--path must be one of {known:?}, got `{bad}`")).into());
     }
     config.paths = args.paths.clone();
+    for (flag, size, field) in [
+        ("--batch", args.batch, &mut config.b),
+        ("--heads", args.heads, &mut config.h),
+        ("--d-k", args.d_k, &mut config.d),
+    ] {
+        match size {
+            Some(0) => return Err(UsageError(format!("{flag} must be > 0, got 0")).into()),
+            Some(size) => *field = size,
+            None => {}
+        }
+    }
+    if let Some(reps) = args.reps {
+        if reps == 0 {
+            return Err(UsageError("--reps must be > 0, got 0".into()).into());
+        }
+        config.reps = reps;
+        config.max_reps = config.max_reps.max(reps);
+    }
+    if let Some(ms) = args.min_total_ms {
+        if !(ms.is_finite() && ms >= 0.0) {
+            return Err(UsageError(format!("--min-total-ms must be ≥ 0, got {ms}")).into());
+        }
+        config.min_total_ms = ms;
+    }
     for (flag, sizes) in [
         ("--n", &args.ns),
         ("--memory-n", &args.memory_ns),
@@ -134,6 +175,24 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
             "{sizes}: the sizes overflow: far beyond any machine's memory"
         ))
     })?;
+    // A backend computing in the host's memory must hold the largest cell there. A GPU
+    // backend's tensors live in the GPU's memory: the host holds the drawn inputs only, and a
+    // cell the GPU cannot hold (the naive path's n×n scores) is skipped with the device's error
+    // when it runs, not refused up front (`sdpa_lab::bench` records it).
+    let on_host = env.backends.iter().any(|b| {
+        !b.name
+            .parse::<crate::BackendKind>()
+            .is_ok_and(|k| k.needs_gpu())
+    });
+    let needed = if on_host {
+        needed
+    } else {
+        config.input_bytes().ok_or_else(|| {
+            UsageError(format!(
+                "{sizes}: the sizes overflow: far beyond any machine's memory"
+            ))
+        })?
+    };
     sdpa_model::check_fits(&sizes, needed).map_err(|e| UsageError(e.to_string()))?;
     keep_backends_with_dtype(args, &mut env.backends)?;
     // Before anything runs: the folder must be the benches' own (or empty), and every file
@@ -147,6 +206,16 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         .map_err(lab_error)?;
     let mut ok = true;
     for backend in &env.backends {
+        // The host's peak memory says nothing of a GPU backend's run (its tensors are on the
+        // GPU): not measured there.
+        let on_gpu = backend
+            .name
+            .parse::<crate::BackendKind>()
+            .is_ok_and(|k| k.needs_gpu());
+        let config = sdpa_lab::bench::BenchConfig {
+            peak_memory: config.peak_memory && !on_gpu,
+            ..config.clone()
+        };
         let report = sdpa_lab::bench::run_bench(backend, &config, &ctx)?;
         println!("{}", sdpa_lab::bench::markdown(&report));
         for f in sdpa_lab::bench::write(&report, &mut folder).map_err(lab_error)? {

@@ -21,13 +21,14 @@ impl fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
-/// Opens a backend's device: a backend that is not compiled in (or unknown) is bad usage (exit
-/// 2); one that is compiled in but finds no device is a failed run (exit 1).
+/// Opens a backend's device. A backend that is not compiled in (or unknown) is bad usage, and
+/// so is one that is compiled in but finds no device on this machine (a GPU backend without its
+/// GPU or driver: the error carries the runtime's own reason): exit 2 either way, before anything
+/// runs or is written.
 pub fn open_device(backend: crate::BackendKind) -> anyhow::Result<burn::prelude::Device> {
-    backend.device().map_err(|e| match e {
-        crate::BackendError::NoDevice { .. } => anyhow::Error::new(e),
-        other => UsageError(other.to_string()).into(),
-    })
+    backend
+        .device()
+        .map_err(|e| UsageError(e.to_string()).into())
 }
 
 /// The help of an `--implementation` flag: `what`, then every spelling the flag takes (from

@@ -45,7 +45,7 @@ pub struct TrainArgs {
     /// Task: match or recall.
     #[arg(long, value_parser = parse_task)]
     pub task: Option<TaskKind>,
-    /// Backend: ndarray, flex or wgpu (default: flex; with --resume, the run's own, which is
+    /// Backend: ndarray, flex, wgpu or cuda (default: flex; with --resume, the run's own, which is
     /// the only one a resume accepts).
     #[arg(long)]
     pub backend: Option<BackendKind>,

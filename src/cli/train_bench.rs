@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::UsageError;
 use crate::{BackendKind, Implementation, Precision};
 
-/// The benchmark's model sizes: the default model, and the same width at seq_len 512.
+/// The benchmark's model sizes: the default model, and the same width at seq_len 512 and 2048.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BenchSize {
@@ -19,6 +19,9 @@ pub enum BenchSize {
     Small,
     /// seq_len 512 (match, k 256, vocab 512), the default width (d_model 64, 2 heads of 32).
     Large,
+    /// seq_len 2048 (match, k 1024, vocab 2048), the default width: a GPU's size (its naive
+    /// attention holds 2 GiB of scores per copy at batch 64).
+    Xlarge,
 }
 
 impl BenchSize {
@@ -27,6 +30,7 @@ impl BenchSize {
         match self {
             BenchSize::Small => (8, 64),
             BenchSize::Large => (256, 512),
+            BenchSize::Xlarge => (1024, 2048),
         }
     }
 
@@ -35,6 +39,7 @@ impl BenchSize {
         match self {
             BenchSize::Small => (400, 20),
             BenchSize::Large => (20, 3),
+            BenchSize::Xlarge => (10, 2),
         }
     }
 
@@ -42,6 +47,7 @@ impl BenchSize {
         match self {
             BenchSize::Small => "small",
             BenchSize::Large => "large",
+            BenchSize::Xlarge => "xlarge",
         }
     }
 }
@@ -49,10 +55,11 @@ impl BenchSize {
 /// Arguments of `sdpa train-bench`.
 #[derive(Args, Debug, Clone)]
 pub struct TrainBenchArgs {
-    /// Model size: small (seq_len 16) or large (seq_len 512); may be given more than once.
+    /// Model size: small (seq_len 16), large (seq_len 512) or xlarge (seq_len 2048); may be
+    /// given more than once.
     #[arg(long = "size", value_enum, default_values_t = [BenchSize::Small, BenchSize::Large])]
     pub sizes: Vec<BenchSize>,
-    /// Backend: ndarray, flex or wgpu.
+    /// Backend: ndarray, flex, wgpu or cuda.
     #[arg(long, default_value = "flex")]
     pub backend: BackendKind,
     /// Attention path (default: auto).
@@ -61,14 +68,14 @@ pub struct TrainBenchArgs {
     /// The attention's compute dtype: f32 or bf16 (mixed precision, as `sdpa train --dtype`).
     #[arg(long, value_parser = super::train::parse_dtype, default_value = "f32")]
     pub dtype: Precision,
-    /// Timed steps per round (default: 400 small, 20 large).
+    /// Timed steps per round (default: 400 small, 20 large, 10 xlarge).
     #[arg(long)]
     pub steps: Option<usize>,
     /// Rounds; steps/s is the median over them.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
     /// Untimed steps first, at least 1 (step 0 records and evaluates; default: 20 small, 3
-    /// large).
+    /// large, 2 xlarge).
     #[arg(long)]
     pub warmup: Option<usize>,
     /// Record metrics every 10 steps and evaluate every 50, as `sdpa train` does by default
@@ -249,6 +256,9 @@ pub fn run(args: &TrainBenchArgs) -> anyhow::Result<bool> {
     for &size in &args.sizes {
         step_counts(args, size)?;
     }
+    // A backend that is not compiled in or finds no device (a GPU backend without its GPU) is
+    // refused before the folder is claimed.
+    super::open_device(args.backend)?;
     let names: Vec<String> = args.sizes.iter().map(|&s| file_name(args, s)).collect();
     let mut folder = sdpa_lab::bench::BenchFolder::claim(&args.out, &names, args.overwrite)
         .map_err(super::report::lab_error)?;

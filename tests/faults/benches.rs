@@ -270,3 +270,56 @@ fn merge_refuses_the_flags_it_would_ignore() {
     let out = sdpa(&["report", "--merge", &s0, &s1, "--out", &merged]);
     assert_eq!(code(&out), Some(0), "{}", text(&out));
 }
+
+/// `--batch`, `--heads`, `--d-k`, `--reps` and `--min-total-ms` reach the bench (its JSON file
+/// records them, and every timed path ran `--reps` times); zero or negative values are bad
+/// usage, refused before anything is written.
+#[test]
+fn bench_takes_the_sizes_and_the_timing_it_is_given() {
+    let root = tempfile::tempdir().expect("tmp");
+    let dir = root.path().join("sized");
+    let out = bench(
+        &dir,
+        &[
+            "--batch",
+            "2",
+            "--heads",
+            "3",
+            "--d-k",
+            "8",
+            "--reps",
+            "3",
+            "--min-total-ms",
+            "0",
+        ],
+    );
+    assert_eq!(code(&out), Some(0), "{}", text(&out));
+    let json: serde_json::Value =
+        serde_json::from_str(&read(dir.join("bench_flex.json"))).expect("json");
+    let config = &json["config"];
+    assert_eq!(
+        [&config["b"], &config["h"], &config["d"], &config["reps"]],
+        [2, 3, 8, 3]
+    );
+    let rows = json["rows"].as_array().expect("rows");
+    assert!(!rows.is_empty());
+    for row in rows {
+        let times = row["times_ms"].as_array().expect("times");
+        assert!(times.len() >= 3, "{row}");
+    }
+    for bad in [
+        ["--batch", "0"],
+        ["--heads", "0"],
+        ["--d-k", "0"],
+        ["--reps", "0"],
+        ["--min-total-ms=-1", "--overwrite"],
+        ["--min-total-ms", "NaN"],
+    ] {
+        let flag = bad[0].split('=').next().unwrap_or_default();
+        let dir = root.path().join(format!("bad{}", bad.join("")));
+        let out = bench(&dir, &bad);
+        assert_eq!(code(&out), Some(2), "{bad:?}: {}", text(&out));
+        assert!(text(&out).contains(flag), "{bad:?}: {}", text(&out));
+        assert!(!dir.exists(), "{bad:?}: nothing is written");
+    }
+}

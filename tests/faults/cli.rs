@@ -7,12 +7,12 @@ fn bad_usage_exits_2_on_every_subcommand() {
     let out_dir = tempfile::tempdir().expect("tmp");
     let out = out_dir.path().display().to_string();
     for args in [
-        vec!["train", "--backend", "cuda", "--steps", "1"],
+        vec!["train", "--backend", "rocm", "--steps", "1"],
         vec!["train", "--steps", "0"],
         vec!["bench", "--n", "0", "--out", &out],
         vec!["bench", "--mode", "sideways", "--out", &out],
-        vec!["bench", "--backend", "cuda", "--out", &out],
-        vec!["report", "--backend", "cuda", "--out", &out],
+        vec!["bench", "--backend", "rocm", "--out", &out],
+        vec!["report", "--backend", "rocm", "--out", &out],
         vec!["exp", "no-such-experiment", "--out", &out],
         vec!["golden", "/no/such/folder"],
         vec!["golden", "tests/data/golden", "--implementation", "flash"],
@@ -20,6 +20,64 @@ fn bad_usage_exits_2_on_every_subcommand() {
     ] {
         let result = sdpa(&args);
         assert_eq!(code(&result), Some(2), "{args:?}: {}", text(&result));
+    }
+}
+
+/// `--backend cuda` on every subcommand, on a machine without a CUDA GPU (CI): without the
+/// `cuda` feature, exit 2 naming the feature; with it, exit 2 with the runtime's own reason (the
+/// driver library that is missing, or the driver's error); never a panic (101), and nothing
+/// written.
+#[test]
+fn cuda_without_the_feature_or_a_gpu_exits_2_with_the_reason() {
+    if cfg!(feature = "cuda") && sdpa::BackendKind::Cuda.device().is_ok() {
+        eprintln!("a CUDA GPU is usable here: nothing to refuse");
+        return;
+    }
+    let out_dir = tempfile::tempdir().expect("tmp");
+    let out = out_dir.path().join("out").display().to_string();
+    for args in [
+        vec!["train", "--backend", "cuda", "--steps", "1", "--out", &out],
+        vec!["golden", "tests/data/golden", "--backend", "cuda"],
+        vec!["bench", "--backend", "cuda", "--quick", "--out", &out],
+        vec!["report", "--backend", "cuda", "--quick", "--out", &out],
+        vec![
+            "exp",
+            "attention-map",
+            "--backend",
+            "cuda",
+            "--quick",
+            "--out",
+            &out,
+        ],
+        vec![
+            "train-bench",
+            "--backend",
+            "cuda",
+            "--size",
+            "small",
+            "--out",
+            &out,
+        ],
+    ] {
+        let result = sdpa(&args);
+        let shown = text(&result);
+        assert_eq!(code(&result), Some(2), "{args:?}: {shown}");
+        assert!(!shown.contains("panicked at"), "{args:?}: {shown}");
+        if cfg!(feature = "cuda") {
+            // The runtime's reason follows the colon: not empty.
+            let reason = shown
+                .split("the cuda backend found no usable device: ")
+                .nth(1)
+                .unwrap_or_else(|| panic!("{args:?}: {shown}"));
+            assert!(reason.trim().len() > 10, "{args:?}: {shown}");
+        } else {
+            assert!(
+                shown.contains("the cuda backend is not compiled in")
+                    && shown.contains("--features cuda"),
+                "{args:?}: {shown}"
+            );
+        }
+        assert!(!out_dir.path().join("out").exists(), "{args:?} wrote {out}");
     }
 }
 

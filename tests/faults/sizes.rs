@@ -83,6 +83,10 @@ fn bench_sizes_that_cannot_fit_are_refused() {
             "training-memory-n",
             vec!["--training-memory-n", "4000000000"],
         ),
+        // The new size flags feed the same guard.
+        ("batch", vec!["--batch", "1000000000", "--n", "4096"]),
+        ("heads", vec!["--heads", "1000000000", "--n", "4096"]),
+        ("d-k", vec!["--d-k", "18446744073709551615"]),
     ] {
         let dir = root.path().join(name);
         let out_dir = arg(&dir);

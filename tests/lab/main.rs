@@ -17,10 +17,12 @@ use sdpa::model::ProgressMode;
 #[global_allocator]
 static ALLOCATOR: sdpa::lab::memory::CountingAllocator = sdpa::lab::memory::CountingAllocator;
 
-/// The environment: flex alone, or every compiled backend (flex first).
+/// The environment: flex alone, or every compiled backend that opens a device here (flex
+/// first). A compiled-in backend that opens none fails the test, but one that needs a GPU
+/// ([`BackendKind::needs_gpu`], CUDA) on a machine without one, which is left out with a note.
 pub fn env(all_backends: bool) -> Env {
     let mut kinds = if all_backends {
-        BackendKind::compiled()
+        usable_backends()
     } else {
         vec![BackendKind::Flex]
     };
@@ -34,6 +36,19 @@ pub fn env(all_backends: bool) -> Env {
             })
             .collect(),
     }
+}
+
+/// The compiled-in backends `env(true)` runs on (see [`env`]).
+pub fn usable_backends() -> Vec<BackendKind> {
+    let (usable, unusable) = BackendKind::usable();
+    for (b, e) in unusable {
+        assert!(
+            b.needs_gpu(),
+            "backend {b} is compiled in but unusable: {e}"
+        );
+        eprintln!("note: {b} left out: {e}");
+    }
+    usable.into_iter().map(|(b, _)| b).collect()
 }
 
 /// Options of a quick run into `out`.
@@ -170,7 +185,7 @@ fn attention_saturation_corrects_the_one_hot_claim_on_every_backend() {
         assert!((num(r, "article_entropy_formula") + b * (b + 1e-10).ln()).abs() < 1e-9);
     }
     // Measured on every backend: each cross-backend entry has every backend.
-    let n = BackendKind::compiled().len();
+    let n = usable_backends().len();
     if n > 1 {
         assert!(!e.per_backend.is_empty());
         assert!(e.per_backend.iter().all(|b| b.values.len() == n));
@@ -181,7 +196,7 @@ fn attention_saturation_corrects_the_one_hot_claim_on_every_backend() {
 fn gradients_autodiff_jacobian_equals_analytic_on_every_backend() {
     let (_t, e) = run("gradients", true);
     let rows = e.data["rows"].as_array().expect("rows");
-    let n = BackendKind::compiled().len();
+    let n = usable_backends().len();
     // 4 d × 2 scalings × (every backend in the primary design + flex in the d_v = d one).
     assert_eq!(rows.len(), 4 * 2 * (n + 1));
     for r in rows.iter().filter(|r| !r["jacobian_check"].is_null()) {
@@ -215,7 +230,7 @@ fn gradients_autodiff_jacobian_equals_analytic_on_every_backend() {
 fn compare_agrees_and_causality_holds_on_every_backend() {
     let (_t, e) = run("compare", true);
     let rows = e.data["rows"].as_array().expect("rows");
-    assert_eq!(rows.len(), BackendKind::compiled().len());
+    assert_eq!(rows.len(), usable_backends().len());
     // "Ours" is the path Auto takes: the CPU kernel on flex, not the naive path.
     for row in rows {
         if row[0] == "flex" {

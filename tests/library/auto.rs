@@ -15,7 +15,7 @@ fn backend_family_is_recognized() {
         let expected = match backend {
             BackendKind::Flex => BackendFamily::Flex,
             BackendKind::Ndarray => BackendFamily::NdArray,
-            BackendKind::Wgpu => BackendFamily::CubeCl,
+            BackendKind::Wgpu | BackendKind::Cuda => BackendFamily::CubeCl,
         };
         assert_eq!(BackendFamily::of(&device), expected, "{backend}");
         assert_eq!(
@@ -52,10 +52,11 @@ fn auto_takes_the_documented_path_and_matches_naive() {
             // On the CPU backends (the root package turns on the kernel's backend extension):
             // this crate's kernel, inference and training, masked or not. On wgpu (the root
             // package's `wgpu` feature turns on `burn-sdpa/cube`): the CubeCL kernel, inference
-            // and training (this fails if `Auto` stops taking it for a training call).
+            // and training (this fails if `Auto` stops taking it for a training call); the same
+            // on CUDA, another CubeCL runtime (`cuda` turns on `burn-sdpa/cube` too).
             let expected = match backend {
                 BackendKind::Flex | BackendKind::Ndarray => AttentionPath::CpuKernel,
-                BackendKind::Wgpu => AttentionPath::CubeKernel,
+                BackendKind::Wgpu | BackendKind::Cuda => AttentionPath::CubeKernel,
             };
             assert_eq!(path, expected, "{backend}, autodiff {autodiff}");
             let masked = input(&q).mask(Tensor::<4, Bool>::full([1, 1, 1, m], false, &device));

@@ -1,5 +1,6 @@
 //! Contract, reference-parity and end-to-end tests of the attention library, on every backend
-//! compiled in (`--features wgpu` adds the wgpu backend to the CPU ones).
+//! compiled in (`--features wgpu` adds the wgpu backend to the CPU ones; `--features cuda` the
+//! CUDA backend, whose tests need a GPU).
 
 mod auto;
 mod common;
@@ -8,6 +9,7 @@ mod cube;
 mod cube_dtypes;
 mod cube_head_sizes;
 mod cube_sweep;
+mod cuda;
 mod drop_in;
 mod drop_in_api;
 mod errors;

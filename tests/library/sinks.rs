@@ -164,7 +164,7 @@ fn sinks_equal_one_more_key_with_a_zero_value_on_every_path_and_backend() {
             );
         }
     }
-    // Every path served the call on some backend (the CubeCL kernel where wgpu is compiled in).
+    // Every path served the call on some backend (the CubeCL kernel where wgpu or CUDA runs).
     for implementation in Implementation::all(3) {
         let wgpu_only = implementation == Implementation::CubeKernel;
         assert!(

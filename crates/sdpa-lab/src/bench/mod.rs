@@ -68,6 +68,10 @@ pub struct BenchConfig {
     pub dtype: String,
     /// The paths timed, by name (`auto`, `naive`, …); empty: every path.
     pub paths: Vec<String>,
+    /// Whether each timed path runs once more for the host memory it adds
+    /// ([`BenchRow::peak_mib`]); off on a GPU backend, whose tensors are not in the host's
+    /// memory (the run would cost time and say nothing).
+    pub peak_memory: bool,
 }
 
 impl BenchConfig {
@@ -91,6 +95,7 @@ impl BenchConfig {
                 naive_limit_bytes: 1 << 30,
                 dtype: "f32".into(),
                 paths: Vec::new(),
+                peak_memory: true,
             }
         } else {
             Self {
@@ -109,6 +114,7 @@ impl BenchConfig {
                 naive_limit_bytes: 12 << 30,
                 dtype: "f32".into(),
                 paths: Vec::new(),
+                peak_memory: true,
             }
         }
     }
@@ -148,6 +154,19 @@ impl BenchConfig {
             .chain(swept)
             .try_fold(0u128, |most, c| Some(most.max(c?)))
             .map(|bytes| u64::try_from(bytes).unwrap_or(u64::MAX))
+    }
+}
+
+impl BenchConfig {
+    /// The bytes of the inputs of the largest timed cell as they are drawn on the host (q, k, v
+    /// `[b, h, n, d]` in f32), the host's share of a cell on a GPU backend; `None` when the
+    /// sizes overflow the arithmetic.
+    pub fn input_bytes(&self) -> Option<u64> {
+        let n = self.ns.iter().max().copied().unwrap_or(0);
+        let bytes = [self.b, self.h, n, self.d, 3 * 4]
+            .into_iter()
+            .try_fold(1u128, |acc, x| acc.checked_mul(x as u128))?;
+        u64::try_from(bytes).ok()
     }
 }
 
@@ -338,9 +357,21 @@ fn time_cell(
         }
         attns.push((name, attn));
     }
-    for (_, attn) in &attns {
-        run_once(attn.as_ref(), cell, mode.backward)?; // warm-up
-    }
+    // The warm-up: a path the device cannot run (a GPU out of memory for the naive path's n×n
+    // scores, a kernel the driver refuses) is skipped with the device's reason, not the end of
+    // the bench, whether the runtime returns the error or panics.
+    attns.retain(
+        |(name, attn)| match warm_up(attn.as_ref(), cell, mode.backward) {
+            Ok(()) => true,
+            Err(reason) => {
+                skipped.push(format!(
+                    "{name}, {}, n = {n}: it failed on the device: {reason}",
+                    mode.name()
+                ));
+                false
+            }
+        },
+    );
     // Round-robin over the paths, so that a slow spell of the machine hits all of them,
     // starting each round one path later, so that no path always runs first (right after the
     // previous round's last path freed its memory).
@@ -364,8 +395,13 @@ fn time_cell(
     let (b, h, d) = (config.b, config.h, config.d);
     let mut rows = Vec::new();
     for ((name, attn), times) in attns.iter().zip(times) {
-        let (r, peak) = measure_peak(|| run_once(attn.as_ref(), cell, mode.backward));
-        r?;
+        let peak = if config.peak_memory {
+            let (r, peak) = measure_peak(|| run_once(attn.as_ref(), cell, mode.backward));
+            r?;
+            peak
+        } else {
+            None
+        };
         let flop = mode.flops_per_element() * (b * h * n * n * d) as f64;
         let med = median(&times);
         let row = BenchRow {
@@ -382,6 +418,29 @@ fn time_cell(
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// One untimed run of a path on a cell: the device's error, or the message of a panic of its
+/// runtime, on one line.
+fn warm_up(
+    attn: Option<&burn_sdpa::ScaledDotProductAttention>,
+    cell: &BenchInputs,
+    backward: bool,
+) -> Result<(), String> {
+    let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        run_once(attn, cell, backward)
+    }));
+    match run {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(sweeps::one_line(&e.to_string())),
+        Err(panic) => Err(sweeps::one_line(
+            &panic
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "the runtime panicked".into()),
+        )),
+    }
 }
 
 /// How a benchmark shows progress, and its seed (where it writes: [`BenchFolder`]).

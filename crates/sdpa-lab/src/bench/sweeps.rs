@@ -98,21 +98,7 @@ pub(super) fn sweep(
             if let Err(e) = r {
                 // A device that cannot hold the path's buffers (lavapipe refuses a 2 GiB buffer)
                 // is a finding of the sweep, not the end of the run.
-                // The device's error chain on one line: its first and last (root-cause) lines, without
-                // the backtrace notes.
-                let text = e.to_string();
-                let lines: Vec<&str> = text
-                    .lines()
-                    .map(str::trim)
-                    .filter(|l| {
-                        !l.is_empty() && !l.contains("backtrace") && !l.starts_with("Asked at")
-                    })
-                    .collect();
-                let reason = match lines.as_slice() {
-                    [] => String::new(),
-                    [one] => (*one).to_string(),
-                    [first, .., last] => format!("{first} … {last}"),
-                };
+                let reason = one_line(&e.to_string());
                 line(format!("{kind} {name} n={n}: failed: {reason}"));
                 rows.push(MemoryRow {
                     path: name.into(),
@@ -141,4 +127,19 @@ pub(super) fn sweep(
         }
     }
     Ok(rows)
+}
+
+/// A device's error chain on one line: its first and last (root-cause) lines, without the
+/// backtrace notes.
+pub(super) fn one_line(text: &str) -> String {
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.contains("backtrace") && !l.starts_with("Asked at"))
+        .collect();
+    match lines.as_slice() {
+        [] => String::new(),
+        [one] => (*one).to_string(),
+        [first, .., last] => format!("{first} … {last}"),
+    }
 }
