@@ -5,7 +5,8 @@ use burn::nn::LinearConfig;
 use burn::nn::loss::CrossEntropyLossConfig;
 use burn::prelude::*;
 use burn::tensor::TensorData;
-use sdpa::{AttentionError, linear_rows, try_cross_entropy};
+use sdpa::AttentionError;
+use sdpa::rows::{linear_rows, try_cross_entropy};
 
 use crate::common::{devices, lcg_values, max_abs_diff, values};
 
@@ -162,7 +163,7 @@ fn mean_and_std_equals_the_f64_reference_on_views_and_under_autodiff() {
             ("sliced heads", sliced, &sliced_values),
             ("autodiff", autodiff.swap_dims(1, 2), &all),
         ] {
-            let got: Vec<f64> = values(sdpa::mean_and_std(t));
+            let got: Vec<f64> = values(sdpa::rows::mean_and_std(t));
             let (mean, std) = reference_mean_std(reference);
             assert_eq!(got.len(), 2, "{backend} {what}");
             assert!(
@@ -195,7 +196,7 @@ fn accuracy_is_argmax_equal_to_the_target() {
             &device,
         );
         let targets = Tensor::<1, Int>::from_data([1, 2, 2, 3, -1], &device);
-        let got = sdpa::try_accuracy(logits, targets).expect("one target per row");
+        let got = sdpa::rows::try_accuracy(logits, targets).expect("one target per row");
         let got: Vec<f64> = values(got);
         // Rows 0 and 2 are right (row 1's largest logit comes first at 1).
         assert!((got[0] - 2.0 / 5.0).abs() < 1e-6, "{backend}: {}", got[0]);
@@ -230,7 +231,7 @@ fn accuracy_is_argmax_equal_to_the_target() {
             ("random", logits, targets, reference[0]),
             ("half right", boosted, first, boosted_reference[0]),
         ] {
-            let got: Vec<f64> = values(sdpa::accuracy(logits, targets));
+            let got: Vec<f64> = values(sdpa::rows::accuracy(logits, targets));
             assert!(
                 (got[0] - reference).abs() < 1e-6,
                 "{backend} {what}: {} vs {reference}",
@@ -238,7 +239,7 @@ fn accuracy_is_argmax_equal_to_the_target() {
             );
         }
         assert!(boosted_reference[0] >= 0.5, "the boosted rows are right");
-        let empty = sdpa::try_accuracy(
+        let empty = sdpa::rows::try_accuracy(
             Tensor::<2>::zeros([0, 3], &device),
             Tensor::<1, Int>::from_data(TensorData::new(Vec::<i64>::new(), [0]), &device),
         );
@@ -247,7 +248,7 @@ fn accuracy_is_argmax_equal_to_the_target() {
             "{backend}: zero rows"
         );
         assert!(matches!(
-            sdpa::try_accuracy(
+            sdpa::rows::try_accuracy(
                 Tensor::<2>::zeros([2, 0], &device),
                 Tensor::<1, Int>::from_data([0, 0], &device)
             ),
@@ -255,7 +256,7 @@ fn accuracy_is_argmax_equal_to_the_target() {
         ));
         let short = Tensor::<1, Int>::from_data([0, 1], &device);
         assert!(matches!(
-            sdpa::try_accuracy(Tensor::<2>::zeros([3, 2], &device), short),
+            sdpa::rows::try_accuracy(Tensor::<2>::zeros([3, 2], &device), short),
             Err(AttentionError::Shape { .. })
         ));
     }
@@ -276,7 +277,7 @@ fn accuracy_predicts_as_burns_argmax_with_nan_on_the_cpu_backends() {
         let targets = Tensor::<1, Int>::from_data([1, 0, 2], &device);
         let predicted = logits.clone().argmax(1).squeeze_dim::<1>(1);
         let reference: Vec<f64> = values(predicted.equal(targets.clone()).float().mean());
-        let got: Vec<f64> = values(sdpa::accuracy(logits, targets));
+        let got: Vec<f64> = values(sdpa::rows::accuracy(logits, targets));
         assert_eq!(got[0], reference[0], "{backend}");
         assert_eq!(
             got[0], 1.0,
@@ -293,7 +294,7 @@ fn mean_and_std_keeps_its_precision_when_the_mean_dwarfs_the_spread() {
     for (backend, device) in crate::common::cpu_devices() {
         let x = tensor(3, [70_000], &device).add_scalar(1000.0);
         let reference = reference_mean_std(&values(x.clone()));
-        let got: Vec<f64> = values(sdpa::mean_and_std(x));
+        let got: Vec<f64> = values(sdpa::rows::mean_and_std(x));
         assert!(
             (got[0] - reference.0).abs() <= 1e-6 * reference.0,
             "{backend} mean"

@@ -61,6 +61,7 @@
 //! | masks to build | the [`mask`] helpers (padding, causal, windows, segment ids, ALiBi slopes) |
 //! | attention statistics without the weights | [`AttentionInput::need_row_stats`], [`diagnostics_from_row_stats`] |
 //! | data on the host, or tile tuning | [`cpu_kernel`] |
+//! | a model's linear layers, layer norm and loss, fused on the CPU backends | [`rows`] ([`rows::linear_rows`], [`rows::cross_entropy`], ...): only worth it on Flex and NdArray, Burn's own layers elsewhere |
 //!
 //! Every option in one call:
 //!
@@ -148,7 +149,7 @@
 //! | `paths/` | one file per path (`naive.rs`, `chunked.rs`, `fused.rs`, `cpu/`, and `cube/` with the `cube` feature), the validated call with its device facts and the shared score preparation (`call.rs`), the measured `Auto` rule (`auto.rs`), and `mod.rs`, the only place that chooses a path |
 //! | `module.rs` | [`ScaledDotProductAttentionConfig`] and [`ScaledDotProductAttention`]: validate, resolve, run |
 //! | `qk_norm.rs` | [`QkNorm`] and [`HeadNorm`], the per-head normalization of queries and keys |
-//! | `rows.rs` | [`linear_rows`] and [`cross_entropy`], the row-wise layers of a training step, fused on the CPU backends (`paths/cpu/linear.rs`, `cross_entropy.rs`, `row_ops.rs`) |
+//! | `rows.rs` | [`rows`]: [`rows::linear_rows`], [`rows::layer_norm`], [`rows::cross_entropy`] and the model's metrics, the row-wise layers of a training step, fused on the CPU backends (`paths/cpu/linear.rs`, `cross_entropy.rs`, `row_ops.rs`) |
 //! | `mha.rs` | [`MultiHeadAttention`] |
 //! | `cache/` | [`MhaCache`] (preallocated slots, ring buffer, per-sequence lengths) and the multi-head layer's cached decoding |
 //! | `diagnostics.rs` | [`attention_diagnostics`], [`diagnostics_from_row_stats`] |
@@ -170,7 +171,7 @@ mod paths;
 mod qk_norm;
 mod rope;
 mod row_stats;
-mod rows;
+pub mod rows;
 mod types;
 mod vocabulary;
 
@@ -189,9 +190,6 @@ pub use options::AttentionOptions;
 pub use qk_norm::{HeadNorm, QkNorm};
 pub use rope::RopeConfig;
 pub use row_stats::RowStats;
-pub use rows::{
-    accuracy, cross_entropy, layer_norm, linear_rows, mean_and_std, try_accuracy, try_cross_entropy,
-};
 pub use types::{
     AttentionDims, CausalAlignment, Precision, ScalePolicy, Softmax, Window, validate_softcap,
 };

@@ -32,7 +32,7 @@ use crate::input::read_back;
 /// let device = Device::flex();
 /// let layer = LinearConfig::new(8, 4).init(&device);
 /// let x = Tensor::<3>::ones([2, 5, 8], &device);
-/// let y = burn_sdpa::linear_rows(&layer, x.clone());
+/// let y = burn_sdpa::rows::linear_rows(&layer, x.clone());
 /// assert_eq!(y.dims(), [2, 5, 4]);
 /// let reference = layer.forward(x);
 /// assert!(y.all_close(reference, Some(1e-5), Some(1e-6)));
@@ -68,7 +68,7 @@ pub fn linear_rows(linear: &Linear, x: Tensor<3>) -> Tensor<3> {
 /// let norm = LayerNormConfig::new(8).init(&device);
 /// let x = Tensor::<3>::random([2, 5, 8], burn::tensor::Distribution::Default, &device);
 /// let beta = norm.beta.as_ref().map(|b| b.val());
-/// let y = burn_sdpa::layer_norm(x.clone(), norm.gamma.val(), beta, 1e-5);
+/// let y = burn_sdpa::rows::layer_norm(x.clone(), norm.gamma.val(), beta, 1e-5);
 /// assert!(y.all_close(norm.forward(x), Some(1e-4), Some(1e-5)));
 /// ```
 ///
@@ -111,7 +111,7 @@ pub fn layer_norm<const D: usize>(
 /// let device = Device::flex();
 /// let logits = Tensor::<2>::from_data([[2.0, 0.0], [0.0, 0.0]], &device);
 /// let targets = Tensor::<1, Int>::from_data([0, 1], &device);
-/// let loss = burn_sdpa::try_cross_entropy(logits, targets).unwrap();
+/// let loss = burn_sdpa::rows::try_cross_entropy(logits, targets).unwrap();
 /// let expected = ((1.0f32 + (-2.0f32).exp()).ln() + 2.0f32.ln()) / 2.0;
 /// assert!((loss.into_scalar::<f32>() - expected).abs() < 1e-6);
 /// ```
@@ -206,7 +206,7 @@ pub fn cross_entropy(logits: Tensor<2>, targets: Tensor<1, Int>) -> Tensor<1> {
 /// # use burn::prelude::*;
 /// let device = Device::flex();
 /// let x = Tensor::<2>::from_data([[1.0, 3.0], [1.0, 3.0]], &device);
-/// let [mean, std] = burn_sdpa::mean_and_std(x.swap_dims(0, 1)).to_data().to_vec::<f32>().unwrap()[..] else { panic!() };
+/// let [mean, std] = burn_sdpa::rows::mean_and_std(x.swap_dims(0, 1)).to_data().to_vec::<f32>().unwrap()[..] else { panic!() };
 /// assert_eq!((mean, std), (2.0, 1.0));
 /// ```
 ///
@@ -247,7 +247,7 @@ pub fn mean_and_std<const D: usize>(x: Tensor<D>) -> Tensor<1> {
 /// let device = Device::flex();
 /// let logits = Tensor::<2>::from_data([[2.0, 0.0], [0.0, 1.0], [1.0, 1.0]], &device);
 /// let targets = Tensor::<1, Int>::from_data([0, 0, 1], &device);
-/// let accuracy = burn_sdpa::try_accuracy(logits, targets).unwrap();
+/// let accuracy = burn_sdpa::rows::try_accuracy(logits, targets).unwrap();
 /// assert_eq!(accuracy.into_scalar::<f32>(), 1.0 / 3.0);
 /// ```
 ///

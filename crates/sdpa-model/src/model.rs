@@ -242,7 +242,7 @@ impl LayerAttention {
     pub fn new(stats: RowStats, query: &Tensor<4>, key: &Tensor<4>) -> Self {
         // [mean, std] -> [std]: one pass over each head's buffer, in place (the heads are a
         // permuted view of the projection), outside autodiff.
-        let std = |t: &Tensor<4>| burn_sdpa::mean_and_std(t.clone()).slice(s![1..2]);
+        let std = |t: &Tensor<4>| burn_sdpa::rows::mean_and_std(t.clone()).slice(s![1..2]);
         Self {
             stats,
             qk_std: Tensor::cat(vec![std(query), std(key)], 0),
@@ -289,7 +289,7 @@ pub struct BatchResult {
 impl BatchResult {
     /// Fraction of correct predictions, `[1]` (on the device, outside autodiff).
     pub fn accuracy(&self) -> Tensor<1> {
-        burn_sdpa::accuracy(self.logits.clone(), self.targets.clone())
+        burn_sdpa::rows::accuracy(self.logits.clone(), self.targets.clone())
     }
 }
 
@@ -329,7 +329,7 @@ pub const LAYER_NORM_EPSILON: f64 = 1e-5;
 /// elsewhere than on the CPU backends); the model's norms all have [`LAYER_NORM_EPSILON`].
 fn normalize(norm: &LayerNorm, x: Tensor<3>) -> Tensor<3> {
     let beta = norm.beta.as_ref().map(|b| b.val());
-    burn_sdpa::layer_norm(x, norm.gamma.val(), beta, LAYER_NORM_EPSILON)
+    burn_sdpa::rows::layer_norm(x, norm.gamma.val(), beta, LAYER_NORM_EPSILON)
 }
 
 impl AttentionModel {
@@ -490,7 +490,7 @@ impl AttentionModel {
         let logits = out.logits.reshape([b * t, c]);
         // [b, t] -> [b·t]
         let targets = batch.targets.clone().reshape([b * t]);
-        let loss = burn_sdpa::cross_entropy(logits.clone(), targets.clone());
+        let loss = burn_sdpa::rows::cross_entropy(logits.clone(), targets.clone());
         Ok(BatchResult {
             loss,
             logits,
