@@ -93,3 +93,40 @@ pub fn lcg_values(seed: u64, len: usize) -> Vec<f64> {
         })
         .collect()
 }
+
+/// Runs the ignored test `path` (`module::name`) of this test binary alone in a child process
+/// with `env` set, and asserts that it ran and passed (its output is printed).
+///
+/// Two uses: knobs read once per process (the CubeCL kernel's tiling), and parallel work on
+/// lavapipe. CubeCL serves each device from one server, so the wgpu tests of one process compile
+/// and run their kernels one at a time (two such tests in one process used 107% of the CPU,
+/// measured): a heavy wgpu test run in a child process gets its own device and the second core.
+/// Kernels compiled in another process come from Mesa's shader cache.
+pub fn in_child(path: &str, env: &[(&str, &str)]) {
+    let exe = std::env::current_exe().expect("the test binary");
+    let output = std::process::Command::new(exe)
+        .args([
+            path,
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .envs(env.iter().copied())
+        .output()
+        .expect("the child test runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    println!("{stdout}");
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "{path} with {env:?} failed:\n{stdout}\n{stderr}"
+    );
+}
+
+/// Whether `SDPA_TEST_FULL` is set: the few wgpu tests that trim their cases on lavapipe to fit
+/// CI's 90 minutes on 2 cores (each says what it leaves out, and why that is covered elsewhere)
+/// then run every case.
+pub fn full_lavapipe() -> bool {
+    std::env::var_os("SDPA_TEST_FULL").is_some()
+}

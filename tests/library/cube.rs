@@ -36,6 +36,15 @@ fn both(
 
 #[test]
 fn the_cube_kernel_equals_naive_on_wgpu() {
+    crate::common::in_child("cube::child_the_cube_kernel_equals_naive_on_wgpu", &[]);
+}
+
+/// The body of [`the_cube_kernel_equals_naive_on_wgpu`], run in a child process: its own wgpu device, so that lavapipe
+/// compiles its kernels on the second core while this binary's other tests use the first
+/// (`common::in_child`).
+#[test]
+#[ignore = "run by its parent test in a child process"]
+fn child_the_cube_kernel_equals_naive_on_wgpu() {
     let device = BackendKind::Wgpu.device().expect("wgpu (lavapipe in CI)");
     device.seed(3);
     for (n, m, h, h_kv, d_k, d_v) in [

@@ -49,10 +49,10 @@ fn random_input(device: &Device, [b, h, h_kv, n, m, d_k, d_v]: [usize; 7]) -> At
 
 /// Every head-size case through `implementation` on wgpu, forward and backward (the
 /// gradients checked on every case).
-fn head_size_cases_pass(implementation: Implementation) {
+fn head_size_cases_pass(implementation: Implementation, keep: impl Fn(&PathBuf) -> bool) {
     let device = BackendKind::Wgpu.device().expect("wgpu (lavapipe in CI)");
     let mut failures = Vec::new();
-    for file in head_size_files() {
+    for file in head_size_files().into_iter().filter(|f| keep(f)) {
         match golden::run_file(&file, &device, implementation) {
             Ok(r) if r.passed_strict() => {
                 let checked: Vec<&str> = r.checks.iter().map(|c| c.name).collect();
@@ -185,7 +185,22 @@ fn the_kernel_trains_like_naive_over_many_tiles_at_large_heads() {
 #[test]
 #[ignore = "run by its parent test in a child process, with the knobs set"]
 fn child_head_size_cases_in_the_limits_set_by_the_environment() {
-    head_size_cases_pass(Implementation::CubeKernel);
+    // On lavapipe (CI: 2 cores), the cases at d = 256 (every option: the head size the kernel
+    // was wrong at), 320/512 and 512; all 25 with `SDPA_TEST_FULL`. This child took 16.5 of
+    // CI's minutes with all 25; the other head sizes pass in the device's own tiling
+    // (`golden.rs`), and 16 KiB tiles are also checked against Naive over a sweep of lengths at
+    // d 256 and d_k 96 / d_v 320 (`cube_sweep.rs`) and over many tiles at d 256, 192/128 and
+    // 132/140 below.
+    let full = crate::common::full_lavapipe();
+    head_size_cases_pass(Implementation::CubeKernel, |file| {
+        let name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default();
+        full || ["head_256", "head_320", "head_512"]
+            .iter()
+            .any(|p| name.starts_with(p))
+    });
     the_kernel_trains_like_naive_over_many_tiles_at_large_heads();
 }
 

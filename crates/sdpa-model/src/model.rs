@@ -5,9 +5,10 @@ use burn::nn::{
     Embedding, EmbeddingConfig, Gelu, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
 };
 use burn::prelude::*;
+use burn_sdpa::rows::linear_rows;
 use burn_sdpa::{
     AttentionDiagnostics, AttentionError, AttentionOptions, MhaInput, MultiHeadAttention,
-    MultiHeadAttentionConfig, QkNorm, RowStats, diagnostics_from_row_stats, linear_rows,
+    MultiHeadAttentionConfig, QkNorm, RowStats, diagnostics_from_row_stats,
 };
 use serde::{Deserialize, Serialize};
 
