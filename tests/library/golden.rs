@@ -116,11 +116,35 @@ fn child_every_golden_case_passes_on_every_backend_chunked() {
 
 #[test]
 fn every_golden_case_passes_on_every_backend_auto() {
+    crate::common::in_child(
+        "golden::child_every_golden_case_passes_on_every_backend_auto",
+        &[],
+    );
+}
+
+/// The body of [`every_golden_case_passes_on_every_backend_auto`], run in a child process: its own wgpu device, so that lavapipe
+/// compiles its kernels on the second core while this binary's other tests use the first
+/// (`common::in_child`).
+#[test]
+#[ignore = "run by its parent test in a child process"]
+fn child_every_golden_case_passes_on_every_backend_auto() {
     golden_on_every_backend(Implementation::Auto);
 }
 
 #[test]
 fn every_golden_case_passes_on_every_backend_fused_where_it_applies() {
+    crate::common::in_child(
+        "golden::child_every_golden_case_passes_on_every_backend_fused_where_it_applies",
+        &[],
+    );
+}
+
+/// The body of [`every_golden_case_passes_on_every_backend_fused_where_it_applies`], run in a child process: its own wgpu device, so that lavapipe
+/// compiles its kernels on the second core while this binary's other tests use the first
+/// (`common::in_child`).
+#[test]
+#[ignore = "run by its parent test in a child process"]
+fn child_every_golden_case_passes_on_every_backend_fused_where_it_applies() {
     // Fused only knows bottom-right causal alignment: the top-left cases with n != m are
     // rejected with a clear error, and every other case passes.
     let mut failures = Vec::new();
