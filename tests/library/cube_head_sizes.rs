@@ -10,7 +10,6 @@
 #![cfg(feature = "wgpu")]
 
 use std::path::PathBuf;
-use std::process::Command;
 
 use burn::prelude::*;
 use burn::tensor::Distribution;
@@ -249,25 +248,7 @@ fn child_oversized_head_in_the_limits_set_by_the_environment() {
 /// Runs the ignored test `name` of this binary alone in a child process with `env`, and asserts
 /// that it ran and passed.
 fn run_child(name: &str, env: &[(&str, &str)]) {
-    let exe = std::env::current_exe().expect("the test binary");
-    let mut command = Command::new(exe);
-    command.args([
-        &format!("cube_head_sizes::{name}"),
-        "--exact",
-        "--ignored",
-        "--nocapture",
-        "--test-threads=1",
-    ]);
-    for (key, value) in env {
-        command.env(key, value);
-    }
-    let output = command.output().expect("the child test runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "{name} with {env:?} failed:\n{stdout}\n{stderr}"
-    );
+    crate::common::in_child(&format!("cube_head_sizes::{name}"), env);
 }
 
 #[test]

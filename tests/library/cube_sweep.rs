@@ -18,7 +18,6 @@
 
 #![cfg(feature = "wgpu")]
 
-use std::process::Command;
 use std::time::Instant;
 
 use burn::prelude::*;
@@ -188,25 +187,7 @@ fn the_longest_sequences_the_loop_limit_admits_run_right() {
 /// Runs the ignored test `name` of this binary alone in a child process with `env`, and asserts
 /// that it ran and passed.
 fn run_child(name: &str, env: &[(&str, &str)]) {
-    let exe = std::env::current_exe().expect("the test binary");
-    let output = Command::new(exe)
-        .args([
-            &format!("cube_sweep::{name}"),
-            "--exact",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .envs(env.iter().copied())
-        .output()
-        .expect("the child test runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    println!("{stdout}");
-    assert!(
-        output.status.success() && stdout.contains("1 passed"),
-        "{name} with {env:?} failed:\n{stdout}\n{stderr}"
-    );
+    crate::common::in_child(&format!("cube_sweep::{name}"), env);
 }
 
 /// Run by the shared-tile tests below in a child process, with the knobs set.
