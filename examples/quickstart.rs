@@ -1,8 +1,8 @@
 //! Quickstart: use `MultiHeadAttention` inside your own Burn model.
 //!
 //! ```sh
-//! cargo run --example quickstart            # flex (the default CPU backend)
-//! cargo run --example quickstart -- ndarray # or ndarray / wgpu (with --features wgpu)
+//! cargo run --release --example quickstart            # flex (the default CPU backend)
+//! cargo run --release --example quickstart -- ndarray # or ndarray / wgpu (with --features wgpu)
 //! ```
 //!
 //! How long on 2 cores: not measured (one forward, one backward and one Adam step of a tiny model).
@@ -16,8 +16,11 @@ use burn::nn::loss::CrossEntropyLossConfig;
 use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
-use sdpa::mask::padding_mask_from_tokens;
-use sdpa::{BackendKind, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use burn_sdpa::mask::padding_mask_from_tokens;
+use burn_sdpa::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+// This repository's backend switch (its command-line name to a `Device`); in your project, make
+// the device directly, e.g. `Device::flex()`.
+use sdpa::BackendKind;
 
 /// The user's model: nothing in it is specific to this crate except the attention layer.
 #[derive(Module, Debug)]

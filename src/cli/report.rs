@@ -132,8 +132,9 @@ pub(super) fn lab_error(e: LabError) -> anyhow::Error {
 
 fn print_report(out: &std::path::Path, report: &Report) -> bool {
     println!(
-        "report: {}  numbers: {}",
+        "report: {}  appendix: {}  numbers: {}",
         out.join("REPORT.md").display(),
+        out.join("APPENDIX.md").display(),
         out.join("results.json").display()
     );
     for e in &report.experiments {

@@ -102,7 +102,7 @@ fn run(name: &str, all_backends: bool) -> (tempfile::TempDir, sdpa::lab::report:
             .unwrap_or(0);
         assert!(len > 100, "{name}: {p} missing or empty");
     }
-    let md = std::fs::read_to_string(tmp.path().join("REPORT.md")).expect("REPORT.md");
+    let md = std::fs::read_to_string(tmp.path().join("APPENDIX.md")).expect("APPENDIX.md");
     assert!(md.contains("**Claims.**") && md.contains(&format!("## {name}:")));
     (tmp, e)
 }
@@ -587,4 +587,59 @@ fn bench_smoke_run_times_every_path_and_writes_its_files() {
             "{f}"
         );
     }
+}
+
+/// The report's first screen (issue 54): four answers in at most
+/// [`FIRST_SCREEN_WORDS`](sdpa::lab::report::FIRST_SCREEN_WORDS) words, each with a number and
+/// its interval, the key figure and the verdict table; then a screen per question; the
+/// bookkeeping in `APPENDIX.md`.
+#[test]
+fn the_first_screen_answers_the_four_questions() {
+    use sdpa::lab::answers::{Question, words};
+    use sdpa::lab::report::{FIRST_SCREEN_WORDS, first_screen};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let names = [
+        "dot-std",
+        "saturation",
+        "attention-saturation",
+        "gradients",
+        "training",
+        "masks",
+    ];
+    let r = report(&names, false, tmp.path());
+    let md = std::fs::read_to_string(tmp.path().join("REPORT.md")).expect("REPORT.md");
+    let screen = first_screen(&md);
+    assert!(
+        words(screen) <= FIRST_SCREEN_WORDS,
+        "{} words:\n{screen}",
+        words(screen)
+    );
+    for q in Question::ALL {
+        let line = screen
+            .lines()
+            .find(|l| l.contains(q.text()))
+            .unwrap_or_else(|| panic!("no answer to {q:?}:\n{screen}"));
+        // One number with its interval: `x [lo, hi]`.
+        assert!(
+            line.contains('[') && line.contains(", ") && !line.contains("not measured"),
+            "{line}"
+        );
+        assert!(md.contains(&format!("\n## {}\n", q.heading())), "{q:?}");
+    }
+    // The key figure exists, and the table has a row per decided claim, at most 8.
+    let figure = screen
+        .lines()
+        .find_map(|l| l.strip_prefix("![").and_then(|l| l.split("](").nth(1)))
+        .map(|l| l.trim_end_matches(')'))
+        .expect("a key figure");
+    assert!(tmp.path().join(figure).is_file(), "{figure}");
+    let rows = screen.lines().filter(|l| l.starts_with("| ")).count();
+    assert!((2..=9).contains(&rows), "{rows} table lines:\n{screen}");
+    // Every experiment's section is in the appendix, none on the reader's page.
+    let appendix = std::fs::read_to_string(tmp.path().join("APPENDIX.md")).expect("APPENDIX.md");
+    for e in &r.experiments {
+        assert!(appendix.contains(&format!("## {}:", e.name)), "{}", e.name);
+        assert!(!md.contains(&format!("## {}:", e.name)), "{}", e.name);
+    }
+    assert!(md.contains("(APPENDIX.md)"));
 }

@@ -69,14 +69,15 @@
 //! use burn::prelude::*;
 //! use burn_sdpa::{AttentionInput, CausalAlignment, Precision, ScalePolicy};
 //! use burn_sdpa::ScaledDotProductAttentionConfig;
-//! # let device = Device::flex();
-//! # let [b, h, n, m, d] = [2, 4, 8, 8, 16];
-//! # let x = |s: [usize; 4]| Tensor::<4>::random(s, burn::tensor::Distribution::Default, &device);
-//! # let (query, key, value) = (x([b, h, n, d]), x([b, h, m, d]), x([b, h, m, d]));
-//! # let padding = Tensor::<2, Bool>::full([b, m], false, &device);
-//! # let mask = Tensor::<4, Bool>::full([1, 1, n, m], false, &device);
-//! # let bias = Tensor::<4>::zeros([1, h, n, m], &device);
-//! # let sink_logits = Tensor::<1>::zeros([h], &device);
+//! fn main() -> Result<(), burn_sdpa::AttentionError> {
+//! let device = Device::flex();
+//! let [b, h, n, m, d] = [2, 4, 8, 8, 16];
+//! let x = |s: [usize; 4]| Tensor::<4>::random(s, burn::tensor::Distribution::Default, &device);
+//! let (query, key, value) = (x([b, h, n, d]), x([b, h, m, d]), x([b, h, m, d]));
+//! let padding = Tensor::<2, Bool>::full([b, m], false, &device); // true = padding
+//! let mask = Tensor::<4, Bool>::full([1, 1, n, m], false, &device);
+//! let bias = Tensor::<4>::zeros([1, h, n, m], &device);
+//! let sink_logits = Tensor::<1>::zeros([h], &device);
 //! let attn = ScaledDotProductAttentionConfig::new()
 //!     .with_scale(ScalePolicy::InvSqrtDk)            // | Unscaled | Fixed(f64)
 //!     .with_softcap(Some(50.0))                      // optional: c·tanh(s/c) on the scaled scores (Gemma 2)
@@ -97,9 +98,10 @@
 //! let out = attn.try_forward(input)?;                // a typed AttentionError instead of a panic
 //! let context = out.context;                         // [b, h, n, d_v]
 //! let weights = out.weights;                         // Option<[b, h, n, m]>, before dropout
-//! # assert_eq!(context.dims(), [b, h, n, d]);
-//! # assert_eq!(weights.unwrap().dims(), [b, h, n, m]);
-//! # Ok::<(), burn_sdpa::AttentionError>(())
+//! assert_eq!(context.dims(), [b, h, n, d]);
+//! assert_eq!(weights.unwrap().dims(), [b, h, n, m]);
+//! Ok(())
+//! }
 //! ```
 //!
 //! # Feature flags

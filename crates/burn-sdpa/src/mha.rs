@@ -16,7 +16,7 @@ use crate::rows::linear_rows;
 /// Configuration of [`MultiHeadAttention`].
 ///
 /// ```
-/// # use burn::prelude::*;
+/// use burn::prelude::*;
 /// use burn_sdpa::{MhaInput, MultiHeadAttentionConfig};
 /// let device = Device::flex();
 /// let mha = MultiHeadAttentionConfig::new(64, 8)

@@ -24,6 +24,9 @@ pub enum Outcome {
     Conditional,
     /// The data cannot decide (an interval straddles the threshold, or the run was too small).
     Undecided,
+    /// The design could not have decided it whatever the data (e.g. a ratio of steps that the
+    /// step budget cannot show): never counted as a failure.
+    OutOfReach,
 }
 
 impl Outcome {
@@ -34,6 +37,7 @@ impl Outcome {
             Outcome::Fails => "FAILS",
             Outcome::Conditional => "conditional",
             Outcome::Undecided => "undecided",
+            Outcome::OutOfReach => "cannot be decided with this design",
         }
     }
 
@@ -50,8 +54,9 @@ impl Outcome {
     /// README): **holds** when it holds in every condition; **FAILS** when it fails in at least
     /// one and holds in none; **conditional** when it holds in at least one and fails in at least
     /// one; **undecided** otherwise (it fails nowhere and some condition could not decide it, or
-    /// there is no condition). A condition that is itself conditional counts as both a hold
-    /// and a failure.
+    /// there is no condition), or **cannot be decided with this design** when no condition could
+    /// have decided it. A condition that is itself conditional counts as both a hold and a
+    /// failure.
     pub fn across(outcomes: &[Outcome]) -> Self {
         let tally = Tally::of(outcomes);
         let (holds, fails) = (
@@ -66,6 +71,8 @@ impl Outcome {
             Outcome::Conditional
         } else if fails > 0 {
             Outcome::Fails
+        } else if tally.out_of_reach == outcomes.len() {
+            Outcome::OutOfReach
         } else {
             Outcome::Undecided
         }
@@ -83,6 +90,8 @@ pub struct Tally {
     pub conditional: usize,
     /// Where the data cannot decide it.
     pub undecided: usize,
+    /// Where the design could not have decided it.
+    pub out_of_reach: usize,
 }
 
 impl Tally {
@@ -94,12 +103,13 @@ impl Tally {
             fails: count(Outcome::Fails),
             conditional: count(Outcome::Conditional),
             undecided: count(Outcome::Undecided),
+            out_of_reach: count(Outcome::OutOfReach),
         }
     }
 
     /// Everything counted.
     pub fn total(&self) -> usize {
-        self.holds + self.fails + self.conditional + self.undecided
+        self.holds + self.fails + self.conditional + self.undecided + self.out_of_reach
     }
 
     /// E.g. `holds in 3, fails in 2, undecided in 3 of 8 conditions`.
@@ -109,6 +119,7 @@ impl Tally {
             (self.fails, "fails in"),
             (self.conditional, "conditional in"),
             (self.undecided, "undecided in"),
+            (self.out_of_reach, "cannot be decided with this design in"),
         ]
         .iter()
         .filter(|(n, _)| *n > 0)
@@ -165,6 +176,9 @@ pub struct Claim {
     /// Whether `conditions` are the parts of one sentence joined by "and" (it holds when every
     /// part holds and fails when one fails) rather than conditions it is checked under.
     pub conjunction: bool,
+    /// Why the claim could not have failed, for one that could not (arithmetic, an identity, a
+    /// band the setup meets by construction): shown, never counted in a tally.
+    pub cannot_fail: Option<String>,
 }
 
 impl Claim {
@@ -186,7 +200,19 @@ impl Claim {
             outcome: Outcome::of(holds),
             conditions: Vec::new(),
             conjunction: false,
+            cannot_fail: None,
         }
+    }
+
+    /// Marks a claim that could not have failed, with the reason: it is shown but not counted.
+    pub fn cannot_fail(mut self, reason: impl Into<String>) -> Self {
+        self.cannot_fail = Some(reason.into());
+        self
+    }
+
+    /// Whether the claim counts in a tally (it could have failed).
+    pub fn counts(&self) -> bool {
+        self.cannot_fail.is_none()
     }
 
     /// How many of its conditions hold, fail, are conditional or undecided (`None` for a claim
@@ -241,6 +267,7 @@ impl Claim {
             outcome,
             conditions,
             conjunction: false,
+            cannot_fail: None,
         }
     }
 

@@ -100,6 +100,7 @@ fn verdicts_follow_the_articles_claims_alone() {
         outcome,
         conditions: Vec::new(),
         conjunction: false,
+        cannot_fail: None,
     };
     let article = |o| claim(Source::Article(&Q), o);
     let lab = |o| claim(Source::Lab, o);

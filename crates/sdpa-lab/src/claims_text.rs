@@ -52,7 +52,13 @@ pub fn claims_table(claims: &[Claim]) -> String {
                 c.statement.clone(),
                 c.check.clone(),
                 c.measured.clone(),
-                c.outcome_text(),
+                match &c.cannot_fail {
+                    Some(why) => format!(
+                        "{} (could not have failed: {why}; not counted)",
+                        c.outcome_text()
+                    ),
+                    None => c.outcome_text(),
+                },
             ]
         })
         .collect();

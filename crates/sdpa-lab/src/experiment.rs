@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::answers::{Answer, KeyNumber, Question};
 use crate::claims::Claim;
 use crate::context::{Env, LabError};
 use crate::plot::{LinePlot, heatmap, line_plot};
@@ -396,6 +397,10 @@ pub struct Canvas {
     pub csv: Vec<String>,
     /// PNG files written, relative to the folder.
     pub plots: Vec<String>,
+    /// The experiment's answers to the report's questions.
+    pub answers: Vec<Answer>,
+    /// The numbers that decide the article's claims, for the first screen's table.
+    pub key_numbers: Vec<KeyNumber>,
 }
 
 impl Canvas {
@@ -405,7 +410,27 @@ impl Canvas {
             dir: dir.into(),
             csv: Vec::new(),
             plots: Vec::new(),
+            answers: Vec::new(),
+            key_numbers: Vec::new(),
         }
+    }
+
+    /// Records the experiment's answer to `question`: `short` for the first screen (`None` when
+    /// it only adds to the question's screen), `screen` for the question's own screen.
+    pub fn answer(&mut self, question: Question, short: Option<String>, screen: String) {
+        self.answers.push(Answer {
+            question,
+            short,
+            screen,
+        });
+    }
+
+    /// Records the number that decides the claim `claim_id`, for the first screen's table.
+    pub fn key_number(&mut self, claim_id: &str, number: impl Into<String>) {
+        self.key_numbers.push(KeyNumber {
+            claim_id: claim_id.into(),
+            number: number.into(),
+        });
     }
 
     /// The folder.

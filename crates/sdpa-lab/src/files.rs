@@ -173,7 +173,7 @@ pub fn claim_folder(dir: &Path) -> Result<(), LabError> {
     }
     write_atomic(
         &dir.join(MANIFEST),
-        b"This folder is written by `sdpa report` / `sdpa exp`: REPORT.md, results.json, run.json, \
+        b"This folder is written by `sdpa report` / `sdpa exp`: REPORT.md, APPENDIX.md, results.json, run.json, \
           cells/, support/ and the CSV and PNG files the report names.\n",
     )
 }

@@ -16,6 +16,7 @@
 //! | what experiments share | [`experiment`], [`measures`], [`claims`], `article` |
 //! | tools | [`stats`], `plot`, `markdown`, [`memory`], `parallel`, `context`, `files` |
 
+pub mod answers;
 mod article;
 pub mod bench;
 pub mod claims;

@@ -39,3 +39,15 @@ pub fn f(x: f64, digits: usize) -> String {
 pub fn opt(x: Option<f64>, digits: usize) -> String {
     x.map_or("–".into(), |x| f(x, digits))
 }
+
+/// The anchor GitHub gives a heading: lower case, spaces to `-`, every character that is not
+/// alphanumeric, `-`, `_` or a space dropped.
+pub fn anchor(heading: &str) -> String {
+    heading
+        .trim()
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || matches!(c, '-' | '_' | ' '))
+        .map(|c| if c == ' ' { '-' } else { c })
+        .collect()
+}

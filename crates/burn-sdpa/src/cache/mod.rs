@@ -64,7 +64,7 @@ enum Kind {
 /// padding.
 ///
 /// ```
-/// # use burn::prelude::*;
+/// use burn::prelude::*;
 /// use burn_sdpa::{MhaCache, MhaInput, MultiHeadAttentionConfig};
 /// let device = Device::flex();
 /// let mha = MultiHeadAttentionConfig::new(16, 4).init(&device);

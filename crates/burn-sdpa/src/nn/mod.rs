@@ -5,10 +5,10 @@
 //! so that `Auto`'s fused kernels serve them. Changing the `use` line is the whole change:
 //!
 //! ```
-//! # use burn::prelude::*;
+//! use burn::prelude::*;
 //! // use burn::nn::transformer::{TransformerEncoderConfig, TransformerEncoderInput};
 //! use burn_sdpa::nn::transformer::{TransformerEncoderConfig, TransformerEncoderInput};
-//! # let device = Device::flex();
+//! let device = Device::flex();
 //! let encoder = TransformerEncoderConfig::new(64, 128, 4, 2).init(&device);
 //! let x = Tensor::<3>::zeros([2, 10, 64], &device);
 //! let y = encoder.forward(TransformerEncoderInput::new(x));

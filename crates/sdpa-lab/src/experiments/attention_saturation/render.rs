@@ -1,6 +1,7 @@
 //! `attention-saturation`'s tables, CSV and plot.
 
 use super::{ARTICLE, AttentionSaturationData};
+use crate::answers::Question;
 use crate::context::LabError;
 use crate::experiment::Canvas;
 use crate::markdown::{f, md_table};
@@ -120,6 +121,21 @@ fn write_csv(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<(), 
             })
             .collect::<Vec<_>>(),
     )?;
+    // The draws behind each mean max p and its interval.
+    canvas.csv(
+        "attention_saturation_draws.csv",
+        "m,d,scaled,draw,mean_max_p",
+        &data
+            .corrected
+            .iter()
+            .flat_map(|r| {
+                r.max_p_draws
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, p)| format!("{},{},{},{i},{p}", r.m, r.d, r.scaled))
+            })
+            .collect::<Vec<_>>(),
+    )?;
     Ok(())
 }
 
@@ -127,33 +143,51 @@ fn write_csv(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<(), 
 pub fn render(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<String, LabError> {
     write_csv(data, canvas)?;
     let (article_table, corrected_table) = (article_table(data), corrected_table(data));
-    let mut series = Vec::new();
-    let mut ms: Vec<usize> = data.corrected.iter().map(|r| r.m).collect();
-    ms.sort();
-    ms.dedup();
-    for scaled in [false, true] {
-        for &m in &ms {
-            series.push(Series::with_band(
-                format!("{}, m = {m}", if scaled { "1/√d" } else { "none" }),
-                data.corrected
-                    .iter()
-                    .filter(|r| r.m == m && r.scaled == scaled)
-                    .map(|r| (r.d as f64, r.max_p.value, r.max_p.lo, r.max_p.hi))
-                    .collect(),
-            ));
-        }
-    }
+    // The article's m only (the m-dependence is a lab claim, in the table), both scalings with
+    // their bands, the article's own values, and the 0.999 its "one-hot" sentence says.
+    let at = |scaled: bool| -> Vec<(f64, f64, f64, f64)> {
+        data.corrected
+            .iter()
+            .filter(|r| r.m == data.m_main && r.scaled == scaled)
+            .map(|r| (r.d as f64, r.max_p.value, r.max_p.lo, r.max_p.hi))
+            .collect()
+    };
+    let dims: Vec<f64> = ARTICLE.iter().map(|a| a.0 as f64).collect();
+    let series = vec![
+        Series::with_band("none, measured (mean over queries)", at(false)).colored(1),
+        Series::with_band("1/√d, measured", at(true)).colored(0),
+        Series::scatter(
+            "none, the article",
+            ARTICLE.iter().map(|a| (a.0 as f64, a.1)).collect(),
+            true,
+        )
+        .colored(1),
+        Series::scatter(
+            "1/√d, the article",
+            ARTICLE.iter().map(|a| (a.0 as f64, a.2)).collect(),
+            true,
+        )
+        .colored(0),
+        Series::reference(
+            "0.999: the article's \"one-hot\"",
+            dims.iter().map(|&d| (d, 0.999)).collect(),
+        ),
+    ];
     let plot = canvas.line_plot(
         "attention_saturation_max_p.png",
         &LinePlot {
-            title: "Mean max p per query vs d (95% bands)".into(),
-            x_label: "d".into(),
-            y_label: "mean max p".into(),
+            title: format!(
+                "Largest attention weight per query vs d, m = {} keys (95% bands)",
+                data.m_main
+            ),
+            x_label: "d (= d_k)".into(),
+            y_label: "mean max p over queries".into(),
             log_x: true,
             log_y: true,
             series,
         },
     )?;
+    answer(data, canvas, &plot);
     Ok(format!(
         "**What the article computed.** `dot = (q * k).sum(-1)` has shape [500]: 500 logits \
          q_i·k_i of independent unit-variance vectors, and `dot.softmax(-1)` one distribution over \
@@ -171,4 +205,81 @@ pub fn render(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<Str
         data.draws,
         data.m_main
     ))
+}
+
+/// The second question's answer (the first screen's number) and this experiment's part of its
+/// screen.
+fn answer(data: &AttentionSaturationData, canvas: &mut Canvas, plot: &str) {
+    let row = |d: usize, scaled: bool| {
+        data.corrected
+            .iter()
+            .find(|r| r.m == data.m_main && r.d == d && r.scaled == scaled)
+    };
+    let (Some(none), Some(scaled)) = (row(64, false), row(64, true)) else {
+        return;
+    };
+    canvas.key_number(
+        "unscaled-is-one-hot",
+        format!("max p {} at d_k 64", none.max_p.show(2)),
+    );
+    canvas.key_number(
+        "scaled-max-p-band",
+        format!("max p {} at d_k 64", scaled.max_p.show(3)),
+    );
+    let top = data
+        .corrected
+        .iter()
+        .filter(|r| !r.scaled && r.m == data.m_main)
+        .max_by_key(|r| r.d);
+    canvas.answer(
+        Question::Saturation,
+        Some(format!(
+            "{}: at d_k = 64 a query's largest weight averages {}, not the article's 0.999; \
+             scaled, {}.",
+            if none.max_p.hi < 0.99 && none.max_p.lo > 0.5 {
+                "Yes, but not to one-hot"
+            } else if none.max_p.lo >= 0.99 {
+                "Yes, to one-hot"
+            } else {
+                "Not strongly"
+            },
+            none.max_p.show(2),
+            short_p(scaled.max_p.value),
+        )),
+        format!(
+            "**In attention.** {} queries each attend over m = {} keys (the article's size), q and k with \
+             unit-variance entries; we read each query's largest weight, max p (1 would be one-hot: all \
+             attention on one key), over {} draws.\n\n{plot}\n\n**Effect.** At d_k = 64 without the \
+             scale the logits have std {:.1}, and the mean max p is {} (95% interval); {:.0}% [{:.0}, \
+             {:.0}] of the queries are nearly one-hot (max p > 0.99). With 1/√d_k it is {}: attention \
+             spreads over many keys.{}\n\n**Caveat.** The article's 0.999 is one draw of a single \
+             softmax over {} logits, not an average over queries; at d_k = 64 its code gives {} over {} \
+             draws (appendix, `attention-saturation`).",
+            data.n,
+            data.m_main,
+            data.draws,
+            none.logit_std.value,
+            none.max_p.show(3),
+            100.0 * none.saturated_fraction.value,
+            100.0 * none.saturated_fraction.lo,
+            100.0 * none.saturated_fraction.hi,
+            scaled.max_p.show(3),
+            top.map_or(String::new(), |r| format!(
+                " Even at d_k = {} the unscaled mean is {}.",
+                r.d,
+                r.max_p.show(3)
+            )),
+            data.m_main,
+            data.replicated.iter().find(|r| r.d == 64).map_or("–".to_string(), |r| {
+                let (lo, hi) = range(&r.unscaled);
+                format!("{lo:.2}–{hi:.2}")
+            }),
+            super::REPLICATION_DRAWS,
+        ),
+    );
+}
+
+/// A probability with 3 decimals.
+fn short_p(p: f64) -> String {
+    format!("{p:.3}")
 }

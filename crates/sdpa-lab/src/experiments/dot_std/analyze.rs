@@ -42,6 +42,8 @@ pub struct DotStdData {
     pub repeats: usize,
     /// One row per d.
     pub rows: Vec<DotStdRow>,
+    /// The fitted exponent of std(q·k) on d over every draw, with its 95% interval.
+    pub exponent: Estimate,
 }
 
 /// Rows and claims.
@@ -78,20 +80,21 @@ pub fn analyze(cells: &[Measured<DotStdConfig, DotStdResult>]) -> Analysis<DotSt
             }
         })
         .collect();
-    let claims = claims(cells, &rows);
+    let exponent = exponent(cells);
+    let claims = claims(cells, &rows, exponent);
     Analysis::new(
         claims,
         DotStdData {
             pairs: cells.first().map_or(0, |c| c.config.pairs),
             repeats: cells.first().map_or(0, |c| c.config.repeats),
             rows,
+            exponent,
         },
     )
 }
 
-/// The claims, decided by the draws.
-fn claims(cells: &[Measured<DotStdConfig, DotStdResult>], rows: &[DotStdRow]) -> Vec<Claim> {
-    // Every draw's std against d, on log-log axes.
+/// The fitted exponent of every draw's std against d, on log-log axes.
+fn exponent(cells: &[Measured<DotStdConfig, DotStdResult>]) -> Estimate {
     let (xs, ys): (Vec<f64>, Vec<f64>) = cells
         .iter()
         .flat_map(|c| {
@@ -102,12 +105,21 @@ fn claims(cells: &[Measured<DotStdConfig, DotStdResult>], rows: &[DotStdRow]) ->
                 .map(move |s| (c.config.d as f64, s * sqrt_d))
         })
         .unzip();
+    exponent_ci(&xs, &ys)
+}
+
+/// The claims, decided by the draws.
+fn claims(
+    cells: &[Measured<DotStdConfig, DotStdResult>],
+    rows: &[DotStdRow],
+    exponent: Estimate,
+) -> Vec<Claim> {
     let mut claims = vec![Claim::in_range(
         "std-grows-as-sqrt-d",
         Source::Article(&article::DOT_STD_IS_SQRT_D),
         "the std of q·k grows like √d: its fitted exponent on d is ½ (equivalence band ±0.05, fixed in advance)",
         "fitted exponent of std(q·k) on d",
-        exponent_ci(&xs, &ys),
+        exponent,
         0.45,
         0.55,
     )];

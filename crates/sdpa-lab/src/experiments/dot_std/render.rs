@@ -1,6 +1,7 @@
 //! `dot-std`'s table, CSV and plot.
 
 use super::DotStdData;
+use crate::answers::Question;
 use crate::context::LabError;
 use crate::experiment::Canvas;
 use crate::markdown::{f, md_table, opt};
@@ -88,10 +89,46 @@ pub fn render(data: &DotStdData, canvas: &mut Canvas) -> Result<String, LabError
             ],
         },
     )?;
+    answer(data, canvas, &plot);
     Ok(format!(
         "{} independent draws of {} pairs of standard normal vectors per d (a draw's std, averaged over \
          the draws with its t-interval; the last column shows single draws of the article's size). Var[q·k] = Σ Var[q_i]Var[k_i] \
          = d, so std = √d.\n\n{table}\n{plot}\n",
         data.repeats, data.pairs,
     ))
+}
+
+/// The first question's answer and screen.
+fn answer(data: &DotStdData, canvas: &mut Canvas, plot: &str) {
+    let e = data.exponent;
+    let at_64 = data.rows.iter().find(|r| r.d == 64);
+    canvas.key_number("std-grows-as-sqrt-d", format!("exponent {}", e.show(3)));
+    canvas.answer(
+        Question::DotStd,
+        Some(format!(
+            "{}: its std grows as d_k^{}; √d_k is d_k^0.5.",
+            if e.lo >= 0.45 && e.hi <= 0.55 {
+                "Yes"
+            } else {
+                "Not as √d_k"
+            },
+            e.show(3)
+        )),
+        format!(
+            "**Setup.** q and k are vectors of d_k independent standard normal numbers; we drew {} \
+             times {} pairs for each d_k and measured the standard deviation (std, the typical size) \
+             of q·k. Each of the d_k products q_i·k_i has variance 1, so their sum has variance d_k and \
+             std √d_k.\n\n{plot}\n\n**Effect.** The fitted slope of log std against log d_k is {} \
+             (95% interval; √d_k means 0.5){}. Dividing by √d_k brings the std back to 1 at every \
+             d_k.\n\n**Caveat.** This holds for independent entries with unit variance: trained q and k \
+             are neither, which is why the other screens measure attention itself.",
+            data.repeats,
+            data.pairs,
+            e.show(3),
+            at_64.map_or(String::new(), |r| format!(
+                "; at d_k = 64 the std is {} where √64 = 8",
+                r.std_mean.show(2)
+            )),
+        ),
+    );
 }

@@ -80,6 +80,28 @@ pub struct GradientsData {
     pub by_keys: Vec<KeysRow>,
     /// The crossover per number of keys m, as [`GradientsData::crossover_d`].
     pub crossover_by_keys: Vec<(usize, Option<Estimate>)>,
+    /// Every draw of every cell, both scalings side by side (the paired values behind every
+    /// interval: `gradients_draws.csv`).
+    pub per_draw: Vec<DrawRow>,
+}
+
+/// One draw of one cell: the unscaled and scaled values measured on the same inputs.
+#[derive(Debug, Clone, Serialize)]
+pub struct DrawRow {
+    /// d_v.
+    pub d_v: usize,
+    /// Backend.
+    pub backend: String,
+    /// Keys (and queries) per row.
+    pub m: usize,
+    /// d.
+    pub d: usize,
+    /// The draw's index.
+    pub draw: usize,
+    /// Unscaled.
+    pub unscaled: DrawValues,
+    /// Scaled by 1/√d.
+    pub scaled: DrawValues,
 }
 
 impl GradientsData {
@@ -363,8 +385,28 @@ pub fn data(plan: &Plan, cells: &Cells) -> GradientsData {
             (*m, crossover_of(&per_d))
         })
         .collect();
+    let per_draw = cells
+        .iter()
+        .flat_map(|c| {
+            c.result
+                .unscaled
+                .iter()
+                .zip(&c.result.scaled)
+                .enumerate()
+                .map(|(draw, (u, s))| DrawRow {
+                    d_v: c.config.d_v,
+                    backend: c.config.backend.clone(),
+                    m: c.config.n,
+                    d: c.config.d,
+                    draw,
+                    unscaled: *u,
+                    scaled: *s,
+                })
+        })
+        .collect();
     let first = cells.iter().find(|c| !c.config.m_sweep).map(|c| &c.config);
     GradientsData {
+        per_draw,
         by_keys,
         crossover_by_keys,
         n: first.map_or(0, |c| c.n),

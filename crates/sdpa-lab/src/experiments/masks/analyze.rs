@@ -49,7 +49,12 @@ pub fn analyze(cells: &[Measured<MasksConfig, MasksResult>]) -> Analysis<MasksDa
     analysis
 }
 
-fn find<'a>(c: &'a DtypeCell, fill: &str, n_masks: usize, fully: bool) -> Option<&'a MaskRow> {
+pub(super) fn find<'a>(
+    c: &'a DtypeCell,
+    fill: &str,
+    n_masks: usize,
+    fully: bool,
+) -> Option<&'a MaskRow> {
     c.result
         .rows
         .iter()

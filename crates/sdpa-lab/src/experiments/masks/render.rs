@@ -8,6 +8,17 @@ use crate::markdown::md_table;
 
 /// The section.
 pub fn render(data: &MasksData, canvas: &mut Canvas) -> Result<String, LabError> {
+    if let Some(r) = data
+        .cells
+        .iter()
+        .find(|c| c.dtype == "f16")
+        .and_then(|c| find(c, "-1e9", 1, false))
+    {
+        canvas.key_number(
+            "minus-1e9-overflows-f16",
+            format!("−1e9 in f16 reads {}", r.masked_score),
+        );
+    }
     let rows: Vec<Vec<String>> = data
         .cells
         .iter()

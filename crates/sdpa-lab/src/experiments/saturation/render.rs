@@ -98,6 +98,25 @@ pub fn render(data: &SaturationData, canvas: &mut Canvas) -> Result<String, LabE
             series,
         },
     )?;
+    let at_8: Vec<f64> = data
+        .rows
+        .iter()
+        .filter(|r| r.scale == 8.0)
+        .map(|r| r.entropy.value / r.ln_n)
+        .collect();
+    if let (Some(lo), Some(hi)) = (
+        at_8.iter().copied().reduce(f64::min),
+        at_8.iter().copied().reduce(f64::max),
+    ) {
+        canvas.key_number(
+            "logit-std-8-clearly-saturated",
+            format!(
+                "entropy {:.0}–{:.0}% of uniform's at std 8",
+                100.0 * lo,
+                100.0 * hi
+            ),
+        );
+    }
     Ok(format!(
         "{} rows of n standard normal logits times s, softmax per row (Burn's `softmax`); each cell \
          reseeds, like the article. Means with 95% t-intervals over the rows. Unscaled attention \

@@ -311,7 +311,7 @@ fn article_words_line(
 }
 
 /// The median initial logit std of a condition's unscaled runs (`None` when none is finite).
-fn unscaled_start_std(data: &TrainingData, s: &PairStats) -> Option<f64> {
+pub(super) fn unscaled_start_std(data: &TrainingData, s: &PairStats) -> Option<f64> {
     let stds: Vec<f64> = data
         .runs
         .iter()

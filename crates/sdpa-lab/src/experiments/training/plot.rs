@@ -90,8 +90,11 @@ fn curves(data: &TrainingData, init: QkInit) -> (Vec<Series>, Vec<Series>) {
                         )
                     })
                     .collect();
-                let color = 2 * k.min(1) + usize::from(arm != Arm::Scaled);
-                accuracy.push(Series::with_band(label, band).colored(color));
+                // The same colour per d_k as the reached plot, the same line per arm (solid:
+                // 1/√d_k, dashed: none).
+                let mut series = Series::with_band(label, band).colored(k);
+                series.dashed = arm != Arm::Scaled;
+                accuracy.push(series);
             }
         }
     }
@@ -231,10 +234,13 @@ fn mechanism(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErro
                     && data.sizes.main_dims.contains(&r.condition.d_k)
             })
             .collect();
+        // "Never" drawn where every plot of the report draws it: a tenth above the budget.
         let point = |r: &&RunRow| {
             (
                 r.outcome.initial.logit_std,
-                r.outcome.steps_to_target.map_or(r.budget, |s| s) as f64,
+                r.outcome
+                    .steps_to_target
+                    .map_or(r.budget as f64 * 1.1, |s| s as f64),
             )
         };
         let label = format!("{} init, {}", init_name(init), arm_style(arm));
@@ -264,9 +270,17 @@ fn mechanism(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErro
     canvas.line_plot(
         "training_mechanism.png",
         &LinePlot {
-            title: "Steps to 99% vs the initial logit std (every main Adam run)".into(),
+            title: format!(
+                "Steps to 99% vs the initial logit std (every main Adam run; each cluster of a \
+                 colour is one d_k of {:?}, larger d_k to the right for none)",
+                data.sizes.main_dims
+            ),
             x_label: "initial logit std (within-row, at step 0)".into(),
-            y_label: "steps to 99% (hollow: never, drawn at the budget)".into(),
+            y_label: format!(
+                "steps to 99% (hollow, at {:.0}: never within the {}-step budget)",
+                data.sizes.budget as f64 * 1.1,
+                data.sizes.budget
+            ),
             log_x: true,
             log_y: false,
             series,

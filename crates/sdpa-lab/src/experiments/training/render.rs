@@ -1,6 +1,9 @@
 //! `training`'s section: the design, the learning rates, the paired comparisons, the premise
 //! and the mechanism, the CSV of every run and the plots.
 
+#[path = "answer.rs"]
+mod answer;
+
 use super::analyze::TrainingData;
 use super::design::{
     ALPHA, EQUIVALENCE_RATIO, FAILED_ACCURACY, Part, SENSITIVITY_FACTOR, SLOW_FACTOR,
@@ -154,6 +157,14 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
     write_csv(data, canvas)?;
     let plots = super::plot::plots(data, canvas)?;
     let sweep_plots = super::sweep_plot::plots(data, canvas)?;
+    answer::answer(
+        data,
+        canvas,
+        plots
+            .iter()
+            .find(|p| p.contains("training_paired_unit.png"))
+            .map(String::as_str),
+    );
     let sizes = &data.sizes;
     let mechanism = data
         .mechanism

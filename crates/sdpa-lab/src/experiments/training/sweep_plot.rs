@@ -10,7 +10,7 @@ use crate::claims::short;
 use crate::context::LabError;
 use crate::experiment::Canvas;
 use crate::markdown::md_table;
-use crate::measures::training::init_name;
+use crate::measures::training::{Arm, init_name};
 use crate::plot::{LinePlot, Series};
 
 /// The curves of the four arms the sweep asks for ([`SWEEP_ARMS`]) at one (initialization,
@@ -28,6 +28,22 @@ fn of(data: &TrainingData, init: QkInit, d_k: usize) -> Vec<&Curve> {
             })
         })
         .collect()
+}
+
+/// An arm's colour, the same in every plot of the report (1/√d_k and none as in the attention
+/// and gradient plots: palette colours 0 and 1).
+pub(super) fn arm_color(arm: Arm) -> usize {
+    match arm {
+        Arm::Scaled => 0,
+        Arm::Unscaled => 1,
+        Arm::InvDk => 2,
+        Arm::QkNorm => 3,
+        Arm::Learned => 4,
+        Arm::QkNormScaled => 5,
+        Arm::UnscaledSmallInit => 6,
+        Arm::ScaledLargeInit => 7,
+        Arm::SoftCap(_) => 8,
+    }
 }
 
 /// The two plots of every (initialization, d_k) of the sweep; returns their Markdown links.
@@ -63,18 +79,19 @@ pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, La
                                 (p.lr, v, lo, hi)
                             })
                             .collect();
-                        let never: Vec<(f64, f64)> = seen
-                            .filter(|p| !finite(p))
-                            .map(|p| (p.lr, at_top))
-                            .collect();
+                        // Each arm's "never" row a little higher than the last, so that two
+                        // arms' markers never hide each other.
+                        let top = at_top * (1.0 + 0.025 * k as f64);
+                        let never: Vec<(f64, f64)> =
+                            seen.filter(|p| !finite(p)).map(|p| (p.lr, top)).collect();
                         [
-                            Series::with_band(c.arm.label(), points).colored(k),
+                            Series::with_band(c.arm.label(), points).colored(arm_color(c.arm)),
                             Series::scatter(
                                 format!("{}: median never", c.arm.label()),
                                 never,
                                 true,
                             )
-                            .colored(k),
+                            .colored(arm_color(c.arm)),
                         ]
                     })
                     .filter(|s| !s.points.is_empty())
@@ -86,7 +103,7 @@ pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, La
                     title: format!("Steps to 99% vs learning rate: Adam, {name} init, d_k = {d_k}"),
                     x_label: "learning rate".into(),
                     y_label: format!(
-                        "steps to 99%: median, range of {} seeds (never: {never})",
+                        "steps to 99%: median, range of {} seeds (hollow, above {budget}: never)",
                         data.sizes.tuning_seeds
                     ),
                     log_x: true,

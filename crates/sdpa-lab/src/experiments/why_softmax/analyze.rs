@@ -178,6 +178,10 @@ pub fn claims(data: &WhySoftmaxData) -> Vec<Claim> {
             "softmax weights sum to 1 and nothing is amplified: the output's std never exceeds the values' (1), whatever n, d or the logits' size",
             "in every (n, d) cell: |row sum − 1| ≤ 1e−5 and the 95% interval of the output std at or below 1",
             bounded,
+        )
+        .cannot_fail(
+            "softmax's rows sum to 1 by definition, and a weighted average of unit-variance values \
+             has std at most 1: only a bug could fail it",
         ),
         Claim::above(
             "raw-explodes",

@@ -1,0 +1,338 @@
+//! `APPENDIX.md`: the old long report, for the reader who checks: the summary lines of every
+//! experiment, the tally and ledger of the article's claims, the experiments' verdicts, the
+//! cross-backend table and one section per experiment.
+
+use std::fmt::Write as _;
+
+use super::{ExperimentReport, Report, provenance};
+use crate::claims::{Claim, Outcome, Source, Tally, claims_table, short};
+use crate::experiment::BackendValues;
+use crate::markdown::md_cell;
+
+/// The ledger of the article's claims: every one, with its words, section, check and outcome.
+fn ledger(s: &mut String, r: &Report) {
+    let _ = writeln!(s, "## The article's claims\n");
+    let _ = writeln!(
+        s,
+        "Each row quotes the article (its section, its words, a translation), says how the lab decides it \
+         and what came out. Claims the lab adds are in each experiment's own table, never here.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| section | the article says | translation | decided by | outcome | experiment (verdict) |\n|---|---|---|---|---|---|"
+    );
+    for e in &r.experiments {
+        for c in &e.claims {
+            if let Source::Article(q) = &c.source {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {} | {} | [{}](#{}) ({}) |",
+                    q.section,
+                    md_cell(q.zh),
+                    md_cell(q.en),
+                    md_cell(&c.check),
+                    md_cell(&ledger_outcome(c)),
+                    e.name,
+                    e.name,
+                    e.verdict.label()
+                );
+            }
+        }
+    }
+}
+
+/// A ledger row's outcome: the label and tally, and for a claim whose conditions disagree, the
+/// conditions where it fails (so that a reader sees where, without opening the experiment).
+fn ledger_outcome(c: &Claim) -> String {
+    match c.tally() {
+        Some(t) if t.fails > 0 && t.fails < t.total() => {
+            let unit = if c.conjunction { "part" } else { "condition" };
+            // Semicolons: a condition's label may hold commas.
+            let fails = labels(c, Outcome::Fails).join("; ");
+            format!("{}; the failing {unit}s: {fails}", c.outcome_text())
+        }
+        _ => c.outcome_text(),
+    }
+}
+
+fn experiments_table(s: &mut String, r: &Report) {
+    let _ = writeln!(s, "\n## Experiments\n");
+    let _ = writeln!(
+        s,
+        "An experiment's verdict is on **the article's claims alone**: **reproduced** (every claim of the article \
+         holds), **conditional** (none fails outright, some holds only under some conditions), **partly \
+         supported** (some hold or hold under some conditions, some fail), **not supported** (they fail, none holds), **undecided** (none \
+         fails, some could not be decided), **no article claim** (the experiment tests only the lab's own). The \
+         lab's own hypotheses (its corrections and added measurements) are counted in their own column and never \
+         change the verdict. A claim checked under several conditions holds when it holds in every condition, \
+         fails when it fails in at least one and holds in none, is conditional when it holds in some and fails \
+         in others, and is undecided otherwise.\n"
+    );
+    let _ = writeln!(
+        s,
+        "| # | experiment | verdict on the article | the article's claims | the lab's own hypotheses | cells | measure time (s) |\n|---|---|---|---|---|---|---|"
+    );
+    for (i, e) in r.experiments.iter().enumerate() {
+        let _ = writeln!(
+            s,
+            "| {} | [{}](#{}) | {} | {} | {} | {} | {:.1} |",
+            i + 1,
+            e.name,
+            e.name,
+            e.verdict.label(),
+            md_cell(&e.summary),
+            md_cell(&e.lab),
+            e.cells,
+            e.measure_seconds
+        );
+    }
+    for fail in &r.failures {
+        let _ = writeln!(
+            s,
+            "| – | {} | **failed** | {} | – | – | – |",
+            fail.name,
+            md_cell(&fail.error)
+        );
+    }
+}
+
+fn cross_backend(s: &mut String, r: &Report) {
+    let cross: Vec<(&str, &BackendValues)> = r
+        .experiments
+        .iter()
+        .flat_map(|e| e.per_backend.iter().map(move |b| (e.name.as_str(), b)))
+        .filter(|(_, b)| b.values.len() > 1)
+        .collect();
+    if cross.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n## Across backends\n");
+    let _ = writeln!(
+        s,
+        "The same inputs on every backend; the largest relative disagreement |a − b| / max(|a|, |b|) of \
+         each quantity measured on more than one.\n\n| experiment | quantity | values | largest disagreement |\n|---|---|---|---|"
+    );
+    for (name, b) in cross {
+        let _ = writeln!(
+            s,
+            "| {name} | {} | {} | {:.1e} |",
+            md_cell(&b.quantity),
+            b.values
+                .iter()
+                .map(|(k, v)| format!("{k} {}", short(*v)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            b.largest_disagreement()
+        );
+    }
+}
+
+/// One experiment's section.
+fn section(s: &mut String, e: &ExperimentReport) {
+    let _ = writeln!(
+        s,
+        "\n<a id=\"{}\"></a>\n## {}: {}\n",
+        e.name, e.name, e.title
+    );
+    let _ = writeln!(
+        s,
+        "**Verdict on the article: {}.** {}. **The lab's own hypotheses:** {}.\n",
+        e.verdict.label(),
+        e.summary,
+        e.lab
+    );
+    let _ = writeln!(s, "{}", e.markdown);
+    let _ = writeln!(s, "\n**Claims.**\n\n{}", claims_table(&e.claims));
+    for c in e
+        .claims
+        .iter()
+        .filter(|c| c.outcome == Outcome::Conditional)
+    {
+        let _ = writeln!(
+            s,
+            "- *{}* holds under: {}; fails under: {}.",
+            c.id,
+            list(c, Outcome::Holds),
+            list(c, Outcome::Fails)
+        );
+    }
+    for p in &e.plots {
+        if !e.markdown.contains(p.as_str()) {
+            let _ = writeln!(s, "\n![{p}]({p})");
+        }
+    }
+    if !e.skipped.is_empty() {
+        let _ = writeln!(s, "\nSkipped (with the reason):\n");
+        for k in &e.skipped {
+            let _ = writeln!(s, "- {k}");
+        }
+    }
+    let _ = writeln!(
+        s,
+        "\n_{} cells, {:.1} s of measurement; files: {}._",
+        e.cells,
+        e.measure_seconds,
+        e.csv
+            .iter()
+            .chain(&e.plots)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
+/// The appendix: the bookkeeping behind `REPORT.md`.
+pub fn markdown(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Appendix: every claim, every experiment\n");
+    let _ = writeln!(
+        s,
+        "The bookkeeping behind [the report](REPORT.md): every experiment of the article *10 · Attention \
+         的数学推导*, reproduced with the `burn-sdpa` module on Burn 0.22.1. Every conclusion is a claim \
+         with the check that decides it; its outcome is computed from this run's numbers with thresholds \
+         fixed in the code before the run (where one was chosen after runs were seen, it says so beside \
+         it), and an experiment's verdict follows from its claims.\n\n{}\n",
+        provenance(r)
+    );
+    if r.run.plan.quick {
+        let _ = writeln!(s, "{}\n", QUICK);
+    }
+    if !r.run.skipped_backends.is_empty() {
+        let _ = writeln!(
+            s,
+            "Backends skipped: {}.\n",
+            r.run.skipped_backends.join("; ")
+        );
+    }
+    let _ = writeln!(s, "## Summary by experiment\n");
+    abstract_lines(&mut s, r);
+    ledger(&mut s, r);
+    experiments_table(&mut s, r);
+    cross_backend(&mut s, r);
+    for e in &r.experiments {
+        section(&mut s, e);
+    }
+    s
+}
+
+/// What a quick run's report says about its sizes.
+pub(super) const QUICK: &str = "**Quick sizes**: fewer draws and seeds than the full design, with \
+    the same claims; a claim these sizes cannot decide says *undecided*, and no verdict here should be \
+    quoted as the lab's answer.";
+
+/// The most lines the abstract holds.
+const ABSTRACT_LINES: usize = 10;
+
+/// The abstract: the experiments' headline lines (each computed from this run), then the tally
+/// of the article's claims; at most [`ABSTRACT_LINES`] lines.
+fn abstract_lines(s: &mut String, r: &Report) {
+    let mut lines: Vec<String> = r
+        .experiments
+        .iter()
+        .flat_map(|e| e.headline.iter().cloned())
+        .take(ABSTRACT_LINES - 1)
+        .collect();
+    lines.extend(tally_line(r));
+    if lines.is_empty() {
+        return;
+    }
+    for line in lines {
+        let _ = writeln!(s, "- {line}");
+    }
+    let _ = writeln!(s);
+}
+
+/// The sentence a ledger row checks: a sentence checked in parts has its part's name in
+/// brackets after the quote.
+fn sentence(zh: &str) -> &str {
+    zh.split('（').next().unwrap_or(zh)
+}
+
+/// The tally of the article's sentences, each counted once: a sentence checked in parts or on
+/// several columns counts by its whole-sentence row where it has one, else by its rows
+/// together ([`Outcome::across`]); a claim that could not have failed is left out and named.
+pub(super) fn tally_line(r: &Report) -> Option<String> {
+    let article: Vec<&Claim> = r
+        .experiments
+        .iter()
+        .flat_map(|e| &e.claims)
+        .filter(|c| c.source.is_article())
+        .collect();
+    if article.is_empty() {
+        return None;
+    }
+    let zh = |c: &Claim| match &c.source {
+        Source::Article(q) => q.zh,
+        Source::Lab => "",
+    };
+    let mut sentences: Vec<&str> = article.iter().map(|c| sentence(zh(c))).collect();
+    sentences.sort_unstable();
+    sentences.dedup();
+    let (mut outcomes, mut left_out) = (Vec::new(), Vec::new());
+    for base in &sentences {
+        let rows: Vec<&&Claim> = article
+            .iter()
+            .filter(|c| sentence(zh(c)) == *base)
+            .collect();
+        if rows.iter().any(|c| !c.counts()) {
+            left_out.extend(rows.iter().map(|c| c.id.clone()));
+            continue;
+        }
+        outcomes.push(
+            match rows.iter().find(|c| zh(c) == *base && rows.len() > 1) {
+                Some(whole) => whole.outcome,
+                None => Outcome::across(&rows.iter().map(|c| c.outcome).collect::<Vec<_>>()),
+            },
+        );
+    }
+    let t = Tally::of(&outcomes);
+    let verb = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    Some(format!(
+        "**The article's sentences, each counted once** (the ledger below has a row per check): of \
+         {} that could have failed, {}, {}, {}, {} and {}{}.",
+        t.total(),
+        verb(t.holds, "holds", "hold"),
+        verb(t.fails, "fails", "fail"),
+        verb(
+            t.conditional,
+            "holds only under some conditions",
+            "hold only under some conditions"
+        ),
+        verb(
+            t.undecided,
+            "is undecided by this run",
+            "are undecided by this run"
+        ),
+        verb(
+            t.out_of_reach,
+            "cannot be decided with this design",
+            "cannot be decided with this design"
+        ),
+        if left_out.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; not counted, because they could not have failed: {}",
+                left_out.join(", ")
+            )
+        }
+    ))
+}
+
+/// The labels of a claim's conditions with this outcome.
+fn labels(c: &Claim, outcome: Outcome) -> Vec<&str> {
+    c.conditions
+        .iter()
+        .filter(|k| k.outcome == outcome)
+        .map(|k| k.label.as_str())
+        .collect()
+}
+
+fn list(c: &Claim, outcome: Outcome) -> String {
+    let labels = labels(c, outcome);
+    if labels.is_empty() {
+        "—".into()
+    } else {
+        labels.join(", ")
+    }
+}

@@ -1,0 +1,208 @@
+//! `REPORT.md`: the article's four questions answered on the first screen (the text before the
+//! first `## ` heading: at most [`FIRST_SCREEN_WORDS`] words, tables and images aside), the key
+//! figure, a table of what the article gets right and wrong, then one screen per question; the
+//! bookkeeping is in `APPENDIX.md`.
+
+use std::fmt::Write as _;
+
+use super::{APPENDIX, ExperimentReport, Report, appendix::QUICK, provenance};
+use crate::answers::Question;
+use crate::claims::{Claim, Outcome};
+use crate::markdown::md_cell;
+
+/// The most words the first screen holds (whitespace-separated tokens, tables and image lines
+/// aside).
+pub const FIRST_SCREEN_WORDS: usize = 150;
+
+/// The first screen's table: the article's claims that carry its argument, as (experiment,
+/// claim id, the article's words in short).
+const VERDICT_ROWS: [(&str, &str, &str); 8] = [
+    ("dot-std", "std-grows-as-sqrt-d", "std(q·k) = √d_k"),
+    (
+        "saturation",
+        "logit-std-8-clearly-saturated",
+        "at logit std 8 (d_k 64, unscaled) softmax is clearly saturated",
+    ),
+    (
+        "attention-saturation",
+        "unscaled-is-one-hot",
+        "unscaled, attention is one-hot: max p 0.9999",
+    ),
+    (
+        "attention-saturation",
+        "scaled-max-p-band",
+        "scaled, max p comes back to 0.02–0.035",
+    ),
+    (
+        "gradients",
+        "jacobian-vanishes",
+        "saturated softmax's derivative → 0: gradients vanish",
+    ),
+    (
+        "gradients",
+        "jacobian-almost-zero",
+        "at d_k 1024 the gradient is almost 0",
+    ),
+    (
+        "training",
+        "fails-or-extremely-slow",
+        "so training fails completely or is extremely slow",
+    ),
+    (
+        "masks",
+        "minus-1e9-overflows-f16",
+        "a −1e9 mask overflows in half precision",
+    ),
+];
+
+/// The figure under the answers: the paired seeds of the condition the article describes (unit
+/// variance q, k: its premise), else the other initialization's.
+const KEY_FIGURES: [&str; 2] = ["training_paired_unit.png", "training_paired_default.png"];
+
+/// The first screen of a rendered `REPORT.md`: everything before its first `## ` heading.
+pub fn first_screen(markdown: &str) -> &str {
+    match markdown.find("\n## ") {
+        Some(i) => &markdown[..i],
+        None => markdown,
+    }
+}
+
+/// `REPORT.md`.
+pub fn markdown(r: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "# Does attention need 1/√d_k? Four answers, measured\n");
+    let _ = writeln!(
+        s,
+        "The article says that without dividing QKᵀ by √d_k softmax saturates, gradients vanish \
+         and training fails. Measured (95% intervals):\n"
+    );
+    for q in Question::ALL {
+        let shorts: Vec<&str> = r
+            .experiments
+            .iter()
+            .flat_map(|e| &e.answers)
+            .filter(|a| a.question == q)
+            .filter_map(|a| a.short.as_deref())
+            .collect();
+        let answer = if shorts.is_empty() {
+            "not measured in this run.".to_string()
+        } else {
+            shorts.join(" ")
+        };
+        let _ = writeln!(s, "- **{}** {answer}", q.text());
+    }
+    let _ = writeln!(s);
+    if let Some(figure) = key_figure(r) {
+        let _ = writeln!(
+            s,
+            "![the paired seeds: steps to 99% with and without √d_k]({figure})\n"
+        );
+    }
+    verdict_table(&mut s, r);
+    if r.run.plan.quick {
+        let _ = writeln!(s, "**Quick sizes: not the answer.**\n");
+    }
+    for q in Question::ALL {
+        let _ = writeln!(s, "## {}\n", q.heading());
+        let screens: Vec<&str> = r
+            .experiments
+            .iter()
+            .flat_map(|e| &e.answers)
+            .filter(|a| a.question == q)
+            .map(|a| a.screen.as_str())
+            .collect();
+        if screens.is_empty() {
+            let _ = writeln!(s, "Not measured in this run.\n");
+        }
+        for screen in screens {
+            let _ = writeln!(s, "{}\n", screen.trim_end());
+        }
+    }
+    let _ = writeln!(s, "## How this was measured\n");
+    if r.run.plan.quick {
+        let _ = writeln!(s, "{QUICK}\n");
+    }
+    let _ = writeln!(
+        s,
+        "Every sentence above is computed from this run's numbers; the claims behind them, with the \
+         check that decides each, the article's every sentence and every experiment's tables are in \
+         [the appendix]({APPENDIX}).\n\n{}\n",
+        provenance(r)
+    );
+    for f in &r.failures {
+        let _ = writeln!(s, "- experiment {} **failed**: {}", f.name, f.error);
+    }
+    s
+}
+
+fn key_figure(r: &Report) -> Option<&'static str> {
+    let plots: Vec<&String> = r.experiments.iter().flat_map(|e| &e.plots).collect();
+    KEY_FIGURES
+        .into_iter()
+        .find(|f| plots.iter().any(|p| p.as_str() == *f))
+}
+
+/// What the article gets right and wrong: [`VERDICT_ROWS`] that this run decided.
+fn verdict_table(s: &mut String, r: &Report) {
+    let rows: Vec<String> = VERDICT_ROWS
+        .iter()
+        .filter_map(|(experiment, id, words)| {
+            let e = r.experiment(experiment)?;
+            let claim = e.claims.iter().find(|c| c.id == *id)?;
+            Some(format!(
+                "| {} | {} | {} |",
+                md_cell(words),
+                verdict_words(claim),
+                md_cell(&key_number(e, claim))
+            ))
+        })
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "| the article says | right? | the number that decides it |\n|---|---|---|"
+    );
+    for row in rows {
+        let _ = writeln!(s, "{row}");
+    }
+    let _ = writeln!(s);
+}
+
+/// "right", "wrong", "right in 4 of 21 conditions", "cannot be decided here".
+fn verdict_words(c: &Claim) -> String {
+    let unit = if c.conjunction { "parts" } else { "conditions" };
+    match (c.outcome, c.tally()) {
+        (Outcome::Holds, _) => "**right**".into(),
+        (Outcome::Fails, None) => "**wrong**".into(),
+        (Outcome::Fails, Some(t)) if t.undecided + t.out_of_reach == 0 => "**wrong**".into(),
+        (Outcome::Fails, Some(t)) => format!(
+            "**wrong** in {} of {} {unit}, the rest not decided",
+            t.fails,
+            t.total()
+        ),
+        (Outcome::Conditional, Some(t)) => format!(
+            "right in {}, wrong in {} of {} {unit}{}",
+            t.holds + t.conditional,
+            t.fails + t.conditional,
+            t.total(),
+            if t.undecided + t.out_of_reach > 0 {
+                ", the rest not decided"
+            } else {
+                ""
+            }
+        ),
+        (Outcome::Conditional, None) => "right only in some conditions".into(),
+        (Outcome::Undecided | Outcome::OutOfReach, _) => "not decided by this run".into(),
+    }
+}
+
+/// The number an experiment gave for the claim, else a pointer to the appendix.
+fn key_number(e: &ExperimentReport, c: &Claim) -> String {
+    e.key_numbers
+        .iter()
+        .find(|k| k.claim_id == c.id)
+        .map(|k| k.number.clone())
+        .unwrap_or_else(|| format!("see [{}]({APPENDIX}#{})", e.name, e.name))
+}
