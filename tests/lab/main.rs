@@ -604,6 +604,7 @@ fn the_first_screen_answers_the_four_questions() {
         "attention-saturation",
         "gradients",
         "training",
+        "training-confirm",
         "masks",
     ];
     let r = report(&names, false, tmp.path());

@@ -64,6 +64,8 @@ pub struct Answer {
     /// Its part of the question's screen (Markdown): the setup in two sentences, one figure, the
     /// effect size with its interval, the caveat.
     pub screen: String,
+    /// From a confirmatory run: where one answered, the first screen quotes it alone.
+    pub confirmatory: bool,
 }
 
 /// The number that decides one of the article's claims, short enough for the first screen's

@@ -13,7 +13,7 @@ use crate::article::Quote;
 use crate::stats::Estimate;
 
 /// How a claim came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub enum Outcome {
     /// The check passed.
     Holds,

@@ -422,6 +422,23 @@ impl Canvas {
             question,
             short,
             screen,
+            confirmatory: false,
+        });
+    }
+
+    /// [`Canvas::answer`] from a confirmatory run: the first screen quotes it instead of the
+    /// exploratory runs' answers (their screens stay beside it).
+    pub fn confirmatory_answer(
+        &mut self,
+        question: Question,
+        short: Option<String>,
+        screen: String,
+    ) {
+        self.answers.push(Answer {
+            question,
+            short,
+            screen,
+            confirmatory: true,
         });
     }
 

@@ -11,6 +11,7 @@ pub fn all_experiments() -> Vec<&'static dyn Experiment> {
         &attention_saturation::AttentionSaturation,
         &gradients::Gradients,
         &training::Training,
+        &training_confirm::TrainingConfirm,
         &training_variants::TrainingVariants,
         &logit_control::LogitControl,
         &compare::Compare,

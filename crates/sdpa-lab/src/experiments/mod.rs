@@ -11,5 +11,6 @@ pub mod logit_control;
 pub mod masks;
 pub mod saturation;
 pub mod training;
+pub mod training_confirm;
 pub mod training_variants;
 pub mod why_softmax;

@@ -6,8 +6,10 @@
 use std::fmt::Write as _;
 
 use super::{APPENDIX, ExperimentReport, Report, appendix::QUICK, provenance};
-use crate::answers::Question;
+use crate::answers::{Answer, Question};
 use crate::claims::{Claim, Outcome};
+use crate::experiments::training_confirm::hypotheses::Hypotheses;
+use crate::experiments::training_confirm::render::hypothesis_rows;
 use crate::markdown::md_cell;
 
 /// The most words the first screen holds (whitespace-separated tokens, tables and image lines
@@ -44,8 +46,8 @@ const VERDICT_ROWS: [(&str, &str, &str); 8] = [
         "at d_k 1024 the gradient is almost 0",
     ),
     (
-        "training",
-        "fails-or-extremely-slow",
+        "training-confirm",
+        "confirm-fails-or-extremely-slow",
         "so training fails completely or is extremely slow",
     ),
     (
@@ -55,9 +57,13 @@ const VERDICT_ROWS: [(&str, &str, &str); 8] = [
     ),
 ];
 
-/// The figure under the answers: the paired seeds of the condition the article describes (unit
-/// variance q, k: its premise), else the other initialization's.
-const KEY_FIGURES: [&str; 2] = ["training_paired_unit.png", "training_paired_default.png"];
+/// The figure under the answers: the confirmatory run's paired seeds, else the exploratory run's
+/// (unit-variance q, k: the article's premise first).
+const KEY_FIGURES: [&str; 3] = [
+    "training_confirm_paired.png",
+    "training_paired_unit.png",
+    "training_paired_default.png",
+];
 
 /// The first screen of a rendered `REPORT.md`: everything before its first `## ` heading.
 pub fn first_screen(markdown: &str) -> &str {
@@ -77,11 +83,17 @@ pub fn markdown(r: &Report) -> String {
          and training fails. Measured (95% intervals):\n"
     );
     for q in Question::ALL {
-        let shorts: Vec<&str> = r
+        let answers: Vec<&Answer> = r
             .experiments
             .iter()
             .flat_map(|e| &e.answers)
-            .filter(|a| a.question == q)
+            .filter(|a| a.question == q && a.short.is_some())
+            .collect();
+        // A confirmatory answer, where there is one, is the answer.
+        let confirmed = answers.iter().any(|a| a.confirmatory);
+        let shorts: Vec<&str> = answers
+            .iter()
+            .filter(|a| a.confirmatory || !confirmed)
             .filter_map(|a| a.short.as_deref())
             .collect();
         let answer = if shorts.is_empty() {
@@ -104,18 +116,23 @@ pub fn markdown(r: &Report) -> String {
     }
     for q in Question::ALL {
         let _ = writeln!(s, "## {}\n", q.heading());
-        let screens: Vec<&str> = r
+        // The confirmatory run's screen first, the exploratory ones after it.
+        let mut answers: Vec<&Answer> = r
             .experiments
             .iter()
             .flat_map(|e| &e.answers)
             .filter(|a| a.question == q)
-            .map(|a| a.screen.as_str())
             .collect();
+        answers.sort_by_key(|a| !a.confirmatory);
+        let screens: Vec<&str> = answers.iter().map(|a| a.screen.as_str()).collect();
         if screens.is_empty() {
             let _ = writeln!(s, "Not measured in this run.\n");
         }
         for screen in screens {
             let _ = writeln!(s, "{}\n", screen.trim_end());
+        }
+        if q == Question::Training {
+            beside(&mut s, r);
         }
     }
     let _ = writeln!(s, "## How this was measured\n");
@@ -133,6 +150,46 @@ pub fn markdown(r: &Report) -> String {
         let _ = writeln!(s, "- experiment {} **failed**: {}", f.name, f.error);
     }
     s
+}
+
+/// The confirmatory hypotheses beside the same rules applied to the exploratory run.
+fn beside(s: &mut String, r: &Report) {
+    let of = |name: &str| {
+        r.experiment(name)
+            .and_then(|e| serde_json::from_value::<Hypotheses>(e.data["hypotheses"].clone()).ok())
+    };
+    let (Some(confirm), exploratory) = (of("training-confirm"), of("training")) else {
+        return;
+    };
+    let _ = writeln!(
+        s,
+        "**The confirmatory run beside the exploratory one** (the same rules; exploratory: budget \
+         {}, {} saturated pairs; confirmatory: budget {}, {} saturated pairs):\n\n| hypothesis | \
+         exploratory | confirmatory |\n|---|---|---|",
+        exploratory
+            .as_ref()
+            .map_or("–".into(), |h| h.budget.to_string()),
+        exploratory
+            .as_ref()
+            .map_or("–".into(), |h| h.pairs_saturated.to_string()),
+        confirm.budget,
+        confirm.pairs_saturated
+    );
+    let old = exploratory.as_ref().map(hypothesis_rows);
+    for (i, row) in hypothesis_rows(&confirm).iter().enumerate() {
+        let then = old
+            .as_ref()
+            .map_or("–".to_string(), |o| format!("{} ({})", o[i][1], o[i][2]));
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} ({}) |",
+            md_cell(&row[0]),
+            md_cell(&then),
+            md_cell(&row[1]),
+            row[2]
+        );
+    }
+    let _ = writeln!(s);
 }
 
 fn key_figure(r: &Report) -> Option<&'static str> {

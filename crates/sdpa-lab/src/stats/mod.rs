@@ -6,7 +6,7 @@ pub mod distributions;
 pub mod hypothesis;
 pub mod survival;
 
-pub use distributions::{normal_quantile, t_critical_90, t_critical_95, t_quantile};
+pub use distributions::{normal_cdf, normal_quantile, t_critical_90, t_critical_95, t_quantile};
 
 /// Mean.
 pub fn mean(x: &[f64]) -> f64 {

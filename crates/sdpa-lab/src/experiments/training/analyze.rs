@@ -164,6 +164,9 @@ pub struct TrainingData {
     /// The sweep's arms against 1/√d_k, seed by seed: widths, learning-rate sensitivity, loss at
     /// the best rate.
     pub sensitivity: Vec<Sensitivity>,
+    /// The confirmatory run's hypotheses computed on this run's main part (the same rules, this
+    /// run's seeds and budget), for the report to set beside the confirmatory outcome.
+    pub hypotheses: Option<crate::experiments::training_confirm::hypotheses::Hypotheses>,
 }
 
 /// A run's time to the target: the step, or +∞ when it never got there.
@@ -314,13 +317,13 @@ fn family_key(c: &Comparison) -> String {
 }
 
 /// The size of a comparison's family in the design.
-fn family_size(all: &[Comparison], c: &Comparison) -> usize {
+pub fn family_size(all: &[Comparison], c: &Comparison) -> usize {
     let key = family_key(c);
     all.iter().filter(|o| family_key(o) == key).count()
 }
 
 /// Holm's correction within each family.
-fn adjust(stats: &mut [PairStats]) {
+pub fn adjust(stats: &mut [PairStats]) {
     let families: Vec<String> = {
         let mut f: Vec<String> = stats.iter().map(|s| family_key(&s.comparison)).collect();
         f.sort();
@@ -448,7 +451,7 @@ pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
         s.reference_lr_at_edge = at_edge(c.condition, c.reference);
         s.other_lr_at_edge = at_edge(c.condition, c.other);
     }
-    let runs = cells
+    let runs: Vec<RunRow> = cells
         .iter()
         .filter(|r| r.config.role == Role::Evaluation)
         .map(|r: &Measured<_, _>| {
@@ -483,7 +486,20 @@ pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
         )
     })
     .collect();
+    let main: Vec<&PairStats> = comparisons
+        .iter()
+        .filter(|s| {
+            s.comparison.part == Part::Main
+                && s.comparison.reference == Arm::Scaled
+                && s.comparison.other == Arm::Unscaled
+        })
+        .collect();
+    let hypotheses = {
+        use crate::experiments::training_confirm::hypotheses::{hypotheses, pairs_of};
+        hypotheses(&pairs_of(&runs, &main))
+    };
     TrainingData {
+        hypotheses,
         premise: premise(cells, &sizes),
         mechanism: super::mechanism::mechanism(cells, &sizes.main_dims),
         curves,

@@ -1,0 +1,198 @@
+//! `training-confirm`'s analysis: the pre-registered hypotheses of [`design`](super::design),
+//! each condition's paired statistics beside them (as `training` computes them), and the claims.
+
+use serde::Serialize;
+
+use super::design::{ALPHA, ConfirmSizes, SATURATED};
+use super::hypotheses::{Hypotheses, hypotheses, pairs_of};
+use crate::article;
+use crate::claims::{Claim, Outcome, Source, show, show_p};
+use crate::experiment::{Analysis, Plan};
+use crate::experiments::training::Run;
+use crate::experiments::training::analyze::{PairStats, RunRow, adjust, pair_stats};
+use crate::experiments::training::design::{Comparison, Condition, Part};
+use crate::measures::training::{Arm, init_name};
+use sdpa_model::OptimizerKind;
+
+/// What `render` draws.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConfirmData {
+    /// Paired seeds per condition.
+    pub seeds: usize,
+    /// The budget.
+    pub budget: usize,
+    /// Each condition's paired statistics (Holm across the conditions).
+    pub per_condition: Vec<PairStats>,
+    /// The pre-registered hypotheses (`None` without a saturated condition).
+    pub hypotheses: Option<Hypotheses>,
+    /// Every run.
+    pub runs: Vec<RunRow>,
+}
+
+/// The hypotheses and claims.
+pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<ConfirmData> {
+    let sizes = ConfirmSizes::new(plan.quick);
+    let design: Vec<Comparison> = sizes
+        .conditions
+        .iter()
+        .map(|&(init, d_k, _, _)| Comparison {
+            part: Part::Main,
+            condition: Condition {
+                optimizer: OptimizerKind::Adam,
+                init,
+                d_k,
+            },
+            reference: Arm::Scaled,
+            other: Arm::Unscaled,
+        })
+        .collect();
+    let mut per_condition: Vec<PairStats> = design
+        .iter()
+        .filter_map(|c| pair_stats(cells, *c, design.len()))
+        .collect();
+    adjust(&mut per_condition);
+    let runs: Vec<RunRow> = cells
+        .iter()
+        .map(|r| {
+            let s = &r.config.spec;
+            RunRow {
+                condition: Condition {
+                    optimizer: s.optimizer,
+                    init: s.init,
+                    d_k: s.d_k,
+                },
+                arm: s.arm,
+                seed: s.seed,
+                lr: s.lr,
+                budget: s.budget,
+                outcome: r.result.clone(),
+            }
+        })
+        .collect();
+    let stats: Vec<&PairStats> = per_condition.iter().collect();
+    let hypotheses = hypotheses(&pairs_of(&runs, &stats));
+    let claims = hypotheses.as_ref().map_or_else(Vec::new, claims);
+    Analysis::new(
+        claims,
+        ConfirmData {
+            seeds: sizes.seeds,
+            budget: sizes.budget,
+            per_condition,
+            hypotheses,
+            runs,
+        },
+    )
+}
+
+/// The saturated conditions in words.
+pub fn saturated_words() -> String {
+    SATURATED
+        .iter()
+        .map(|(init, d_k)| format!("{} init d_k {d_k}", init_name(*init)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn decided(
+    id: &str,
+    source: Source,
+    statement: String,
+    check: &str,
+    measured: String,
+    outcome: Outcome,
+) -> Claim {
+    let mut c = Claim::decided(id, source, statement, check, measured, None);
+    c.outcome = outcome;
+    c
+}
+
+/// The six pre-registered hypotheses as claims.
+fn claims(h: &Hypotheses) -> Vec<Claim> {
+    let sat = saturated_words();
+    let o = h.outcomes;
+    vec![
+        decided(
+            "confirm-stuck-saturated",
+            Source::Lab,
+            format!(
+                "primary: without √d_k more runs are short of 99% at the budget, where the starting \
+                 logits are saturated ({sat})"
+            ),
+            "stratified McNemar: discordant pairs added over the saturated conditions, exact \
+             two-sided binomial, α = 0.05",
+            format!(
+                "only unscaled stuck {}, only scaled stuck {}; p = {}",
+                h.stuck_saturated.0,
+                h.stuck_saturated.1,
+                show_p(h.stuck_saturated.2)
+            ),
+            o[0],
+        ),
+        decided(
+            "confirm-stuck-all",
+            Source::Lab,
+            "without √d_k more runs are short of 99% at the budget, over all eight conditions"
+                .into(),
+            "stratified McNemar over every condition, exact two-sided binomial, α = 0.05",
+            format!(
+                "only unscaled stuck {}, only scaled stuck {}; p = {}",
+                h.stuck_all.0,
+                h.stuck_all.1,
+                show_p(h.stuck_all.2)
+            ),
+            o[1],
+        ),
+        decided(
+            "confirm-later-saturated",
+            Source::Lab,
+            format!("secondary: without √d_k runs reach 99% later ({sat})"),
+            "stratified sign test on the paired steps over the saturated conditions (a run that \
+             never got there ranked last), exact two-sided, α = 0.05",
+            format!(
+                "unscaled later in {} pairs, sooner in {}; p = {}",
+                h.later_saturated.0,
+                h.later_saturated.1,
+                show_p(h.later_saturated.2)
+            ),
+            o[2],
+        ),
+        decided(
+            "confirm-fails-completely",
+            Source::Article(&article::TRAINING_FAILS),
+            format!(
+                "without √d_k training fails completely: most unscaled runs end near chance ({sat})"
+            ),
+            "95% Wilson interval of the share of unscaled runs never at 99% with held-out accuracy \
+             below 0.5, pooled over the saturated conditions, against ½",
+            format!("{} of {} pairs", show(h.near_chance), h.pairs_saturated),
+            o[3],
+        ),
+        decided(
+            "confirm-extremely-slow",
+            Source::Article(&article::TRAINING_EXTREMELY_SLOW),
+            format!(
+                "without √d_k training is extremely slow: at least 4× the steps to 99% ({sat})"
+            ),
+            "median paired ratio of steps (bounded where a run never got there), pooled over the \
+             saturated conditions, 95% order-statistics interval: lower end ≥ 4 holds, upper end \
+             < 4 fails",
+            format!("median ratio {} (budget {})", show(h.ratio), h.budget),
+            o[4],
+        ),
+        decided(
+            "confirm-fails-or-extremely-slow",
+            Source::Article(&article::TRAINING_SENTENCE),
+            format!("the sentence as a whole: fails completely or extremely slow ({sat})"),
+            "holds where either half holds, fails where both fail",
+            format!(
+                "fails completely: {}; extremely slow: {}",
+                o[3].label(),
+                o[4].label()
+            ),
+            o[5],
+        ),
+    ]
+}
+
+/// The level the hypotheses use, for the text.
+pub const LEVEL: f64 = 1.0 - ALPHA;

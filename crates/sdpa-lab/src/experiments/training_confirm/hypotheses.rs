@@ -1,0 +1,254 @@
+//! The confirmatory hypotheses of [`design`](super::design), computed from paired runs: a pure
+//! function, applied to the confirmatory run and, for comparison, to the exploratory `training`
+//! run's main part (the same rules on its own seeds and budget).
+
+use sdpa_model::QkInit;
+use serde::{Deserialize, Serialize};
+
+use super::design::{ALPHA, SATURATED};
+use crate::claims::Outcome;
+use crate::experiments::training::analyze::PairStats;
+use crate::stats::hypothesis::{bounded_median_ci, mcnemar_exact, sign_test};
+use crate::stats::{Estimate, wilson};
+
+/// One paired run's outcome, as the hypotheses read it.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Pair {
+    /// Initialization.
+    pub init: QkInit,
+    /// d_k.
+    pub d_k: usize,
+    /// 1/√d_k's steps to 99% (`None`: never within the budget).
+    pub scaled: Option<usize>,
+    /// The unscaled run's.
+    pub unscaled: Option<usize>,
+    /// Whether the unscaled run ended near chance (never at 99%, held-out accuracy below 0.5).
+    pub unscaled_near_chance: bool,
+    /// The budget.
+    pub budget: usize,
+}
+
+/// The hypotheses' numbers and outcomes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hypotheses {
+    /// Pairs in the saturated conditions / in all.
+    pub pairs_saturated: usize,
+    /// Pairs in every condition.
+    pub pairs_all: usize,
+    /// The budget.
+    pub budget: usize,
+    /// 1: (pairs where only the unscaled run is stuck, only the scaled one), exact p, saturated.
+    pub stuck_saturated: (usize, usize, f64),
+    /// 2: the same over every condition.
+    pub stuck_all: (usize, usize, f64),
+    /// 3: (pairs where the unscaled run is later, sooner), exact p, saturated.
+    pub later_saturated: (usize, usize, f64),
+    /// 4: the share of unscaled runs near chance, saturated (Wilson 95%).
+    pub near_chance: Estimate,
+    /// The same share in the scaled arm's runs is not defined the same way; its stuck share is
+    /// given instead (Wilson 95%).
+    pub scaled_stuck: Estimate,
+    /// 5: the median paired ratio of steps (bounded), saturated, 95% interval.
+    pub ratio: Estimate,
+    /// The outcomes of hypotheses 1–6, in order.
+    pub outcomes: [Outcome; 6],
+}
+
+fn stuck(p: &Pair) -> (bool, bool) {
+    (p.unscaled.is_none(), p.scaled.is_none())
+}
+
+/// A run's time, a run that never got there ranked last.
+fn time(steps: Option<usize>) -> f64 {
+    steps.map_or(f64::INFINITY, |s| s as f64)
+}
+
+fn mcnemar(pairs: &[&Pair]) -> (usize, usize, f64) {
+    let only_unscaled = pairs.iter().filter(|p| stuck(p) == (true, false)).count();
+    let only_scaled = pairs.iter().filter(|p| stuck(p) == (false, true)).count();
+    (
+        only_unscaled,
+        only_scaled,
+        mcnemar_exact(only_scaled, only_unscaled),
+    )
+}
+
+/// A one-directional test's outcome: holds when significant in the claimed direction, fails
+/// when significant the other way, undecided otherwise.
+fn directional((yes, no, p): (usize, usize, f64)) -> Outcome {
+    if p >= ALPHA {
+        Outcome::Undecided
+    } else {
+        Outcome::of(Some(yes > no))
+    }
+}
+
+/// Whether (init, d_k) is a saturated condition.
+pub fn is_saturated(init: QkInit, d_k: usize) -> bool {
+    SATURATED.contains(&(init, d_k))
+}
+
+/// The hypotheses from `pairs` (`None` when no pair is in a saturated condition).
+pub fn hypotheses(pairs: &[Pair]) -> Option<Hypotheses> {
+    let all: Vec<&Pair> = pairs.iter().collect();
+    let saturated: Vec<&Pair> = pairs
+        .iter()
+        .filter(|p| is_saturated(p.init, p.d_k))
+        .collect();
+    if saturated.is_empty() {
+        return None;
+    }
+    let budget = saturated.iter().map(|p| p.budget).max().unwrap_or(0);
+    let stuck_saturated = mcnemar(&saturated);
+    let stuck_all = mcnemar(&all);
+    let later = saturated
+        .iter()
+        .filter(|p| time(p.unscaled) > time(p.scaled))
+        .count();
+    let sooner = saturated
+        .iter()
+        .filter(|p| time(p.unscaled) < time(p.scaled))
+        .count();
+    let later_saturated = (later, sooner, sign_test(later, sooner));
+    let near = saturated.iter().filter(|p| p.unscaled_near_chance).count();
+    let near_chance = wilson(near, saturated.len());
+    let scaled_stuck = wilson(
+        saturated.iter().filter(|p| p.scaled.is_none()).count(),
+        saturated.len(),
+    );
+    let bounds: Vec<(f64, f64)> = saturated
+        .iter()
+        .map(|p| {
+            let b = p.budget as f64;
+            match (p.scaled, p.unscaled) {
+                (Some(a), Some(u)) => (u as f64 / a as f64, u as f64 / a as f64),
+                (Some(a), None) => (b / a as f64, f64::INFINITY),
+                (None, Some(u)) => (0.0, u as f64 / b),
+                (None, None) => (0.0, f64::INFINITY),
+            }
+        })
+        .collect();
+    let (ratio, _) = bounded_median_ci(&bounds, 1.0 - ALPHA);
+    let fails = if near_chance.lo > 0.5 {
+        Outcome::Holds
+    } else if near_chance.hi < 0.5 {
+        Outcome::Fails
+    } else {
+        Outcome::Undecided
+    };
+    let slow = if ratio.lo >= 4.0 {
+        Outcome::Holds
+    } else if ratio.hi < 4.0 {
+        Outcome::Fails
+    } else {
+        Outcome::Undecided
+    };
+    let sentence = if fails == Outcome::Holds || slow == Outcome::Holds {
+        Outcome::Holds
+    } else if fails == Outcome::Fails && slow == Outcome::Fails {
+        Outcome::Fails
+    } else {
+        Outcome::Undecided
+    };
+    Some(Hypotheses {
+        pairs_saturated: saturated.len(),
+        pairs_all: all.len(),
+        budget,
+        stuck_saturated,
+        stuck_all,
+        later_saturated,
+        near_chance,
+        scaled_stuck,
+        ratio,
+        outcomes: [
+            directional(stuck_saturated),
+            directional(stuck_all),
+            directional(later_saturated),
+            fails,
+            slow,
+            sentence,
+        ],
+    })
+}
+
+/// The pairs behind a set of paired comparisons' runs: every seed run by both arms.
+pub fn pairs_of(
+    runs: &[crate::experiments::training::analyze::RunRow],
+    stats: &[&PairStats],
+) -> Vec<Pair> {
+    use crate::measures::training::Arm;
+    let mut out = Vec::new();
+    for s in stats {
+        let c = s.comparison.condition;
+        let of = |arm: Arm| {
+            runs.iter()
+                .filter(move |r| r.condition == c && r.arm == arm)
+                .collect::<Vec<_>>()
+        };
+        let unscaled = of(Arm::Unscaled);
+        for a in of(Arm::Scaled) {
+            if let Some(u) = unscaled.iter().find(|u| u.seed == a.seed) {
+                out.push(Pair {
+                    init: c.init,
+                    d_k: c.d_k,
+                    scaled: a.outcome.steps_to_target,
+                    unscaled: u.outcome.steps_to_target,
+                    unscaled_near_chance: u.outcome.steps_to_target.is_none()
+                        && !(u.outcome.final_accuracy >= 0.5),
+                    budget: a.budget,
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pair(init: QkInit, d_k: usize, scaled: Option<usize>, unscaled: Option<usize>) -> Pair {
+        Pair {
+            init,
+            d_k,
+            scaled,
+            unscaled,
+            unscaled_near_chance: unscaled.is_none(),
+            budget: 600,
+        }
+    }
+
+    #[test]
+    fn each_hypothesis_can_hold_and_fail() {
+        // Saturated: unscaled stuck near chance in every pair.
+        let stuck: Vec<Pair> = (0..30)
+            .map(|_| pair(QkInit::Unit, 256, Some(40), None))
+            .collect();
+        let h = hypotheses(&stuck).expect("saturated pairs");
+        assert_eq!(h.outcomes[0], Outcome::Holds);
+        assert_eq!(h.outcomes[2], Outcome::Holds);
+        assert_eq!(h.outcomes[3], Outcome::Holds);
+        assert_eq!(h.outcomes[4], Outcome::Holds); // 600 / 40 = 15 ≥ 4
+        assert_eq!(h.outcomes[5], Outcome::Holds);
+        // Saturated, unscaled faster: every hypothesis the other way.
+        let fast: Vec<Pair> = (0..30)
+            .map(|_| pair(QkInit::Unit, 256, Some(40), Some(30)))
+            .collect();
+        let h = hypotheses(&fast).expect("saturated pairs");
+        assert_eq!(h.outcomes[2], Outcome::Fails);
+        assert_eq!(h.outcomes[3], Outcome::Fails);
+        assert_eq!(h.outcomes[4], Outcome::Fails);
+        assert_eq!(h.outcomes[5], Outcome::Fails);
+        // The scaled arm stuck instead: hypothesis 1 fails.
+        let reverse: Vec<Pair> = (0..30)
+            .map(|_| pair(QkInit::Default, 1024, None, Some(100)))
+            .collect();
+        assert_eq!(
+            hypotheses(&reverse).expect("pairs").outcomes[0],
+            Outcome::Fails
+        );
+        // No saturated condition: nothing to decide.
+        let unsaturated = vec![pair(QkInit::Unit, 64, Some(40), None)];
+        assert!(hypotheses(&unsaturated).is_none());
+    }
+}
