@@ -75,7 +75,7 @@ fn an_edited_cell_is_measured_again_and_never_rendered() {
     let root = tempfile::tempdir().expect("tmp");
     let dir = root.path().join("r");
     assert_eq!(code(&dot_std(&dir)), Some(0));
-    let report = std::fs::read_to_string(dir.join("REPORT.md")).expect("report");
+    let report = std::fs::read_to_string(dir.join("APPENDIX.md")).expect("appendix");
     assert!(
         report.contains("all 4 cells measured by this process"),
         "{report}"
@@ -108,7 +108,7 @@ fn an_edited_cell_is_measured_again_and_never_rendered() {
             .expect("std")
             > 0.0
     );
-    let report = std::fs::read_to_string(dir.join("REPORT.md")).expect("report");
+    let report = std::fs::read_to_string(dir.join("APPENDIX.md")).expect("appendix");
     assert!(
         report.contains("1 of 4 cells measured by this process, 3 reused from saved cells (3 measured by the run of"),
         "{report}"

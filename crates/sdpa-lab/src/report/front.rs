@@ -5,7 +5,7 @@
 
 use std::fmt::Write as _;
 
-use super::{APPENDIX, ExperimentReport, Report, appendix::QUICK, provenance};
+use super::{APPENDIX, ExperimentReport, Report, appendix::QUICK};
 use crate::answers::{Answer, Question};
 use crate::claims::{Claim, Outcome};
 use crate::experiments::training_confirm::hypotheses::Hypotheses;
@@ -76,11 +76,11 @@ pub fn first_screen(markdown: &str) -> &str {
 /// `REPORT.md`.
 pub fn markdown(r: &Report) -> String {
     let mut s = String::new();
-    let _ = writeln!(s, "# Does attention need 1/√d_k? Four answers, measured\n");
+    let _ = writeln!(s, "# Does attention need 1/√d_k?\n");
     let _ = writeln!(
         s,
-        "The article says that without dividing QKᵀ by √d_k softmax saturates, gradients vanish \
-         and training fails. Measured (95% intervals):\n"
+        "The article: without dividing QKᵀ by √d_k, softmax saturates, gradients vanish, training \
+         fails. Measured ([a, b]: 95% interval):\n"
     );
     for q in Question::ALL {
         let answers: Vec<&Answer> = r
@@ -112,7 +112,7 @@ pub fn markdown(r: &Report) -> String {
     }
     verdict_table(&mut s, r);
     if r.run.plan.quick {
-        let _ = writeln!(s, "**Quick sizes: not the answer.**\n");
+        let _ = writeln!(s, "*Quick sizes (not the answer).*\n");
     }
     for q in Question::ALL {
         let _ = writeln!(s, "## {}\n", q.heading());
@@ -141,10 +141,10 @@ pub fn markdown(r: &Report) -> String {
     }
     let _ = writeln!(
         s,
-        "Every sentence above is computed from this run's numbers; the claims behind them, with the \
-         check that decides each, the article's every sentence and every experiment's tables are in \
-         [the appendix]({APPENDIX}).\n\n{}\n",
-        provenance(r)
+        "Every sentence above is computed from this run's numbers (commit `{}`); the claims \
+         behind them, with the check that decides each, the article's every sentence, every \
+         experiment's tables and where the numbers are kept are in [the appendix]({APPENDIX}).\n",
+        r.git_commit
     );
     for f in &r.failures {
         let _ = writeln!(s, "- experiment {} **failed**: {}", f.name, f.error);
@@ -219,7 +219,7 @@ fn verdict_table(s: &mut String, r: &Report) {
     }
     let _ = writeln!(
         s,
-        "| the article says | right? | the number that decides it |\n|---|---|---|"
+        "| the article says | verdict | the number that decides it |\n|---|---|---|"
     );
     for row in rows {
         let _ = writeln!(s, "{row}");
@@ -227,31 +227,31 @@ fn verdict_table(s: &mut String, r: &Report) {
     let _ = writeln!(s);
 }
 
-/// "right", "wrong", "right in 4 of 21 conditions", "cannot be decided here".
+/// "holds", "fails", "holds in 4, fails in 16 of 21 conditions", "undecided".
 fn verdict_words(c: &Claim) -> String {
     let unit = if c.conjunction { "parts" } else { "conditions" };
     match (c.outcome, c.tally()) {
-        (Outcome::Holds, _) => "**right**".into(),
-        (Outcome::Fails, None) => "**wrong**".into(),
-        (Outcome::Fails, Some(t)) if t.undecided + t.out_of_reach == 0 => "**wrong**".into(),
-        (Outcome::Fails, Some(t)) => format!(
-            "**wrong** in {} of {} {unit}, the rest not decided",
+        (Outcome::Holds, _) => "**holds**".into(),
+        (Outcome::Fails, Some(t)) if t.undecided + t.out_of_reach > 0 => format!(
+            "**fails** in {} of {} {unit}, the rest undecided",
             t.fails,
             t.total()
         ),
+        (Outcome::Fails, _) => "**fails**".into(),
         (Outcome::Conditional, Some(t)) => format!(
-            "right in {}, wrong in {} of {} {unit}{}",
+            "holds in {}, fails in {} of {} {unit}{}",
             t.holds + t.conditional,
             t.fails + t.conditional,
             t.total(),
             if t.undecided + t.out_of_reach > 0 {
-                ", the rest not decided"
+                ", the rest undecided"
             } else {
                 ""
             }
         ),
-        (Outcome::Conditional, None) => "right only in some conditions".into(),
-        (Outcome::Undecided | Outcome::OutOfReach, _) => "not decided by this run".into(),
+        (Outcome::Conditional, None) => "holds in some conditions".into(),
+        (Outcome::Undecided, _) => "undecided".into(),
+        (Outcome::OutOfReach, _) => "cannot be decided with this design".into(),
     }
 }
 

@@ -224,7 +224,7 @@ fn provenance(r: &Report) -> String {
          measurement summed over the cells (heavy cells run one per core) · this process {:.1} s. \
          `results.json` and `cells/` hold every number where the run wrote them (`docs/report` \
          commits neither: they are large; the CSV files beside this report are committed); `sdpa \
-         report --render-only {{this folder}}` renders the report again from the saved cells.",
+         report --render-only DIR` renders the report again from the cells saved in DIR.",
         plan.backends.join(", "),
         plan.primary(),
         plan.seed,

@@ -220,7 +220,11 @@ fn answer(data: &AttentionSaturationData, canvas: &mut Canvas, plot: &str) {
     };
     canvas.key_number(
         "unscaled-is-one-hot",
-        format!("max p {} at d_k 64", none.max_p.show(2)),
+        format!(
+            "max p {} at d_k 64; {:.0}% of queries above 0.99",
+            none.max_p.show(2),
+            100.0 * none.saturated_fraction.value
+        ),
     );
     canvas.key_number(
         "scaled-max-p-band",
@@ -234,15 +238,16 @@ fn answer(data: &AttentionSaturationData, canvas: &mut Canvas, plot: &str) {
     canvas.answer(
         Question::Saturation,
         Some(format!(
-            "{}: at d_k = 64 a query's largest weight averages {}, not the article's 0.999; \
-             scaled, {}.",
+            "{}: at d_k = 64 (logit std {:.0}) a query's top weight averages {}, not one-hot \
+             (article: 0.999); scaled {}.",
             if none.max_p.hi < 0.99 && none.max_p.lo > 0.5 {
-                "Yes, but not to one-hot"
+                "Partly"
             } else if none.max_p.lo >= 0.99 {
                 "Yes, to one-hot"
             } else {
                 "Not strongly"
             },
+            none.logit_std.value,
             none.max_p.show(2),
             short_p(scaled.max_p.value),
         )),
@@ -250,7 +255,8 @@ fn answer(data: &AttentionSaturationData, canvas: &mut Canvas, plot: &str) {
             "**In attention.** {} queries each attend over m = {} keys (the article's size), q and k with \
              unit-variance entries; we read each query's largest weight, max p (1 would be one-hot: all \
              attention on one key), over {} draws.\n\n{plot}\n\n**Effect.** At d_k = 64 without the \
-             scale the logits have std {:.1}, and the mean max p is {} (95% interval); {:.0}% [{:.0}, \
+             scale the logits (the scores q·k that softmax turns into weights) have std {:.1}, and \
+             the mean max p is {} (95% interval); {:.0}% [{:.0}, \
              {:.0}] of the queries are nearly one-hot (max p > 0.99). With 1/√d_k it is {}: attention \
              spreads over many keys.{}\n\n**Caveat.** The article's 0.999 is one draw of a single \
              softmax over {} logits, not an average over queries; at d_k = 64 its code gives {} over {} \

@@ -76,9 +76,12 @@ pub fn render(data: &DotStdData, canvas: &mut Canvas) -> Result<String, LabError
     let plot = canvas.line_plot(
         "dot_std.png",
         &LinePlot {
-            title: "std of q·k vs dimension".into(),
-            x_label: "d".into(),
-            y_label: "std".into(),
+            title: format!(
+                "std of q·k vs d_k: unit-normal entries, {} draws of {} pairs per d_k",
+                data.repeats, data.pairs
+            ),
+            x_label: "d_k".into(),
+            y_label: "std of q·k (and of q·k / √d_k)".into(),
             log_x: true,
             log_y: true,
             series: vec![
@@ -106,7 +109,7 @@ fn answer(data: &DotStdData, canvas: &mut Canvas, plot: &str) {
     canvas.answer(
         Question::DotStd,
         Some(format!(
-            "{}: its std grows as d_k^{}; √d_k is d_k^0.5.",
+            "{}: std(q·k) ∝ d_k^{} (√d_k = d_k^0.5).",
             if e.lo >= 0.45 && e.hi <= 0.55 {
                 "Yes"
             } else {

@@ -391,25 +391,33 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
     canvas.key_number(
         "jacobian-vanishes",
         format!(
-            "‖J‖ ratio {} at d_k 64; below 1 from d_k ≈ {crossover}",
-            at_64.jacobian.show(2)
+            "‖J‖ unscaled / scaled {} at d_k 64 ({} keys); below 1 from d_k ≈ {crossover}",
+            at_64.jacobian.show(2),
+            data.n
         ),
     );
     canvas.key_number(
         "jacobian-almost-zero",
-        format!("‖J‖ ratio {} at d_k {}", last.jacobian.show(2), last.d),
+        format!(
+            "‖J‖ ratio {} at d_k {} (\"almost 0\": below 0.1)",
+            last.jacobian.show(2),
+            last.d
+        ),
     );
     canvas.answer(
         Question::Gradients,
         Some(format!(
-            "{}: unscaled, the gradient reaching Q is {:.0}× [{:.0}, {:.0}] larger at d_k = 64. Only \
-             softmax's own derivative shrinks, below the scaled one past d_k ≈ {}.",
+            "{}: unscaled, the gradient reaching Q is {:.0}× [{:.0}, {:.0}] larger at d_k = 64 \
+             (8× is the missing √64); softmax's own slope shrinks, below the scaled one past \
+             d_k {}.",
             if at_64.query.lo > 1.0 { "No" } else { "Not here" },
             at_64.query.value,
             at_64.query.lo,
             at_64.query.hi,
-            data.crossover_d
-                .map_or(format!("{} (not measured beyond)", last.d), |e| format!("{:.0}", e.value)),
+            data.crossover_d.map_or(format!("{} (not measured beyond)", last.d), |e| format!(
+                "{:.0} [{:.0}, {:.0}]",
+                e.value, e.lo, e.hi
+            )),
         )),
         format!(
             "**Setup.** One attention layer, {} queries and keys with unit-variance entries, a random \

@@ -155,7 +155,7 @@ fn question_line(main: &[&PairStats], inits: &[&str]) -> String {
          without it, the model reached 99% held-out accuracy {} ({} initialization × d_k {dims}; exact sign \
          tests on {pairs} paired seeds per condition). The primary endpoint, whether a run reaches 99% at all within the budget \
          (exact McNemar on the pairs, Holm), separates the arms in {primary} of {} {} (the unscaled arm \
-         stuck more often){}.",
+         stuck more often where they separate){}.",
         all.answer(),
         all.words(),
         inits.join(" and "),
@@ -195,6 +195,7 @@ fn median_range(main: &[&PairStats], pick: impl Fn(&PairStats) -> Option<f64>) -
         finite.iter().copied().reduce(f64::min),
         finite.iter().copied().reduce(f64::max),
     ) {
+        (Some(lo), Some(hi)) if lo == hi => format!("{lo}"),
         (Some(lo), Some(hi)) => format!("{lo}–{hi}"),
         _ => "none".into(),
     };

@@ -201,8 +201,8 @@ fn paired(
                     "Steps to 99% per seed: 1/√d_k (x) vs none (y), Adam, {} init",
                     init_name(init)
                 ),
-                x_label: format!("steps with 1/√d_k (never: {never})"),
-                y_label: format!("steps without scaling (never: {never})"),
+                x_label: format!("steps with 1/√d_k (never: {never:.0})"),
+                y_label: format!("steps without scaling (never: {never:.0})"),
                 log_x: false,
                 log_y: false,
                 series,
