@@ -644,3 +644,25 @@ fn the_first_screen_answers_the_four_questions() {
     }
     assert!(md.contains("(APPENDIX.md)"));
 }
+
+/// The confirmatory run at quick sizes: fresh seeds (never an exploratory one), its own budget,
+/// the six pre-registered hypotheses decided on its saturated condition.
+#[test]
+fn training_confirm_runs_its_fixed_design_on_fresh_seeds() {
+    use sdpa::lab::experiments::training_confirm::design::CONFIRM_SEED_OFFSET;
+    let (_t, e) = run("training-confirm", false);
+    assert_eq!(e.claims.len(), 6, "{:?}", e.claims);
+    assert_eq!(e.cells, 16, "2 conditions × 2 arms × 4 seeds");
+    let runs = e.data["runs"].as_array().expect("runs");
+    assert!(runs.iter().all(|r| {
+        r["seed"]
+            .as_u64()
+            .is_some_and(|s| s >= 42 + CONFIRM_SEED_OFFSET)
+            && r["budget"].as_u64() == Some(100)
+    }));
+    assert!(
+        e.data["hypotheses"]["outcomes"]
+            .as_array()
+            .is_some_and(|o| o.len() == 6)
+    );
+}

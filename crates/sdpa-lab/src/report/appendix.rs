@@ -252,6 +252,12 @@ fn sentence(zh: &str) -> &str {
 /// several columns counts by its whole-sentence row where it has one, else by its rows
 /// together ([`Outcome::across`]); a claim that could not have failed is left out and named.
 pub(super) fn tally_line(r: &Report) -> Option<String> {
+    // Where a confirmatory run decided a sentence, its rows alone count.
+    let confirmed = |c: &Claim| {
+        r.experiments
+            .iter()
+            .any(|e| e.name.ends_with("-confirm") && e.claims.iter().any(|k| k.id == c.id))
+    };
     let article: Vec<&Claim> = r
         .experiments
         .iter()
@@ -270,10 +276,13 @@ pub(super) fn tally_line(r: &Report) -> Option<String> {
     sentences.dedup();
     let (mut outcomes, mut left_out) = (Vec::new(), Vec::new());
     for base in &sentences {
-        let rows: Vec<&&Claim> = article
+        let mut rows: Vec<&&Claim> = article
             .iter()
             .filter(|c| sentence(zh(c)) == *base)
             .collect();
+        if rows.iter().any(|c| confirmed(c)) {
+            rows.retain(|c| confirmed(c));
+        }
         if rows.iter().any(|c| !c.counts()) {
             left_out.extend(rows.iter().map(|c| c.id.clone()));
             continue;

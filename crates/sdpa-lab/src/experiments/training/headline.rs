@@ -305,8 +305,10 @@ fn article_words_line(
     Some(format!(
         "**The article's words:** «training fails completely» {fails}. «Extremely slow» (at least \
          {SLOW_FACTOR}× the steps to 99%) {slow}. The sentence as a whole, «fails completely or extremely \
-         slow», {either}. (The split at std {SATURATED_LOGIT_STD} was added after the runs were seen and \
-         changes no outcome; the median unscaled starting logit std per condition: {}.)",
+         slow», {either}. (Decided only where the unscaled starting logits have std ≥ \
+         {SATURATED_LOGIT_STD}, the article's premise: a rule written after these runs were seen, \
+         and fixed before the confirmatory run; the median unscaled starting logit std per \
+         condition: {}.)",
         stds.join(", ")
     ))
 }
