@@ -1,6 +1,7 @@
 //! `saturation`'s table, CSV and plot.
 
 use super::{NS, SaturationData};
+use crate::answers::Question;
 use crate::context::LabError;
 use crate::experiment::Canvas;
 use crate::markdown::{f, md_table, opt};
@@ -104,6 +105,33 @@ pub fn render(data: &SaturationData, canvas: &mut Canvas) -> Result<String, LabE
         .filter(|r| r.scale == 8.0)
         .map(|r| r.entropy.value / r.ln_n)
         .collect();
+    // The second question's screen: at what logit std softmax saturates (n = 64 keys).
+    let at = |scale: f64| {
+        data.rows
+            .iter()
+            .find(|r| r.n == 64 && r.scale == scale)
+            .map(|r| {
+                format!(
+                    "{:.0}% [{:.0}, {:.0}]",
+                    100.0 * r.entropy.value / r.ln_n,
+                    100.0 * r.entropy.lo / r.ln_n,
+                    100.0 * r.entropy.hi / r.ln_n
+                )
+            })
+    };
+    if let (Some(s1), Some(s4), Some(s8), Some(s16)) = (at(1.0), at(4.0), at(8.0), at(16.0)) {
+        canvas.answer(
+            Question::Saturation,
+            None,
+            format!(
+                "**At what logit std.** Softmax of 64 random logits with standard deviation s keeps \
+                 {s1} of the uniform distribution's entropy (its spread over the keys) at s = 1, \
+                 what the scale gives; {s4} at s = 4, {s8} at s = 8 (unscaled, d_k = 64) and {s16} \
+                 at s = 16 (95% intervals; the article's own table is in the appendix, \
+                 `saturation`)."
+            ),
+        );
+    }
     if let (Some(lo), Some(hi)) = (
         at_8.iter().copied().reduce(f64::min),
         at_8.iter().copied().reduce(f64::max),
