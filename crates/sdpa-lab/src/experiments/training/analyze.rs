@@ -169,8 +169,9 @@ pub struct TrainingData {
     pub hypotheses: Option<crate::experiments::training_confirm::hypotheses::Hypotheses>,
 }
 
-/// A run's time to the target: the step, or +∞ when it never got there.
-fn failed(o: &TrainingOutcome) -> bool {
+/// Whether a run failed completely: it never reached the target and its held-out accuracy at
+/// the budget is below [`FAILED_ACCURACY`], or it diverged (NaN).
+pub fn failed(o: &TrainingOutcome) -> bool {
     // A diverged run (NaN accuracy) failed too.
     o.steps_to_target.is_none()
         && o.final_accuracy

@@ -4,6 +4,9 @@
 
 use super::super::analyze::{PairStats, RunRow, TrainingData, of_part};
 use super::super::design::{ALPHA, FAILED_ACCURACY, Part, SATURATED_LOGIT_STD};
+
+/// [`FAILED_ACCURACY`] in percent, for the text.
+pub(super) const FAILED_PCT: f64 = FAILED_ACCURACY * 100.0;
 use super::super::headline::unscaled_start_std;
 use crate::answers::Question;
 use crate::experiment::Canvas;
@@ -13,7 +16,7 @@ use crate::stats::wilson_interval;
 /// Whether a run ended near chance: it never reached the target and its held-out accuracy at
 /// the budget is below [`FAILED_ACCURACY`] (or it diverged).
 fn near_chance(r: &RunRow) -> bool {
-    r.outcome.steps_to_target.is_none() && !(r.outcome.final_accuracy >= FAILED_ACCURACY)
+    super::super::analyze::failed(&r.outcome)
 }
 
 /// The main part's evaluation runs of `arm` in the conditions of `stats`.
@@ -105,7 +108,7 @@ pub fn answer(data: &TrainingData, canvas: &mut Canvas, figure: Option<&str>) {
                     .map(|x| format!("{x:.1}"))
                     .collect();
                 format!(
-                    "{} initialization (starting unscaled logit std {}): {} unscaled runs below 50% accuracy",
+                    "{} initialization (starting unscaled logit std {}): {} unscaled runs below {FAILED_PCT:.0}% accuracy",
                     init_name(init),
                     stds.join(", "),
                     share(u.iter().filter(|r| near_chance(r)).count(), u.len())
@@ -143,7 +146,7 @@ pub fn answer(data: &TrainingData, canvas: &mut Canvas, figure: Option<&str>) {
          a run reaches 99% at all: {} unscaled and {} scaled runs never did, and the two differ in \
          {separated} of {} conditions (McNemar's test counts the pairs where only one of the two \
          runs got stuck; Holm's correction allows for testing several conditions at once). {} \
-         unscaled runs ended below 50% accuracy (four times chance) against {} scaled. By \
+         unscaled runs ended below {FAILED_PCT:.0}% accuracy against {} scaled. By \
          initialization: {}. Where the unscaled logits start saturated (std ≥ {SATURATED_LOGIT_STD}), \
          the median paired ratio of steps (a run that never got there counted at the budget) was {}.\n\n\
          **Caveat.** These runs also shaped the analysis (the saturation split, the ratio margin), \

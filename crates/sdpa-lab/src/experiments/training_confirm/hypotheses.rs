@@ -44,14 +44,59 @@ pub struct Hypotheses {
     /// 3: (pairs where the unscaled run is later, sooner), exact p, saturated.
     pub later_saturated: (usize, usize, f64),
     /// 4: the share of unscaled runs near chance, saturated (Wilson 95%).
+    #[serde(with = "estimate_text")]
     pub near_chance: Estimate,
     /// The same share in the scaled arm's runs is not defined the same way; its stuck share is
     /// given instead (Wilson 95%).
+    #[serde(with = "estimate_text")]
     pub scaled_stuck: Estimate,
     /// 5: the median paired ratio of steps (bounded), saturated, 95% interval.
+    #[serde(with = "estimate_text")]
     pub ratio: Estimate,
     /// The outcomes of hypotheses 1–6, in order.
     pub outcomes: [Outcome; 6],
+}
+
+/// An [`Estimate`] whose ends may be infinite (a ratio bounded only from below), kept through
+/// `results.json` (JSON has no ∞: each number is written as its text, `inf` included), so that
+/// the report can read the hypotheses back from an experiment's data.
+mod estimate_text {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use crate::stats::Estimate;
+
+    #[derive(Serialize, Deserialize)]
+    struct Text {
+        value: String,
+        lo: String,
+        hi: String,
+        n: usize,
+    }
+
+    fn number(text: &str) -> f64 {
+        text.parse().unwrap_or(f64::NAN)
+    }
+
+    pub fn serialize<S: Serializer>(e: &Estimate, serializer: S) -> Result<S::Ok, S::Error> {
+        Text {
+            value: e.value.to_string(),
+            lo: e.lo.to_string(),
+            hi: e.hi.to_string(),
+            n: e.n,
+        }
+        .serialize(serializer)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Estimate, D::Error> {
+        let t = Text::deserialize(deserializer)?;
+        Ok(Estimate {
+            value: number(&t.value),
+            lo: number(&t.lo),
+            hi: number(&t.hi),
+            n: t.n,
+            ci90: None,
+        })
+    }
 }
 
 fn stuck(p: &Pair) -> (bool, bool) {
@@ -193,8 +238,7 @@ pub fn pairs_of(
                     d_k: c.d_k,
                     scaled: a.outcome.steps_to_target,
                     unscaled: u.outcome.steps_to_target,
-                    unscaled_near_chance: u.outcome.steps_to_target.is_none()
-                        && !(u.outcome.final_accuracy >= 0.5),
+                    unscaled_near_chance: crate::experiments::training::analyze::failed(&u.outcome),
                     budget: a.budget,
                 });
             }
@@ -247,6 +291,17 @@ mod tests {
             hypotheses(&reverse).expect("pairs").outcomes[0],
             Outcome::Fails
         );
+        // Through results.json and back, an infinite end included.
+        let h = hypotheses(&stuck).expect("saturated pairs");
+        let json = serde_json::to_value(&h).expect("json");
+        let back: Hypotheses = serde_json::from_value(json).expect("read back");
+        assert_eq!(back.outcomes, h.outcomes);
+        assert!(
+            h.ratio.hi.is_infinite(),
+            "every pair bounded below: {:?}",
+            h.ratio
+        );
+        assert_eq!(back.ratio.hi, h.ratio.hi);
         // No saturated condition: nothing to decide.
         let unsaturated = vec![pair(QkInit::Unit, 64, Some(40), None)];
         assert!(hypotheses(&unsaturated).is_none());

@@ -5,6 +5,10 @@ use super::analyze::{ConfirmData, saturated_words};
 use super::design::{BUDGET, CONFIRM_SEED_OFFSET, POWER, POWER_LOG_SD, POWER_RATIO};
 use super::hypotheses::{Hypotheses, is_saturated};
 use crate::answers::Question;
+use crate::experiments::training::design::FAILED_ACCURACY;
+
+/// [`FAILED_ACCURACY`] in percent, for the text.
+const FAILED_PCT: f64 = FAILED_ACCURACY * 100.0;
 use crate::claims::{show, show_p};
 use crate::context::LabError;
 use crate::experiment::Canvas;
@@ -47,7 +51,7 @@ pub fn hypothesis_rows(h: &Hypotheses) -> Vec<[String; 3]> {
             o[2].label().into(),
         ],
         [
-            "4 «fails completely»: most unscaled runs below 50% accuracy".into(),
+            format!("4 «fails completely»: most unscaled runs below {FAILED_PCT:.0}% accuracy"),
             format!("share {}", show(h.near_chance)),
             o[3].label().into(),
         ],
@@ -277,7 +281,7 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
     canvas.key_number(
         "confirm-fails-or-extremely-slow",
         format!(
-            "below 50% accuracy: {:.0}% [{:.0}, {:.0}] of unscaled runs; median slowdown {ratio}",
+            "below {FAILED_PCT:.0}% accuracy: {:.0}% [{:.0}, {:.0}] of unscaled runs; median slowdown {ratio}",
             100.0 * near.value,
             100.0 * near.lo,
             100.0 * near.hi,
@@ -287,7 +291,7 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
         Question::Training,
         Some(format!(
             "{lead}: with saturated starting logits (unit init d_k ≥ 256, default 1024), \
-             {} of unscaled vs {:.0}% of scaled runs never reached 99% (pre-registered test p = \
+             {} of unscaled vs {:.0}% of scaled runs never reached 99% (pre-registered test p \
              {}); median slowdown {ratio}.",
             {
                 let (lo, hi) = crate::stats::wilson_interval(never_u, n, 0.95);
@@ -313,9 +317,9 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
              at 5%.\n\n{plot}\n\n**Effect.** Each dot is one seed; above the diagonal, training \
              without the scale was slower. In the saturated conditions {never_u} of {n} unscaled \
              and {never_s} of {n} scaled runs never reached 99%; pairs where only the unscaled run \
-             did not: {} against {} where only the scaled one did not (p = {}, an exact test on \
+             did not: {} against {} where only the scaled one did not (p {}, an exact test on \
              these pairs added over the saturated conditions). {:.0}% [{:.0}, {:.0}] of the unscaled \
-             runs ended below 50% accuracy (four times chance; the article's \"fails completely\"). The median paired \
+             runs ended below {FAILED_PCT:.0}% accuracy (the article's \"fails completely\"). The median paired \
              slowdown, steps without over steps with the scale, is {ratio} (a run that never got \
              there bounds its pair's ratio).\n\n**Caveat.** One small model on one task; the \
              learning rates were tuned on the exploratory run's seeds, not re-tuned.",
@@ -351,11 +355,11 @@ fn both_stuck(data: &ConfirmData) -> usize {
         .count()
 }
 
-/// A p-value with two significant digits (`< 0.001` below it).
+/// A p-value with its relation: `= 0.42`, or `< 0.001` below it.
 pub fn short_p(p: f64) -> String {
     if p < 0.001 {
         "< 0.001".into()
     } else {
-        format!("{p:.2}")
+        format!("= {p:.2}")
     }
 }
