@@ -236,7 +236,7 @@ fn article_claims(data: &TrainingData, main: &[&PairStats]) -> Vec<Claim> {
             ),
         )
     };
-    vec![
+    let claims = vec![
         over(
             "fails-completely",
             Source::Article(&article::TRAINING_FAILS),
@@ -281,7 +281,19 @@ fn article_claims(data: &TrainingData, main: &[&PairStats]) -> Vec<Claim> {
             main,
             &either,
         ),
-    ]
+    ];
+    // Without a saturated condition the sentence is decided nowhere: say so, not nothing.
+    claims
+        .into_iter()
+        .map(|mut c| {
+            if c.conditions.is_empty() {
+                c.measured = format!(
+                    "no condition of this run starts saturated (std ≥ {SATURATED_LOGIT_STD}): not decided"
+                );
+            }
+            c
+        })
+        .collect()
 }
 
 pub(super) fn slower_claim(
