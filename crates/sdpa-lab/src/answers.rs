@@ -1,6 +1,6 @@
 //! The report's first screen: the four questions a student brings to the article, each answered
 //! by the experiment that measures it. An experiment's `render` writes its [`Answer`] (and the
-//! [`KeyNumber`]s behind the article's claims it decides) onto the [`Canvas`](crate::experiment::Canvas);
+//! [`KeyNumber`]s behind the article's claims it decides) onto the experiment's canvas;
 //! `report` puts the short answers on the first screen and each question's screen after it.
 
 use serde::Serialize;

@@ -496,7 +496,7 @@ pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
         })
         .collect();
     let hypotheses = {
-        use crate::experiments::training_confirm::hypotheses::{hypotheses, pairs_of};
+        use crate::experiments::training_confirm::hypotheses::hypotheses;
         hypotheses(&pairs_of(&runs, &main))
     };
     TrainingData {
@@ -517,4 +517,47 @@ pub fn of_part(data: &TrainingData, part: Part) -> impl Iterator<Item = &PairSta
     data.comparisons
         .iter()
         .filter(move |s| s.comparison.part == part)
+}
+
+/// The median initial logit std of a condition's unscaled runs (`None` when none is finite).
+pub fn unscaled_start_std(data: &TrainingData, s: &PairStats) -> Option<f64> {
+    let stds: Vec<f64> = data
+        .runs
+        .iter()
+        .filter(|r| r.condition == s.comparison.condition && r.arm == Arm::Unscaled)
+        .map(|r| r.outcome.initial.logit_std)
+        .filter(|x| x.is_finite())
+        .collect();
+    (!stds.is_empty()).then(|| crate::stats::median(&stds))
+}
+
+/// The pairs behind a set of paired comparisons' runs: every seed run by both arms.
+pub fn pairs_of(
+    runs: &[RunRow],
+    stats: &[&PairStats],
+) -> Vec<crate::experiments::training_confirm::hypotheses::Pair> {
+    use crate::measures::training::Arm;
+    let mut out = Vec::new();
+    for s in stats {
+        let c = s.comparison.condition;
+        let of = |arm: Arm| {
+            runs.iter()
+                .filter(move |r| r.condition == c && r.arm == arm)
+                .collect::<Vec<_>>()
+        };
+        let unscaled = of(Arm::Unscaled);
+        for a in of(Arm::Scaled) {
+            if let Some(u) = unscaled.iter().find(|u| u.seed == a.seed) {
+                out.push(crate::experiments::training_confirm::hypotheses::Pair {
+                    init: c.init,
+                    d_k: c.d_k,
+                    scaled: a.outcome.steps_to_target,
+                    unscaled: u.outcome.steps_to_target,
+                    unscaled_near_chance: failed(&u.outcome),
+                    budget: a.budget,
+                });
+            }
+        }
+    }
+    out
 }

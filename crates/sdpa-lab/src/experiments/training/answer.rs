@@ -7,7 +7,7 @@ use super::super::design::{ALPHA, FAILED_ACCURACY, Part, SATURATED_LOGIT_STD};
 
 /// [`FAILED_ACCURACY`] in percent, for the text.
 pub(super) const FAILED_PCT: f64 = FAILED_ACCURACY * 100.0;
-use super::super::headline::unscaled_start_std;
+use super::super::analyze::unscaled_start_std;
 use crate::answers::Question;
 use crate::experiment::Canvas;
 use crate::measures::training::{Arm, init_name};

@@ -1,11 +1,11 @@
 //! `training`'s claims: each decided per condition (initialization × d_k, or optimizer) by the
 //! paired statistics, with the thresholds of [`super::design`].
 
+use super::analyze::unscaled_start_std;
 use super::analyze::{PairStats, TrainingData, of_part};
 use super::design::{
     ALPHA, EQUIVALENCE_RATIO, FAILED_ACCURACY, Part, SATURATED_LOGIT_STD, SLOW_FACTOR,
 };
-use super::headline::unscaled_start_std;
 use crate::article;
 use crate::claims::{Claim, Condition, Outcome, Source, short, show, show_p, side};
 use crate::measures::training::{Arm, init_name, optimizer_name};

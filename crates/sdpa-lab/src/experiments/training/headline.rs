@@ -3,12 +3,11 @@
 //! statistics. Every number and every verdict word below is computed; only the words around
 //! them are fixed.
 
-use super::analyze::{PairStats, TrainingData, of_part};
+use super::analyze::{PairStats, TrainingData, of_part, unscaled_start_std};
 use super::claims::direction;
 use super::design::{ALPHA, Part, SATURATED_LOGIT_STD, SLOW_FACTOR};
 use crate::claims::{Claim, Outcome, Tally, show_p};
 use crate::measures::training::{Arm, init_name};
-use crate::stats::median;
 
 /// How the unscaled arm compares with 1/√d_k over a set of conditions.
 struct Direction {
@@ -311,18 +310,6 @@ fn article_words_line(
          condition: {}.)",
         stds.join(", ")
     ))
-}
-
-/// The median initial logit std of a condition's unscaled runs (`None` when none is finite).
-pub(super) fn unscaled_start_std(data: &TrainingData, s: &PairStats) -> Option<f64> {
-    let stds: Vec<f64> = data
-        .runs
-        .iter()
-        .filter(|r| r.condition == s.comparison.condition && r.arm == Arm::Unscaled)
-        .map(|r| r.outcome.initial.logit_std)
-        .filter(|x| x.is_finite())
-        .collect();
-    (!stds.is_empty()).then(|| median(&stds))
 }
 
 /// A claim's outcome, then the tally of its conditions where the unscaled starting logits are

@@ -4,12 +4,12 @@
 use serde::Serialize;
 
 use super::design::{ALPHA, ConfirmSizes, SATURATED};
-use super::hypotheses::{Hypotheses, hypotheses, pairs_of};
+use super::hypotheses::{Hypotheses, hypotheses};
 use crate::article;
 use crate::claims::{Claim, Outcome, Source, show, show_p};
 use crate::experiment::{Analysis, Plan};
 use crate::experiments::training::Run;
-use crate::experiments::training::analyze::{PairStats, RunRow, adjust, pair_stats};
+use crate::experiments::training::analyze::{PairStats, RunRow, adjust, pair_stats, pairs_of};
 use crate::experiments::training::design::{Comparison, Condition, Part};
 use crate::measures::training::{Arm, init_name};
 use sdpa_model::OptimizerKind;

@@ -7,7 +7,6 @@ use serde::{Deserialize, Serialize};
 
 use super::design::{ALPHA, SATURATED};
 use crate::claims::Outcome;
-use crate::experiments::training::analyze::PairStats;
 use crate::stats::hypothesis::{bounded_median_ci, mcnemar_exact, sign_test};
 use crate::stats::{Estimate, wilson};
 
@@ -214,37 +213,6 @@ pub fn hypotheses(pairs: &[Pair]) -> Option<Hypotheses> {
             sentence,
         ],
     })
-}
-
-/// The pairs behind a set of paired comparisons' runs: every seed run by both arms.
-pub fn pairs_of(
-    runs: &[crate::experiments::training::analyze::RunRow],
-    stats: &[&PairStats],
-) -> Vec<Pair> {
-    use crate::measures::training::Arm;
-    let mut out = Vec::new();
-    for s in stats {
-        let c = s.comparison.condition;
-        let of = |arm: Arm| {
-            runs.iter()
-                .filter(move |r| r.condition == c && r.arm == arm)
-                .collect::<Vec<_>>()
-        };
-        let unscaled = of(Arm::Unscaled);
-        for a in of(Arm::Scaled) {
-            if let Some(u) = unscaled.iter().find(|u| u.seed == a.seed) {
-                out.push(Pair {
-                    init: c.init,
-                    d_k: c.d_k,
-                    scaled: a.outcome.steps_to_target,
-                    unscaled: u.outcome.steps_to_target,
-                    unscaled_near_chance: crate::experiments::training::analyze::failed(&u.outcome),
-                    budget: a.budget,
-                });
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
