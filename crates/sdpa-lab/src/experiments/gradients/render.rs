@@ -423,8 +423,9 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
             "**Setup.** One attention layer, {} queries and keys with unit-variance entries, a random \
              loss on its output; autodiff gives every gradient with and without the scale on the same \
              {} draws, so each ratio below is paired.\n\n{plot}\n\n**Effect.** Softmax's derivative \
-             (its Jacobian, the matrix diag(p) − ppᵀ) does shrink as the logits grow: its size without \
-             the scale is {} times the scaled one at d_k = 64 and {} at d_k = {}, smaller from d_k {} \
+             (its Jacobian, the matrix diag(p) − ppᵀ) falls as the logits grow, but starts higher: \
+             without the scale it is still {} times the scaled one at d_k = 64 (the scaled one is \
+             small too: many nearly equal weights), {} at d_k = {}, and smaller only from d_k {} \
              on. But that derivative is multiplied by the unscaled logits' larger size: the gradient \
              on the scores is {}× and the gradient reaching Q (and W_Q) {}× the scaled one at d_k = \
              64, growing with d_k ({}× at {}).\n\n**Caveat.** The attention gradient concentrates on \

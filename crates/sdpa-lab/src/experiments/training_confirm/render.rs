@@ -270,7 +270,8 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
             h.ratio.value, h.ratio.lo, h.ratio.hi
         )
     } else if h.ratio.lo.is_finite() {
-        format!("{:.1}× [{:.1}, ∞]", h.ratio.value, h.ratio.lo)
+        // Over half the pairs only bounded from below: the median is at least this.
+        format!("≥ {:.1}× (lower bound {:.1})", h.ratio.value, h.ratio.lo)
     } else {
         format!("{:.1}× (no interval)", h.ratio.value)
     };
@@ -309,7 +310,9 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
             "**Setup.** A one-layer attention model learns a matching task (chance is 1/8 of the \
              answers right; the target is 99% on held-out data) with and without the 1/√d_k, from \
              the same starting weights and batches (a *pair* of runs per seed), each arm at its own \
-             learning rate.\n\n**The confirmatory run** (its analysis fixed and committed before \
+             learning rate. *Unit init*: W_Q and W_K drawn so that q and k entries have variance 1 \
+             (the article's premise); *default init*: Burn's default, which gives smaller q and k. \
+             An *arm* is one of the two versions, scaled or not.\n\n**The confirmatory run** (its analysis fixed and committed before \
              its runs: *pre-registered*): {} fresh seeds per condition, a {}-step budget, the \
              learning rates the exploratory run below chose, decided where the unscaled logits \
              (the scores q·k that softmax turns into weights) start saturated: {}. The primary \
