@@ -11,7 +11,7 @@ pub use super::mechanism::Mechanism;
 use super::mechanism::time;
 pub use super::sweep::{Curve, SeedMeasure, Sensitivity, SweepPoint};
 use super::{Role, Run, tuned_lr};
-use crate::experiment::{Measured, Plan};
+use crate::experiment::Plan;
 use crate::measures::training::{Arm, TrainingOutcome};
 use crate::stats::hypothesis::{bounded_median_ci, holm, mcnemar_exact, median_ci, sign_test};
 use crate::stats::survival::{KmMedian, Observation, km_median};
@@ -121,6 +121,25 @@ pub struct RunRow {
     pub budget: usize,
     /// The outcome.
     pub outcome: TrainingOutcome,
+}
+
+impl RunRow {
+    /// A measured run, flattened.
+    pub fn of(r: &Run) -> Self {
+        let s = &r.config.spec;
+        Self {
+            condition: Condition {
+                optimizer: s.optimizer,
+                init: s.init,
+                d_k: s.d_k,
+            },
+            arm: s.arm,
+            seed: s.seed,
+            lr: s.lr,
+            budget: s.budget,
+            outcome: r.result.clone(),
+        }
+    }
 }
 
 /// q/k component std at the start and the end of training, over an arm's runs.
@@ -455,21 +474,7 @@ pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
     let runs: Vec<RunRow> = cells
         .iter()
         .filter(|r| r.config.role == Role::Evaluation)
-        .map(|r: &Measured<_, _>| {
-            let s = &r.config.spec;
-            RunRow {
-                condition: Condition {
-                    optimizer: s.optimizer,
-                    init: s.init,
-                    d_k: s.d_k,
-                },
-                arm: s.arm,
-                seed: s.seed,
-                lr: s.lr,
-                budget: s.budget,
-                outcome: r.result.clone(),
-            }
-        })
+        .map(RunRow::of)
         .collect();
     let curves = super::sweep::curves(cells, &sizes);
     let sensitivity = [

@@ -51,24 +51,7 @@ pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<ConfirmData> {
         .filter_map(|c| pair_stats(cells, *c, design.len()))
         .collect();
     adjust(&mut per_condition);
-    let runs: Vec<RunRow> = cells
-        .iter()
-        .map(|r| {
-            let s = &r.config.spec;
-            RunRow {
-                condition: Condition {
-                    optimizer: s.optimizer,
-                    init: s.init,
-                    d_k: s.d_k,
-                },
-                arm: s.arm,
-                seed: s.seed,
-                lr: s.lr,
-                budget: s.budget,
-                outcome: r.result.clone(),
-            }
-        })
-        .collect();
+    let runs: Vec<RunRow> = cells.iter().map(RunRow::of).collect();
     let stats: Vec<&PairStats> = per_condition.iter().collect();
     let hypotheses = hypotheses(&pairs_of(&runs, &stats));
     let claims = hypotheses.as_ref().map_or_else(Vec::new, claims);
