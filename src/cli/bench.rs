@@ -80,6 +80,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         backends: args.backends.clone(),
         out: Some(args.out.clone()),
         quick: args.quick,
+        tune: false,
         seed: 42,
         plain: args.plain,
         shard: None,

@@ -26,6 +26,12 @@ pub struct LabArgs {
     /// Smaller sizes for a first look (under 2 minutes).
     #[arg(long)]
     pub quick: bool,
+    /// Also run the learning-rate sweeps (training: 1 400 runs, training-variants: 160; about
+    /// 40 minutes more on 2 cores): the training runs then use the rates the sweeps choose, and
+    /// the report adds the learning-rate curves and sensitivity claims. Without it they use the
+    /// rates the sweeps chose before, committed in the code.
+    #[arg(long)]
+    pub tune: bool,
     /// Seed of every random draw.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -37,22 +43,22 @@ pub struct LabArgs {
     #[arg(long, value_name = "I/N")]
     pub shard: Option<String>,
     /// Render REPORT.md, results.json and the plots again from DIR's saved cells (measures
-    /// nothing; renders in DIR, whose run.json says what was run: --out, --quick, --seed and
-    /// --backend do not apply).
+    /// nothing; renders in DIR, whose run.json says what was run: --out, --quick, --tune, --seed
+    /// and --backend do not apply).
     #[arg(
         long,
         value_name = "DIR",
-        conflicts_with_all = ["shard", "merge", "out", "quick", "seed", "backends"]
+        conflicts_with_all = ["shard", "merge", "out", "quick", "tune", "seed", "backends"]
     )]
     pub render_only: Option<PathBuf>,
     /// Merge the folders of every shard of a run into --out and render the report (measures
-    /// nothing: the shards' run.json says what was run, so --quick, --seed and --backend do not
-    /// apply).
+    /// nothing: the shards' run.json says what was run, so --quick, --tune, --seed and --backend
+    /// do not apply).
     #[arg(
         long,
         value_name = "DIR",
         num_args = 1..,
-        conflicts_with_all = ["shard", "quick", "seed", "backends"]
+        conflicts_with_all = ["shard", "quick", "tune", "seed", "backends"]
     )]
     pub merge: Vec<PathBuf>,
 }
@@ -170,6 +176,7 @@ fn run(
         plan: Plan {
             quick: lab.quick,
             seed: lab.seed,
+            tune: lab.tune,
             backends: env.backends.iter().map(|b| b.name.clone()).collect(),
         },
         out: out.clone(),

@@ -35,6 +35,7 @@ fn plan(quick: bool) -> Plan {
         quick,
         seed: 42,
         backends: vec!["flex".into()],
+        tune: true,
     }
 }
 

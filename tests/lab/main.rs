@@ -51,13 +51,14 @@ pub fn usable_backends() -> Vec<BackendKind> {
     usable.into_iter().map(|(b, _)| b).collect()
 }
 
-/// Options of a quick run into `out`.
+/// Options of a quick run into `out` (without `--tune`, as `sdpa report --quick`).
 pub fn options(env: &Env, out: &Path, shard: Option<Shard>) -> RunOptions {
     RunOptions {
         plan: Plan {
             quick: true,
             seed: 42,
             backends: env.backends.iter().map(|b| b.name.clone()).collect(),
+            tune: false,
         },
         out: out.to_path_buf(),
         shard,
@@ -68,12 +69,19 @@ pub fn options(env: &Env, out: &Path, shard: Option<Shard>) -> RunOptions {
 
 /// Runs the named experiments at quick sizes into `out` and returns the report.
 pub fn report(names: &[&str], all_backends: bool, out: &Path) -> Report {
+    report_tuned(names, all_backends, out, false)
+}
+
+/// [`report`], with the learning-rate sweeps when `tune` (`sdpa report --quick --tune`).
+pub fn report_tuned(names: &[&str], all_backends: bool, out: &Path, tune: bool) -> Report {
     let experiments: Vec<_> = names
         .iter()
         .map(|n| find_experiment(n).unwrap_or_else(|| panic!("no experiment {n}")))
         .collect();
     let env = env(all_backends);
-    match runner::run(&experiments, &env, &options(&env, out, None)).expect("report runs") {
+    let mut options = options(&env, out, None);
+    options.plan.tune = tune;
+    match runner::run(&experiments, &env, &options).expect("report runs") {
         RunOutcome::Report(r) => {
             assert!(r.failures.is_empty(), "{:?}", r.failures);
             *r
@@ -85,8 +93,17 @@ pub fn report(names: &[&str], all_backends: bool, out: &Path) -> Report {
 /// Runs one experiment and checks what every experiment owes: claims whose verdict follows, a
 /// check and a measurement for each, files that exist.
 fn run(name: &str, all_backends: bool) -> (tempfile::TempDir, sdpa::lab::report::ExperimentReport) {
+    run_tuned(name, all_backends, false)
+}
+
+/// [`run`], with the learning-rate sweeps when `tune`.
+fn run_tuned(
+    name: &str,
+    all_backends: bool,
+    tune: bool,
+) -> (tempfile::TempDir, sdpa::lab::report::ExperimentReport) {
     let tmp = tempfile::tempdir().expect("tmp");
-    let r = report(&[name], all_backends, tmp.path());
+    let r = report_tuned(&[name], all_backends, tmp.path(), tune);
     let e = r.experiments.into_iter().next().expect("one experiment");
     assert!(!e.claims.is_empty(), "{name}: no claims");
     assert_eq!(e.verdict, Verdict::from_claims(&e.claims), "{name}");
@@ -297,7 +314,7 @@ fn complexity_counts_the_weights_it_materializes() {
 
 #[test]
 fn training_pairs_seeds_tunes_each_arm_and_never_averages_a_censored_run() {
-    let (_t, e) = run("training", false);
+    let (_t, e) = run_tuned("training", false, true);
     let d = &e.data;
     let comparisons = d["comparisons"].as_array().expect("comparisons");
     assert!(!comparisons.is_empty());
@@ -312,9 +329,12 @@ fn training_pairs_seeds_tunes_each_arm_and_never_averages_a_censored_run() {
         assert_eq!(slower + faster + ties, num(c, "pairs"));
         assert!(num(c, "sign_p_holm") >= num(c, "sign_p"));
     }
+    // With --tune every arm is tuned, and its learning-rate curve drawn.
     for t in d["tuned"].as_array().expect("tuned") {
         assert!(!t["chosen"].is_null(), "every arm got a rate: {t}");
+        assert_eq!(t["source"], "Tuned", "{t}");
     }
+    assert!(!d["curves"].as_array().expect("curves").is_empty());
     for r in d["runs"].as_array().expect("runs") {
         let o = &r["outcome"];
         assert!(num(&o["initial"], "logit_std") > 0.0);
@@ -323,6 +343,51 @@ fn training_pairs_seeds_tunes_each_arm_and_never_averages_a_censored_run() {
             assert_eq!(o["steps_run"], r["budget"], "{o}");
         }
     }
+}
+
+/// Without --tune (the default report, issue 54 item 7) the evaluation runs train at the
+/// committed rates; only an arm without one (the quick design's controls at d_k 64) is tuned,
+/// no learning-rate curve is drawn, and the section says how to run the sweep.
+#[test]
+fn training_without_tune_evaluates_at_the_committed_rates() {
+    use sdpa::lab::experiments::training::rates::COMMITTED_LRS;
+    let (t, e) = run("training", false);
+    let d = &e.data;
+    let mut committed = 0;
+    for row in d["tuned"].as_array().expect("tuned") {
+        assert!(!row["chosen"].is_null(), "every arm got a rate: {row}");
+        if row["source"] == "Committed" {
+            committed += 1;
+            assert_eq!(row["chosen"], row["committed"], "{row}");
+            assert!(
+                row["scores"].as_array().is_some_and(|s| s.is_empty()),
+                "{row}"
+            );
+        } else {
+            assert!(
+                row["committed"].is_null(),
+                "tuned only without a committed rate: {row}"
+            );
+        }
+    }
+    assert!(committed >= 4, "{committed} arms at committed rates");
+    assert!(COMMITTED_LRS.len() >= committed);
+    // Curves only for the arms tuned here, none of which has a committed rate.
+    for c in d["curves"].as_array().expect("curves") {
+        let tuned = d["tuned"]
+            .as_array()
+            .expect("tuned")
+            .iter()
+            .find(|t| t["condition"] == c["condition"] && t["arm"] == c["arm"]);
+        assert!(tuned.is_none_or(|t| t["source"] == "Tuned"), "{c}");
+    }
+    let appendix = std::fs::read_to_string(t.path().join("APPENDIX.md")).expect("APPENDIX.md");
+    assert!(appendix.contains("--tune"), "the section names the switch");
+    assert!(
+        !e.plots.iter().any(|p| p.starts_with("training_lr_")),
+        "{:?}",
+        e.plots
+    );
 }
 
 #[test]

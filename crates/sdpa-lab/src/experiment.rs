@@ -32,6 +32,12 @@ pub struct Plan {
     pub seed: u64,
     /// The backends, by name; the first is the primary one.
     pub backends: Vec<String>,
+    /// Run the learning-rate sweeps (`sdpa report --tune`): the training experiments tune every
+    /// arm's rate and show its learning-rate curves; without it they evaluate at the rates the
+    /// full sweep chose, committed in their designs (an earlier `run.json` without the field
+    /// reads as `false`).
+    #[serde(default)]
+    pub tune: bool,
 }
 
 impl Plan {

@@ -251,6 +251,19 @@ pub struct TrainingOutcome {
     pub final_temperature: Option<f64>,
 }
 
+impl TrainingOutcome {
+    /// One line for the progress display: when it reached the target, or where it stopped.
+    pub fn summary(&self) -> String {
+        match self.steps_to_target {
+            Some(s) => format!("99% at step {s}"),
+            None => format!(
+                "not at 99% after {} steps ({:.3})",
+                self.steps_run, self.final_accuracy
+            ),
+        }
+    }
+}
+
 /// Trains `spec` in memory on `device`.
 pub fn run(spec: &TrainingSpec, device: &Device) -> Result<TrainingOutcome, LabError> {
     run_config(&train_config(spec), &spec.backend, device)

@@ -9,8 +9,9 @@ use serde::Serialize;
 use super::design::{Comparison, Condition, FAILED_ACCURACY, Part, Sizes};
 pub use super::mechanism::Mechanism;
 use super::mechanism::time;
+pub use super::rates::Tuned;
 pub use super::sweep::{Curve, SeedMeasure, Sensitivity, SweepPoint};
-use super::{Role, Run, tuned_lr};
+use super::{Role, Run};
 use crate::experiment::Plan;
 use crate::measures::training::{Arm, TrainingOutcome};
 use crate::stats::hypothesis::{bounded_median_ci, holm, mcnemar_exact, median_ci, sign_test};
@@ -18,19 +19,6 @@ use crate::stats::survival::{KmMedian, Observation, km_median};
 use crate::stats::{
     Estimate, bonferroni_level, mean, mean_ci, mean_interval, wilson, wilson_interval,
 };
-
-/// The learning rate an arm got.
-#[derive(Debug, Clone, Serialize)]
-pub struct Tuned {
-    /// The condition.
-    pub condition: Condition,
-    /// The arm.
-    pub arm: Arm,
-    /// Per rate of the grid: (rate, tuning runs that never reached the target, total steps).
-    pub scores: Vec<(f64, usize, usize)>,
-    /// The chosen rate.
-    pub chosen: Option<f64>,
-}
 
 /// The paired statistics of one comparison.
 #[derive(Debug, Clone, Serialize)]
@@ -413,45 +401,7 @@ fn premise(cells: &[Run], sizes: &Sizes) -> Vec<PremiseRow> {
 /// The tables (the claims are decided from them in `claims.rs`).
 pub fn data(plan: &Plan, cells: &[Run]) -> TrainingData {
     let sizes = Sizes::new(plan.quick);
-    let all: Vec<&Run> = cells.iter().collect();
-    let tuned: Vec<Tuned> = sizes
-        .arms()
-        .into_iter()
-        .map(|(condition, arm)| {
-            let grid = sizes.lrs(condition.optimizer);
-            let scores = grid
-                .iter()
-                .map(|&lr| {
-                    let rs: Vec<&&Run> = all
-                        .iter()
-                        .filter(|r| {
-                            let s = &r.config.spec;
-                            r.config.role == Role::Tuning
-                                && s.arm == arm.rate_arm()
-                                && s.lr == lr
-                                && (s.optimizer, s.init, s.d_k)
-                                    == (condition.optimizer, condition.init, condition.d_k)
-                        })
-                        .collect();
-                    (
-                        lr,
-                        rs.iter()
-                            .filter(|r| r.result.steps_to_target.is_none())
-                            .count(),
-                        rs.iter()
-                            .map(|r| r.result.steps_to_target.unwrap_or(r.config.spec.budget))
-                            .sum(),
-                    )
-                })
-                .collect();
-            Tuned {
-                condition,
-                arm,
-                scores,
-                chosen: tuned_lr(&all, condition, arm.rate_arm(), grid),
-            }
-        })
-        .collect();
+    let tuned = super::rates::tuned_table(&sizes, cells);
     let design = sizes.comparisons();
     let mut comparisons: Vec<PairStats> = design
         .iter()

@@ -257,10 +257,28 @@ fn caveat_line(data: &TrainingData, main: &[&PairStats]) -> String {
             )
         })
         .collect();
+    let committed = data
+        .tuned
+        .iter()
+        .all(|t| t.source != Some(super::rates::RateSource::Tuned));
     format!(
-        "**Caveat:** each arm's learning rate was chosen on {} tuning seeds from the grid {:?}{}.",
-        data.sizes.tuning_seeds,
-        data.sizes.adam_lrs,
+        "**Caveat:** each arm's learning rate was chosen on {} tuning seeds from the grid {:?}{}{}.",
+        if committed {
+            super::design::TUNING_SEEDS
+        } else {
+            data.sizes.tuning_seeds
+        },
+        if committed {
+            super::design::ADAM_LRS.to_vec()
+        } else {
+            data.sizes.adam_lrs.clone()
+        },
+        if committed {
+            " (by the full sweep of commit 5a13d16, committed in `rates.rs`; this run did not tune: \
+             `sdpa report --tune` does)"
+        } else {
+            ""
+        },
         if edges.is_empty() {
             String::new()
         } else {

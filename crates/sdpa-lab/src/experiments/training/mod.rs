@@ -4,7 +4,9 @@
 //! - **paired seeds**: two arms with one seed start from the same parameters and see the same
 //!   batches, so arms are compared pair by pair (exact McNemar, sign tests);
 //! - **each arm its own learning rate**, from a grid fixed in [`design`], chosen on tuning seeds
-//!   that are never evaluation seeds (stage 1 of the plan; stage 2 evaluates);
+//!   that are never evaluation seeds (stage 1 of the plan, with `--tune`; stage 2 evaluates);
+//!   without `--tune` the evaluation runs use the rates the full sweep chose, committed in
+//!   [`rates::COMMITTED_LRS`];
 //! - **censoring**: a run that never reaches 99% within the budget is censored there, never
 //!   averaged as a number (Kaplan–Meier medians, sign tests with it ranked last);
 //! - both initializations (Burn's default, unit-variance), d_k 16–1024, Adam primary, SGD
@@ -17,6 +19,7 @@ mod headline;
 mod mechanism;
 mod plot;
 mod premise;
+pub mod rates;
 mod render;
 pub mod sweep;
 mod sweep_claims;
@@ -26,6 +29,7 @@ use serde::{Deserialize, Serialize};
 
 pub use analyze::TrainingData;
 use design::{Condition, Sizes, TUNING_SEED_OFFSET};
+pub use rates::{pick_lr, tuned_lr};
 
 use crate::context::{Env, LabError};
 use crate::experiment::{Analysis, AnalyzeFn, Cell, Measured, Plan, RenderFn, Stages, Weight};
@@ -97,45 +101,6 @@ pub fn steps(run: &TrainingOutcome) -> Option<usize> {
     run.steps_to_target
 }
 
-/// The learning rate chosen for one (condition, arm) from its tuning runs, by [`pick_lr`].
-/// `None` when no tuning run of it is given.
-pub fn tuned_lr(runs: &[&Run], condition: Condition, arm: Arm, grid: &[f64]) -> Option<f64> {
-    pick_lr(grid, |lr| {
-        runs.iter()
-            .filter(|r| {
-                r.config.role == Role::Tuning
-                    && r.config.spec.arm == arm
-                    && r.config.spec.lr == lr
-                    && (
-                        r.config.spec.optimizer,
-                        r.config.spec.init,
-                        r.config.spec.d_k,
-                    ) == (condition.optimizer, condition.init, condition.d_k)
-            })
-            .map(|r| (r.result.steps_to_target, r.config.spec.budget))
-            .collect()
-    })
-}
-
-/// The rule that chooses a learning rate from tuning runs, given each rate's runs as (steps to
-/// the target or `None`, budget): the fewest runs that never reached the target, then the
-/// fewest steps (a run that never got there counting its budget), then the smaller rate.
-/// Rates without runs are skipped; `None` when no rate has any.
-pub fn pick_lr(grid: &[f64], runs_at: impl Fn(f64) -> Vec<(Option<usize>, usize)>) -> Option<f64> {
-    grid.iter()
-        .copied()
-        .filter_map(|lr| {
-            let rs = runs_at(lr);
-            (!rs.is_empty()).then(|| {
-                let censored = rs.iter().filter(|(s, _)| s.is_none()).count();
-                let total: usize = rs.iter().map(|(s, budget)| s.unwrap_or(*budget)).sum();
-                (censored, total, lr)
-            })
-        })
-        .min_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)).then(a.2.total_cmp(&b.2)))
-        .map(|(_, _, lr)| lr)
-}
-
 /// Tables and claims.
 pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<TrainingData> {
     let data = analyze::data(plan, cells);
@@ -179,6 +144,9 @@ impl Stages for Training {
         for (condition, arm) in arms {
             let grid = sizes.lrs(condition.optimizer);
             if stage == 0 {
+                if !rates::tunes(plan.tune, &sizes, condition, arm) {
+                    continue;
+                }
                 for &lr in grid {
                     for i in 0..sizes.tuning_seeds {
                         let seed = plan.seed + TUNING_SEED_OFFSET + i as u64;
@@ -195,7 +163,8 @@ impl Stages for Training {
                 }
             } else {
                 let tuning: Vec<&Run> = earlier.iter().collect();
-                let Some(lr) = tuned_lr(&tuning, condition, arm.rate_arm(), grid) else {
+                let Some((lr, _)) = rates::evaluation_lr(plan.tune, &tuning, condition, arm, grid)
+                else {
                     continue;
                 };
                 for i in 0..sizes.eval_seeds {
@@ -220,12 +189,6 @@ impl Stages for Training {
     }
 
     fn describe(&self, _: &TrainingCell, r: &TrainingOutcome) -> String {
-        match r.steps_to_target {
-            Some(s) => format!("99% at step {s}"),
-            None => format!(
-                "not at 99% after {} steps ({:.3})",
-                r.steps_run, r.final_accuracy
-            ),
-        }
+        r.summary()
     }
 }

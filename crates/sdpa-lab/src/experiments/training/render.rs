@@ -109,11 +109,14 @@ fn premise_table(data: &TrainingData) -> String {
 }
 
 fn write_csv(data: &TrainingData, canvas: &mut Canvas) -> Result<(), LabError> {
-    canvas.csv(
-        "training_lr_curves.csv",
-        super::sweep_plot::CSV_HEADER,
-        &super::sweep_plot::csv_rows(data),
-    )?;
+    // The curves are the sweep's (`--tune`): no file without them.
+    if !data.curves.is_empty() {
+        canvas.csv(
+            "training_lr_curves.csv",
+            super::sweep_plot::CSV_HEADER,
+            &super::sweep_plot::csv_rows(data),
+        )?;
+    }
     canvas.csv(
         "training_runs.csv",
         "optimizer,init,d_k,arm,seed,lr,budget,steps_to_target,steps_run,final_accuracy,diverged_at,\
@@ -152,6 +155,62 @@ fn write_csv(data: &TrainingData, canvas: &mut Canvas) -> Result<(), LabError> {
     Ok(())
 }
 
+/// Where the evaluation runs' learning rates came from: this run's tuning, the committed table,
+/// or both (the quick design tunes the arms the table lacks); with `--tune`, the arms whose
+/// tuned rate differs from the committed one.
+fn rates_note(data: &TrainingData) -> String {
+    use super::rates::RateSource;
+    let n_committed = data
+        .tuned
+        .iter()
+        .filter(|t| t.source == Some(RateSource::Committed))
+        .count();
+    let n_tuned = data
+        .tuned
+        .iter()
+        .filter(|t| t.source == Some(RateSource::Tuned))
+        .count();
+    let differ: Vec<String> = data
+        .tuned
+        .iter()
+        .filter(|t| t.source == Some(RateSource::Tuned))
+        .filter_map(|t| {
+            let (chosen, committed) = (t.chosen?, t.committed?);
+            (chosen != committed).then(|| {
+                format!(
+                    "{}, {}: {chosen} (committed {committed})",
+                    condition(&t.condition),
+                    t.arm.label()
+                )
+            })
+        })
+        .collect();
+    let from = "the rate the full sweep chose in the report of commit 5a13d16, committed in \
+                `experiments/training/rates.rs` (its seeds, grid and rule are fixed and its runs \
+                deterministic, so on the same code it chooses the same rates)";
+    if n_tuned == 0 {
+        format!(
+            "**In this run the sweep did not run**: every arm trains at {from}. `sdpa report --tune` \
+             runs it and evaluates at the rates it chooses."
+        )
+    } else if n_committed > 0 {
+        format!(
+            "**In this run** {n_committed} arms train at {from}; the {n_tuned} arms without a committed \
+             rate were tuned here (`sdpa report --tune` tunes every arm)."
+        )
+    } else if differ.is_empty() {
+        "**In this run** every arm was tuned (`--tune`), and every tuned rate equals the committed one \
+         (`experiments/training/rates.rs`), which the default report (without `--tune`) uses."
+            .into()
+    } else {
+        format!(
+            "**In this run** every arm was tuned (`--tune`); where the rate differs from the committed one \
+             (`experiments/training/rates.rs`, which the default report uses): {}.",
+            differ.join("; ")
+        )
+    }
+}
+
 /// The section.
 pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabError> {
     write_csv(data, canvas)?;
@@ -180,6 +239,33 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
         })
         .collect::<Vec<_>>()
         .join("; ");
+    let curves = if data.curves.is_empty() {
+        "**Learning-rate curves**: not drawn in this run. They are the sweep's tuning runs (7 rates × \
+         5 tuning seeds per arm, 1 400 runs, about 33 minutes more on 2 cores), which run with \
+         `sdpa report --tune`; the rendered report in `docs/report` has them."
+            .to_string()
+    } else {
+        format!(
+            "**Learning-rate curves** (after Wortsman et al. 2023): per arm, the best rate by the median steps \
+         to 99% over the tuning seeds (a run short of it counted as never; the best of 7 medians of 5 seeds \
+         is a selected, optimistic figure: the evaluation runs' Kaplan–Meier median at the evaluation rate \
+         stands beside it), the seeds' range, and the range of rates whose median is within \
+         {SENSITIVITY_FACTOR}× of that best (its width in grid steps, each ×3 or ×3.33); the best rate by the \
+         median held-out loss at step {}. The claims compare the arms seed by seed on three numbers: \
+         Wortsman et al.'s learning-rate sensitivity of the final losses, the final loss at each arm's best \
+         rate, and the width. Disclosed: the width was first counted in decades, which made a range moved \
+         along the uneven grid look narrower, and a seed that never reached 99% at any rate counted as a \
+         width of 0; a reviewer of this run's first rendering found both, and the sensitivity and best-loss \
+         measures were added then, after the runs were seen (they need no threshold). Every point is in \
+         `training_lr_curves.csv`; the plots (the four arms the sweep asks for; hollow markers where the \
+         median never got there) follow the table. The rate for evaluation follows the rule above on the \
+         same runs, so it can differ from the best median.\n\n{}\n{}",
+            sizes.budget,
+            super::sweep_plot::table(data),
+            sweep_plots.join("\n"),
+        )
+    };
+    let rates_note = rates_note(data);
     Ok(format!(
         "**Design** (fixed in `experiments/training/design.rs` before this run; its comments say which \
          values an earlier run informed, and which were chosen after these runs were seen: the equivalence \
@@ -201,20 +287,7 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
          at the budget; equivalent = the median paired ratio's family-wise 90% interval inside \
          [1/{EQUIVALENCE_RATIO}, {EQUIVALENCE_RATIO}]. A learning rate marked † is an end of its grid: that arm's best rate \
          may lie beyond it.\n\n\
-         **Learning-rate curves** (after Wortsman et al. 2023): per arm, the best rate by the median steps \
-         to 99% over the tuning seeds (a run short of it counted as never; the best of 7 medians of 5 seeds \
-         is a selected, optimistic figure: the evaluation runs' Kaplan–Meier median at the evaluation rate \
-         stands beside it), the seeds' range, and the range of rates whose median is within \
-         {SENSITIVITY_FACTOR}× of that best (its width in grid steps, each ×3 or ×3.33); the best rate by the \
-         median held-out loss at step {}. The claims compare the arms seed by seed on three numbers: \
-         Wortsman et al.'s learning-rate sensitivity of the final losses, the final loss at each arm's best \
-         rate, and the width. Disclosed: the width was first counted in decades, which made a range moved \
-         along the uneven grid look narrower, and a seed that never reached 99% at any rate counted as a \
-         width of 0; a reviewer of this run's first rendering found both, and the sensitivity and best-loss \
-         measures were added then, after the runs were seen (they need no threshold). Every point is in \
-         `training_lr_curves.csv`; the plots (the four arms the sweep asks for; hollow markers where the \
-         median never got there) follow the table. The rate for evaluation follows the rule above on the \
-         same runs, so it can differ from the best median.\n\n{}\n{}\n\
+         {rates_note}\n\n{curves}\n\n\
          **The article's question: 1/√d_k vs none (Adam)**\n\n{}\n\
          **Temperature: 1/d_k and a learned temperature (starting at 1, unscaled).** The learned \
          temperature's θ = ln τ shares the model's Adam rate: Adam moves it by about the rate per step \
@@ -241,9 +314,6 @@ pub fn render(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErr
         sizes.sgd_lrs,
         sizes.tuning_seeds,
         sizes.sweep_dims,
-        sizes.budget,
-        super::sweep_plot::table(data),
-        sweep_plots.join("\n"),
         comparison_table(data, Part::Main),
         sizes.budget,
         comparison_table(data, Part::Temperature),

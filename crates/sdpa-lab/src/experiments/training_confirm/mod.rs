@@ -75,12 +75,6 @@ impl Stages for TrainingConfirm {
     }
 
     fn describe(&self, _: &TrainingCell, r: &TrainingOutcome) -> String {
-        match r.steps_to_target {
-            Some(s) => format!("99% at step {s}"),
-            None => format!(
-                "not at 99% after {} steps ({:.3})",
-                r.steps_run, r.final_accuracy
-            ),
-        }
+        r.summary()
     }
 }

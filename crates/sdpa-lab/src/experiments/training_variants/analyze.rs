@@ -145,6 +145,8 @@ pub struct VariantsData {
     pub arms: Vec<ArmRow>,
     /// Every paired comparison.
     pub paired: Vec<Paired>,
+    /// Whether this run tuned the rates (`--tune`); else they are the committed ones.
+    pub tuned: bool,
 }
 
 /// The mean normalized entropy over the recorded steps from the first update
@@ -285,6 +287,7 @@ pub fn data(sizes: Sizes, cells: &[Run]) -> VariantsData {
         runs,
         arms,
         paired: all,
+        tuned: cells.iter().any(|c| c.config.role == Role::Tuning),
     }
 }
 

@@ -5,9 +5,10 @@
 //! largest logit recorded at every evaluation from the training forward's row statistics (the
 //! "entropy collapse" that motivates QK-norm: Zhai et al. 2023, Dehghani et al. 2023).
 //!
-//! Two stages, as in `training`: each (variant, arm) tunes its learning rate on its own seeds
-//! ([`design::LRS`], [`design::TUNING_SEEDS`] seeds), then the evaluation runs train the whole budget on
-//! paired seeds (same parameters and batches in both arms), so that their curves are complete.
+//! Two stages, as in `training`: with `--tune` each (variant, arm) tunes its learning rate on its
+//! own seeds ([`design::LRS`], [`design::TUNING_SEEDS`] seeds; without it, the rates that tuning
+//! chose, [`design::COMMITTED_LRS`]), then the evaluation runs train the whole budget on paired
+//! seeds (same parameters and batches in both arms), so that their curves are complete.
 
 pub mod analyze;
 mod claims;
@@ -24,7 +25,7 @@ use crate::measures::training::{
 };
 pub use analyze::VariantsData;
 pub use design::Sizes;
-use design::{ARMS, D_K, EVAL_SEED_OFFSET, INIT, TUNING_SEED_OFFSET, Variant};
+use design::{ARMS, D_K, EVAL_SEED_OFFSET, INIT, TUNING_SEED_OFFSET, Variant, committed_lr};
 
 /// One cell: one training run of one variant.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -143,6 +144,9 @@ impl Stages for TrainingVariants {
                     backend: plan.primary().into(),
                 };
                 let configs: Vec<VariantCell> = if stage == 0 {
+                    if !plan.tune && committed_lr(variant, arm).is_some() {
+                        continue;
+                    }
                     sizes
                         .lrs
                         .iter()
@@ -153,7 +157,13 @@ impl Stages for TrainingVariants {
                         .map(|(lr, seed)| cell(Role::Tuning, lr, seed))
                         .collect()
                 } else {
-                    let Some(lr) = chosen_lr(earlier, variant, arm, &sizes.lrs) else {
+                    let lr = if plan.tune {
+                        chosen_lr(earlier, variant, arm, &sizes.lrs)
+                    } else {
+                        committed_lr(variant, arm)
+                            .or_else(|| chosen_lr(earlier, variant, arm, &sizes.lrs))
+                    };
+                    let Some(lr) = lr else {
                         continue;
                     };
                     (0..sizes.eval_seeds)
@@ -181,12 +191,6 @@ impl Stages for TrainingVariants {
     }
 
     fn describe(&self, _: &VariantCell, r: &TrainingOutcome) -> String {
-        match r.steps_to_target {
-            Some(s) => format!("99% at step {s}"),
-            None => format!(
-                "not at 99% after {} steps ({:.3})",
-                r.steps_run, r.final_accuracy
-            ),
-        }
+        r.summary()
     }
 }

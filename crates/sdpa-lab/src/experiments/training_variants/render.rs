@@ -190,11 +190,11 @@ pub fn render(data: &VariantsData, canvas: &mut Canvas) -> Result<String, LabErr
          initialization, d_k = {D_K}, Adam: the base model (seq 16, one layer of one head, pre-LayerNorm); \
          seq 128 (*match* with k = 64, vocabulary 256, budget 600 steps, 300 for the others: a pilot showed a ~200-step plateau before \
          either arm learns; length, number of classes and budget change together, so this variant is a larger \
-         task as well as a longer sequence); no LayerNorm; 2 layers × 4 heads (d_v = 16). Each (variant, arm) tunes its rate \
+         task as well as a longer sequence); no LayerNorm; 2 layers × 4 heads (d_v = 16). Each (variant, arm) {}tunes its rate \
          on {} seeds (from seed + {TUNING_SEED_OFFSET}) over {:?} (the rates `training`'s sweep \
          chose for these arms at d_k = 64, one step below and one above: narrower than its grid, to fit the \
          report's time; † marks a rate at an end; disclosed: 3e-2 was added after this experiment's first run, \
-         where 1/√d_k chose the then top rate 1e-2 in every variant) by `training`'s rule; then {} paired evaluation seeds per \
+         where 1/√d_k chose the then top rate 1e-2 in every variant) by `training`'s rule{}; then {} paired evaluation seeds per \
          arm train the **whole budget**, and at every evaluation (every {EVAL_EVERY} steps) the run records \
          the held-out accuracy and, from the training forward's row statistics, the attention's normalized \
          entropy (entropy / ln of the visible keys, mean over rows and heads, and over layers) and its largest \
@@ -209,8 +209,19 @@ pub fn render(data: &VariantsData, canvas: &mut Canvas) -> Result<String, LabErr
          claim here is the lab's; the article trains nothing. The base model repeats `training`'s main \
          comparison (default init, d_k = 64) on new seeds and its own tuning: a replication.\n\n{}\n{}\n\
          Every recorded point of every evaluation run is in `training_variants.csv`.\n",
+        if data.tuned {
+            ""
+        } else {
+            "trains at the rate its tuning chose (the tuning that "
+        },
         data.sizes.tuning_seeds,
         data.sizes.lrs,
+        if data.tuned {
+            ""
+        } else {
+            ", in the report of commit 5a13d16; committed in `design.rs`, `COMMITTED_LRS`: this run did \
+             not tune, `sdpa report --tune` does, about 8 minutes more)"
+        },
         data.sizes.eval_seeds,
         table(data),
         plots.join("\n"),
