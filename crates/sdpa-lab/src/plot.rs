@@ -57,6 +57,9 @@ pub struct Series {
     pub color: Option<usize>,
     /// A shaded interval band around the line: (x, lower, upper), e.g. a 95% interval.
     pub band: Vec<(f64, f64, f64)>,
+    /// Text drawn at each point instead of a marker (one per point; the series stays out of the
+    /// legend): labels on the plot itself, e.g. which d_k a cluster of points is.
+    pub texts: Vec<String>,
 }
 
 impl Series {
@@ -71,6 +74,7 @@ impl Series {
             thin: false,
             color: None,
             band: Vec::new(),
+            texts: Vec::new(),
         }
     }
 
@@ -97,6 +101,15 @@ impl Series {
         Self {
             band: points.iter().map(|p| (p.0, p.2, p.3)).collect(),
             ..Self::line(label, points.iter().map(|p| (p.0, p.1)).collect())
+        }
+    }
+
+    /// Labels on the plot: each text drawn at its point (data coordinates), in the series'
+    /// colour, never in the legend.
+    pub fn texts(points: Vec<(f64, f64, String)>) -> Self {
+        Self {
+            texts: points.iter().map(|p| p.2.clone()).collect(),
+            ..Self::line("", points.iter().map(|p| (p.0, p.1)).collect())
         }
     }
 
@@ -251,7 +264,18 @@ where
         .filter(|(a, b)| usable(plot, *a, *b))
         .collect();
     let err = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
-    if s.markers_only {
+    if !s.texts.is_empty() {
+        let font = ("sans-serif", 15).into_font().color(&color);
+        chart
+            .draw_series(
+                s.points
+                    .iter()
+                    .zip(&s.texts)
+                    .filter(|((a, b), _)| usable(plot, *a, *b))
+                    .map(|(p, t)| Text::new(t.clone(), *p, font.clone())),
+            )
+            .map_err(err)?;
+    } else if s.markers_only {
         let style = if s.hollow {
             color.stroke_width(1)
         } else {

@@ -194,6 +194,17 @@ pub fn markdown(r: &Report) -> String {
          it), and an experiment's verdict follows from its claims.\n\n{}\n",
         provenance(r)
     );
+    if r.experiment("training-confirm").is_some() && r.experiment("training").is_some() {
+        let _ = writeln!(
+            s,
+            "**Exploratory and confirmatory.** `training` came first: it tuned the learning rates and \
+             shaped the analysis, so its outcomes are exploratory. `training-confirm` measured the \
+             same question once more on fresh seeds with that analysis fixed beforehand: where the \
+             two answer the same sentence, the confirmatory answer is the report's and supersedes \
+             the exploratory one (the tally below counts it); the exploratory rows stay in the \
+             ledger as the record of how the analysis was reached.\n"
+        );
+    }
     if r.run.plan.quick {
         let _ = writeln!(s, "{}\n", QUICK);
     }

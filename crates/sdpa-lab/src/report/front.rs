@@ -28,7 +28,7 @@ const VERDICT_ROWS: [(&str, &str, &str); 8] = [
     (
         "attention-saturation",
         "unscaled-is-one-hot",
-        "unscaled, attention is one-hot: max p 0.9999",
+        "unscaled, attention is one-hot (max p ≈ 0.999)",
     ),
     (
         "attention-saturation",
@@ -79,8 +79,8 @@ pub fn markdown(r: &Report) -> String {
     let _ = writeln!(s, "# Does attention need 1/√d_k?\n");
     let _ = writeln!(
         s,
-        "The article: without dividing QKᵀ by √d_k, softmax saturates, gradients vanish, training \
-         fails. Measured ([a, b]: 95% interval):\n"
+        "The article: without the 1/√d_k, softmax saturates, gradients vanish, training fails. \
+         Measured ([a, b]: 95% interval):\n"
     );
     for q in Question::ALL {
         let answers: Vec<&Answer> = r

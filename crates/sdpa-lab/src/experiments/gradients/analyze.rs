@@ -88,6 +88,10 @@ pub struct GradientsData {
 /// One draw of one cell: the unscaled and scaled values measured on the same inputs.
 #[derive(Debug, Clone, Serialize)]
 pub struct DrawRow {
+    /// The design the cell belongs to (its id's first part: `dv64` d_v fixed, `dv=d` d_v = d,
+    /// `sweep` the key sweep). At d = 64 the two main designs run the same configuration on
+    /// the same draws, so their rows repeat each other's values.
+    pub design: String,
     /// d_v.
     pub d_v: usize,
     /// Backend.
@@ -394,6 +398,7 @@ pub fn data(plan: &Plan, cells: &Cells) -> GradientsData {
                 .zip(&c.result.scaled)
                 .enumerate()
                 .map(|(draw, (u, s))| DrawRow {
+                    design: c.id.split('/').next().unwrap_or_default().to_string(),
                     d_v: c.config.d_v,
                     backend: c.config.backend.clone(),
                     m: c.config.n,

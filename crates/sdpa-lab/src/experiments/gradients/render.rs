@@ -195,7 +195,7 @@ fn write_csv(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> 
     };
     canvas.csv(
         "gradients_draws.csv",
-        "backend,m,d,d_v,draw,unscaled_max_p,unscaled_jacobian_norm,unscaled_rms_ds,\
+        "design,backend,m,d,d_v,draw,unscaled_max_p,unscaled_jacobian_norm,unscaled_rms_ds,\
          unscaled_share_keys,unscaled_rms_dq,unscaled_rms_dk,unscaled_rms_dv,scaled_max_p,\
          scaled_jacobian_norm,scaled_rms_ds,scaled_share_keys,scaled_rms_dq,scaled_rms_dk,scaled_rms_dv",
         &data
@@ -203,7 +203,8 @@ fn write_csv(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> 
             .iter()
             .map(|r| {
                 format!(
-                    "{},{},{},{},{},{},{}",
+                    "{},{},{},{},{},{},{},{}",
+                    r.design,
                     r.backend,
                     r.m,
                     r.d,
@@ -404,13 +405,33 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
             last.d
         ),
     );
+    // Where the slope crosses, per number of keys, and the key sweep's conditions.
+    let by_keys = data
+        .crossover_by_keys
+        .iter()
+        .map(|(m, e)| match e {
+            Some(e) if e.value.is_finite() => {
+                format!("m = {m}: d_k {:.0} [{:.0}, {:.0}]", e.value, e.lo, e.hi)
+            }
+            _ => format!("m = {m}: never up to d_k {}", last.d),
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let mut d_values: Vec<usize> = data.by_keys.iter().map(|r| r.d).collect();
+    d_values.sort_unstable();
+    d_values.dedup();
+    let dims = d_values
+        .iter()
+        .map(|d| d.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
     canvas.answer(
         Question::Gradients,
         Some(format!(
-            "{}: unscaled, the gradient reaching Q is {:.0}× [{:.0}, {:.0}] larger at d_k = 64 \
-             (8× is the missing √64); softmax's own slope shrinks, below the scaled one past \
-             d_k {}.",
-            if at_64.query.lo > 1.0 { "No" } else { "Not here" },
+            "{}: the gradient reaching Q is {:.0}× [{:.0}, {:.0}] larger unscaled (d_k = 64) but \
+             narrows onto few keys; softmax's slope falls below the scaled one past d_k {} ({} \
+             keys).",
+            if at_64.query.lo > 1.0 { "Not in size" } else { "Not here" },
             at_64.query.value,
             at_64.query.lo,
             at_64.query.hi,
@@ -418,6 +439,7 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
                 "{:.0} [{:.0}, {:.0}]",
                 e.value, e.lo, e.hi
             )),
+            data.n,
         )),
         format!(
             "**Setup.** One attention layer, {} queries and keys with unit-variance entries, a random \
@@ -428,9 +450,13 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
              small too: many nearly equal weights), {} at d_k = {}, and smaller only from d_k {} \
              on. But that derivative is multiplied by the unscaled logits' larger size: the gradient \
              on the scores is {}× and the gradient reaching Q (and W_Q) {}× the scaled one at d_k = \
-             64, growing with d_k ({}× at {}).\n\n**Caveat.** The attention gradient concentrates on \
-             a few keys without the scale (appendix, `gradients`): the gradient does not vanish, it \
-             narrows. Where the crossover lies depends on the number of keys m.",
+             64, growing with d_k ({}× at {}). Why {:.0}× and not {:.0}× (√64, the scale left out): the \
+             gradient reaching Q is the score gradient times K, which the scale would also have \
+             divided by √d_k, so the two factors multiply ({:.1} × {:.0} ≈ {:.0}).\n\n**Caveat.** The \
+             attention gradient concentrates on a few keys without the scale (appendix, `gradients`): \
+             the gradient does not vanish, it narrows. Where softmax's slope crosses the scaled one \
+             depends on the number of keys m: {}. The verdict table counts these {} conditions (m × \
+             d_k {}).",
             data.n,
             data.draws,
             at_64.jacobian.show(2),
@@ -441,6 +467,14 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
             at_64.query.show(1),
             last.query.show(0),
             last.d,
+            at_64.query.value,
+            (at_64.d as f64).sqrt(),
+            at_64.scores.value,
+            (at_64.d as f64).sqrt(),
+            at_64.scores.value * (at_64.d as f64).sqrt(),
+            by_keys,
+            data.by_keys.len(),
+            dims,
         ),
     );
     Ok(())

@@ -266,16 +266,41 @@ fn mechanism(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErro
             )
             .colored(k),
         );
+        // Each unscaled cluster is one d_k: its label above the "never" row, one row per
+        // initialization so that neighbouring clusters' labels do not overlap. (The scaled
+        // arm's d_k all start at one std: one cluster.)
+        if arm == Arm::Unscaled {
+            let row = if init == QkInit::Default { 1.18 } else { 1.26 };
+            let texts = data
+                .sizes
+                .main_dims
+                .iter()
+                .filter_map(|&d_k| {
+                    let stds: Vec<f64> = runs
+                        .iter()
+                        .filter(|r| r.condition.d_k == d_k)
+                        .map(|r| r.outcome.initial.logit_std)
+                        .filter(|x| x.is_finite())
+                        .collect();
+                    (!stds.is_empty()).then(|| {
+                        (
+                            crate::stats::median(&stds) * 0.92,
+                            data.sizes.budget as f64 * row,
+                            format!("d_k {d_k}"),
+                        )
+                    })
+                })
+                .collect();
+            series.push(Series::texts(texts).colored(k));
+        }
     }
     canvas.line_plot(
         "training_mechanism.png",
         &LinePlot {
-            title: format!(
-                "Steps to 99% vs the initial logit std (every main Adam run; each cluster of a \
-                 colour is one d_k of {:?}, larger d_k to the right for none)",
-                data.sizes.main_dims
-            ),
-            x_label: "initial logit std (within-row, at step 0)".into(),
+            title: "Steps to 99% vs the initial logit std, every main Adam run".into(),
+            x_label: "initial logit std at step 0 (none: one cluster per d_k, labelled; 1/√d_k: \
+                      every d_k at one std)"
+                .into(),
             y_label: format!(
                 "steps to 99% (hollow, at {:.0}: never within the {}-step budget)",
                 data.sizes.budget as f64 * 1.1,

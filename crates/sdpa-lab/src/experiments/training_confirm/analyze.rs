@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::design::{ALPHA, ConfirmSizes, SATURATED};
-use super::hypotheses::{Hypotheses, hypotheses};
+use super::hypotheses::{Hypotheses, Robustness, hypotheses, is_saturated, robustness};
 use crate::article;
 use crate::claims::{Claim, Outcome, Source, show, show_p};
 use crate::experiment::{Analysis, Plan};
@@ -25,6 +25,12 @@ pub struct ConfirmData {
     pub per_condition: Vec<PairStats>,
     /// The pre-registered hypotheses (`None` without a saturated condition).
     pub hypotheses: Option<Hypotheses>,
+    /// How «extremely slow» rests on the choices made with the exploratory run in view (`None`
+    /// without hypotheses).
+    pub robustness: Option<Robustness>,
+    /// The unsaturated condition whose unscaled logits start nearest the cutoff, with that
+    /// median starting std.
+    pub nearest: Option<(sdpa_model::QkInit, usize, f64)>,
     /// Every run.
     pub runs: Vec<RunRow>,
 }
@@ -53,8 +59,17 @@ pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<ConfirmData> {
     adjust(&mut per_condition);
     let runs: Vec<RunRow> = cells.iter().map(RunRow::of).collect();
     let stats: Vec<&PairStats> = per_condition.iter().collect();
-    let hypotheses = hypotheses(&pairs_of(&runs, &stats));
+    let pairs = pairs_of(&runs, &stats);
+    let hypotheses = hypotheses(&pairs);
     let claims = hypotheses.as_ref().map_or_else(Vec::new, claims);
+    let nearest = nearest_unsaturated(&runs);
+    let robustness = hypotheses.as_ref().map(|_| {
+        robustness(
+            &pairs,
+            crate::experiments::training::design::BUDGET,
+            nearest.map_or((sdpa_model::QkInit::Unit, 64), |(i, d, _)| (i, d)),
+        )
+    });
     Analysis::new(
         claims,
         ConfirmData {
@@ -62,9 +77,34 @@ pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<ConfirmData> {
             budget: sizes.budget,
             per_condition,
             hypotheses,
+            robustness,
+            nearest,
             runs,
         },
     )
+}
+
+/// The unsaturated condition whose unscaled runs start with the largest median logit std (the
+/// nearest to the cutoff from below), with that std.
+fn nearest_unsaturated(runs: &[RunRow]) -> Option<(sdpa_model::QkInit, usize, f64)> {
+    let mut conditions: Vec<Condition> = Vec::new();
+    for r in runs {
+        if !conditions.contains(&r.condition) && !is_saturated(r.condition.init, r.condition.d_k) {
+            conditions.push(r.condition);
+        }
+    }
+    conditions
+        .into_iter()
+        .filter_map(|c| {
+            let stds: Vec<f64> = runs
+                .iter()
+                .filter(|r| r.condition == c && r.arm == Arm::Unscaled)
+                .map(|r| r.outcome.initial.logit_std)
+                .filter(|x| x.is_finite())
+                .collect();
+            (!stds.is_empty()).then(|| (c.init, c.d_k, crate::stats::median(&stds)))
+        })
+        .max_by(|a, b| a.2.total_cmp(&b.2))
 }
 
 /// The saturated conditions in words.

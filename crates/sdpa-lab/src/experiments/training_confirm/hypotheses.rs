@@ -127,6 +127,81 @@ fn directional((yes, no, p): (usize, usize, f64)) -> Outcome {
     }
 }
 
+/// The median paired ratio of steps (unscaled / scaled) with its order-statistics interval at
+/// `level`, a run that never got there bounding its pair's ratio; with `cap`, every run is read
+/// as if its budget had been `cap` steps (a run that needed more counts as never there).
+pub fn slowdown(pairs: &[&Pair], cap: Option<usize>, level: f64) -> Estimate {
+    let bounds: Vec<(f64, f64)> = pairs
+        .iter()
+        .map(|p| {
+            let budget = cap.map_or(p.budget, |c| c.min(p.budget));
+            let within = |s: Option<usize>| s.filter(|&s| s <= budget);
+            let b = budget as f64;
+            match (within(p.scaled), within(p.unscaled)) {
+                (Some(a), Some(u)) => (u as f64 / a as f64, u as f64 / a as f64),
+                (Some(a), None) => (b / a as f64, f64::INFINITY),
+                (None, Some(u)) => (0.0, u as f64 / b),
+                (None, None) => (0.0, f64::INFINITY),
+            }
+        })
+        .collect();
+    bounded_median_ci(&bounds, level).0
+}
+
+/// How much «extremely slow» (hypothesis 5) rests on choices made with the exploratory run in
+/// view: the same median ratio under a stricter level, a shorter budget, and a wider set of
+/// saturated conditions. Not pre-registered: a reading aid, computed by the rules below.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Robustness {
+    /// At the 97.5% level: Bonferroni over the sentence's two halves (its «or»).
+    #[serde(with = "estimate_text")]
+    pub two_halves: Estimate,
+    /// Every run read at [`Robustness::short_budget`] steps (95%).
+    #[serde(with = "estimate_text")]
+    pub short: Estimate,
+    /// The exploratory run's budget.
+    pub short_budget: usize,
+    /// The condition nearest the saturation cutoff below it, counted as saturated too (95%),
+    /// with its outcome by hypothesis 5's rule; `None` when it was not run.
+    pub with_nearest: Option<(QkInit, usize, Outcome)>,
+    /// Its ratio.
+    #[serde(with = "estimate_text")]
+    pub nearest: Estimate,
+}
+
+/// Hypothesis 5's rule on an interval: lower end ≥ 4 holds, upper end < 4 fails.
+fn slow_outcome(ratio: &Estimate) -> Outcome {
+    if ratio.lo >= 4.0 {
+        Outcome::Holds
+    } else if ratio.hi < 4.0 {
+        Outcome::Fails
+    } else {
+        Outcome::Undecided
+    }
+}
+
+/// [`Robustness`] of `pairs` (every condition's): `short_budget` is the exploratory budget and
+/// `nearest` the unsaturated condition whose unscaled logits start closest to the cutoff.
+pub fn robustness(pairs: &[Pair], short_budget: usize, nearest: (QkInit, usize)) -> Robustness {
+    let saturated: Vec<&Pair> = pairs
+        .iter()
+        .filter(|p| is_saturated(p.init, p.d_k))
+        .collect();
+    let wider: Vec<&Pair> = pairs
+        .iter()
+        .filter(|p| is_saturated(p.init, p.d_k) || (p.init, p.d_k) == nearest)
+        .collect();
+    let ran = wider.len() > saturated.len();
+    let nearest_ratio = slowdown(&wider, None, 1.0 - ALPHA);
+    Robustness {
+        two_halves: slowdown(&saturated, None, 1.0 - ALPHA / 2.0),
+        short: slowdown(&saturated, Some(short_budget), 1.0 - ALPHA),
+        short_budget,
+        with_nearest: ran.then(|| (nearest.0, nearest.1, slow_outcome(&nearest_ratio))),
+        nearest: nearest_ratio,
+    }
+}
+
 /// Whether (init, d_k) is a saturated condition.
 pub fn is_saturated(init: QkInit, d_k: usize) -> bool {
     SATURATED.contains(&(init, d_k))
@@ -160,19 +235,7 @@ pub fn hypotheses(pairs: &[Pair]) -> Option<Hypotheses> {
         saturated.iter().filter(|p| p.scaled.is_none()).count(),
         saturated.len(),
     );
-    let bounds: Vec<(f64, f64)> = saturated
-        .iter()
-        .map(|p| {
-            let b = p.budget as f64;
-            match (p.scaled, p.unscaled) {
-                (Some(a), Some(u)) => (u as f64 / a as f64, u as f64 / a as f64),
-                (Some(a), None) => (b / a as f64, f64::INFINITY),
-                (None, Some(u)) => (0.0, u as f64 / b),
-                (None, None) => (0.0, f64::INFINITY),
-            }
-        })
-        .collect();
-    let (ratio, _) = bounded_median_ci(&bounds, 1.0 - ALPHA);
+    let ratio = slowdown(&saturated, None, 1.0 - ALPHA);
     let fails = if near_chance.lo > 0.5 {
         Outcome::Holds
     } else if near_chance.hi < 0.5 {
@@ -180,13 +243,7 @@ pub fn hypotheses(pairs: &[Pair]) -> Option<Hypotheses> {
     } else {
         Outcome::Undecided
     };
-    let slow = if ratio.lo >= 4.0 {
-        Outcome::Holds
-    } else if ratio.hi < 4.0 {
-        Outcome::Fails
-    } else {
-        Outcome::Undecided
-    };
+    let slow = slow_outcome(&ratio);
     let sentence = if fails == Outcome::Holds || slow == Outcome::Holds {
         Outcome::Holds
     } else if fails == Outcome::Fails && slow == Outcome::Fails {
