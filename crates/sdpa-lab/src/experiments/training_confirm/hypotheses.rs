@@ -331,4 +331,38 @@ mod tests {
         let unsaturated = vec![pair(QkInit::Unit, 64, Some(40), None)];
         assert!(hypotheses(&unsaturated).is_none());
     }
+
+    #[test]
+    fn the_robustness_readings_move_the_way_their_rules_say() {
+        // Unscaled needs 400 steps where scaled needs 50: 8x within 600 steps, but read at 300
+        // steps the unscaled run never got there, so its ratio is only bounded below (300 / 50).
+        let slow: Vec<Pair> = (0..30)
+            .map(|_| pair(QkInit::Unit, 256, Some(50), Some(400)))
+            .collect();
+        let refs: Vec<&Pair> = slow.iter().collect();
+        let full = slowdown(&refs, None, 0.95);
+        assert_eq!((full.lo, full.value, full.hi), (8.0, 8.0, 8.0));
+        let short = slowdown(&refs, Some(300), 0.95);
+        assert_eq!(short.lo, 6.0);
+        assert!(short.hi.is_infinite());
+        // A stricter level widens the interval, never narrows it.
+        let mixed: Vec<Pair> = (0..30)
+            .map(|i| pair(QkInit::Unit, 256, Some(50), Some(100 + 10 * i)))
+            .collect();
+        let refs: Vec<&Pair> = mixed.iter().collect();
+        let (at95, at975) = (slowdown(&refs, None, 0.95), slowdown(&refs, None, 0.975));
+        assert!(
+            at975.lo <= at95.lo && at975.hi >= at95.hi,
+            "{at95:?} {at975:?}"
+        );
+        // The nearest condition counts only where it ran, and can change the outcome: here its
+        // pairs are as fast unscaled, pulling the median ratio below 4.
+        let r = robustness(&slow, 300, (QkInit::Unit, 64));
+        assert!(r.with_nearest.is_none());
+        let mut wider = slow.clone();
+        wider.extend((0..60).map(|_| pair(QkInit::Unit, 64, Some(50), Some(50))));
+        let r = robustness(&wider, 300, (QkInit::Unit, 64));
+        assert_eq!(r.with_nearest, Some((QkInit::Unit, 64, Outcome::Fails)));
+        assert_eq!(r.two_halves.lo, 8.0);
+    }
 }
