@@ -31,7 +31,15 @@ fn ledger(s: &mut String, r: &Report) {
                     md_cell(q.zh),
                     md_cell(q.en),
                     md_cell(&c.check),
-                    md_cell(&ledger_outcome(c)),
+                    md_cell(&format!(
+                        "{}{}",
+                        ledger_outcome(c),
+                        if superseded(r, e, c) {
+                            " (exploratory: superseded by the confirmatory run's row)"
+                        } else {
+                            ""
+                        }
+                    )),
                     e.name,
                     e.name,
                     e.verdict.label()
@@ -39,6 +47,20 @@ fn ledger(s: &mut String, r: &Report) {
             }
         }
     }
+}
+
+/// Whether a confirmatory run (an experiment named `*-confirm`) also decides the sentence `c`
+/// of experiment `e` checks, so that `c`'s exploratory outcome is superseded.
+fn superseded(r: &Report, e: &crate::report::ExperimentReport, c: &Claim) -> bool {
+    let Source::Article(q) = &c.source else {
+        return false;
+    };
+    !e.name.ends_with("-confirm")
+        && r.experiments
+            .iter()
+            .filter(|x| x.name.ends_with("-confirm"))
+            .flat_map(|x| &x.claims)
+            .any(|k| matches!(&k.source, Source::Article(kq) if sentence(kq.zh) == sentence(q.zh)))
 }
 
 /// A ledger row's outcome: the label and tally, and for a claim whose conditions disagree, the

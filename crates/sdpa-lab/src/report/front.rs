@@ -65,6 +65,22 @@ const KEY_FIGURES: [&str; 3] = [
     "training_paired_default.png",
 ];
 
+/// The terms of the first screen, explained once, right under it.
+const GLOSSARY: &str = "- **logit**: a score q·k that softmax turns into a weight; **logit std**: how \
+     spread the scores of one query are.\n\
+     - **softmax's slope** (its Jacobian J, size ‖J‖): how much the weights move when the scores \
+     move; a saturated softmax has a small slope.\n\
+     - **unit init**: W_Q, W_K drawn so that q and k entries have variance 1 (the article's \
+     premise); **default init**: Burn's (this Rust library's) default, which gives smaller q and k.\n\
+     - **arm**: one of the two versions compared, with the 1/√d_k (scaled) or without (unscaled).\n\
+     - **pre-registered**: the analysis was fixed and committed before the runs it judges; \
+     **exploratory**: runs that shaped the analysis.\n\
+     - **[a, b]**: a 95% interval, the range the true value lies in with 95% confidence; **p**: the \
+     chance of a result at least this one-sided if the scale made no difference.\n\
+     - **≥ x [a, ∞]** (a slowdown): runs that never reached 99% only say the slowdown is *at least* \
+     some value, so the median x and the interval's lower end a are lower bounds and the upper end \
+     is open.";
+
 /// The first screen of a rendered `REPORT.md`: everything before its first `## ` heading.
 pub fn first_screen(markdown: &str) -> &str {
     match markdown.find("\n## ") {
@@ -114,6 +130,7 @@ pub fn markdown(r: &Report) -> String {
     if r.run.plan.quick {
         let _ = writeln!(s, "*Quick sizes (not the answer).*\n");
     }
+    let _ = writeln!(s, "## Words used here\n\n{GLOSSARY}\n");
     for q in Question::ALL {
         let _ = writeln!(s, "## {}\n", q.heading());
         // The confirmatory run's screen first, the exploratory ones after it.
@@ -163,9 +180,10 @@ fn beside(s: &mut String, r: &Report) {
     };
     let _ = writeln!(
         s,
-        "**The confirmatory run beside the exploratory one** (the same rules; exploratory: budget \
-         {}, {} saturated pairs; confirmatory: budget {}, {} saturated pairs):\n\n| hypothesis | \
-         exploratory | confirmatory |\n|---|---|---|",
+        "**The confirmatory run beside the exploratory one** (the exploratory runs re-analysed \
+         under the confirmatory rules, so its column can differ from the exploratory claims in the \
+         appendix; exploratory: budget {}, {} saturated pairs; confirmatory: budget {}, {} saturated \
+         pairs):\n\n| hypothesis | exploratory, re-analysed | confirmatory |\n|---|---|---|",
         exploratory
             .as_ref()
             .map_or("–".into(), |h| h.budget.to_string()),
@@ -233,22 +251,26 @@ fn verdict_words(c: &Claim) -> String {
     match (c.outcome, c.tally()) {
         (Outcome::Holds, _) => "**holds**".into(),
         (Outcome::Fails, Some(t)) if t.undecided + t.out_of_reach > 0 => format!(
-            "**fails** in {} of {} {unit}, the rest undecided",
+            "**fails** in {}, undecided in {} of {} {unit}",
             t.fails,
+            t.undecided + t.out_of_reach,
             t.total()
         ),
         (Outcome::Fails, _) => "**fails**".into(),
-        (Outcome::Conditional, Some(t)) => format!(
-            "holds in {}, fails in {} of {} {unit}{}",
-            t.holds + t.conditional,
-            t.fails + t.conditional,
-            t.total(),
-            if t.undecided + t.out_of_reach > 0 {
-                ", the rest undecided"
-            } else {
-                ""
-            }
-        ),
+        (Outcome::Conditional, Some(t)) => {
+            let open = t.undecided + t.out_of_reach;
+            format!(
+                "holds in {}, fails in {}{} of {} {unit}",
+                t.holds + t.conditional,
+                t.fails + t.conditional,
+                if open > 0 {
+                    format!(", undecided in {open}")
+                } else {
+                    String::new()
+                },
+                t.total(),
+            )
+        }
         (Outcome::Conditional, None) => "holds in some conditions".into(),
         (Outcome::Undecided, _) => "undecided".into(),
         (Outcome::OutOfReach, _) => "cannot be decided with this design".into(),

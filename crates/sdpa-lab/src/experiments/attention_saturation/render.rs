@@ -238,8 +238,8 @@ fn answer(data: &AttentionSaturationData, canvas: &mut Canvas, plot: &str) {
     canvas.answer(
         Question::Saturation,
         Some(format!(
-            "{}: at d_k = 64 (logit std {:.0}) a query's top weight averages {}, {} the \
-             article's one-hot 0.999; scaled {}.",
+            "{}: at d_k = 64 (logit std {:.0}) a query's top weight averages {}, {} one-hot \
+             (article: 0.999); scaled {}.",
             if none.max_p.hi < 0.99 && none.max_p.lo > 0.5 {
                 "Partly"
             } else if none.max_p.lo >= 0.99 {

@@ -244,7 +244,11 @@ fn series(data: &GradientsData, pick: Pick, both_designs: bool) -> Vec<Series> {
                 (true, false) => ", d_v = d".into(),
             };
             let name = if scaled { "scaled 1/√d" } else { "unscaled" };
-            out.push(Series::with_band(format!("{name}{design}"), points));
+            // The report's arm colours (1/√d_k blue, none red); the second design dashed.
+            let mut series =
+                Series::with_band(format!("{name}{design}"), points).colored(usize::from(!scaled));
+            series.dashed = !fixed;
+            out.push(series);
         }
     }
     out
@@ -366,8 +370,8 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
         "gradients_ratios.png",
         &LinePlot {
             title: format!(
-                "Gradients without / with the 1/√d scale, m = {} keys, d_v = {FIXED_D_V} (95% bands)",
-                data.n
+                "Gradients without / with the 1/√d scale, m = {} keys, d_v = {FIXED_D_V}, {} paired draws",
+                data.n, data.draws
             ),
             x_label: "d (= d_k)".into(),
             y_label: "unscaled / scaled (paired draws); above 1: larger without the scale".into(),
@@ -381,6 +385,11 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
                     "1: no difference",
                     primary.iter().map(|r| (r.d as f64, 1.0)).collect(),
                 ),
+                Series::reference(
+                    "0.1: the article's «almost 0» for ‖J‖ (our reading)",
+                    primary.iter().map(|r| (r.d as f64, 0.1)).collect(),
+                )
+                .colored(4),
             ],
         },
     )?;
@@ -392,9 +401,13 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
     canvas.key_number(
         "jacobian-vanishes",
         format!(
-            "‖J‖ unscaled / scaled {} at d_k 64 ({} keys); below 1 from d_k ≈ {crossover}",
+            "softmax's slope ‖J‖, unscaled / scaled: {} at d_k 64 ({} keys), below 1 from d_k ≈ \
+             {crossover}; {} conditions = {} key counts × {} d_k",
             at_64.jacobian.show(2),
-            data.n
+            data.n,
+            data.by_keys.len(),
+            data.key_counts().len(),
+            data.by_keys.len() / data.key_counts().len().max(1),
         ),
     );
     canvas.key_number(
@@ -429,7 +442,7 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
         Question::Gradients,
         Some(format!(
             "{}: the gradient reaching Q is {:.0}× [{:.0}, {:.0}] larger unscaled (d_k = 64) but \
-             narrows onto few keys; softmax's slope falls below the scaled one past d_k {} ({} \
+             narrows onto few keys; softmax's slope shrinks, below the scaled one past d_k {} ({} \
              keys).",
             if at_64.query.lo > 1.0 { "Not in size" } else { "Not here" },
             at_64.query.value,
@@ -442,8 +455,8 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
             data.n,
         )),
         format!(
-            "**Setup.** One attention layer, {} queries and keys with unit-variance entries, a random \
-             loss on its output; autodiff gives every gradient with and without the scale on the same \
+            "**Setup.** One attention layer, {} queries and keys with unit-variance entries (values \
+             of size d_v = {FIXED_D_V}), a random loss on its output; autodiff gives every gradient with and without the scale on the same \
              {} draws, so each ratio below is paired.\n\n{plot}\n\n**Effect.** Softmax's derivative \
              (its Jacobian, the matrix diag(p) − ppᵀ) falls as the logits grow, but starts higher: \
              without the scale it is still {} times the scaled one at d_k = 64 (the scaled one is \

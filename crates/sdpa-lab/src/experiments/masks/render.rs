@@ -16,7 +16,10 @@ pub fn render(data: &MasksData, canvas: &mut Canvas) -> Result<String, LabError>
     {
         canvas.key_number(
             "minus-1e9-overflows-f16",
-            format!("−1e9 in f16 reads {}", r.masked_score),
+            format!(
+                "−1e9 in f16 reads {} (appendix, [masks](APPENDIX.md#masks))",
+                r.masked_score
+            ),
         );
     }
     let rows: Vec<Vec<String>> = data

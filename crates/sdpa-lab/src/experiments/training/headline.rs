@@ -320,7 +320,8 @@ fn article_words_line(
         })
         .collect();
     Some(format!(
-        "**The article's words:** «training fails completely» {fails}. «Extremely slow» (at least \
+        "**The article's words, in this exploratory run** (superseded by the confirmatory run, \
+         `training-confirm`, where both decide a sentence): «training fails completely» {fails}. «Extremely slow» (at least \
          {SLOW_FACTOR}× the steps to 99%) {slow}. The sentence as a whole, «fails completely or extremely \
          slow», {either}. (Decided only where the unscaled starting logits have std ≥ \
          {SATURATED_LOGIT_STD}, the article's premise: a rule written after these runs were seen, \

@@ -5,6 +5,7 @@
 use sdpa_model::{OptimizerKind, QkInit};
 
 use super::analyze::{RunRow, TrainingData};
+use super::design::SATURATED_LOGIT_STD;
 use super::design::SLOW_FACTOR;
 use crate::context::LabError;
 use crate::experiment::Canvas;
@@ -188,7 +189,7 @@ fn paired(
     series.push(Series::reference("y = x (as fast)", vec![(0.0, 0.0), (top, top)]).colored(7));
     series.push(
         Series::reference(
-            format!("y = {SLOW_FACTOR}x (the article's \"extremely slow\")"),
+            format!("y = {SLOW_FACTOR}x: our reading of «extremely slow»"),
             vec![(0.0, 0.0), (top / SLOW_FACTOR, top)],
         )
         .colored(4),
@@ -294,6 +295,17 @@ fn mechanism(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErro
             series.push(Series::texts(texts).colored(k));
         }
     }
+    // The confirmatory run's cutoff: to its right the unscaled logits start saturated.
+    series.push(
+        Series::reference(
+            format!("std {SATURATED_LOGIT_STD}: saturated from here (the confirmatory cutoff)"),
+            vec![
+                (SATURATED_LOGIT_STD, 0.0),
+                (SATURATED_LOGIT_STD, data.sizes.budget as f64 * 1.1),
+            ],
+        )
+        .colored(7),
+    );
     canvas.line_plot(
         "training_mechanism.png",
         &LinePlot {

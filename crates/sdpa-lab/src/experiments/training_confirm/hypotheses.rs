@@ -170,7 +170,7 @@ pub struct Robustness {
 }
 
 /// Hypothesis 5's rule on an interval: lower end ≥ 4 holds, upper end < 4 fails.
-fn slow_outcome(ratio: &Estimate) -> Outcome {
+pub fn slow_outcome(ratio: &Estimate) -> Outcome {
     if ratio.lo >= 4.0 {
         Outcome::Holds
     } else if ratio.hi < 4.0 {
