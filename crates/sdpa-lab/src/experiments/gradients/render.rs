@@ -384,9 +384,10 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
                 Series::reference(
                     "1: no difference",
                     primary.iter().map(|r| (r.d as f64, 1.0)).collect(),
-                ),
+                )
+                .colored(7),
                 Series::reference(
-                    "0.1: the article's «almost 0» for ‖J‖ (our reading)",
+                    "0.1: «almost 0» (‖J‖)",
                     primary.iter().map(|r| (r.d as f64, 0.1)).collect(),
                 )
                 .colored(4),

@@ -54,7 +54,13 @@ fn ratio(s: &PairStats) -> String {
     } else {
         "∞".into()
     };
-    format!("{:.1}× [{:.1}, {hi}]", e.value, e.lo)
+    // Where censored pairs leave the median only bounded below, it is a lower bound.
+    let at_least = if s.ratio_upper_median > e.value {
+        "≥ "
+    } else {
+        ""
+    };
+    format!("{at_least}{:.1}× [{:.1}, {hi}]", e.value, e.lo)
 }
 
 /// Writes the answer and the screen (nothing when the main part did not run).
@@ -148,7 +154,8 @@ pub fn answer(data: &TrainingData, canvas: &mut Canvas, figure: Option<&str>) {
          runs got stuck; Holm's correction allows for testing several conditions at once). {} \
          unscaled runs ended below {FAILED_PCT:.0}% accuracy against {} scaled. By \
          initialization: {}. Where the unscaled logits start saturated (std ≥ {SATURATED_LOGIT_STD}), \
-         the median paired ratio of steps (a run that never got there counted at the budget) was {}.\n\n\
+         the median paired ratio of steps (a pair whose run never got there only bounds it; \
+         family-wise 95% intervals over the conditions) was {}.\n\n\
          **Caveat.** These runs also shaped the analysis (the saturation split, the ratio margin), \
          so they are exploratory; the learning rates were tuned on {} per arm, and the \
          {}-step budget cuts off runs that are only slow. The appendix (`training`, \

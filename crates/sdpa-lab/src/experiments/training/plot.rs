@@ -44,6 +44,14 @@ fn arm_style(arm: Arm) -> &'static str {
     }
 }
 
+/// The colour of each d_k of the main part (palette indices): never blue or red, which the
+/// report keeps for the arms (1/√d_k and none) in every plot where colour means the arm.
+const DK_COLORS: [usize; 4] = [2, 3, 5, 6];
+
+fn dk_color(k: usize) -> usize {
+    DK_COLORS[k % DK_COLORS.len()]
+}
+
 /// One initialization's curves: the share of runs at 99% by step t (every d_k, both arms) and
 /// the held-out accuracy's median and quartiles (the smallest and largest d_k).
 fn curves(data: &TrainingData, init: QkInit) -> (Vec<Series>, Vec<Series>) {
@@ -72,7 +80,7 @@ fn curves(data: &TrainingData, init: QkInit) -> (Vec<Series>, Vec<Series>) {
             } else {
                 Series::reference(label.clone(), share)
             };
-            reached.push(s.colored(k));
+            reached.push(s.colored(dk_color(k)));
             if k == 0 || k + 1 == dims.len() {
                 let band: Vec<(f64, f64, f64, f64)> = steps
                     .iter()
@@ -93,7 +101,7 @@ fn curves(data: &TrainingData, init: QkInit) -> (Vec<Series>, Vec<Series>) {
                     .collect();
                 // The same colour per d_k as the reached plot, the same line per arm (solid:
                 // 1/√d_k, dashed: none).
-                let mut series = Series::with_band(label, band).colored(k);
+                let mut series = Series::with_band(label, band).colored(dk_color(k));
                 series.dashed = arm != Arm::Scaled;
                 accuracy.push(series);
             }
@@ -176,16 +184,17 @@ fn paired(
                 censored.push(point);
             }
         }
-        series.push(Series::scatter(format!("d_k = {d_k}"), both, false).colored(k));
+        series.push(Series::scatter(format!("d_k = {d_k}"), both, false).colored(dk_color(k)));
         series.push(
-            Series::scatter(format!("d_k = {d_k}, a run never at 99%"), censored, true).colored(k),
+            Series::scatter(format!("d_k = {d_k}, a run never at 99%"), censored, true)
+                .colored(dk_color(k)),
         );
     }
     if series.iter().all(|s| s.points.is_empty()) {
         return Ok(None);
     }
     let top = never * 1.05;
-    // Grey and purple: the d_k colours are the palette's first four.
+    // Grey and purple: not among the d_k colours.
     series.push(Series::reference("y = x (as fast)", vec![(0.0, 0.0), (top, top)]).colored(7));
     series.push(
         Series::reference(

@@ -199,7 +199,17 @@ fn claims(h: &Hypotheses) -> Vec<Claim> {
             "median paired ratio of steps (bounded where a run never got there), pooled over the \
              saturated conditions, 95% order-statistics interval: lower end ≥ 4 holds, upper end \
              < 4 fails",
-            format!("median ratio {} (budget {})", show(h.ratio), h.budget),
+            format!(
+                "median ratio {} (budget {}){}",
+                show(h.ratio),
+                h.budget,
+                if h.ratio.hi.is_infinite() {
+                    "; it could not have failed in this run: so many unscaled runs never got \
+                     there that the interval has no upper end (it could have with fewer)"
+                } else {
+                    ""
+                }
+            ),
             o[4],
         ),
         decided(
@@ -208,9 +218,14 @@ fn claims(h: &Hypotheses) -> Vec<Claim> {
             format!("the sentence as a whole: fails completely or extremely slow ({sat})"),
             "holds where either half holds, fails where both fail",
             format!(
-                "fails completely: {}; extremely slow: {}",
+                "fails completely: {}; extremely slow: {}{}",
                 o[3].label(),
-                o[4].label()
+                o[4].label(),
+                if h.ratio.hi.is_infinite() && o[3] != Outcome::Holds {
+                    " (which could not fail in this run, so neither could the sentence)"
+                } else {
+                    ""
+                }
             ),
             o[5],
         ),
