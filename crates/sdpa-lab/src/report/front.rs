@@ -76,7 +76,8 @@ const GLOSSARY: &str = "- **logit**: a score q·k that softmax turns into a weig
      - **pre-registered**: the analysis was fixed and committed before the runs it judges; \
      **exploratory**: runs that shaped the analysis.\n\
      - **[a, b]**: a 95% interval, the range the true value lies in with 95% confidence; **p**: the \
-     chance of a result at least this one-sided if the scale made no difference.\n\
+     chance of a result at least this lopsided, in either direction, if the scale made no \
+     difference.\n\
      - **≥ x [a, ∞]** (a slowdown): runs that never reached 99% only say the slowdown is *at least* \
      some value, so the median x and the interval's lower end a are lower bounds and the upper end \
      is open.";

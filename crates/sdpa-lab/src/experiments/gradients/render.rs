@@ -138,8 +138,8 @@ fn keys_plot(data: &GradientsData, canvas: &mut Canvas) -> Result<String, LabErr
         "gradients_jacobian_ratio_by_keys.png",
         &LinePlot {
             title: format!(
-                "‖J‖ unscaled / scaled vs d, per m, {} (95% bands)",
-                data.primary
+                "‖J‖ unscaled / scaled vs d, per m keys, d_v = {FIXED_D_V}, {} paired draws (95% bands)",
+                data.draws
             ),
             x_label: "d".into(),
             y_label: "‖J‖ unscaled / scaled".into(),
@@ -374,7 +374,7 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
                 data.n, data.draws
             ),
             x_label: "d (= d_k)".into(),
-            y_label: "unscaled / scaled (paired draws); above 1: larger without the scale".into(),
+            y_label: "unscaled / scaled (above 1: larger unscaled)".into(),
             log_x: true,
             log_y: true,
             series: vec![

@@ -85,7 +85,10 @@ fn plots(data: &LogitControlData, canvas: &mut Canvas) -> Result<Vec<String>, La
         plots.push(canvas.line_plot(
             name,
             &LinePlot {
-                title: format!("{title} (95% bands)"),
+                title: format!(
+                    "{title}, m = {} keys, {} draws (95% bands)",
+                    data.n, data.draws
+                ),
                 x_label: "d_k".into(),
                 y_label: y_label.into(),
                 log_x: true,

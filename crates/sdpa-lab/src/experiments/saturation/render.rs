@@ -66,15 +66,18 @@ pub fn render(data: &SaturationData, canvas: &mut Canvas) -> Result<String, LabE
     );
     write_csv(data, canvas)?;
     let mut series = Vec::new();
-    for &n in &NS {
-        series.push(Series::with_band(
-            format!("n = {n}"),
-            data.rows
-                .iter()
-                .filter(|r| r.n == n)
-                .map(|r| (r.scale, r.entropy.value, r.entropy.lo, r.entropy.hi))
-                .collect(),
-        ));
+    for (k, &n) in NS.iter().enumerate() {
+        series.push(
+            Series::with_band(
+                format!("n = {n}"),
+                data.rows
+                    .iter()
+                    .filter(|r| r.n == n)
+                    .map(|r| (r.scale, r.entropy.value, r.entropy.lo, r.entropy.hi))
+                    .collect(),
+            )
+            .colored(k),
+        );
     }
     let scales: Vec<f64> = {
         let mut s: Vec<f64> = data.rows.iter().map(|r| r.scale).collect();
@@ -82,11 +85,15 @@ pub fn render(data: &SaturationData, canvas: &mut Canvas) -> Result<String, LabE
         s.dedup();
         s
     };
-    for &n in &NS {
-        series.push(Series::reference(
-            format!("ln {n} (uniform)"),
-            scales.iter().map(|&s| (s, (n as f64).ln())).collect(),
-        ));
+    // Each n's uniform entropy in its curve's colour.
+    for (k, &n) in NS.iter().enumerate() {
+        series.push(
+            Series::reference(
+                format!("ln {n} (uniform)"),
+                scales.iter().map(|&s| (s, (n as f64).ln())).collect(),
+            )
+            .colored(k),
+        );
     }
     let plot = canvas.line_plot(
         "saturation_entropy.png",
@@ -139,9 +146,11 @@ pub fn render(data: &SaturationData, canvas: &mut Canvas) -> Result<String, LabE
         canvas.key_number(
             "logit-std-8-clearly-saturated",
             format!(
-                "entropy {:.0}–{:.0}% of uniform's at std 8",
+                "entropy {:.0}–{:.0}% of uniform's at std 8 (n = {}–{} keys)",
                 100.0 * lo,
-                100.0 * hi
+                100.0 * hi,
+                NS[0],
+                NS[NS.len() - 1]
             ),
         );
     }

@@ -143,7 +143,12 @@ pub fn answer(data: &TrainingData, canvas: &mut Canvas, figure: Option<&str>) {
             ratio(s)
         )),
     );
-    let figure = figure.map_or(String::new(), |f| format!("{f}\n\n"));
+    let figure = figure.map_or(String::new(), |f| {
+        format!(
+            "{f}\n\n*The figure: unit init only (default init: the appendix); at most {} steps.*\n\n",
+            data.sizes.budget
+        )
+    });
     let seeds = main.first().map_or(0, |s| s.pairs);
     let screen = format!(
         "**The exploratory run** (it came first, tuned the learning rates and shaped the analysis \
@@ -156,7 +161,7 @@ pub fn answer(data: &TrainingData, canvas: &mut Canvas, figure: Option<&str>) {
          initialization: {}. Where the unscaled logits start saturated (std ≥ {SATURATED_LOGIT_STD}), \
          the median paired ratio of steps (a pair whose run never got there only bounds it; \
          family-wise 95% intervals over the conditions) was {}.\n\n\
-         **Caveat.** These runs also shaped the analysis (the saturation split, the ratio margin), \
+         **Caveat.** These runs also shaped the analysis (the saturation split, the ±1.25× margin of its equivalence tests), \
          so they are exploratory; the learning rates were tuned on {} per arm, and the \
          {}-step budget cuts off runs that are only slow. The appendix (`training`, \
          `training-variants`) has every condition, the learning-rate curves and a second model.",

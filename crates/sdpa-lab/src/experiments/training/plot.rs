@@ -307,7 +307,7 @@ fn mechanism(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErro
     // The confirmatory run's cutoff: to its right the unscaled logits start saturated.
     series.push(
         Series::reference(
-            format!("std {SATURATED_LOGIT_STD}: saturated from here (the confirmatory cutoff)"),
+            format!("std {SATURATED_LOGIT_STD}: saturated (cutoff)"),
             vec![
                 (SATURATED_LOGIT_STD, 0.0),
                 (SATURATED_LOGIT_STD, data.sizes.budget as f64 * 1.1),

@@ -57,12 +57,17 @@ pub fn hypothesis_rows(h: &Hypotheses) -> Vec<[String; 3]> {
         ],
         [
             "5 «extremely slow»: median ratio of steps ≥ 4".into(),
-            format!("median ratio {}", show(h.ratio)),
+            format!(
+                "median ratio {}{}",
+                // An open upper end: censored pairs, so the median is a lower bound.
+                if h.ratio.hi.is_infinite() { "≥ " } else { "" },
+                show(h.ratio)
+            ),
             o[4].label().into(),
         ],
         [
             "6 the sentence: 4 or 5".into(),
-            String::new(),
+            format!("4 {}, 5 {}", o[3].label(), o[4].label()),
             o[5].label().into(),
         ],
     ]
@@ -295,8 +300,15 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
         h.outcomes[4].label(),
         match (&data.robustness, narrowly) {
             (Some(r), true) => format!(
-                " at 5% per half, undecided at 5% for the sentence (lower end {:.1}; see 4.)",
-                r.two_halves.lo
+                " at 5% per half, undecided at 5% for the sentence (lower end {:.1}); it rests on \
+                 the {}-step budget{} (see 4.)",
+                r.two_halves.lo,
+                data.budget,
+                if h.ratio.hi.is_infinite() {
+                    " and could not have failed in this run"
+                } else {
+                    ""
+                }
             ),
             _ => String::new(),
         }
@@ -356,7 +368,9 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
              conditions {never_u} of {n} unscaled and {never_s} of {n} scaled runs never reached \
              99%; pairs where only the unscaled run did not: {} against {} where only the scaled one \
              did not (p {}: the chance of a split at least this lopsided, either way, if the scale \
-             made no difference; an exact test on these pairs added over the saturated conditions). {}\n\n\
+             made no difference; an exact test on these pairs added over the saturated conditions). \
+             Getting stuck is not confined to saturated starts: over all {} conditions the split is \
+             {} against {} (secondary hypothesis 2, p {}). {}\n\n\
              **Caveat.** {}One small model on one task; the learning rates were tuned \
              on the exploratory run's seeds for its 300-step budget, not re-tuned for {}.",
             data.seeds,
@@ -366,6 +380,10 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
             h.stuck_saturated.0,
             h.stuck_saturated.1,
             short_p(h.stuck_saturated.2),
+            data.per_condition.len(),
+            h.stuck_all.0,
+            h.stuck_all.1,
+            short_p(h.stuck_all.2),
             halves_words(h, &ratio),
             robustness_words(data),
             data.budget,

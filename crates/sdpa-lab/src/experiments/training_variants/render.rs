@@ -153,7 +153,13 @@ fn plots(data: &VariantsData, canvas: &mut Canvas) -> Result<Vec<String>, LabErr
         if sharp.is_empty() {
             continue;
         }
-        let title = |what: &str| format!("{what}: {}", variant.label());
+        let title = |what: &str| {
+            format!(
+                "{what}: {}; d_k {D_K}, default init, Adam, {} paired seeds",
+                variant.label(),
+                data.sizes.eval_seeds
+            )
+        };
         links.push(canvas.line_plot(
             &format!("training_variants_{}_entropy.png", variant.slug()),
             &LinePlot {
