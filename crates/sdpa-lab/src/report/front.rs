@@ -66,7 +66,12 @@ const KEY_FIGURES: [&str; 3] = [
 ];
 
 /// The terms of the first screen, explained once, right under it.
-const GLOSSARY: &str = "- **logit**: a score q·k that softmax turns into a weight; **logit std**: how \
+const GLOSSARY: &str = "- **d_k**: the length of the query and key vectors; **std**: standard \
+     deviation, the typical size of a spread.\n\
+     - **softmax**: turns a query's scores into weights that are positive and add up to 1; it \
+     **saturates** when one score dominates and its weight nears 1 (**one-hot**: all weight on \
+     one key); **max p**: a query's largest weight.\n\
+     - **logit**: a score q·k that softmax turns into a weight; **logit std**: how \
      spread the scores of one query are.\n\
      - **softmax's slope** (its Jacobian J, size ‖J‖): how much the weights move when the scores \
      move; a saturated softmax has a small slope.\n\

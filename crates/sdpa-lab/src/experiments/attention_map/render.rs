@@ -25,7 +25,11 @@ pub fn render(data: &AttentionMapData, canvas: &mut Canvas) -> Result<String, La
             .collect();
         let plot = canvas.heatmap(
             "attention_map_random.png",
-            "Random projections (article's experiment 3)",
+            &format!(
+                "One draw; rows 4–7: twin on top in {:.0}% over {} draws (chance 25%)",
+                100.0 * data.random_share.value,
+                r.draws
+            ),
             &r.first,
             "key",
             "query",

@@ -177,8 +177,8 @@ pub fn render(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<Str
         "attention_saturation_max_p.png",
         &LinePlot {
             title: format!(
-                "Largest attention weight per query vs d, m = {} keys (95% bands)",
-                data.m_main
+                "Largest attention weight per query vs d, {} queries × m = {} keys, {} draws (95% bands)",
+                data.n, data.m_main, data.draws
             ),
             x_label: "d (= d_k)".into(),
             y_label: "mean max p over queries".into(),

@@ -44,8 +44,8 @@ fn plots(data: &LogitControlData, canvas: &mut Canvas) -> Result<Vec<String>, La
         (
             "logit_control_max_p.png",
             "Mean max p at initialization",
-            "mean max p",
-            false,
+            "mean max p (log scale)",
+            true,
             |r| r.max_p,
         ),
         (
