@@ -5,8 +5,8 @@
 use sdpa_model::{OptimizerKind, QkInit};
 
 use super::analyze::{RunRow, TrainingData};
-use super::design::SATURATED_LOGIT_STD;
 use super::design::SLOW_FACTOR;
+use super::design::{FAILED_ACCURACY, SATURATED_LOGIT_STD};
 use crate::context::LabError;
 use crate::experiment::Canvas;
 use crate::measures::training::{Arm, EVAL_EVERY, init_name};
@@ -133,11 +133,26 @@ pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, La
                 series: reached,
             },
         )?);
+        // Chance and the «fails completely» line, across the budget.
+        let mut accuracy = accuracy;
+        let span = vec![0.0, data.sizes.budget as f64];
+        accuracy.push(
+            Series::reference("chance (1/8)", span.iter().map(|&t| (t, 0.125)).collect())
+                .colored(7),
+        );
+        accuracy.push(
+            Series::reference(
+                format!("{:.0}%: «fails completely» below", 100.0 * FAILED_ACCURACY),
+                span.iter().map(|&t| (t, FAILED_ACCURACY)).collect(),
+            )
+            .colored(4),
+        );
         links.push(canvas.line_plot(
             &format!("training_accuracy_{name}.png"),
             &LinePlot {
                 title: format!(
-                    "Held-out accuracy: median and quartiles over seeds (Adam, {name} init)"
+                    "Held-out accuracy, median and quartiles over {} seeds (Adam, {name} init)",
+                    data.sizes.eval_seeds
                 ),
                 x_label: "step".into(),
                 y_label: "held-out accuracy".into(),
