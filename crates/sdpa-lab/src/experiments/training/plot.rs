@@ -135,7 +135,7 @@ pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, La
         )?);
         // Chance and the «fails completely» line, across the budget.
         let mut accuracy = accuracy;
-        let span = vec![0.0, data.sizes.budget as f64];
+        let span = [0.0, data.sizes.budget as f64];
         accuracy.push(
             Series::reference("chance (1/8)", span.iter().map(|&t| (t, 0.125)).collect())
                 .colored(7),
