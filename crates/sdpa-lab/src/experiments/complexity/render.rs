@@ -58,7 +58,10 @@ fn plot(data: &ComplexityData, canvas: &mut Canvas) -> Result<String, LabError> 
     canvas.line_plot(
         "complexity_time.png",
         &LinePlot {
-            title: "Attention forward time vs sequence length".into(),
+            title: format!(
+                "Attention forward time vs sequence length (b {}, h {}, d {}; median of {})",
+                data.bhd[0], data.bhd[1], data.bhd[2], data.reps
+            ),
             x_label: "n = m".into(),
             y_label: "time (ms)".into(),
             log_x: true,

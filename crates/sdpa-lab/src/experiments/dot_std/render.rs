@@ -84,11 +84,15 @@ pub fn render(data: &DotStdData, canvas: &mut Canvas) -> Result<String, LabError
             y_label: "std of q·k (and of q·k / √d_k)".into(),
             log_x: true,
             log_y: true,
+            // The article's values as hollow markers over our lines, so that neither hides the
+            // other where they agree.
             series: vec![
-                Series::reference("√d", xy(|r| Some(r.sqrt_d))),
-                Series::line("std(q·k), ours", xy(|r| Some(r.pooled_std))),
-                Series::line("std(q·k), article", xy(|r| r.article_std)),
-                Series::line("std(q·k)/√d, ours", xy(|r| Some(r.scaled.value))),
+                Series::reference("√d_k", xy(|r| Some(r.sqrt_d))).colored(7),
+                Series::line("std(q·k), ours", xy(|r| Some(r.pooled_std))).colored(0),
+                Series::scatter("std(q·k), article", xy(|r| r.article_std), true).colored(3),
+                Series::line("std(q·k)/√d_k, ours", xy(|r| Some(r.scaled.value))).colored(2),
+                Series::scatter("std(q·k)/√d_k, article", xy(|r| r.article_scaled), true)
+                    .colored(3),
             ],
         },
     )?;

@@ -146,6 +146,14 @@ fn paired_plot(data: &ConfirmData, canvas: &mut Canvas) -> Result<String, LabErr
         series.push(Series::scatter(format!("{label}: never at 99%"), censored, true).colored(k));
     }
     let top = never * 1.1;
+    // The budget: every hollow marker above it is a run that never got there.
+    series.push(
+        Series::thin(
+            format!("{}: the budget", data.budget),
+            vec![(0.0, data.budget as f64), (top, data.budget as f64)],
+        )
+        .colored(7),
+    );
     series.push(Series::reference("y = x (as fast)", vec![(0.0, 0.0), (top, top)]).colored(7));
     series.push(
         Series::reference(
