@@ -330,30 +330,24 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
         [fails_half, slow_half]
     };
     canvas.key_number("confirm-fails-or-extremely-slow", halves.join("; "));
+    // A share of the saturated pairs with its 95% Wilson interval, in percent.
+    let share = |k: usize| {
+        let (lo, hi) = crate::stats::wilson_interval(k, n, 0.95);
+        format!(
+            "{:.0}% [{:.0}, {:.0}]",
+            100.0 * k as f64 / n.max(1) as f64,
+            100.0 * lo,
+            100.0 * hi
+        )
+    };
     canvas.confirmatory_answer(
         Question::Training,
         Some(format!(
-            "{lead}: with saturated starting logits (unit init d_k ≥ 256, default 1024), \
-             {} of unscaled vs {} of scaled runs never reached 99% (pre-registered, p {}); \
-             median slowdown {ratio}.",
-            {
-                let (lo, hi) = crate::stats::wilson_interval(never_u, n, 0.95);
-                format!(
-                    "{:.0}% [{:.0}, {:.0}]",
-                    100.0 * never_u as f64 / n.max(1) as f64,
-                    100.0 * lo,
-                    100.0 * hi
-                )
-            },
-            {
-                let (lo, hi) = crate::stats::wilson_interval(never_s, n, 0.95);
-                format!(
-                    "{:.0}% [{:.0}, {:.0}]",
-                    100.0 * never_s as f64 / n.max(1) as f64,
-                    100.0 * lo,
-                    100.0 * hi
-                )
-            },
+            "{lead}: with saturated starting logits ({}), {} of unscaled vs {} of scaled runs \
+             never reached 99% (pre-registered, p {}); median slowdown {ratio}.",
+            saturated_ran(data),
+            share(never_u),
+            share(never_s),
             short_p(h.stuck_saturated.2),
         )),
         format!(
@@ -397,6 +391,29 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
             data.budget,
         ),
     );
+}
+
+/// The saturated conditions this run measured, by initialization: "unit init d_k 256, 1024;
+/// default 1024".
+fn saturated_ran(data: &ConfirmData) -> String {
+    use sdpa_model::QkInit;
+    [
+        (QkInit::Unit, "unit init d_k"),
+        (QkInit::Default, "default"),
+    ]
+    .into_iter()
+    .filter_map(|(init, name)| {
+        let dims: Vec<String> = data
+            .per_condition
+            .iter()
+            .map(|s| s.comparison.condition)
+            .filter(|c| c.init == init && is_saturated(c.init, c.d_k))
+            .map(|c| c.d_k.to_string())
+            .collect();
+        (!dims.is_empty()).then(|| format!("{name} {}", dims.join(", ")))
+    })
+    .collect::<Vec<_>>()
+    .join("; ")
 }
 
 /// The article's two halves, the one that held first.
