@@ -116,11 +116,7 @@ impl RunRow {
     pub fn of(r: &Run) -> Self {
         let s = &r.config.spec;
         Self {
-            condition: Condition {
-                optimizer: s.optimizer,
-                init: s.init,
-                d_k: s.d_k,
-            },
+            condition: Condition::of(s),
             arm: s.arm,
             seed: s.seed,
             lr: s.lr,
@@ -191,10 +187,7 @@ fn eval_runs(cells: &[Run], condition: Condition, arm: Arm) -> Vec<&Run> {
         .iter()
         .filter(|r| {
             let s = &r.config.spec;
-            r.config.role == Role::Evaluation
-                && s.arm == arm
-                && (s.optimizer, s.init, s.d_k)
-                    == (condition.optimizer, condition.init, condition.d_k)
+            r.config.role == Role::Evaluation && s.arm == arm && Condition::of(s) == condition
         })
         .collect();
     rs.sort_by_key(|r| r.config.spec.seed);

@@ -127,6 +127,17 @@ pub struct Condition {
     pub d_k: usize,
 }
 
+impl Condition {
+    /// The condition a run's spec belongs to.
+    pub fn of(spec: &crate::measures::training::TrainingSpec) -> Self {
+        Self {
+            optimizer: spec.optimizer,
+            init: spec.init,
+            d_k: spec.d_k,
+        }
+    }
+}
+
 /// A comparison of two arms on paired seeds: `other` against `reference`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Comparison {

@@ -112,8 +112,7 @@ fn tuning_runs(
             r.config.role == Role::Tuning
                 && s.arm == arm
                 && s.lr == lr
-                && (s.optimizer, s.init, s.d_k)
-                    == (condition.optimizer, condition.init, condition.d_k)
+                && Condition::of(s) == condition
         })
         .map(|r| (r.result.steps_to_target, r.config.spec.budget))
         .collect()
@@ -199,8 +198,7 @@ pub fn tuned_table(sizes: &Sizes, cells: &[Run]) -> Vec<Tuned> {
                     let s = &r.config.spec;
                     r.config.role == Role::Evaluation
                         && s.arm == arm
-                        && (s.optimizer, s.init, s.d_k)
-                            == (condition.optimizer, condition.init, condition.d_k)
+                        && Condition::of(s) == condition
                 })
                 .map(|r| r.config.spec.lr);
             let source = chosen.map(|_| {

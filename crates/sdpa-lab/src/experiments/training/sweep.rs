@@ -195,10 +195,7 @@ pub fn curve(cells: &[Run], condition: Condition, arm: Arm, grid: &[f64]) -> Opt
         .iter()
         .filter(|r| {
             let s = &r.config.spec;
-            r.config.role == Role::Tuning
-                && s.arm == arm
-                && (s.optimizer, s.init, s.d_k)
-                    == (condition.optimizer, condition.init, condition.d_k)
+            r.config.role == Role::Tuning && s.arm == arm && Condition::of(s) == condition
         })
         .collect();
     if runs.is_empty() {
