@@ -52,18 +52,26 @@ fn auto_takes_the_documented_path_and_matches_naive() {
             // On the CPU backends (the root package turns on the kernel's backend extension):
             // this crate's kernel, inference and training, masked or not. On wgpu (the root
             // package's `wgpu` feature turns on `burn-sdpa/cube`): the CubeCL kernel, inference
-            // and training (this fails if `Auto` stops taking it for a training call); the same
-            // on CUDA, another CubeCL runtime (`cuda` turns on `burn-sdpa/cube` too).
-            let expected = match backend {
-                BackendKind::Flex | BackendKind::Ndarray => AttentionPath::CpuKernel,
-                BackendKind::Wgpu | BackendKind::Cuda => AttentionPath::CubeKernel,
+            // and training (this fails if `Auto` stops taking it for a training call): lavapipe
+            // and wgpu's WGSL compiler have no matrix instructions. On CUDA (tensor cores; `cuda`
+            // turns on `burn-sdpa/cube` too): the CubeCL kernel for training, Burn's tensor-core
+            // kernel for inference wherever it serves the call.
+            let expected = |input: &AttentionInput| {
+                let fused_serves = auto
+                    .why_not(input, AttentionPath::Fused)
+                    .expect("a valid call")
+                    .is_none();
+                match backend {
+                    BackendKind::Flex | BackendKind::Ndarray => AttentionPath::CpuKernel,
+                    BackendKind::Cuda if !autodiff && fused_serves => AttentionPath::Fused,
+                    BackendKind::Wgpu | BackendKind::Cuda => AttentionPath::CubeKernel,
+                }
             };
-            assert_eq!(path, expected, "{backend}, autodiff {autodiff}");
+            assert_eq!(path, expected(&input(&q)), "{backend}, autodiff {autodiff}");
             let masked = input(&q).mask(Tensor::<4, Bool>::full([1, 1, 1, m], false, &device));
-            let expected_masked = expected;
             assert_eq!(
                 auto.path(&masked).expect("auto resolves"),
-                expected_masked,
+                expected(&masked),
                 "{backend}, autodiff {autodiff}, masked"
             );
             // Asking for the weights always takes the naive path.

@@ -20,7 +20,8 @@ use serde::{Deserialize, Serialize};
 pub enum Implementation {
     /// Pick the fastest correct path for the request, the backend and the autodiff state: the
     /// crate's kernel where it serves the call (the CPU kernel on Flex and NdArray, the CubeCL
-    /// kernel on the CubeCL backends), else `Naive`, `Chunked` or `Fused` by the backend, the
+    /// kernel on the CubeCL backends, but `Fused` for inference on a device with tensor cores),
+    /// else `Naive`, `Chunked` or `Fused` by the backend, the
     /// autodiff state and the number of keys; `Naive` when the weights are asked for. The rule
     /// and the measurements behind each branch are in the README ("Attention paths and speed").
     #[default]
@@ -48,8 +49,10 @@ pub enum Implementation {
     /// Metal; the crate's `cube` feature), forward and backward (its own, registered through
     /// Burn's backend extension): f32, and f16 or bf16 where the device has them (computed in
     /// f32), every mask, bias (with its gradient), window, soft-cap, segment and ALiBi (the last
-    /// two computed key by key), no weights, no dropout; `Auto` takes it wherever it serves the
-    /// call.
+    /// two computed key by key), no weights, no dropout. It multiplies with scalar FMAs (no
+    /// tensor cores), so `Auto` takes it wherever it serves the call except for inference on a
+    /// device with tensor cores, which stays on `Fused` (Burn's tensor-core kernel) until a GPU
+    /// has measured otherwise.
     CubeKernel,
 }
 

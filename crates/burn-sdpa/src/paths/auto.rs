@@ -39,6 +39,9 @@ pub struct AutoRequest {
     /// (Flex and NdArray when the crate's `flex` / `ndarray` features are on), rather than on
     /// host copies.
     pub cpu_kernel_in_place: bool,
+    /// Whether the device offers matrix instructions (tensor cores: a CubeCL device whose
+    /// client lists `cmma` shapes; see [`tensor_cores`](super::tensor_cores)).
+    pub tensor_cores: bool,
 }
 
 /// `Auto`'s rule for a call that does not ask for the weights or scores (those always take
@@ -49,6 +52,14 @@ pub struct AutoRequest {
 ///   the call (f32, or bf16 on Flex; no weights, no dropout), for inference and training, masked
 ///   or not: it was the fastest path at every measured size, forward and forward + backward (in
 ///   bf16 too: `sdpa bench --dtype bf16`).
+/// - **Inference on a CubeCL device with tensor cores** (CUDA, or Vulkan with cooperative
+///   matrices), when `Fused` can serve the call: `Fused`, Burn's own flash forward
+///   (cubek-attention), which multiplies on the tensor cores, where this crate's CubeCL kernel
+///   multiplies with scalar FMAs (at most about 8% of an H200's dense bf16 rate). Not measured on
+///   any GPU yet: the rule keeps inference on Burn's kernel until a sitting
+///   (`benches/gpu_sitting.sh`) shows this crate's kernel faster there. Training on such a device
+///   still takes `CubeKernel` (next rule): Burn's default under autodiff materializes the
+///   `[b, h, n, m]` scores, the kernel holds O(n).
 /// - **CubeCL backends with the crate's `cube` feature**: `CubeKernel` whenever it can serve the
 ///   call (f32, no weights, no dropout), for inference and training. On lavapipe (a CPU driver,
 ///   the only Vulkan device measured so far) it was the fastest training path at n = 128, 512
@@ -73,8 +84,14 @@ pub struct AutoRequest {
 pub fn auto_path(request: AutoRequest) -> AttentionPath {
     let chunked = AttentionPath::Chunked(DEFAULT_BLOCK_SIZE);
     let over_budget = request.scores_bytes > AUTO_INFERENCE_SCORES_BUDGET_BYTES;
+    let tensor_core_inference = request.family == BackendFamily::CubeCl
+        && request.tensor_cores
+        && !request.autodiff
+        && request.fused_ok;
     if request.cpu_kernel_ok && request.cpu_kernel_in_place {
         AttentionPath::CpuKernel
+    } else if tensor_core_inference {
+        AttentionPath::Fused
     } else if request.cube_kernel_ok {
         AttentionPath::CubeKernel
     } else if request.autodiff {
@@ -118,11 +135,47 @@ mod tests {
             cpu_kernel_ok: !autodiff,
             cube_kernel_ok: false,
             cpu_kernel_in_place: false,
+            tensor_cores: false,
         }
     }
 
     #[test]
-    fn the_cube_kernel_serves_every_call_it_can() {
+    fn inference_on_tensor_cores_stays_on_burns_kernel() {
+        use BackendFamily::CubeCl;
+        let on_tensor_cores = |autodiff, n_keys, fused_ok| AutoRequest {
+            cube_kernel_ok: true,
+            tensor_cores: true,
+            fused_ok,
+            ..request(CubeCl, autodiff, n_keys, n_keys as u64 >> 10)
+        };
+        for n_keys in [1, 64, 256, 4096, 32768] {
+            // Inference: Burn's tensor-core kernel wherever it serves the call ...
+            assert_eq!(
+                auto_path(on_tensor_cores(false, n_keys, true)),
+                AttentionPath::Fused
+            );
+            // ... this crate's kernel where it does not (e.g. top-left causal with n != m) ...
+            assert_eq!(
+                auto_path(on_tensor_cores(false, n_keys, false)),
+                AttentionPath::CubeKernel
+            );
+            // ... and for training, where Burn's default materializes the scores.
+            assert_eq!(
+                auto_path(on_tensor_cores(true, n_keys, true)),
+                AttentionPath::CubeKernel
+            );
+        }
+        // Only CubeCL devices report tensor cores; a CPU backend's rule is unchanged.
+        let flex = AutoRequest {
+            tensor_cores: true,
+            cpu_kernel_in_place: true,
+            ..request(BackendFamily::Flex, false, 4096, 0)
+        };
+        assert_eq!(auto_path(flex), AttentionPath::CpuKernel);
+    }
+
+    #[test]
+    fn the_cube_kernel_serves_every_call_it_can_without_tensor_cores() {
         use BackendFamily::CubeCl;
         for autodiff in [false, true] {
             for n_keys in [1, 64, 256, 4096, 32768] {

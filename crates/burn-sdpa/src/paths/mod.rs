@@ -44,6 +44,24 @@ pub(crate) fn blocker(path: AttentionPath, call: &Call) -> Option<Cow<'static, s
     reason.map(Cow::Borrowed)
 }
 
+/// Whether `device` offers matrix instructions (tensor cores): a CubeCL device whose client
+/// lists at least one `cmma` shape (CUDA on NVIDIA GPUs from Volta on; Vulkan through Burn's
+/// `vulkan` feature where the driver exposes cooperative matrices). `false` on every other
+/// backend, on lavapipe, and in builds without the crate's `cube` feature, where the question
+/// does not change `Auto`'s choice.
+pub(crate) fn tensor_cores(device: &burn::prelude::Device) -> bool {
+    #[cfg(feature = "cube")]
+    {
+        use burn::backend::DispatchDevice;
+        if let DispatchDevice::Cube(cube) = device.clone().without_autodiff().as_dispatch() {
+            return !cube.client().properties().features.matmul.cmma.is_empty();
+        }
+    }
+    #[cfg(not(feature = "cube"))]
+    let _ = device;
+    false
+}
+
 /// Runs `call` on `path`, with the policy for non-finite inputs of [`nonfinite`] (the CPU
 /// kernel applies it on its host data itself, the CubeCL kernel key by key; the tensor-op paths
 /// run between its two halves).
@@ -128,6 +146,7 @@ pub(crate) fn resolve(
             cpu_kernel_ok: blocker(AttentionPath::CpuKernel, call).is_none(),
             cube_kernel_ok: blocker(AttentionPath::CubeKernel, call).is_none(),
             cpu_kernel_in_place: call.kernel_in_place,
+            tensor_cores: call.tensor_cores,
         }),
         call,
     )
