@@ -22,7 +22,8 @@
 #               the most important first, each skipped once the budget is spent;
 #   --headline  about 4 minutes at most (default budget 230 s): b 4, h 16, d 128, n = m = 4096,
 #               bf16 (f32 with SITTING_BACKEND=wgpu), forward and forward + backward (dense and
-#               causal), every side, then the cube_kernel golden cases if time is left;
+#               causal), every side (the tensor-core forward, cube_tensor_cores, in bf16), then
+#               the cube_tensor_cores golden cases in bf16 if time is left;
 #   --small     the same script end to end on `--backend wgpu` (lavapipe on a CPU-only machine)
 #               at tiny sizes, PyTorch on the CPU if $PYTHON has torch (else that side is
 #               skipped): run it before spending GPU time.
@@ -209,13 +210,21 @@ trap 'rm -rf "$GOLDEN_CASES" ${unpacked:+"$unpacked"}' EXIT
 for dir in "${GOLDEN_DIRS[@]}"; do
     for f in "$dir"/*.json; do cp "$f" "$GOLDEN_CASES/$(basename "$dir")__$(basename "$f")"; done
 done
-golden() { # IMPLEMENTATION LIMIT: every golden case, forward and backward
-    local implementation="$1" limit="$2" name="golden-$1"
+golden() { # IMPLEMENTATION LIMIT [DTYPE]: every golden case, forward and backward (DTYPE f16
+    # or bf16: the inputs rounded to it, compared with f32 naive on them; `sdpa golden --dtype`)
+    local implementation="$1" limit="$2" dtype="${3:-f32}" name="golden-$1" label="$1"
+    [ "$dtype" != f32 ] && name="golden-$1-$dtype" && label="$1 ($dtype)"
     step "$name" "$limit" "$OUT/logs/$name.log" "$SDPA" golden "$GOLDEN_CASES" \
-        --backend "$BACKEND" --implementation "$implementation"
+        --backend "$BACKEND" --implementation "$implementation" --dtype "$dtype"
     [ "$RC" = -1 ] && return 0
-    [ "$HAVE_PYTHON" = 1 ] && "${REPORT[@]}" ingest-golden "$OUT" "$implementation" "$RC" "$OUT/logs/$name.log"
+    [ "$HAVE_PYTHON" = 1 ] && "${REPORT[@]}" ingest-golden "$OUT" "$label" "$RC" "$OUT/logs/$name.log"
     render
+}
+
+# Our paths for a cell of DTYPE: the tensor-core forward (cube_tensor_cores) takes f16 and bf16
+# only, the scalar kernel (cube_kernel), Burn's fused forward and the naive path take all.
+ours_paths() {
+    if [ "$1" = f32 ]; then echo "cube_kernel fused naive"; else echo "cube_tensor_cores cube_kernel fused naive"; fi
 }
 
 # The headline cell is bf16, but on wgpu (no bf16 there) f32.
@@ -250,12 +259,12 @@ fi
 torch_side torch-headline 120 env matmul sdpa $(torch_cells headline)
 
 # --- 3. our kernel's correctness on this GPU, then the headline cell on every path of ours ---
-if [ "$mode" != headline ]; then golden cube_kernel 120; fi
+if [ "$mode" != headline ]; then golden cube_kernel 120; golden cube_tensor_cores 120 bf16; fi
 while read -r dt d n; do
-    for path in cube_kernel fused naive; do ours "$path" "$dt" "$d" "$n" 90; done
+    for path in $(ours_paths "$dt"); do ours "$path" "$dt" "$d" "$n" 90; done
 done < <(cells headline)
 if [ "$mode" = headline ]; then
-    golden cube_kernel 120
+    golden cube_tensor_cores 120 bf16
     echo "sitting ($mode) done in $(( $(date +%s) - START ))s: $OUT/BENCH_gpu.md" >&2
     exit 0
 fi
@@ -264,11 +273,13 @@ fi
 # shellcheck disable=SC2046
 torch_side torch-main 150 sdpa $(torch_cells main)
 while read -r dt d n; do
-    for path in cube_kernel fused naive; do ours "$path" "$dt" "$d" "$n" 90; done
+    for path in $(ours_paths "$dt"); do ours "$path" "$dt" "$d" "$n" 90; done
 done < <(cells main)
 
-# --- 5. the golden cases through the other implementations (auto, and two for reference) ---
+# --- 5. the golden cases through the other implementations (auto, and two for reference), and
+# the tensor-core forward in f16 ---
 for implementation in auto naive fused; do golden "$implementation" 120; done
+golden cube_tensor_cores 120 f16
 
 # --- 6. the model's training steps/s against its twin on the GPU: seq_len 512 and 2048 ---
 # (--small: the small model, seq_len 16, two steps.)
@@ -304,7 +315,7 @@ done
 # shellcheck disable=SC2046
 torch_side torch-long 120 sdpa --reps 3 --min-total-ms 0 $(torch_cells long)
 while read -r dt d n; do
-    for path in cube_kernel fused naive; do ours "$path" "$dt" "$d" "$n" 150; done
+    for path in $(ours_paths "$dt"); do ours "$path" "$dt" "$d" "$n" 150; done
 done < <(cells long)
 
 render

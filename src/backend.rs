@@ -20,6 +20,10 @@ pub enum BackendKind {
     /// Burn's CUDA backend (cargo feature `cuda`): NVIDIA GPUs through CubeCL; the driver and
     /// NVRTC are loaded at run time, so the binary builds and starts without them.
     Cuda,
+    /// Burn's wgpu backend pinned to Vulkan, with CubeCL's SPIR-V compiler (cargo feature
+    /// `vulkan`): the wgpu route to matrix instructions (cooperative matrices), which
+    /// `cube_tensor_cores` needs where the driver has them.
+    Vulkan,
 }
 
 /// Backends with the device each opened ([`BackendKind::usable`]).
@@ -52,17 +56,18 @@ pub enum BackendError {
         reason: String,
     },
     /// Not a backend name.
-    #[error("unknown backend `{0}`: expected ndarray, flex, wgpu or cuda")]
+    #[error("unknown backend `{0}`: expected ndarray, flex, wgpu, cuda or vulkan")]
     Unknown(String),
 }
 
 impl BackendKind {
     /// Every backend, compiled in or not.
-    pub const ALL: [BackendKind; 4] = [
+    pub const ALL: [BackendKind; 5] = [
         BackendKind::Ndarray,
         BackendKind::Flex,
         BackendKind::Wgpu,
         BackendKind::Cuda,
+        BackendKind::Vulkan,
     ];
 
     /// Its name on the command line.
@@ -72,6 +77,7 @@ impl BackendKind {
             BackendKind::Flex => "flex",
             BackendKind::Wgpu => "wgpu",
             BackendKind::Cuda => "cuda",
+            BackendKind::Vulkan => "vulkan",
         }
     }
 
@@ -87,6 +93,7 @@ impl BackendKind {
             BackendKind::Flex => cfg!(feature = "flex"),
             BackendKind::Wgpu => cfg!(feature = "wgpu"),
             BackendKind::Cuda => cfg!(feature = "cuda"),
+            BackendKind::Vulkan => cfg!(feature = "vulkan"),
         }
     }
 
@@ -98,7 +105,10 @@ impl BackendKind {
     /// Whether the backend computes in float64 (for finite-difference checks). Not on wgpu
     /// (WGSL has none); not claimed on CUDA either, where it is not verified.
     pub fn supports_f64(&self) -> bool {
-        !matches!(self, BackendKind::Wgpu | BackendKind::Cuda)
+        !matches!(
+            self,
+            BackendKind::Wgpu | BackendKind::Cuda | BackendKind::Vulkan
+        )
     }
 
     /// Whether the backend runs only on a GPU with its driver, so that being compiled in does
@@ -150,6 +160,8 @@ impl BackendKind {
             BackendKind::Wgpu => self.probed(Device::wgpu(DeviceKind::DefaultDevice)),
             #[cfg(feature = "cuda")]
             BackendKind::Cuda => self.probed(Device::cuda(0)),
+            #[cfg(feature = "vulkan")]
+            BackendKind::Vulkan => self.probed(Device::vulkan(DeviceKind::DefaultDevice)),
             #[allow(unreachable_patterns)]
             _ => unreachable!("is_compiled() was checked above"),
         }
@@ -245,6 +257,7 @@ impl FromStr for BackendKind {
             "flex" => Ok(BackendKind::Flex),
             "wgpu" => Ok(BackendKind::Wgpu),
             "cuda" => Ok(BackendKind::Cuda),
+            "vulkan" => Ok(BackendKind::Vulkan),
             _ => Err(BackendError::Unknown(s.to_string())),
         }
     }
@@ -273,7 +286,7 @@ mod tests {
             assert!(text.contains(kind.name()), "{text}");
         }
         assert!(
-            text.contains("expected ndarray, flex, wgpu or cuda"),
+            text.contains("expected ndarray, flex, wgpu, cuda or vulkan"),
             "{text}"
         );
     }

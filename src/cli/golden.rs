@@ -4,7 +4,19 @@ use std::path::PathBuf;
 
 use clap::Args;
 
+use burn::tensor::FloatDType;
+
 use crate::golden;
+
+/// `f32`, `f16` or `bf16`.
+fn parse_dtype(text: &str) -> Result<FloatDType, String> {
+    match text {
+        "f32" => Ok(FloatDType::F32),
+        "f16" => Ok(FloatDType::F16),
+        "bf16" => Ok(FloatDType::BF16),
+        other => Err(format!("{other}: the dtypes are f32, f16 and bf16")),
+    }
+}
 use crate::{BackendKind, Implementation};
 
 /// Arguments of `sdpa golden`.
@@ -18,6 +30,14 @@ pub struct GoldenArgs {
     /// The implementation the cases run on.
     #[arg(long, default_value = "auto", help = super::implementation_help("The implementation"))]
     pub implementation: Implementation,
+    /// The dtype of the cases' float inputs: f32 checks the cases' own answers; f16 and bf16
+    /// round the inputs to that type, run the implementation in it and compare with f32 Naive on
+    /// the same rounded inputs (the context within 4 unit roundoffs of its largest value, each
+    /// gradient within 8; the
+    /// row statistics and weights are not compared). A backend without the dtype is refused
+    /// (exit 2).
+    #[arg(long, default_value = "f32", value_parser = parse_dtype)]
+    pub dtype: FloatDType,
     /// Fail a case whose tolerance cannot fail on one of its expected tensors (an output of zeros
     /// would pass it); without it, such a case is checked on the rest and its line says which
     /// checks cannot fail.
@@ -31,6 +51,14 @@ pub struct GoldenArgs {
 /// case it serves passed (under `--strict`, with every check able to fail).
 pub fn run(args: &GoldenArgs) -> anyhow::Result<bool> {
     let device = super::open_device(args.backend)?;
+    if !device.supports_dtype(args.dtype) {
+        return Err(super::UsageError(format!(
+            "the {} backend has no {:?} tensors: replay the cases in f32, or in this dtype on \
+             another backend",
+            args.backend, args.dtype
+        ))
+        .into());
+    }
     // A folder that cannot be read or holds no case is bad usage (exit 2), a case that fails is
     // a failed check (exit 1).
     let files = golden::case_files(&args.dir).map_err(|e| super::UsageError(e.to_string()))?;
@@ -40,14 +68,15 @@ pub fn run(args: &GoldenArgs) -> anyhow::Result<bool> {
         );
     }
     println!(
-        "golden cases in {} on {} ({:?})",
+        "golden cases in {} on {} ({:?}, {:?})",
         args.dir.display(),
         args.backend,
-        args.implementation
+        args.implementation,
+        args.dtype
     );
     let (mut passed, mut failed, mut not_served, mut loose) = (0, 0, 0, 0);
     for file in &files {
-        match golden::run_file(file, &device, args.implementation) {
+        match golden::run_file_in(file, &device, args.implementation, args.dtype) {
             Ok(mut report) => {
                 // Relative to the folder given: several cases may share a `name`.
                 report.file = file

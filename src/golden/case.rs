@@ -193,6 +193,8 @@ pub struct CaseReport {
     pub checks: Vec<TensorCheck>,
     /// Why some checks cannot fail (the tolerance against the expected tensors they name), if so.
     pub note: Option<String>,
+    /// The path the call took (`None` for a report not made by running the module).
+    pub path: Option<burn_sdpa::AttentionPath>,
 }
 
 impl CaseReport {
@@ -224,6 +226,9 @@ impl CaseReport {
                 self.name.escape_debug()
             )
         );
+        if let Some(path) = self.path {
+            line.push_str(&format!(" via {}", path.name()));
+        }
         for c in &self.checks {
             line.push_str(&format!(
                 " {}={:.1e}{}",

@@ -5,14 +5,16 @@
 //! soft-cap and window cases in `tests/data/golden-extensions/`).
 
 mod case;
+mod half;
 mod row_stats;
 
 use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
-use burn::tensor::TensorData;
+use burn::tensor::{FloatDType, TensorData};
 use burn_sdpa::{
-    AttentionError, AttentionInput, Implementation, ScalePolicy, ScaledDotProductAttentionConfig,
+    AttentionError, AttentionInput, AttentionPath, Implementation, ScalePolicy,
+    ScaledDotProductAttentionConfig,
 };
 
 pub use case::{
@@ -20,17 +22,165 @@ pub use case::{
     MAX_CASE_BYTES, MAX_CASE_WEIGHTS, TensorCheck, Tolerance, load_case,
 };
 use case::{check_len, rank4};
+pub use half::{CONTEXT_ROUNDINGS, GRADIENT_ROUNDINGS, roundings, run_case_half, unit_roundoff};
+
+/// How a case's float inputs reach the module: rounded to `round` on the host first (the half
+/// type of a `--dtype` run; `None` leaves the f32 values as they are) and stored in `store`.
+#[derive(Debug, Clone, Copy)]
+struct Storage {
+    round: Option<FloatDType>,
+    store: FloatDType,
+}
+
+impl Storage {
+    const F32: Storage = Storage {
+        round: None,
+        store: FloatDType::F32,
+    };
+
+    /// `values` (f32) as they reach the module: rounded to the half type on the host (a value
+    /// past the type's range becomes ±∞, as a cast would make it), so that the reference and
+    /// the half-precision run see the very same numbers whatever a device's cast does.
+    fn round(self, values: Vec<f32>) -> Vec<f32> {
+        use burn::tensor::{bf16, f16};
+        match self.round {
+            Some(FloatDType::F16) => values.iter().map(|&x| f16::from_f32(x).to_f32()).collect(),
+            Some(FloatDType::BF16) => values.iter().map(|&x| bf16::from_f32(x).to_f32()).collect(),
+            _ => values,
+        }
+    }
+
+    fn store<const D: usize>(self, t: Tensor<D>) -> Tensor<D> {
+        if self.store == FloatDType::F32 {
+            t
+        } else {
+            t.cast(self.store)
+        }
+    }
+}
 
 fn float_tensor(
     path: &str,
     what: &str,
     t: &JsonTensor,
     device: &Device,
+    storage: Storage,
 ) -> Result<Tensor<4>, GoldenError> {
     check_len(path, what, &t.shape, t.data.len())?;
     let shape = rank4(path, what, &t.shape)?;
-    let data: Vec<f32> = t.data.iter().map(|&x| x as f32).collect();
-    Ok(Tensor::from_data(TensorData::new(data, shape), device))
+    let data = storage.round(t.data.iter().map(|&x| x as f32).collect());
+    Ok(storage.store(Tensor::from_data(TensorData::new(data, shape), device)))
+}
+
+/// A case's call on `device`: its input (every option of the case), the leaves whose gradients
+/// are checked (tracked when `track`) and the gradient of the output.
+struct CaseTensors {
+    input: AttentionInput,
+    query: Tensor<4>,
+    key: Tensor<4>,
+    value: Tensor<4>,
+    grad_out: Tensor<4>,
+    sinks: Option<Tensor<1>>,
+}
+
+fn case_tensors(
+    case: &GoldenCase,
+    path: &str,
+    device: &Device,
+    storage: Storage,
+    track: bool,
+) -> Result<CaseTensors, GoldenError> {
+    let leaf = |t: Tensor<4>| if track { t.require_grad() } else { t };
+    let query = leaf(float_tensor(path, "query", &case.query, device, storage)?);
+    let key = leaf(float_tensor(path, "key", &case.key, device, storage)?);
+    let value = leaf(float_tensor(path, "value", &case.value, device, storage)?);
+    let grad_out = float_tensor(path, "grad_out", &case.grad_out, device, storage)?;
+    let mut input = AttentionInput::new(query.clone(), key.clone(), value.clone());
+    let (_, causal) = case.causal.alignment();
+    if causal {
+        input = input.causal();
+    }
+    if let Some([left, right]) = case.window {
+        input = input.window(left, right);
+    }
+    if let Some(seg) = &case.segments {
+        // Segment ids are only compared for equality: each is replaced by its rank among the
+        // case's distinct ids, so that ids anywhere in i64 (the format allows them) fit the
+        // backend's integers and mean exactly the same.
+        let mut distinct: Vec<i64> = seg.query.concat();
+        distinct.extend(seg.key.concat());
+        distinct.sort_unstable();
+        distinct.dedup();
+        let ids = |rows: &[Vec<i64>]| {
+            let len = rows.first().map_or(0, Vec::len);
+            let ranks: Vec<i64> = rows
+                .concat()
+                .iter()
+                .map(|x| distinct.partition_point(|d| d < x) as i64)
+                .collect();
+            Tensor::<2, Int>::from_data(TensorData::new(ranks, [rows.len(), len]), device)
+        };
+        input = input.segments(ids(&seg.query), ids(&seg.key));
+    }
+    if let Some(slopes) = &case.alibi_slopes {
+        let values: Vec<f32> = slopes.iter().map(|&x| x as f32).collect();
+        input = input.alibi(Tensor::from_data(
+            TensorData::new(values, [slopes.len()]),
+            device,
+        ));
+    }
+    // [h], a parameter in the queries' dtype (the module asks for one float dtype): its
+    // gradient is checked.
+    let sinks = case.sinks.as_ref().map(|sinks| {
+        let values = storage.round(sinks.iter().map(|&x| x as f32).collect());
+        let t = storage.store(Tensor::<1>::from_data(
+            TensorData::new(values, [sinks.len()]),
+            device,
+        ));
+        if track { t.require_grad() } else { t }
+    });
+    if let Some(sinks) = &sinks {
+        input = input.sinks(sinks.clone());
+    }
+    if let Some(mask) = &case.mask {
+        check_len(path, "mask", &mask.shape, mask.data.len())?;
+        let shape = rank4(path, "mask", &mask.shape)?;
+        input = input.mask(Tensor::from_data(
+            TensorData::new(mask.data.clone(), shape),
+            device,
+        ));
+    }
+    if let Some(bias) = &case.bias {
+        input = input.bias(float_tensor(path, "bias", bias, device, storage)?);
+    }
+    Ok(CaseTensors {
+        input,
+        query,
+        key,
+        value,
+        grad_out,
+        sinks,
+    })
+}
+
+/// The module configured as `case` asks, on `implementation`.
+fn case_module(
+    case: &GoldenCase,
+    implementation: Implementation,
+) -> Result<burn_sdpa::ScaledDotProductAttention, String> {
+    let (alignment, _) = case.causal.alignment();
+    let scale = match case.scale {
+        None => ScalePolicy::InvSqrtDk,
+        Some(s) => ScalePolicy::Fixed(s),
+    };
+    ScaledDotProductAttentionConfig::new()
+        .with_scale(scale)
+        .with_softcap(case.softcap)
+        .with_quiet_softmax(case.quiet_softmax.unwrap_or(false))
+        .with_causal_alignment(alignment)
+        .with_implementation(implementation)
+        .try_init()
+        .map_err(|e| e.to_string())
 }
 
 /// Runs a case forward and backward on `device` (autodiff is turned on here) and compares the
@@ -38,7 +188,7 @@ fn float_tensor(
 /// gradients come from `implementation`; the weights from the naive path when that
 /// implementation cannot return them. The forward asks for the row statistics, so the
 /// gradients are those of a call with statistics; the statistics are checked too (`row_*`,
-/// see `row_stats.rs`).
+/// see `row_stats.rs`). The report names the path the call took.
 ///
 /// [`Implementation::CpuKernel`] has its backward pass only where it runs in place (Flex and
 /// NdArray): elsewhere it runs on `device` without autodiff, and only its context is compared.
@@ -66,88 +216,25 @@ pub fn run_case(
     } else {
         device.clone().autodiff()
     };
-    let leaf = |t: Tensor<4>| if inference_only { t } else { t.require_grad() };
-    let query = leaf(float_tensor(path, "query", &case.query, &device)?);
-    let key = leaf(float_tensor(path, "key", &case.key, &device)?);
-    let value = leaf(float_tensor(path, "value", &case.value, &device)?);
-    let grad_out = float_tensor(path, "grad_out", &case.grad_out, &device)?;
-
-    let (alignment, causal) = case.causal.alignment();
-    let scale = match case.scale {
-        None => ScalePolicy::InvSqrtDk,
-        Some(s) => ScalePolicy::Fixed(s),
-    };
-    let config = ScaledDotProductAttentionConfig::new()
-        .with_scale(scale)
-        .with_softcap(case.softcap)
-        .with_quiet_softmax(case.quiet_softmax.unwrap_or(false))
-        .with_causal_alignment(alignment);
-    let attn = config
-        .clone()
-        .with_implementation(implementation)
-        .try_init()
-        .map_err(|e| err(e.to_string()))?;
-    let naive = config
-        .with_implementation(Implementation::Naive)
-        .try_init()
-        .map_err(|e| err(e.to_string()))?;
+    let attn = case_module(case, implementation).map_err(err)?;
+    let naive = case_module(case, Implementation::Naive).map_err(err)?;
     let returns_weights = implementation == Implementation::Naive;
-
-    let mut input = AttentionInput::new(query.clone(), key.clone(), value.clone());
-    if causal {
-        input = input.causal();
-    }
-    if let Some([left, right]) = case.window {
-        input = input.window(left, right);
-    }
-    if let Some(seg) = &case.segments {
-        // Segment ids are only compared for equality: each is replaced by its rank among the
-        // case's distinct ids, so that ids anywhere in i64 (the format allows them) fit the
-        // backend's integers and mean exactly the same.
-        let mut distinct: Vec<i64> = seg.query.concat();
-        distinct.extend(seg.key.concat());
-        distinct.sort_unstable();
-        distinct.dedup();
-        let ids = |rows: &[Vec<i64>]| {
-            let len = rows.first().map_or(0, Vec::len);
-            let ranks: Vec<i64> = rows
-                .concat()
-                .iter()
-                .map(|x| distinct.partition_point(|d| d < x) as i64)
-                .collect();
-            Tensor::<2, Int>::from_data(TensorData::new(ranks, [rows.len(), len]), &device)
-        };
-        input = input.segments(ids(&seg.query), ids(&seg.key));
-    }
-    if let Some(slopes) = &case.alibi_slopes {
-        let values: Vec<f32> = slopes.iter().map(|&x| x as f32).collect();
-        input = input.alibi(Tensor::from_data(
-            TensorData::new(values, [slopes.len()]),
-            &device,
-        ));
-    }
-    // [h], a parameter: its gradient is checked.
-    let sinks = case.sinks.as_ref().map(|sinks| {
-        let values: Vec<f32> = sinks.iter().map(|&x| x as f32).collect();
-        let t = Tensor::<1>::from_data(TensorData::new(values, [sinks.len()]), &device);
-        if inference_only { t } else { t.require_grad() }
-    });
-    if let Some(sinks) = &sinks {
-        input = input.sinks(sinks.clone());
-    }
-    if let Some(mask) = &case.mask {
-        check_len(path, "mask", &mask.shape, mask.data.len())?;
-        let shape = rank4(path, "mask", &mask.shape)?;
-        input = input.mask(Tensor::from_data(
-            TensorData::new(mask.data.clone(), shape),
-            &device,
-        ));
-    }
-    if let Some(bias) = &case.bias {
-        input = input.bias(float_tensor(path, "bias", bias, &device)?);
-    }
+    let CaseTensors {
+        input,
+        query,
+        key,
+        value,
+        grad_out,
+        sinks,
+    } = case_tensors(case, path, &device, Storage::F32, !inference_only)?;
     let input = input.need_row_stats();
     let weights_input = input.clone().need_weights();
+    let taken = if returns_weights {
+        attn.path(&weights_input)
+    } else {
+        attn.path(&input)
+    }
+    .map_err(forward_err)?;
     // The naive path's scores of the same call: the reference of the statistics (over the keys
     // the case leaves visible, read from the case).
     let reference = naive
@@ -171,7 +258,7 @@ pub fn run_case(
             &case.expected.context,
         )?];
         checks.extend(stats_checks(out.row_stats)?);
-        return Ok(report(case, path, checks));
+        return Ok(report(case, path, checks, taken));
     }
     let mut out = if returns_weights {
         attn.try_forward(weights_input.clone())
@@ -224,12 +311,17 @@ pub fn run_case(
         checks.push(compare(path, case, "grad_sinks", got, &want)?);
     }
     checks.extend(stats);
-    Ok(report(case, path, checks))
+    Ok(report(case, path, checks, taken))
 }
 
 /// The report of `case` (read from `path`): its checks, and a note naming the expected tensors
 /// its tolerance cannot fail on, if any.
-fn report(case: &GoldenCase, path: &str, checks: Vec<TensorCheck>) -> CaseReport {
+fn report(
+    case: &GoldenCase,
+    path: &str,
+    checks: Vec<TensorCheck>,
+    taken: AttentionPath,
+) -> CaseReport {
     let loose: Vec<&str> = checks
         .iter()
         .filter(|c| c.cannot_fail)
@@ -240,6 +332,7 @@ fn report(case: &GoldenCase, path: &str, checks: Vec<TensorCheck>) -> CaseReport
         file: path.to_string(),
         note: (!loose.is_empty()).then(|| case.cannot_fail_note(&loose)),
         checks,
+        path: Some(taken),
     }
 }
 
@@ -364,11 +457,22 @@ fn not_a_case_file(path: &Path) -> Option<String> {
     }
 }
 
-/// Loads and runs one case file.
+/// Loads and runs one case file (in f32: [`run_file_in`] for another dtype).
 pub fn run_file(
     path: &Path,
     device: &Device,
     implementation: Implementation,
+) -> Result<CaseReport, GoldenError> {
+    run_file_in(path, device, implementation, FloatDType::F32)
+}
+
+/// Loads and runs one case file with its float inputs in `dtype`: f32 checks the case's own
+/// answers ([`run_case`]), f16 and bf16 the rule of [`run_case_half`].
+pub fn run_file_in(
+    path: &Path,
+    device: &Device,
+    implementation: Implementation,
+    dtype: FloatDType,
 ) -> Result<CaseReport, GoldenError> {
     let name = escaped(path);
     if let Some(reason) = not_a_case_file(path) {
@@ -385,7 +489,12 @@ pub fn run_file(
     // A panic inside one case (a backend's own assertion, say) is that case's failure, not the
     // end of the run.
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        run_case(&case, &name, device, implementation).map(|report| CaseReport {
+        let report = if dtype == FloatDType::F32 {
+            run_case(&case, &name, device, implementation)
+        } else {
+            run_case_half(&case, &name, device, implementation, dtype)
+        };
+        report.map(|report| CaseReport {
             // Unescaped: the report's line escapes it.
             file: path.display().to_string(),
             ..report

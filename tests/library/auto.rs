@@ -15,7 +15,7 @@ fn backend_family_is_recognized() {
         let expected = match backend {
             BackendKind::Flex => BackendFamily::Flex,
             BackendKind::Ndarray => BackendFamily::NdArray,
-            BackendKind::Wgpu | BackendKind::Cuda => BackendFamily::CubeCl,
+            BackendKind::Wgpu | BackendKind::Cuda | BackendKind::Vulkan => BackendFamily::CubeCl,
         };
         assert_eq!(BackendFamily::of(&device), expected, "{backend}");
         assert_eq!(
@@ -52,10 +52,11 @@ fn auto_takes_the_documented_path_and_matches_naive() {
             // On the CPU backends (the root package turns on the kernel's backend extension):
             // this crate's kernel, inference and training, masked or not. On wgpu (the root
             // package's `wgpu` feature turns on `burn-sdpa/cube`): the CubeCL kernel, inference
-            // and training (this fails if `Auto` stops taking it for a training call): lavapipe
-            // and wgpu's WGSL compiler have no matrix instructions. On CUDA (tensor cores; `cuda`
-            // turns on `burn-sdpa/cube` too): the CubeCL kernel for training, Burn's tensor-core
-            // kernel for inference wherever it serves the call.
+            // and training (this fails if `Auto` stops taking it for a training call) on a
+            // device without matrix instructions (lavapipe on Debian 12, wgpu's WGSL compiler).
+            // On a device with them (CUDA; Vulkan with cooperative matrices): the CubeCL kernel
+            // for training, Burn's tensor-core kernel for inference wherever it serves the call.
+            let tensor_cores = sdpa::has_tensor_cores(&device);
             let expected = |input: &AttentionInput| {
                 let fused_serves = auto
                     .why_not(input, AttentionPath::Fused)
@@ -63,8 +64,10 @@ fn auto_takes_the_documented_path_and_matches_naive() {
                     .is_none();
                 match backend {
                     BackendKind::Flex | BackendKind::Ndarray => AttentionPath::CpuKernel,
-                    BackendKind::Cuda if !autodiff && fused_serves => AttentionPath::Fused,
-                    BackendKind::Wgpu | BackendKind::Cuda => AttentionPath::CubeKernel,
+                    _ if tensor_cores && !autodiff && fused_serves => AttentionPath::Fused,
+                    BackendKind::Wgpu | BackendKind::Cuda | BackendKind::Vulkan => {
+                        AttentionPath::CubeKernel
+                    }
                 }
             };
             assert_eq!(path, expected(&input(&q)), "{backend}, autodiff {autodiff}");

@@ -189,6 +189,7 @@ pub use mask::most_negative;
 pub use mha::{MhaInput, MhaOutput, MultiHeadAttention, MultiHeadAttentionConfig};
 pub use module::{ScaledDotProductAttention, ScaledDotProductAttentionConfig};
 pub use options::AttentionOptions;
+pub use paths::has_tensor_cores;
 pub use qk_norm::{HeadNorm, QkNorm};
 pub use rope::RopeConfig;
 pub use row_stats::RowStats;

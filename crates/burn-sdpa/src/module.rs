@@ -237,7 +237,7 @@ impl ScaledDotProductAttention {
             family,
             autodiff,
             kernel_in_place: paths::cpu::in_place_on(family),
-            tensor_cores: paths::tensor_cores(&device),
+            tensor_cores: paths::has_tensor_cores(&device),
             learned_sinks,
             input,
         })

@@ -54,6 +54,16 @@ pub enum Implementation {
     /// device with tensor cores, which stays on `Fused` (Burn's tensor-core kernel) until a GPU
     /// has measured otherwise.
     CubeKernel,
+    /// [`CubeKernel`](Implementation::CubeKernel) with its forward products (QKᵀ and P·V) on the
+    /// device's matrix instructions (CubeCL's `cmma`: tensor cores on CUDA, cooperative matrices
+    /// on Vulkan through Burn's `vulkan` feature), square tiles (16×16×16, or 8×8×8 where the
+    /// device lists only that) of f16 or bf16 operands with f32 accumulators, everything between
+    /// them as `CubeKernel` computes it; its backward is
+    /// `CubeKernel`'s. For f16 and bf16 inputs on a device that lists those matrix shapes;
+    /// refused otherwise, with the reason. `Auto` does not take it: it has not yet passed the
+    /// golden cases on a GPU, only on a CPU Vulkan driver with cooperative matrices (Mesa 26's
+    /// lavapipe, `.ci/lavapipe-coopmat.sh`).
+    CubeTensorCores,
 }
 
 /// The path an attention call actually takes.
@@ -69,6 +79,8 @@ pub enum AttentionPath {
     CpuKernel,
     /// See [`Implementation::CubeKernel`].
     CubeKernel,
+    /// See [`Implementation::CubeTensorCores`].
+    CubeTensorCores,
 }
 
 /// Keys per block of the chunked path when no block size is given (`chunked`), and when `Auto`
@@ -135,6 +147,7 @@ impl Implementation {
             Implementation::Fused => Some(AttentionPath::Fused),
             Implementation::CpuKernel => Some(AttentionPath::CpuKernel),
             Implementation::CubeKernel => Some(AttentionPath::CubeKernel),
+            Implementation::CubeTensorCores => Some(AttentionPath::CubeTensorCores),
         }
     }
 
@@ -176,7 +189,7 @@ impl Implementation {
     }
 
     /// What [`FromStr`] accepts, for help texts and error messages:
-    /// `auto, naive, chunked[:BLOCK], fused, cpu_kernel or cube_kernel`.
+    /// `auto, naive, chunked[:BLOCK], fused, cpu_kernel, cube_kernel or cube_tensor_cores`.
     pub fn spellings() -> String {
         let names: Vec<&str> = Implementation::all(DEFAULT_BLOCK_SIZE)
             .map(|implementation| match implementation {
@@ -193,18 +206,20 @@ impl AttentionPath {
     /// Every path, the chunked one with `block_size` keys per block: the one list the tests,
     /// the bench and the CLI iterate (adding a path adds it here, and the compiler then asks
     /// for its arm in every `match`).
-    pub const fn all(block_size: usize) -> [AttentionPath; 5] {
+    pub const fn all(block_size: usize) -> [AttentionPath; 6] {
         [
             AttentionPath::Naive,
             AttentionPath::Chunked(block_size),
             AttentionPath::Fused,
             AttentionPath::CpuKernel,
             AttentionPath::CubeKernel,
+            AttentionPath::CubeTensorCores,
         ]
     }
 
     /// The path's name as the CLI, the bench and the reports spell it (a chunked path's block
-    /// size apart): `naive`, `chunked`, `fused`, `cpu_kernel`, `cube_kernel`.
+    /// size apart): `naive`, `chunked`, `fused`, `cpu_kernel`, `cube_kernel`,
+    /// `cube_tensor_cores`.
     pub const fn name(self) -> &'static str {
         match self {
             AttentionPath::Naive => "naive",
@@ -212,6 +227,7 @@ impl AttentionPath {
             AttentionPath::Fused => "fused",
             AttentionPath::CpuKernel => "cpu_kernel",
             AttentionPath::CubeKernel => "cube_kernel",
+            AttentionPath::CubeTensorCores => "cube_tensor_cores",
         }
     }
 
@@ -220,7 +236,9 @@ impl AttentionPath {
     /// call; [`AttentionError::Unsupported`](crate::AttentionError::Unsupported) says why).
     pub fn runs_on(self, family: BackendFamily) -> bool {
         match self {
-            AttentionPath::CubeKernel => family == BackendFamily::CubeCl,
+            AttentionPath::CubeKernel | AttentionPath::CubeTensorCores => {
+                family == BackendFamily::CubeCl
+            }
             AttentionPath::Naive
             | AttentionPath::Chunked(_)
             | AttentionPath::Fused
@@ -236,6 +254,7 @@ impl AttentionPath {
             AttentionPath::Fused => Implementation::Fused,
             AttentionPath::CpuKernel => Implementation::CpuKernel,
             AttentionPath::CubeKernel => Implementation::CubeKernel,
+            AttentionPath::CubeTensorCores => Implementation::CubeTensorCores,
         }
     }
 }
@@ -316,7 +335,7 @@ mod tests {
     fn the_help_text_and_the_names_come_from_the_one_list() {
         assert_eq!(
             Implementation::spellings(),
-            "auto, naive, chunked[:BLOCK], fused, cpu_kernel or cube_kernel"
+            "auto, naive, chunked[:BLOCK], fused, cpu_kernel, cube_kernel or cube_tensor_cores"
         );
         let paths = AttentionPath::all(4);
         for (idx, path) in paths.into_iter().enumerate() {

@@ -40,7 +40,7 @@ pub struct AutoRequest {
     /// host copies.
     pub cpu_kernel_in_place: bool,
     /// Whether the device offers matrix instructions (tensor cores: a CubeCL device whose
-    /// client lists `cmma` shapes; see [`tensor_cores`](super::tensor_cores)).
+    /// client lists `cmma` shapes; see [`has_tensor_cores`](super::has_tensor_cores)).
     pub tensor_cores: bool,
 }
 
@@ -52,8 +52,10 @@ pub struct AutoRequest {
 ///   the call (f32, or bf16 on Flex; no weights, no dropout), for inference and training, masked
 ///   or not: it was the fastest path at every measured size, forward and forward + backward (in
 ///   bf16 too: `sdpa bench --dtype bf16`).
-/// - **Inference on a CubeCL device with tensor cores** (CUDA, or Vulkan with cooperative
-///   matrices), when `Fused` can serve the call: `Fused`, Burn's own flash forward
+/// - **Inference on a CubeCL device with tensor cores**
+///   ([`has_tensor_cores`](super::has_tensor_cores): 16×16×16 half-precision matrix
+///   instructions, as on NVIDIA GPUs; not lavapipe's emulated 8×8×8), when `Fused` can serve the
+///   call: `Fused`, Burn's own flash forward
 ///   (cubek-attention), which multiplies on the tensor cores, where this crate's CubeCL kernel
 ///   multiplies with scalar FMAs (at most about 8% of an H200's dense bf16 rate). Not measured on
 ///   any GPU yet: the rule keeps inference on Burn's kernel until a sitting

@@ -34,7 +34,7 @@ pub(crate) struct Call {
     pub autodiff: bool,
     /// Whether the CPU kernel runs in place on this backend (its backend extension).
     pub kernel_in_place: bool,
-    /// Whether the device offers matrix instructions ([`super::tensor_cores`]).
+    /// Whether the device offers matrix instructions ([`super::has_tensor_cores`]).
     pub tensor_cores: bool,
     /// Whether `input.sinks` are the caller's (which may carry a gradient), not quiet softmax's
     /// constant zeros.

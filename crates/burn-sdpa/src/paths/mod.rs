@@ -38,23 +38,49 @@ pub(crate) fn blocker(path: AttentionPath, call: &Call) -> Option<Cow<'static, s
         AttentionPath::CpuKernel => cpu::blocker(call),
         #[cfg(feature = "cube")]
         AttentionPath::CubeKernel => return cube::blocker(call),
+        #[cfg(feature = "cube")]
+        AttentionPath::CubeTensorCores => return cube::mma_blocker(call),
         #[cfg(not(feature = "cube"))]
-        AttentionPath::CubeKernel => Some("burn-sdpa was built without its `cube` feature"),
+        AttentionPath::CubeKernel | AttentionPath::CubeTensorCores => {
+            Some("burn-sdpa was built without its `cube` feature")
+        }
     };
     reason.map(Cow::Borrowed)
 }
 
-/// Whether `device` offers matrix instructions (tensor cores): a CubeCL device whose client
-/// lists at least one `cmma` shape (CUDA on NVIDIA GPUs from Volta on; Vulkan through Burn's
-/// `vulkan` feature where the driver exposes cooperative matrices). `false` on every other
-/// backend, on lavapipe, and in builds without the crate's `cube` feature, where the question
-/// does not change `Auto`'s choice.
-pub(crate) fn tensor_cores(device: &burn::prelude::Device) -> bool {
+/// Whether `device` has tensor cores as `Auto` counts them: a CubeCL device whose client lists
+/// a matrix instruction (CubeCL's `cmma`) for f16 or bf16 operands with an f32 accumulator of at
+/// least 16×16×16, the shape NVIDIA's tensor cores list from Volta on (CUDA; Vulkan through
+/// Burn's `vulkan` feature on such a GPU). Mesa 26's lavapipe lists cooperative matrices of
+/// 8×8×8 only, emulated on the CPU: not tensor cores, and `false` here. `false` on every other
+/// backend, on wgpu's WGSL compiler, and in builds without the crate's `cube` feature, where the
+/// answer would not change `Auto`'s choice. `Auto` keeps inference on such a device on Burn's
+/// tensor-core kernel (`Fused`).
+///
+/// ```
+/// use burn::prelude::*;
+/// assert!(!burn_sdpa::has_tensor_cores(&Device::flex()));
+/// ```
+pub fn has_tensor_cores(device: &burn::prelude::Device) -> bool {
     #[cfg(feature = "cube")]
     {
         use burn::backend::DispatchDevice;
+        use cubecl::ir::{ElemType, FloatKind};
         if let DispatchDevice::Cube(cube) = device.clone().without_autodiff().as_dispatch() {
-            return !cube.client().properties().features.matmul.cmma.is_empty();
+            let half = |t: ElemType| matches!(t, ElemType::Float(FloatKind::F16 | FloatKind::BF16));
+            return cube
+                .client()
+                .properties()
+                .features
+                .matmul
+                .cmma
+                .iter()
+                .any(|form| {
+                    half(form.a_type)
+                        && form.b_type == form.a_type
+                        && form.cd_type == ElemType::Float(FloatKind::F32)
+                        && form.m.min(form.n).min(form.k) >= 16
+                });
         }
     }
     #[cfg(not(feature = "cube"))]
@@ -69,7 +95,10 @@ pub(crate) fn run(path: AttentionPath, call: Call) -> Result<AttentionOutput, At
     let (mut call, bad_sinks) = sinks::sanitize(call);
     // The kernels' backward passes differentiate q, k and v: the sinks' gradient is attached
     // from their log-sum-exp (see `sinks`).
-    let kernel = matches!(path, AttentionPath::CpuKernel | AttentionPath::CubeKernel);
+    let kernel = matches!(
+        path,
+        AttentionPath::CpuKernel | AttentionPath::CubeKernel | AttentionPath::CubeTensorCores
+    );
     let sink_gradient = (kernel && sinks::tracked(&call)).then(|| {
         let asked = call.input.need_lse;
         call.input.need_lse = true;
@@ -93,12 +122,16 @@ fn run_path(path: AttentionPath, call: Call) -> Result<AttentionOutput, Attentio
         AttentionPath::Chunked(block_size) => tensor_ops(call, |c| chunked::run(c, block_size)),
         AttentionPath::Fused => tensor_ops(call, fused::run),
         #[cfg(feature = "cube")]
-        AttentionPath::CubeKernel => cube::run(call),
+        AttentionPath::CubeKernel => cube::run(call, false),
+        #[cfg(feature = "cube")]
+        AttentionPath::CubeTensorCores => cube::run(call, true),
         #[cfg(not(feature = "cube"))]
-        AttentionPath::CubeKernel => Err(AttentionError::Unsupported {
-            implementation: crate::Implementation::CubeKernel,
-            reason: "burn-sdpa was built without its `cube` feature".into(),
-        }),
+        AttentionPath::CubeKernel | AttentionPath::CubeTensorCores => {
+            Err(AttentionError::Unsupported {
+                implementation: path.implementation(),
+                reason: "burn-sdpa was built without its `cube` feature".into(),
+            })
+        }
     }
 }
 
@@ -163,7 +196,10 @@ pub(crate) fn resolve(
 fn overflow_safe(path: AttentionPath, call: &Call) -> Result<AttentionPath, AttentionError> {
     let kernel = matches!(
         path,
-        AttentionPath::CpuKernel | AttentionPath::CubeKernel | AttentionPath::Fused
+        AttentionPath::CpuKernel
+            | AttentionPath::CubeKernel
+            | AttentionPath::CubeTensorCores
+            | AttentionPath::Fused
     );
     if !kernel || !overflow::may_overflow(call)? {
         return Ok(path);

@@ -3,7 +3,8 @@
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use burn_sdpa::{
-    AttentionInput, Implementation, ScaledDotProductAttention, ScaledDotProductAttentionConfig,
+    AttentionInput, BackendFamily, Implementation, ScaledDotProductAttention,
+    ScaledDotProductAttentionConfig,
 };
 
 use crate::context::{LabError, normal_tensor};
@@ -25,11 +26,16 @@ pub fn module(implementation: Implementation) -> Result<ScaledDotProductAttentio
 pub const BASELINE: &str = "baseline";
 
 /// The paths, as (name, implementation or None for the baseline): every one of
-/// [`Implementation::all`], `cube_kernel` only on the CubeCL backends (`cube`), the only ones it
-/// runs on, then the baseline.
+/// [`Implementation::all`], `cube_kernel` and `cube_tensor_cores` only on the CubeCL backends
+/// (`cube`), the only ones they run on, then the baseline.
 pub fn paths(block_size: usize, cube: bool) -> Vec<(&'static str, Option<Implementation>)> {
+    let family = if cube {
+        BackendFamily::CubeCl
+    } else {
+        BackendFamily::Flex
+    };
     Implementation::all(block_size)
-        .filter(|implementation| cube || *implementation != Implementation::CubeKernel)
+        .filter(|implementation| implementation.runs_on(family))
         .map(|implementation| (implementation.name(), Some(implementation)))
         .chain([(BASELINE, None)])
         .collect()

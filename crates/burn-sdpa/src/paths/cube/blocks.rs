@@ -35,7 +35,7 @@ pub(crate) struct QueryBlock {
 /// The keys `[lo, hi)` that some query with a diagonal in `[first_centre, last_centre]` may see
 /// under the causal mask and the window (the tiles outside are skipped).
 #[cube]
-fn key_range(
+pub(crate) fn key_range(
     first_centre: i32,
     last_centre: i32,
     m: usize,

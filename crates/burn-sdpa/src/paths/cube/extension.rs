@@ -19,6 +19,7 @@ use cubecl::prelude::{CubeCount, CubeDim};
 use super::backward::{flash_backward_dkdv, flash_backward_dq};
 use super::config::{FlashConfig, ScalarsLaunch, TermsLaunch};
 use super::forward::flash_forward;
+use super::mma::{MmaTiling, flash_forward_mma};
 use super::row_stats::ROW_STATS;
 use super::steps::UNITS;
 use super::tile::Tiling;
@@ -34,7 +35,7 @@ fn storage(dtype: DType) -> ElemType {
 }
 
 /// Vulkan and Metal bound each axis of the grid to 65 535 cubes.
-const GRID_AXIS_MAX: usize = 65_535;
+pub(crate) const GRID_AXIS_MAX: usize = 65_535;
 
 /// The cube count for `blocks` blocks of rows of each of `rows` (batch·head) rows: the blocks
 /// on the first axis, the rows on the second and, past [`GRID_AXIS_MAX`], the third
@@ -72,6 +73,9 @@ pub(crate) struct CubeCall {
     pub stats: bool,
     /// Whether the backward writes the score gradient, the bias's (else a `[1, 1, 1, 1]` zero).
     pub score_grads: bool,
+    /// The tensor-core forward's tiling, when the call asked for the tensor-core tiles
+    /// (`mma.rs`; the backward is the scalar kernels' either way).
+    pub mma: Option<MmaTiling>,
 }
 
 impl CubeCall {
@@ -299,13 +303,39 @@ impl CubeKernelBackend for CubeBackend {
         let context = empty(Shape::new([b, h, n, d_v]), dtype);
         let lse = empty(Shape::new([b, h, n]), DType::F32);
         let stats = empty(Shape::new(stats_shape(&call, [b, h, n])), DType::F32);
+        let terms = inputs.terms();
+        if let Some(mma) = call.mma {
+            let config = FlashConfig {
+                has_sinks: call.has_sinks,
+                has_stats: call.stats,
+                ..call.config(d_k, d_v, mma.rows())
+            };
+            flash_forward_mma::launch(
+                &client,
+                grid(n.div_ceil(mma.size), b * h),
+                CubeDim::new_1d(mma.lanes as u32),
+                inputs.q.into_tensor_arg(),
+                inputs.k.into_tensor_arg(),
+                inputs.v.into_tensor_arg(),
+                terms,
+                inputs.bad_keys.into_tensor_arg(),
+                inputs.bad_queries.into_tensor_arg(),
+                context.clone().into_tensor_arg(),
+                lse.clone().into_tensor_arg(),
+                stats.clone().into_tensor_arg(),
+                call.scalars(),
+                config,
+                mma,
+                storage(dtype),
+            );
+            return (context, lse, stats);
+        }
         let rows = call.tiling.unit_rows(n, d_k.max(d_v));
         let config = FlashConfig {
             has_sinks: call.has_sinks,
             has_stats: call.stats,
             ..call.config(d_k, d_v, rows)
         };
-        let terms = inputs.terms();
         flash_forward::launch(
             &client,
             grid(n.div_ceil(UNITS * rows), b * h),

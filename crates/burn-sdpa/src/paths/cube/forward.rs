@@ -33,7 +33,7 @@ use super::stream::RowStream;
 /// The running max and sum a row starts from: a sink starts every row of its head with one
 /// term e^(sink − max) = 1 at max = sink (a sink of −∞ is none); else [`HIDDEN`] and 0.
 #[cube]
-fn sink_start(
+pub(crate) fn sink_start(
     terms: &Terms,
     n_heads: usize,
     head_idx: usize,

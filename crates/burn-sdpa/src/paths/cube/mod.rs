@@ -25,6 +25,7 @@ mod blocks;
 mod config;
 mod extension;
 mod forward;
+mod mma;
 mod pair;
 mod row_stats;
 mod steps;
@@ -81,6 +82,93 @@ fn tiling(call: &Call) -> Result<tile::Tiling, String> {
 pub(crate) fn blocker(call: &Call) -> Option<Cow<'static, str>> {
     let reason = basic_blocker(call).map(Cow::Borrowed);
     reason.or_else(|| tiling(call).err().map(Cow::Owned))
+}
+
+/// The tensor-core forward's tiling for `call` on its device, or why it cannot serve the call
+/// (besides [`blocker`]'s reasons, which it inherits: its backward is the scalar kernels').
+fn mma_tiling(call: &Call) -> Result<mma::MmaTiling, String> {
+    let dtype = call.input.query.dtype();
+    let (operand, half_bytes) = match dtype {
+        DType::F16 => (cubecl::ir::FloatKind::F16, 2),
+        DType::BF16 => (cubecl::ir::FloatKind::BF16, 2),
+        _ => {
+            return Err(format!(
+                "the tensor-core tiles take f16 or bf16 inputs, not {dtype:?} (`cube_kernel` \
+                 computes f32 calls on the scalar tiles)"
+            ));
+        }
+    };
+    let device = call.input.query.device().without_autodiff();
+    let DispatchDevice::Cube(cube) = device.as_dispatch() else {
+        return Err("it runs on the CubeCL backends only".into());
+    };
+    let client = cube.client();
+    let properties = client.properties();
+    let elem = |kind| cubecl::ir::ElemType::Float(kind);
+    let form = |size: usize| cubecl::features::MmaConfig {
+        a_type: elem(operand),
+        b_type: elem(operand),
+        cd_type: elem(cubecl::ir::FloatKind::F32),
+        m: size as u32,
+        k: size as u32,
+        n: size as u32,
+    };
+    let cmma = &properties.features.matmul.cmma;
+    let Some(size) = mma::MMA_SIZES
+        .into_iter()
+        .find(|&size| cmma.contains(&form(size)))
+    else {
+        return Err(format!(
+            "the device lists no square matrix instruction ({}) for {dtype:?} operands with an \
+             f32 accumulator (tensor cores, or Vulkan's cooperative matrices)",
+            mma::MMA_SIZES.map(|s| format!("{s}x{s}x{s}")).join(" or ")
+        ));
+    };
+    let hardware = &properties.hardware;
+    let lanes = hardware.plane_size_max as usize;
+    if hardware.plane_size_min != hardware.plane_size_max || lanes == 0 {
+        return Err(format!(
+            "the device's plane size varies ({} to {} lanes): the tensor-core tiles need one",
+            hardware.plane_size_min, hardware.plane_size_max
+        ));
+    }
+    let dims = &call.dims;
+    let tiling = mma::MmaTiling::new(size, lanes, dims.d_k, dims.d_v);
+    let query_tiles = dims.n.div_ceil(size);
+    if query_tiles > extension::GRID_AXIS_MAX {
+        return Err(format!(
+            "the tensor-core tiles would launch {query_tiles} cubes along one grid axis at n = {} \
+             (the most is {})",
+            dims.n,
+            extension::GRID_AXIS_MAX
+        ));
+    }
+    let limits = tile::Limits::of(properties);
+    let shared = tiling.shared_bytes(half_bytes);
+    if shared > limits.shared_bytes {
+        return Err(format!(
+            "the tensor-core tiles need {shared} bytes of shared memory per cube at d_k = {}, \
+             d_v = {}, the device has {}",
+            dims.d_k, dims.d_v, limits.shared_bytes
+        ));
+    }
+    if let Some(limit) = limits.loop_limit {
+        let needed = tiling.loop_iterations(dims.m.div_ceil(size), dims.d_v);
+        if needed as f64 * tile::LOOP_MARGIN > limit as f64 {
+            return Err(format!(
+                "lavapipe (Mesa's llvmpipe) ends a shader's loops silently after {limit} \
+                 iterations in all, and a unit of the tensor-core forward would run up to \
+                 {needed} at m = {}, d_k = {}, d_v = {}",
+                dims.m, dims.d_k, dims.d_v
+            ));
+        }
+    }
+    Ok(tiling)
+}
+
+/// Why the tensor-core path cannot serve `call`, if it cannot.
+pub(crate) fn mma_blocker(call: &Call) -> Option<Cow<'static, str>> {
+    blocker(call).or_else(|| mma_tiling(call).err().map(Cow::Owned))
 }
 
 /// Why the CubeCL kernel cannot serve `call`, besides the device's limits.
@@ -204,11 +292,25 @@ fn flash_inputs(
 /// flagged; the kernel marks the rows that see a bad key, a NaN or +∞ bias entry, or that see a
 /// key with a bad query (`config::POISONED`), and their context becomes NaN here (constants:
 /// no gradient flows through them). No `[n, m]` tensor is built for it.
-pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
-    let tiling = tiling(&call).map_err(|reason| AttentionError::Unsupported {
-        implementation: crate::Implementation::CubeKernel,
+///
+/// With `tensor_cores`, the forward runs on the matrix instructions (`mma.rs`); the backward is
+/// the scalar kernels' either way.
+pub(crate) fn run(call: Call, tensor_cores: bool) -> Result<AttentionOutput, AttentionError> {
+    let implementation = if tensor_cores {
+        crate::Implementation::CubeTensorCores
+    } else {
+        crate::Implementation::CubeKernel
+    };
+    let unsupported = |reason| AttentionError::Unsupported {
+        implementation,
         reason,
-    })?;
+    };
+    let tiling = tiling(&call).map_err(unsupported)?;
+    let mma = if tensor_cores {
+        Some(mma_tiling(&call).map_err(unsupported)?)
+    } else {
+        None
+    };
     let [b, h, n, m] = call.dims.scores_shape();
     let offset = call.alignment.offset(n, m);
     let window = call.input.window.and_then(|w| w.within(n, m));
@@ -231,6 +333,7 @@ pub(crate) fn run(call: Call) -> Result<AttentionOutput, AttentionError> {
         tiling,
         stats: call.input.need_row_stats,
         score_grads: false,
+        mma,
     };
     let need_lse = call.input.need_lse;
     let (query, bad_queries) = sanitized(call.input.query.clone());

@@ -39,7 +39,7 @@ pub(crate) const LLVMPIPE_LOOP_LIMIT: usize = 65_535;
 
 /// The margin kept below a loop limit: the bound [`Tiling::loop_iterations`] counts the
 /// kernels' loops from their source, and the compiled shader may add a few.
-const LOOP_MARGIN: f64 = 1.25;
+pub(crate) const LOOP_MARGIN: f64 = 1.25;
 
 /// The largest d_k and d_v the kernels serve (larger heads take a tensor-op path).
 pub(crate) const MAX_HEAD_SIZE: usize = 512;
