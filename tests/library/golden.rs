@@ -484,11 +484,9 @@ fn every_golden_case_passes_in_bf16_on_flex_through_the_cpu_kernel() {
 #[ignore = "needs a Vulkan driver with cooperative matrices: run it under .ci/lavapipe-coopmat.sh"]
 fn every_golden_case_passes_through_the_tensor_cores_on_vulkan() {
     use burn::tensor::FloatDType;
+    // A device without matrix instructions runs no case: the last assertion fails then. (Mesa's
+    // 8×8×8 cooperative matrices are not what `has_tensor_cores` counts, so it is not asked.)
     let device = sdpa::BackendKind::Vulkan.device().expect("vulkan");
-    assert!(
-        sdpa::has_tensor_cores(&device),
-        "this Vulkan device lists no matrix instructions (cooperative matrices)"
-    );
     let files = half_precision_files();
     let mut ran = Vec::new();
     for dtype in [FloatDType::F16, FloatDType::BF16] {
