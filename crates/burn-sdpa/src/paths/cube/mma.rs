@@ -251,7 +251,7 @@ pub(crate) fn flash_forward_mma<F: Float>(
             if t < tiling.size {
                 let query_idx = start + t;
                 let (bias_base, _) = bias_row(&terms, batch_idx, head_idx, query_idx, m, config);
-                let tile_max = max[r];
+                let max_before = max[r];
                 // Which of the tile's keys the row sees (1) or not (0).
                 let mut seen = Array::<f32>::new(tiling.size);
                 #[unroll]
@@ -308,7 +308,7 @@ pub(crate) fn flash_forward_mma<F: Float>(
                     }
                     p_tile[t * tiling.size + j] = F::cast_from(p);
                 }
-                let alpha = (tile_max - row_max).exp();
+                let alpha = (max_before - row_max).exp();
                 for dd in 0..dvp {
                     o_tile[t * dvp + dd] *= alpha;
                 }
