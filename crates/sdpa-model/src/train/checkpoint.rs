@@ -12,8 +12,10 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::{Deserialize, Serialize};
 
-use super::config::TrainConfig;
-use super::files::{checksum, checksum_bytes, recover_checkpoint, swap_checkpoint, write_atomic};
+use super::config::{TrainConfig, config_mismatch};
+use super::files::{
+    checksum, checksum_bytes, json, recover_checkpoint, swap_checkpoint, write_atomic,
+};
 use super::rows::{RowsWanted, read_metrics};
 use super::saved::read_bounded;
 use crate::error::ModelError;
@@ -82,13 +84,6 @@ fn own_checksum_holds(text: &str, recorded: Option<&str>) -> bool {
     bare != text && checksum_bytes(bare.as_bytes()) == recorded
 }
 
-/// Pretty JSON of a value (non-finite floats are spelled out by the fields that may hold them,
-/// see `json_float`).
-pub(crate) fn json<T: Serialize>(value: &T, path: &Path) -> Result<String, ModelError> {
-    serde_json::to_string_pretty(value)
-        .map_err(|e| ModelError::checkpoint(path, format!("cannot serialize: {e}")))
-}
-
 /// The most of `state.json` that is read (a state is a few KiB).
 const MAX_STATE_BYTES: u64 = 4 << 20;
 
@@ -114,51 +109,6 @@ fn read_state(state_path: &Path) -> Result<CheckpointState, ModelError> {
 fn is_complete(ckpt: &Path) -> bool {
     let nonempty = |name: &str| fs::metadata(ckpt.join(name)).is_ok_and(|m| m.len() > 0);
     read_state(&ckpt.join("state.json")).is_ok() && nonempty("model.bpk") && nonempty("optim.bpk")
-}
-
-/// Names the first setting that differs between two configurations, ignoring `steps` (a
-/// resumed run may extend its budget) and the attention path (it computes the same function).
-/// The task's settings come first: the model's sizes follow them, and a changed `k` is named
-/// as `task.k`, not as the model's class count it changes.
-pub(crate) fn config_mismatch(
-    saved: &TrainConfig,
-    requested: &TrainConfig,
-) -> Option<(String, String, String)> {
-    let a = serde_json::to_value(saved).ok()?;
-    let b = serde_json::to_value(requested).ok()?;
-    fn walk(
-        prefix: &str,
-        a: &serde_json::Value,
-        b: &serde_json::Value,
-    ) -> Option<(String, String, String)> {
-        match (a, b) {
-            (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
-                let mut keys: Vec<_> = x.iter().collect();
-                keys.sort_by_key(|(k, _)| k.as_str() != "task");
-                for (k, va) in keys {
-                    // The budget may grow, and the attention path computes the same function.
-                    if (prefix.is_empty() && k == "steps")
-                        || (prefix == "model.attention" && k == "implementation")
-                    {
-                        continue;
-                    }
-                    let vb = y.get(k).unwrap_or(&serde_json::Value::Null);
-                    let name = if prefix.is_empty() {
-                        k.clone()
-                    } else {
-                        format!("{prefix}.{k}")
-                    };
-                    if let Some(d) = walk(&name, va, vb) {
-                        return Some(d);
-                    }
-                }
-                None
-            }
-            _ if a != b => Some((prefix.to_string(), a.to_string(), b.to_string())),
-            _ => None,
-        }
-    }
-    walk("", &a, &b)
 }
 
 /// A run resumed from disk: everything is loaded and checked before anything is written.

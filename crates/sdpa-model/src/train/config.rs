@@ -170,3 +170,48 @@ impl TrainConfig {
         }
     }
 }
+
+/// Names the first setting that differs between two configurations, ignoring `steps` (a
+/// resumed run may extend its budget) and the attention path (it computes the same function).
+/// The task's settings come first: the model's sizes follow them, and a changed `k` is named
+/// as `task.k`, not as the model's class count it changes.
+pub(crate) fn config_mismatch(
+    saved: &TrainConfig,
+    requested: &TrainConfig,
+) -> Option<(String, String, String)> {
+    let a = serde_json::to_value(saved).ok()?;
+    let b = serde_json::to_value(requested).ok()?;
+    fn walk(
+        prefix: &str,
+        a: &serde_json::Value,
+        b: &serde_json::Value,
+    ) -> Option<(String, String, String)> {
+        match (a, b) {
+            (serde_json::Value::Object(x), serde_json::Value::Object(y)) => {
+                let mut keys: Vec<_> = x.iter().collect();
+                keys.sort_by_key(|(k, _)| k.as_str() != "task");
+                for (k, va) in keys {
+                    // The budget may grow, and the attention path computes the same function.
+                    if (prefix.is_empty() && k == "steps")
+                        || (prefix == "model.attention" && k == "implementation")
+                    {
+                        continue;
+                    }
+                    let vb = y.get(k).unwrap_or(&serde_json::Value::Null);
+                    let name = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    if let Some(d) = walk(&name, va, vb) {
+                        return Some(d);
+                    }
+                }
+                None
+            }
+            _ if a != b => Some((prefix.to_string(), a.to_string(), b.to_string())),
+            _ => None,
+        }
+    }
+    walk("", &a, &b)
+}

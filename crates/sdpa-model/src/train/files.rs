@@ -391,3 +391,10 @@ mod link_tests {
         fs::remove_dir_all(&root).unwrap();
     }
 }
+
+/// Pretty JSON of a value (non-finite floats are spelled out by the fields that may hold them,
+/// see `json_float`).
+pub(crate) fn json<T: serde::Serialize>(value: &T, path: &Path) -> Result<String, ModelError> {
+    serde_json::to_string_pretty(value)
+        .map_err(|e| ModelError::checkpoint(path, format!("cannot serialize: {e}")))
+}

@@ -12,9 +12,10 @@ use burn_sdpa::read_back;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::checkpoint::{CheckpointState, json, load_checkpoint, save_checkpoint};
+use super::checkpoint::{CheckpointState, load_checkpoint, save_checkpoint};
 use super::config::TrainConfig;
 use super::evaluate::evaluate;
+use super::files::json;
 use super::files::write_atomic;
 use super::grad_norms::grad_squares;
 use super::init::init_model;

@@ -6,8 +6,7 @@ use std::fs::File;
 use std::io::Read as _;
 use std::path::Path;
 
-use super::checkpoint::config_mismatch;
-use super::config::TrainConfig;
+use super::config::{TrainConfig, config_mismatch};
 use super::options::RunOptions;
 use crate::error::ModelError;
 
@@ -34,7 +33,7 @@ pub(crate) fn config_json(
     backend: &str,
     path: &Path,
 ) -> Result<String, ModelError> {
-    let text = super::checkpoint::json(config, path)?;
+    let text = super::files::json(config, path)?;
     let name = serde_json::to_string(backend)
         .map_err(|e| ModelError::damaged(path, format!("cannot serialize: {e}")))?;
     Ok(match text.strip_prefix("{\n") {
