@@ -46,6 +46,8 @@ fetch() {
 
 run() {
     export VK_ICD_FILENAMES="$ICD"
+    # For a test binary that runs itself again (tests/library/common.rs: in_child).
+    export LAVAPIPE_COOPMAT_LIBS="$LIBS"
     export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp/xdg-runtime-$(id -u)}"
     mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
     exec "$ROOT/usr/lib64/ld-linux-x86-64.so.2" --library-path "$LIBS" "$@"

@@ -109,7 +109,18 @@ pub fn lcg_values(seed: u64, len: usize) -> Vec<f64> {
 /// Kernels compiled in another process come from Mesa's shader cache.
 pub fn in_child(path: &str, env: &[(&str, &str)]) {
     let exe = std::env::current_exe().expect("the test binary");
-    let output = std::process::Command::new(exe)
+    let mut command = std::process::Command::new(&exe);
+    // Run under another dynamic loader (`.ci/lavapipe-coopmat.sh`, which names its libraries):
+    // the running executable is that loader, so the child is the loader again on this binary.
+    if let Some(libs) = std::env::var_os("LAVAPIPE_COOPMAT_LIBS")
+        && exe
+            .file_name()
+            .is_some_and(|name| name.to_string_lossy().starts_with("ld-linux"))
+    {
+        let binary = std::env::args_os().next().expect("the test binary's path");
+        command.arg("--library-path").arg(libs).arg(binary);
+    }
+    let output = command
         .args([
             path,
             "--exact",

@@ -15,7 +15,9 @@
 //! rows, the register loops over d), how the streamed rows reach the units (`stream.rs`: shared
 //! tiles or plane broadcasts), the blocks a cube owns and the one key loop of the forward and dQ
 //! kernels (`blocks.rs`: `KeyStep`, `stream_keys`) and what a (query, key) pair sees
-//! (`pair.rs`); the forward pass's row statistics are `row_stats.rs`.
+//! (`pair.rs`); the forward pass's row statistics are `row_stats.rs`. The tensor-core forward
+//! (`mma.rs`, `Implementation::CubeTensorCores`) runs QKᵀ and P·V on the device's matrix
+//! instructions with the same per-pair code between them, and shares the scalar backward.
 //!
 //! [`FlashConfig`]: config::FlashConfig
 
