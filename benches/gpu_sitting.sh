@@ -22,7 +22,7 @@
 #               the most important first, each skipped once the budget is spent;
 #   --headline  about 4 minutes at most (default budget 230 s): b 4, h 16, d 128, n = m = 4096,
 #               bf16 (f32 with SITTING_BACKEND=wgpu), forward and forward + backward (dense and
-#               causal), every side (the tensor-core forward, cube_tensor_cores, in bf16), then
+#               causal), every side (the tensor-core kernels, cube_tensor_cores, in bf16), then
 #               the cube_tensor_cores golden cases in bf16 if time is left;
 #   --small     the same script end to end on `--backend wgpu` (lavapipe on a CPU-only machine)
 #               at tiny sizes, PyTorch on the CPU if $PYTHON has torch (else that side is
@@ -221,7 +221,7 @@ golden() { # IMPLEMENTATION LIMIT [DTYPE]: every golden case, forward and backwa
     render
 }
 
-# Our paths for a cell of DTYPE: the tensor-core forward (cube_tensor_cores) takes f16 and bf16
+# Our paths for a cell of DTYPE: the tensor-core kernels (cube_tensor_cores) take f16 and bf16
 # only, the scalar kernel (cube_kernel), Burn's fused forward and the naive path take all.
 ours_paths() {
     if [ "$1" = f32 ]; then echo "cube_kernel fused naive"; else echo "cube_tensor_cores cube_kernel fused naive"; fi

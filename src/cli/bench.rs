@@ -12,7 +12,7 @@ use super::report::{LabArgs, lab_error};
 /// Arguments of `sdpa bench`.
 #[derive(Args, Debug, Clone)]
 pub struct BenchArgs {
-    /// Backend(s): ndarray, flex, wgpu, cuda or all; may be given more than once.
+    /// Backend(s): ndarray, flex, wgpu, vulkan, cuda or all; may be given more than once.
     #[arg(long = "backend", default_value = "flex")]
     pub backends: Vec<String>,
     /// Output folder: a new or empty folder, or one the benches wrote (holding their manifest

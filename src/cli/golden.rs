@@ -24,7 +24,7 @@ use crate::{BackendKind, Implementation};
 pub struct GoldenArgs {
     /// Folder of case files (every *.json in it is a case).
     pub dir: PathBuf,
-    /// Backend: ndarray, flex, wgpu or cuda (must be compiled in).
+    /// Backend: ndarray, flex, wgpu, vulkan or cuda (must be compiled in).
     #[arg(long, default_value = "flex")]
     pub backend: BackendKind,
     /// The implementation the cases run on.

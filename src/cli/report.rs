@@ -15,8 +15,8 @@ use crate::BackendKind;
 /// Options shared by `report` and `exp`.
 #[derive(Args, Debug, Clone)]
 pub struct LabArgs {
-    /// Backend(s): ndarray, flex, wgpu, cuda or all (compiled-in ones); may be given more than once.
-    /// The first is the primary backend; `gradients`, `compare` and `masks` run on all of them.
+    /// Backend(s): ndarray, flex, wgpu, vulkan, cuda or all (compiled-in ones); may be given
+    /// more than once. The first is the primary backend; `gradients`, `compare` and `masks` run on all of them.
     #[arg(long = "backend", default_value = "flex")]
     pub backends: Vec<String>,
     /// Output folder (an empty folder, or one the lab wrote: a run there continues from its

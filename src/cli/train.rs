@@ -45,8 +45,8 @@ pub struct TrainArgs {
     /// Task: match or recall.
     #[arg(long, value_parser = parse_task)]
     pub task: Option<TaskKind>,
-    /// Backend: ndarray, flex, wgpu or cuda (default: flex; with --resume, the run's own, which is
-    /// the only one a resume accepts).
+    /// Backend: ndarray, flex, wgpu, vulkan or cuda (default: flex; with --resume, the run's
+    /// own, which is the only one a resume accepts).
     #[arg(long)]
     pub backend: Option<BackendKind>,
     /// Scale of the scores: inv-sqrt-dk, none, or a positive number.

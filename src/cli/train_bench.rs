@@ -59,7 +59,7 @@ pub struct TrainBenchArgs {
     /// given more than once.
     #[arg(long = "size", value_enum, default_values_t = [BenchSize::Small, BenchSize::Large])]
     pub sizes: Vec<BenchSize>,
-    /// Backend: ndarray, flex, wgpu or cuda.
+    /// Backend: ndarray, flex, wgpu, vulkan or cuda.
     #[arg(long, default_value = "flex")]
     pub backend: BackendKind,
     /// Attention path (default: auto).

@@ -135,28 +135,13 @@ fn check(name: &'static str, got: &[f64], want: &[f64], unit: f64) -> TensorChec
         .filter(|w| w.is_finite())
         .fold(0.0f64, |a, w| a.max(w.abs()));
     let tolerance = roundings(name) * unit * largest;
-    // Nothing to compare, or a value missing, is a failure, never a pass.
-    let (mut max_abs_err, mut passed, mut non_finite) =
-        (0.0f64, got.len() == want.len() && !want.is_empty(), false);
-    for (g, w) in got.iter().zip(want) {
-        if w.is_nan() || !w.is_finite() {
-            passed &= g.is_nan() == w.is_nan() && (w.is_nan() || g == w);
-            continue;
-        }
-        if !g.is_finite() {
-            non_finite = true;
-            passed = false;
-            continue;
-        }
-        let e = (g - w).abs();
-        max_abs_err = max_abs_err.max(e);
-        passed &= e <= tolerance;
-    }
+    let found = super::values::compare_values(got, want, |_| tolerance);
     TensorCheck {
         name,
-        max_abs_err: if non_finite { f64::NAN } else { max_abs_err },
-        passed,
-        non_finite,
+        max_abs_err: found.max_abs_err,
+        // Nothing to compare is a failure, never a pass.
+        passed: found.passed && !want.is_empty(),
+        non_finite: found.non_finite,
         cannot_fail: false,
     }
 }

@@ -7,6 +7,7 @@
 mod case;
 mod half;
 mod row_stats;
+mod values;
 
 use std::path::{Path, PathBuf};
 
@@ -365,39 +366,15 @@ fn compare(
         .convert::<f64>()
         .try_into_vec::<f64>()
         .map_err(|e| err(format!("{name}: cannot read the result: {e:?}")))?;
-    let mut max_abs_err = 0.0f64;
-    let mut passed = true;
-    let mut non_finite = false;
-    let mut missed_nan = false;
-    for (g, w) in got.iter().zip(&want.data) {
-        if w.is_nan() {
-            // An expected NaN (`null` in the case) is matched by a NaN only.
-            if !g.is_nan() {
-                missed_nan = true;
-                passed = false;
-            }
-            continue;
-        }
-        if !g.is_finite() {
-            non_finite = true;
-            passed = false;
-            continue;
-        }
-        let e = (g - w).abs();
-        max_abs_err = max_abs_err.max(e);
-        if e > case.tolerance.abs + case.tolerance.rel * w.abs() {
-            passed = false;
-        }
-    }
+    let tolerance = case.tolerance;
+    let found = values::compare_values(&got, &want.data, |w| {
+        tolerance.abs + tolerance.rel * w.abs()
+    });
     Ok(TensorCheck {
         name,
-        max_abs_err: if non_finite || missed_nan {
-            f64::NAN
-        } else {
-            max_abs_err
-        },
-        passed,
-        non_finite,
+        max_abs_err: found.max_abs_err,
+        passed: found.passed,
+        non_finite: found.non_finite,
         cannot_fail: case.cannot_fail(want),
     })
 }

@@ -54,12 +54,12 @@ pub enum Implementation {
     /// device with tensor cores, which stays on `Fused` (Burn's tensor-core kernel) until a GPU
     /// has measured otherwise.
     CubeKernel,
-    /// [`CubeKernel`](Implementation::CubeKernel) with its forward products (QKᵀ and P·V) on the
-    /// device's matrix instructions (CubeCL's `cmma`: tensor cores on CUDA, cooperative matrices
-    /// on Vulkan through Burn's `vulkan` feature), square tiles (16×16×16, or 8×8×8 where the
-    /// device lists only that) of f16 or bf16 operands with f32 accumulators, everything between
-    /// them as `CubeKernel` computes it; its backward is
-    /// `CubeKernel`'s. For f16 and bf16 inputs on a device that lists those matrix shapes;
+    /// [`CubeKernel`](Implementation::CubeKernel) with its products on the device's matrix
+    /// instructions (CubeCL's `cmma`: tensor cores on CUDA, cooperative matrices on Vulkan
+    /// through Burn's `vulkan` feature): QKᵀ and P·V forward, QKᵀ, dO·Vᵀ, Pᵀ·dO, dS·K and dSᵀ·Q
+    /// backward, square tiles (16×16×16, or 8×8×8 where the device lists only that) of f16 or
+    /// bf16 operands with f32 accumulators, everything between them as `CubeKernel` computes
+    /// it. For f16 and bf16 inputs on a device that lists those matrix shapes;
     /// refused otherwise, with the reason. `Auto` does not take it: it has not yet passed the
     /// golden cases on a GPU, only on a CPU Vulkan driver with cooperative matrices (Mesa 26's
     /// lavapipe, `.ci/lavapipe-coopmat.sh`).

@@ -36,7 +36,7 @@ use super::stream::{RowStream, tile_span};
 /// 0 for a hidden key. `score` is q·k (scaled), `added` the bias and ALiBi the key adds.
 #[cube]
 #[allow(clippy::too_many_arguments)]
-fn score_grads(
+pub(super) fn score_grads(
     score: f32,
     added: f32,
     visible: bool,

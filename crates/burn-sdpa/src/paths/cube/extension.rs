@@ -19,7 +19,9 @@ use cubecl::prelude::{CubeCount, CubeDim};
 use super::backward::{flash_backward_dkdv, flash_backward_dq};
 use super::config::{FlashConfig, ScalarsLaunch, TermsLaunch};
 use super::forward::flash_forward;
-use super::mma::{MmaTiling, flash_forward_mma};
+use super::mma::flash_forward_mma;
+use super::mma_backward::{flash_backward_dkdv_mma, flash_backward_dq_mma};
+use super::mma_tile::MmaTiling;
 use super::row_stats::ROW_STATS;
 use super::steps::UNITS;
 use super::tile::Tiling;
@@ -73,8 +75,8 @@ pub(crate) struct CubeCall {
     pub stats: bool,
     /// Whether the backward writes the score gradient, the bias's (else a `[1, 1, 1, 1]` zero).
     pub score_grads: bool,
-    /// The tensor-core forward's tiling, when the call asked for the tensor-core tiles
-    /// (`mma.rs`; the backward is the scalar kernels' either way).
+    /// The tensor-core kernels' tiling, when the call asked for the tensor-core tiles
+    /// (`mma.rs` forward, `mma_backward.rs` backward).
     pub mma: Option<MmaTiling>,
 }
 
@@ -382,6 +384,52 @@ impl CubeKernelBackend for CubeBackend {
         );
         let scores_shape = Shape::new(scores_shape(&call, [b, h, n], m));
         let d_scores = Self::float_zeros(scores_shape, &device, FloatDType::F32);
+        let arg = |t: &FloatTensor<Self>| t.clone().into_tensor_arg();
+        if let Some(mma) = call.mma {
+            let dq_config = call.config(d_k, d_v, mma.rows());
+            let dkdv_config = FlashConfig {
+                write_scores: call.score_grads,
+                ..dq_config
+            };
+            let dim = CubeDim::new_1d(mma.lanes as u32);
+            flash_backward_dq_mma::launch(
+                &client,
+                grid(n.div_ceil(mma.size), b * h),
+                dim,
+                arg(&inputs.q),
+                arg(&inputs.k),
+                arg(&inputs.v),
+                inputs.terms(),
+                arg(&d_out),
+                arg(&lse),
+                arg(&delta),
+                arg(&dq),
+                call.scalars(),
+                dq_config,
+                mma,
+                storage(dtype),
+            );
+            flash_backward_dkdv_mma::launch(
+                &client,
+                grid(m.div_ceil(mma.size), b * h_kv),
+                dim,
+                arg(&inputs.q),
+                arg(&inputs.k),
+                arg(&inputs.v),
+                inputs.terms(),
+                arg(&d_out),
+                arg(&lse),
+                arg(&delta),
+                arg(&d_scores),
+                arg(&dk),
+                arg(&dv),
+                call.scalars(),
+                dkdv_config,
+                mma,
+                storage(dtype),
+            );
+            return (dq, dk, dv, d_scores);
+        }
         let d = d_k.max(d_v);
         let (dq_rows, dkdv_rows) = (call.tiling.unit_rows(n, d), call.tiling.unit_rows(m, d));
         let dq_config = call.config(d_k, d_v, dq_rows);
@@ -389,7 +437,6 @@ impl CubeKernelBackend for CubeBackend {
             write_scores: call.score_grads,
             ..call.config(d_k, d_v, dkdv_rows)
         };
-        let arg = |t: &FloatTensor<Self>| t.clone().into_tensor_arg();
         // The two kernels' arguments but their own (dQ's `bad_keys` and output, dK/dV's three
         // outputs).
         macro_rules! launch {

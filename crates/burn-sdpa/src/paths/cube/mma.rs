@@ -15,106 +15,18 @@
 //! as f32 in shared memory between tiles (an accumulator's rows cannot be rescaled in place).
 //! Head sizes are padded with zeros to multiples of `size`, and the rows past n or m too.
 //!
-//! The backward pass is the scalar kernel's (`backward.rs`), from the log-sum-exp this pass
-//! writes.
+//! The tiles and the products are `mma_tile.rs`'s; the backward pass on the matrix unit is
+//! `mma_backward.rs`, from the log-sum-exp this pass writes.
 
 use cubecl::prelude::*;
 
 use super::blocks::key_range;
 use super::config::{FlashConfig, HIDDEN, NO_KEY, POISONED, Scalars, Terms};
 use super::forward::sink_start;
+use super::mma_tile::{MmaTiling, add_product, load_tile, product_abt, zero_tile};
 use super::pair::{Pair, bias_row, read_pair, segment_of, slope_of};
 use super::row_stats::{ROW_STATS, StatsAcc};
 use super::steps::soft_cap;
-
-/// The square tile shapes the kernel runs, in order of preference: 16×16×16 (tensor cores on
-/// CUDA list it for f16 and bf16 with an f32 accumulator), 8×8×8 (Mesa 26's lavapipe lists it
-/// for f16 with an f32 accumulator, and no other float shape).
-pub(crate) const MMA_SIZES: [usize; 2] = [16, 8];
-
-/// The tensor-core kernel's compile-time tiling (beside [`FlashConfig`], whose `rows` is the
-/// rows of a query tile each unit owns).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) struct MmaTiling {
-    /// The tile: M = N = K = `size` (one of [`MMA_SIZES`]).
-    pub size: usize,
-    /// Units per cube: one plane.
-    pub lanes: usize,
-    /// d_k rounded up to a multiple of `size`.
-    pub d_k_pad: usize,
-    /// d_v rounded up to a multiple of `size`.
-    pub d_v_pad: usize,
-}
-
-impl MmaTiling {
-    /// The tiling for head sizes `d_k`, `d_v` in tiles of `size` on a device whose planes have
-    /// `lanes` units.
-    pub(crate) fn new(size: usize, lanes: usize, d_k: usize, d_v: usize) -> MmaTiling {
-        MmaTiling {
-            size,
-            lanes,
-            d_k_pad: d_k.div_ceil(size) * size,
-            d_v_pad: d_v.div_ceil(size) * size,
-        }
-    }
-
-    /// Rows of a query tile per unit.
-    pub(crate) fn rows(&self) -> usize {
-        self.size.div_ceil(self.lanes)
-    }
-
-    /// Bytes of shared memory per cube for half operands of `half_bytes` bytes.
-    pub(crate) fn shared_bytes(&self, half_bytes: usize) -> usize {
-        let operands = self.size * (2 * self.d_k_pad + self.d_v_pad) + self.size * self.size;
-        let accumulators = self.size * self.size + self.size * self.d_v_pad;
-        operands * half_bytes + accumulators * 4
-    }
-
-    /// The loop iterations one unit runs in all for `n_key_tiles` tiles of keys (see
-    /// `tile::LLVMPIPE_LOOP_LIMIT`), counted from the kernel's loops that are not unrolled: per
-    /// tile, loading the key and value tiles, rescaling its output rows and the tile loop's own
-    /// step (2, with a margin); outside, loading the query tile, zeroing the output tile and
-    /// writing its rows.
-    pub(crate) fn loop_iterations(&self, n_key_tiles: usize, d_v: usize) -> usize {
-        let per_tile = (self.size * self.d_k_pad).div_ceil(self.lanes)
-            + (self.size * self.d_v_pad).div_ceil(self.lanes)
-            + self.rows() * self.d_v_pad
-            + 2;
-        let outside = (self.size * self.d_k_pad).div_ceil(self.lanes)
-            + (self.size * self.d_v_pad).div_ceil(self.lanes)
-            + self.rows() * d_v;
-        n_key_tiles * per_tile + outside
-    }
-}
-
-/// `dst[i]` = row `base_row + row0 + i / d_pad`, element `i % d_pad` of `src` (rows of `d`
-/// elements) for the `size × d_pad` tile, zeros past `len` rows (counted from `row0`) and past `d`
-/// elements; loaded by the cube's `lanes` units together.
-#[cube]
-fn load_tile<F: Float>(
-    dst: &mut Shared<[F]>,
-    src: &Tensor<F>,
-    base_row: usize,
-    row0: usize,
-    len: usize,
-    #[comptime] d: usize,
-    #[comptime] d_pad: usize,
-    #[comptime] tiling: MmaTiling,
-) {
-    let unit = UNIT_POS_X as usize;
-    let lanes = tiling.lanes;
-    for step in 0..comptime!((tiling.size * d_pad).div_ceil(tiling.lanes)) {
-        let i = step * lanes + unit;
-        if i < comptime!(tiling.size * d_pad) {
-            let (r, dd) = (i / d_pad, i % d_pad);
-            let mut x = F::from_int(0);
-            if row0 + r < len && dd < d {
-                x = src[(base_row + row0 + r) * d + dd];
-            }
-            dst[i] = x;
-        }
-    }
-}
 
 /// `context [b, h, n, d_v]` and `lse [b, h, n]` (and `stats` when `has_stats`) as
 /// [`flash_forward`](super::forward::flash_forward) writes them, with the products on the
@@ -168,12 +80,7 @@ pub(crate) fn flash_forward_mma<F: Float>(
     let mut p_tile = Shared::<[F]>::new_slice(comptime!(tiling.size * tiling.size));
     let mut o_tile = Shared::<[f32]>::new_slice(comptime!(tiling.size * dvp));
     load_tile::<F>(&mut q_tile, q, row * n, start, n, d_k, dkp, tiling);
-    for step in 0..comptime!((tiling.size * dvp).div_ceil(lanes)) {
-        let i = step * lanes + unit;
-        if i < comptime!(tiling.size * dvp) {
-            o_tile[i] = 0.0f32;
-        }
-    }
+    zero_tile(&mut o_tile, dvp, tiling);
 
     // The unit's rows of the tile: t = unit + r · lanes, query start + t.
     let mut max = Array::<f32>::new(config.rows);
@@ -203,43 +110,8 @@ pub(crate) fn flash_forward_mma<F: Float>(
         load_tile::<F>(&mut v_tile, v, kv * m, key0, m, d_v, dvp, tiling);
         sync_cube();
 
-        // S = Q Kᵀ: B(kk, j) = K[key0 + j][c·size + kk], column-major with stride d_k_pad.
-        let scores = cmma::Matrix::<f32>::from_value(
-            cmma::MatrixIdent::Accumulator,
-            tiling.size,
-            tiling.size,
-            tiling.size,
-            cmma::MatrixLayout::Undefined,
-            0.0f32,
-        );
-        #[unroll]
-        for c in 0..comptime!(dkp / tiling.size) {
-            let a = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::A,
-                tiling.size,
-                tiling.size,
-                tiling.size,
-                cmma::MatrixLayout::RowMajor,
-                &q_tile[c * tiling.size..comptime!(tiling.size * dkp)],
-                comptime!(dkp as u32),
-            );
-            let b = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::B,
-                tiling.size,
-                tiling.size,
-                tiling.size,
-                cmma::MatrixLayout::ColMajor,
-                &k_tile[c * tiling.size..comptime!(tiling.size * dkp)],
-                comptime!(dkp as u32),
-            );
-            cmma::execute(&a, &b, &scores, &scores);
-        }
-        cmma::store(
-            &mut s_tile,
-            &scores,
-            comptime!(tiling.size as u32),
-            cmma::MatrixLayout::RowMajor,
-        );
+        // S = Q Kᵀ.
+        product_abt::<F>(&mut s_tile, &q_tile, &k_tile, dkp, tiling);
         sync_cube();
 
         // The online softmax of the unit's rows over the tile's keys, key by key as the scalar
@@ -316,44 +188,8 @@ pub(crate) fn flash_forward_mma<F: Float>(
         }
         sync_cube();
 
-        // O += P V: B(kk, j) = V[key0 + kk][c·size + j], row-major with stride d_v_pad.
-        let a = cmma::Matrix::<F>::from_slice(
-            cmma::MatrixIdent::A,
-            tiling.size,
-            tiling.size,
-            tiling.size,
-            cmma::MatrixLayout::RowMajor,
-            &p_tile[0..comptime!(tiling.size * tiling.size)],
-            comptime!(tiling.size as u32),
-        );
-        #[unroll]
-        for c in 0..comptime!(dvp / tiling.size) {
-            let out = cmma::Matrix::<f32>::from_slice(
-                cmma::MatrixIdent::Accumulator,
-                tiling.size,
-                tiling.size,
-                tiling.size,
-                cmma::MatrixLayout::RowMajor,
-                &o_tile[c * tiling.size..comptime!(tiling.size * dvp)],
-                comptime!(dvp as u32),
-            );
-            let b = cmma::Matrix::<F>::from_slice(
-                cmma::MatrixIdent::B,
-                tiling.size,
-                tiling.size,
-                tiling.size,
-                cmma::MatrixLayout::RowMajor,
-                &v_tile[c * tiling.size..comptime!(tiling.size * dvp)],
-                comptime!(dvp as u32),
-            );
-            cmma::execute(&a, &b, &out, &out);
-            cmma::store(
-                &mut o_tile[c * tiling.size..comptime!(tiling.size * dvp)],
-                &out,
-                comptime!(dvp as u32),
-                cmma::MatrixLayout::RowMajor,
-            );
-        }
+        // O += P V.
+        add_product::<F>(&mut o_tile, &p_tile, &v_tile, false, dvp, tiling);
         sync_cube();
     }
 
@@ -382,65 +218,5 @@ pub(crate) fn flash_forward_mma<F: Float>(
             }
             lse[row_idx] = row_lse;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn head_sizes_pad_to_whole_tiles() {
-        let t = MmaTiling::new(16, 32, 64, 64);
-        assert_eq!((t.d_k_pad, t.d_v_pad), (64, 64));
-        let t = MmaTiling::new(16, 8, 8, 20);
-        assert_eq!((t.d_k_pad, t.d_v_pad), (16, 32));
-        let t = MmaTiling::new(16, 32, 96, 320);
-        assert_eq!((t.d_k_pad, t.d_v_pad), (96, 320));
-        let t = MmaTiling::new(8, 8, 20, 4);
-        assert_eq!((t.d_k_pad, t.d_v_pad), (24, 8));
-    }
-
-    #[test]
-    fn every_row_of_a_tile_has_one_unit() {
-        for size in MMA_SIZES {
-            for lanes in [4, 8, 16, 32, 64] {
-                let t = MmaTiling::new(size, lanes, 64, 64);
-                // Rows t = unit + r · lanes for r < rows(): each of 0..size exactly once.
-                let mut seen = vec![0; size];
-                for unit in 0..lanes {
-                    for r in 0..t.rows() {
-                        let row = unit + r * lanes;
-                        if row < size {
-                            seen[row] += 1;
-                        }
-                    }
-                }
-                assert_eq!(seen, vec![1; size], "size {size}, lanes {lanes}");
-            }
-        }
-    }
-
-    #[test]
-    fn shared_memory_counts_every_tile() {
-        // d = 64, f16: q, k (16 × 64), v (16 × 64), p (16 × 16) in 2 bytes; s (16 × 16) and
-        // o (16 × 64) in 4.
-        let t = MmaTiling::new(16, 32, 64, 64);
-        let halves = 16 * 64 * 3 + 16 * 16;
-        let floats = 16 * 16 + 16 * 64;
-        assert_eq!(t.shared_bytes(2), halves * 2 + floats * 4);
-        // d = 256 fits a GPU's 48 KiB; d = 512 does not.
-        assert!(MmaTiling::new(16, 32, 256, 256).shared_bytes(2) <= 48 << 10);
-        assert!(MmaTiling::new(16, 32, 512, 512).shared_bytes(2) > 48 << 10);
-    }
-
-    #[test]
-    fn loop_iterations_grow_with_the_key_tiles() {
-        let t = MmaTiling::new(16, 8, 64, 64);
-        let one = t.loop_iterations(1, 64);
-        let two = t.loop_iterations(2, 64);
-        // Per tile: k and v tiles (128 + 128 per unit), 2 rows × 64 rescaled, 2 for the loop.
-        assert_eq!(two - one, 128 + 128 + 2 * 64 + 2);
-        assert_eq!(one, (two - one) + 128 + 128 + 2 * 64);
     }
 }

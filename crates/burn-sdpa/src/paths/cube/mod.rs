@@ -17,7 +17,8 @@
 //! kernels (`blocks.rs`: `KeyStep`, `stream_keys`) and what a (query, key) pair sees
 //! (`pair.rs`); the forward pass's row statistics are `row_stats.rs`. The tensor-core forward
 //! (`mma.rs`, `Implementation::CubeTensorCores`) runs QKᵀ and P·V on the device's matrix
-//! instructions with the same per-pair code between them, and shares the scalar backward.
+//! instructions with the same per-pair code between them, and its backward (`mma_backward.rs`)
+//! dO·Vᵀ, Pᵀ·dO, dS·K and dSᵀ·Q; their tiles and products are `mma_tile.rs`'s.
 //!
 //! [`FlashConfig`]: config::FlashConfig
 
@@ -28,6 +29,8 @@ mod config;
 mod extension;
 mod forward;
 mod mma;
+mod mma_backward;
+mod mma_tile;
 mod pair;
 mod row_stats;
 mod steps;
@@ -86,9 +89,10 @@ pub(crate) fn blocker(call: &Call) -> Option<Cow<'static, str>> {
     reason.or_else(|| tiling(call).err().map(Cow::Owned))
 }
 
-/// The tensor-core forward's tiling for `call` on its device, or why it cannot serve the call
-/// (besides [`blocker`]'s reasons, which it inherits: its backward is the scalar kernels').
-fn mma_tiling(call: &Call) -> Result<mma::MmaTiling, String> {
+/// The tensor-core kernels' tiling for `call` on its device, or why they cannot serve the call
+/// (besides [`blocker`]'s reasons, which they inherit); under autodiff the backward kernels'
+/// shared memory and loops count too.
+fn mma_tiling(call: &Call) -> Result<mma_tile::MmaTiling, String> {
     let dtype = call.input.query.dtype();
     let (operand, half_bytes) = match dtype {
         DType::F16 => (cubecl::ir::FloatKind::F16, 2),
@@ -116,14 +120,16 @@ fn mma_tiling(call: &Call) -> Result<mma::MmaTiling, String> {
         n: size as u32,
     };
     let cmma = &properties.features.matmul.cmma;
-    let Some(size) = mma::MMA_SIZES
+    let Some(size) = mma_tile::MMA_SIZES
         .into_iter()
         .find(|&size| cmma.contains(&form(size)))
     else {
         return Err(format!(
             "the device lists no square matrix instruction ({}) for {dtype:?} operands with an \
              f32 accumulator (tensor cores, or Vulkan's cooperative matrices)",
-            mma::MMA_SIZES.map(|s| format!("{s}x{s}x{s}")).join(" or ")
+            mma_tile::MMA_SIZES
+                .map(|s| format!("{s}x{s}x{s}"))
+                .join(" or ")
         ));
     };
     let hardware = &properties.hardware;
@@ -135,7 +141,7 @@ fn mma_tiling(call: &Call) -> Result<mma::MmaTiling, String> {
         ));
     }
     let dims = &call.dims;
-    let tiling = mma::MmaTiling::new(size, lanes, dims.d_k, dims.d_v);
+    let tiling = mma_tile::MmaTiling::new(size, lanes, dims.d_k, dims.d_v);
     let query_tiles = dims.n.div_ceil(size);
     if query_tiles > extension::GRID_AXIS_MAX {
         return Err(format!(
@@ -146,22 +152,39 @@ fn mma_tiling(call: &Call) -> Result<mma::MmaTiling, String> {
         ));
     }
     let limits = tile::Limits::of(properties);
-    let shared = tiling.shared_bytes(half_bytes);
+    // Under autodiff the backward kernels run too: their tiles and loops must fit as well.
+    let pass = if call.autodiff {
+        "forward and backward need"
+    } else {
+        "forward needs"
+    };
+    let shared = if call.autodiff {
+        tiling
+            .shared_bytes(half_bytes)
+            .max(tiling.backward_shared_bytes(half_bytes))
+    } else {
+        tiling.shared_bytes(half_bytes)
+    };
     if shared > limits.shared_bytes {
         return Err(format!(
-            "the tensor-core tiles need {shared} bytes of shared memory per cube at d_k = {}, \
+            "the tensor-core {pass} {shared} bytes of shared memory per cube at d_k = {}, \
              d_v = {}, the device has {}",
             dims.d_k, dims.d_v, limits.shared_bytes
         ));
     }
     if let Some(limit) = limits.loop_limit {
-        let needed = tiling.loop_iterations(dims.m.div_ceil(size), dims.d_v);
+        let (key_tiles, query_tiles) = (dims.m.div_ceil(size), dims.n.div_ceil(size));
+        let mut needed = tiling.loop_iterations(key_tiles, dims.d_v);
+        if call.autodiff {
+            let backward = tiling.backward_loop_iterations(key_tiles, query_tiles, dims.group());
+            needed = needed.max(backward);
+        }
         if needed as f64 * tile::LOOP_MARGIN > limit as f64 {
             return Err(format!(
                 "lavapipe (Mesa's llvmpipe) ends a shader's loops silently after {limit} \
-                 iterations in all, and a unit of the tensor-core forward would run up to \
-                 {needed} at m = {}, d_k = {}, d_v = {}",
-                dims.m, dims.d_k, dims.d_v
+                 iterations in all, and a unit of the tensor-core kernels would run up to \
+                 {needed} at n = {}, m = {}, d_k = {}, d_v = {}",
+                dims.n, dims.m, dims.d_k, dims.d_v
             ));
         }
     }
@@ -295,8 +318,8 @@ fn flash_inputs(
 /// key with a bad query (`config::POISONED`), and their context becomes NaN here (constants:
 /// no gradient flows through them). No `[n, m]` tensor is built for it.
 ///
-/// With `tensor_cores`, the forward runs on the matrix instructions (`mma.rs`); the backward is
-/// the scalar kernels' either way.
+/// With `tensor_cores`, the forward and the backward run on the matrix instructions (`mma.rs`,
+/// `mma_backward.rs`).
 pub(crate) fn run(call: Call, tensor_cores: bool) -> Result<AttentionOutput, AttentionError> {
     let implementation = if tensor_cores {
         crate::Implementation::CubeTensorCores
