@@ -57,8 +57,8 @@ pub enum Implementation {
     /// [`CubeKernel`](Implementation::CubeKernel) with its products on the device's matrix
     /// instructions (CubeCL's `cmma`: tensor cores on CUDA, cooperative matrices on Vulkan
     /// through Burn's `vulkan` feature): QKᵀ and P·V forward, QKᵀ, dO·Vᵀ, Pᵀ·dO, dS·K and dSᵀ·Q
-    /// backward, square tiles (16×16×16, or 8×8×8 where the device lists only that) of f16 or
-    /// bf16 operands with f32 accumulators, everything between them as `CubeKernel` computes
+    /// backward, square tiles (16×16×16, or 8×8×8 where the device lists only that or the
+    /// larger tiles pass its shared memory) of f16 or bf16 operands with f32 accumulators, everything between them as `CubeKernel` computes
     /// it. For f16 and bf16 inputs on a device that lists those matrix shapes;
     /// refused otherwise, with the reason. `Auto` does not take it: it has not yet passed the
     /// golden cases on a GPU, only on a CPU Vulkan driver with cooperative matrices (Mesa 26's

@@ -1,7 +1,8 @@
 //! The tensor-core forward pass: the flash forward with its two products, QKᵀ and P·V, on
 //! CubeCL's matrix instructions (`cmma`: tensor cores on CUDA, cooperative matrices on Vulkan),
-//! square tiles (16×16×16 where the device lists that shape, else 8×8×8, Mesa lavapipe's) with
-//! operands in the inputs' half type (f16 or bf16) and f32 accumulators.
+//! square tiles (16×16×16 where the device lists that shape and the tiles fit its shared memory,
+//! else 8×8×8, Mesa lavapipe's) with operands in the inputs' half type (f16 or bf16) and f32
+//! accumulators.
 //! Everything between the products is the scalar kernel's, per (query, key) pair:
 //! [`read_pair`] for the band, window, segments, bias, masks, ALiBi and the non-finite policy,
 //! the soft-cap, the online softmax key by key, the sinks and the row statistics.

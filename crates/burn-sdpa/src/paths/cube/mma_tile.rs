@@ -67,6 +67,38 @@ impl MmaTiling {
         operands * half_bytes + 2 * size * size * 4
     }
 
+    /// Bytes of shared memory per cube a call needs: the forward's, and under `autodiff` the
+    /// larger of the forward's and the backward's.
+    pub(crate) fn call_shared_bytes(&self, half_bytes: usize, autodiff: bool) -> usize {
+        let forward = self.shared_bytes(half_bytes);
+        if autodiff {
+            forward.max(self.backward_shared_bytes(half_bytes))
+        } else {
+            forward
+        }
+    }
+
+    /// The tiling of the first of the `listed` tile sizes (the device's square matrix shapes,
+    /// in [`MMA_SIZES`] order) whose tiles fit `shared_limit` bytes of shared memory, or the
+    /// bytes the last (smallest) one needs. `listed` is not empty.
+    pub(crate) fn fitting(
+        listed: &[usize],
+        lanes: usize,
+        (d_k, d_v): (usize, usize),
+        (half_bytes, autodiff): (usize, bool),
+        shared_limit: usize,
+    ) -> Result<MmaTiling, usize> {
+        let mut needed = 0;
+        for &size in listed {
+            let tiling = MmaTiling::new(size, lanes, d_k, d_v);
+            needed = tiling.call_shared_bytes(half_bytes, autodiff);
+            if needed <= shared_limit {
+                return Ok(tiling);
+            }
+        }
+        Err(needed)
+    }
+
     /// The loop iterations one unit of the forward kernel runs in all for `n_key_tiles` tiles
     /// of keys (see `tile::LLVMPIPE_LOOP_LIMIT`), counted from the kernel's loops that are not
     /// unrolled: per tile, loading the key and value tiles, rescaling its output rows and the
@@ -452,5 +484,26 @@ mod tests {
         // dQ's key tiles and dK/dV's query tiles times the group: the larger one counts.
         assert_eq!(t.backward_loop_iterations(10, 2, 1), 10 * per_tile + 96);
         assert_eq!(t.backward_loop_iterations(2, 3, 4), 12 * per_tile + 96);
+    }
+
+    #[test]
+    fn the_largest_listed_tile_that_fits_is_taken() {
+        let fit = |listed: &[usize], dims, autodiff, limit| {
+            MmaTiling::fitting(listed, 32, dims, (2, autodiff), limit).map(|t| t.size)
+        };
+        // d = 256: 16 × 16 tiles fit 48 KiB (42 496 bytes forward), not 32 KiB, where 8 × 8
+        // tiles do if the device lists them.
+        assert_eq!(fit(&[16, 8], (256, 256), true, 48 << 10), Ok(16));
+        assert_eq!(fit(&[16, 8], (256, 256), true, 32 << 10), Ok(8));
+        let needed = MmaTiling::new(16, 32, 256, 256).call_shared_bytes(2, true);
+        assert_eq!(needed, 42_496);
+        assert_eq!(fit(&[16], (256, 256), true, 32 << 10), Err(needed));
+        // d_k = 512, d_v = 16 in tiles of 16: the forward needs 35 840 bytes, the backward
+        // 36 864; only a call under autodiff counts the backward's.
+        assert_eq!(fit(&[16, 8], (512, 16), false, 36_000), Ok(16));
+        assert_eq!(fit(&[16, 8], (512, 16), true, 36_000), Ok(8));
+        // Nothing fits d = 512 in 16 KiB: the smallest listed tile's need is named.
+        let needed = MmaTiling::new(8, 32, 512, 512).call_shared_bytes(2, true);
+        assert_eq!(fit(&[16, 8], (512, 512), true, 16 << 10), Err(needed));
     }
 }

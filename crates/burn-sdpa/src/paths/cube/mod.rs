@@ -120,10 +120,11 @@ fn mma_tiling(call: &Call) -> Result<mma_tile::MmaTiling, String> {
         n: size as u32,
     };
     let cmma = &properties.features.matmul.cmma;
-    let Some(size) = mma_tile::MMA_SIZES
+    let listed: Vec<usize> = mma_tile::MMA_SIZES
         .into_iter()
-        .find(|&size| cmma.contains(&form(size)))
-    else {
+        .filter(|&size| cmma.contains(&form(size)))
+        .collect();
+    if listed.is_empty() {
         return Err(format!(
             "the device lists no square matrix instruction ({}) for {dtype:?} operands with an \
              f32 accumulator (tensor cores, or Vulkan's cooperative matrices)",
@@ -131,7 +132,7 @@ fn mma_tiling(call: &Call) -> Result<mma_tile::MmaTiling, String> {
                 .map(|s| format!("{s}x{s}x{s}"))
                 .join(" or ")
         ));
-    };
+    }
     let hardware = &properties.hardware;
     let lanes = hardware.plane_size_max as usize;
     if hardware.plane_size_min != hardware.plane_size_max || lanes == 0 {
@@ -141,36 +142,44 @@ fn mma_tiling(call: &Call) -> Result<mma_tile::MmaTiling, String> {
         ));
     }
     let dims = &call.dims;
-    let tiling = mma_tile::MmaTiling::new(size, lanes, dims.d_k, dims.d_v);
-    let query_tiles = dims.n.div_ceil(size);
-    if query_tiles > extension::GRID_AXIS_MAX {
-        return Err(format!(
-            "the tensor-core tiles would launch {query_tiles} cubes along one grid axis at n = {} \
-             (the most is {})",
-            dims.n,
-            extension::GRID_AXIS_MAX
-        ));
-    }
     let limits = tile::Limits::of(properties);
-    // Under autodiff the backward kernels run too: their tiles and loops must fit as well.
-    let pass = if call.autodiff {
-        "forward and backward need"
-    } else {
-        "forward needs"
-    };
-    let shared = if call.autodiff {
-        tiling
-            .shared_bytes(half_bytes)
-            .max(tiling.backward_shared_bytes(half_bytes))
-    } else {
-        tiling.shared_bytes(half_bytes)
-    };
-    if shared > limits.shared_bytes {
-        return Err(format!(
-            "the tensor-core {pass} {shared} bytes of shared memory per cube at d_k = {}, \
+    // The largest listed tile whose shared memory fits; under autodiff the backward kernels
+    // run too, and their tiles must fit as well.
+    let tiling = mma_tile::MmaTiling::fitting(
+        &listed,
+        lanes,
+        (dims.d_k, dims.d_v),
+        (half_bytes, call.autodiff),
+        limits.shared_bytes,
+    )
+    .map_err(|needed| {
+        let pass = if call.autodiff {
+            "forward and backward need"
+        } else {
+            "forward needs"
+        };
+        format!(
+            "the tensor-core {pass} {needed} bytes of shared memory per cube at d_k = {}, \
              d_v = {}, the device has {}",
             dims.d_k, dims.d_v, limits.shared_bytes
-        ));
+        )
+    })?;
+    let size = tiling.size;
+    // The forward and dQ kernels launch a cube per tile of queries along the grid's first
+    // axis, the dK/dV kernel (under autodiff) one per tile of keys.
+    let mut tiles = vec![("n", dims.n)];
+    if call.autodiff {
+        tiles.push(("m", dims.m));
+    }
+    for (name, len) in tiles {
+        let count = len.div_ceil(size);
+        if count > extension::GRID_AXIS_MAX {
+            return Err(format!(
+                "the tensor-core tiles would launch {count} cubes along one grid axis at \
+                 {name} = {len} (the most is {})",
+                extension::GRID_AXIS_MAX
+            ));
+        }
     }
     if let Some(limit) = limits.loop_limit {
         let (key_tiles, query_tiles) = (dims.m.div_ceil(size), dims.n.div_ceil(size));
