@@ -24,7 +24,7 @@ use cubecl::prelude::*;
 use super::blocks::key_range;
 use super::config::{FlashConfig, HIDDEN, NO_KEY, POISONED, Scalars, Terms};
 use super::forward::sink_start;
-use super::mma_tile::{MmaTiling, add_product, load_tile, product_abt, zero_tile};
+use super::mma_tile::{MMA_ALIGN, MmaTiling, add_product, load_tile, product_abt, zero_tile};
 use super::pair::{Pair, bias_row, read_pair, segment_of, slope_of};
 use super::row_stats::{ROW_STATS, StatsAcc};
 use super::steps::soft_cap;
@@ -74,12 +74,14 @@ pub(crate) fn flash_forward_mma<F: Float>(
     let slope = slope_of(&terms, head_idx, config);
     let (start_max, start_sum) = sink_start(&terms, n_heads, head_idx, config);
 
-    let mut q_tile = Shared::<[F]>::new_slice(comptime!(tiling.size * dkp));
-    let mut k_tile = Shared::<[F]>::new_slice(comptime!(tiling.size * dkp));
-    let mut v_tile = Shared::<[F]>::new_slice(comptime!(tiling.size * dvp));
-    let mut s_tile = Shared::<[f32]>::new_slice(comptime!(tiling.size * tiling.size));
-    let mut p_tile = Shared::<[F]>::new_slice(comptime!(tiling.size * tiling.size));
-    let mut o_tile = Shared::<[f32]>::new_slice(comptime!(tiling.size * dvp));
+    let mut q_tile = Shared::<[F]>::new_aligned_slice(comptime!(tiling.size * dkp), MMA_ALIGN);
+    let mut k_tile = Shared::<[F]>::new_aligned_slice(comptime!(tiling.size * dkp), MMA_ALIGN);
+    let mut v_tile = Shared::<[F]>::new_aligned_slice(comptime!(tiling.size * dvp), MMA_ALIGN);
+    let mut s_tile =
+        Shared::<[f32]>::new_aligned_slice(comptime!(tiling.size * tiling.size), MMA_ALIGN);
+    let mut p_tile =
+        Shared::<[F]>::new_aligned_slice(comptime!(tiling.size * tiling.size), MMA_ALIGN);
+    let mut o_tile = Shared::<[f32]>::new_aligned_slice(comptime!(tiling.size * dvp), MMA_ALIGN);
     load_tile::<F>(&mut q_tile, q, row * n, start, n, d_k, dkp, tiling);
     zero_tile(&mut o_tile, dvp, tiling);
 

@@ -24,7 +24,8 @@ use super::backward::score_grads;
 use super::blocks::{key_range, query_range};
 use super::config::{FlashConfig, Scalars, Terms};
 use super::mma_tile::{
-    MmaTiling, add_product_fragments, load_tile, product_abt, write_fragments, zero_fragments,
+    MMA_ALIGN, MmaTiling, add_product_fragments, load_tile, product_abt, write_fragments,
+    zero_fragments,
 };
 use super::pair::{Pair, bias_row, read_pair, segment_of, slope_of};
 
@@ -70,13 +71,13 @@ pub(crate) fn flash_backward_dq_mma<F: Float>(
     );
     let slope = slope_of(&terms, head_idx, config);
 
-    let mut q_tile = Shared::<[F]>::new_slice(comptime!(size * dkp));
-    let mut do_tile = Shared::<[F]>::new_slice(comptime!(size * dvp));
-    let mut k_tile = Shared::<[F]>::new_slice(comptime!(size * dkp));
-    let mut v_tile = Shared::<[F]>::new_slice(comptime!(size * dvp));
-    let mut ds_tile = Shared::<[F]>::new_slice(comptime!(size * size));
-    let mut s_tile = Shared::<[f32]>::new_slice(comptime!(size * size));
-    let mut dp_tile = Shared::<[f32]>::new_slice(comptime!(size * size));
+    let mut q_tile = Shared::<[F]>::new_aligned_slice(comptime!(size * dkp), MMA_ALIGN);
+    let mut do_tile = Shared::<[F]>::new_aligned_slice(comptime!(size * dvp), MMA_ALIGN);
+    let mut k_tile = Shared::<[F]>::new_aligned_slice(comptime!(size * dkp), MMA_ALIGN);
+    let mut v_tile = Shared::<[F]>::new_aligned_slice(comptime!(size * dvp), MMA_ALIGN);
+    let mut ds_tile = Shared::<[F]>::new_aligned_slice(comptime!(size * size), MMA_ALIGN);
+    let mut s_tile = Shared::<[f32]>::new_aligned_slice(comptime!(size * size), MMA_ALIGN);
+    let mut dp_tile = Shared::<[f32]>::new_aligned_slice(comptime!(size * size), MMA_ALIGN);
     let dq_acc = zero_fragments(dkp, tiling);
     load_tile::<F>(&mut q_tile, q, row * n, start, n, d_k, dkp, tiling);
     load_tile::<F>(&mut do_tile, d_out, row * n, start, n, d_v, dvp, tiling);
@@ -204,14 +205,14 @@ pub(crate) fn flash_backward_dkdv_mma<F: Float>(
     let (query_lo, query_hi) =
         query_range(start as i32, (start + size) as i32 - 1, n, &scalars, config);
 
-    let mut k_tile = Shared::<[F]>::new_slice(comptime!(size * dkp));
-    let mut v_tile = Shared::<[F]>::new_slice(comptime!(size * dvp));
-    let mut q_tile = Shared::<[F]>::new_slice(comptime!(size * dkp));
-    let mut do_tile = Shared::<[F]>::new_slice(comptime!(size * dvp));
-    let mut p_tile = Shared::<[F]>::new_slice(comptime!(size * size));
-    let mut ds_tile = Shared::<[F]>::new_slice(comptime!(size * size));
-    let mut s_tile = Shared::<[f32]>::new_slice(comptime!(size * size));
-    let mut dp_tile = Shared::<[f32]>::new_slice(comptime!(size * size));
+    let mut k_tile = Shared::<[F]>::new_aligned_slice(comptime!(size * dkp), MMA_ALIGN);
+    let mut v_tile = Shared::<[F]>::new_aligned_slice(comptime!(size * dvp), MMA_ALIGN);
+    let mut q_tile = Shared::<[F]>::new_aligned_slice(comptime!(size * dkp), MMA_ALIGN);
+    let mut do_tile = Shared::<[F]>::new_aligned_slice(comptime!(size * dvp), MMA_ALIGN);
+    let mut p_tile = Shared::<[F]>::new_aligned_slice(comptime!(size * size), MMA_ALIGN);
+    let mut ds_tile = Shared::<[F]>::new_aligned_slice(comptime!(size * size), MMA_ALIGN);
+    let mut s_tile = Shared::<[f32]>::new_aligned_slice(comptime!(size * size), MMA_ALIGN);
+    let mut dp_tile = Shared::<[f32]>::new_aligned_slice(comptime!(size * size), MMA_ALIGN);
     let dk_acc = zero_fragments(dkp, tiling);
     let dv_acc = zero_fragments(dvp, tiling);
     load_tile::<F>(&mut k_tile, k, kv * m, start, m, d_k, dkp, tiling);

@@ -12,6 +12,11 @@ use cubecl::prelude::*;
 /// for f16 with an f32 accumulator, and no other float shape).
 pub(crate) const MMA_SIZES: [usize; 2] = [16, 8];
 
+/// The alignment in bytes of every shared tile the matrix instructions load from or store to
+/// (CUDA's `wmma` loads need 32-byte aligned pointers; every tile's size is a multiple of it, but
+/// the tiles are packed in the order they are declared, so each asks for it).
+pub(crate) const MMA_ALIGN: usize = 32;
+
 /// The tensor-core kernels' compile-time tiling (beside
 /// [`FlashConfig`](super::config::FlashConfig), whose `rows` is the rows of a tile each unit
 /// owns).
@@ -117,8 +122,8 @@ impl MmaTiling {
     /// The loop iterations one unit of the busier backward kernel runs in all: dQ's for
     /// `n_key_tiles` tiles of keys (per tile: loading K and V, and the loop's step; outside:
     /// loading Q and dO), or dK/dV's for `n_query_tiles` tiles of queries of each of the
-    /// `group` heads that share a key head (per tile: loading Q and dO, and the step; outside:
-    /// loading K and V). Writing the results is unrolled.
+    /// `group` heads that share a key head (per tile: loading Q and dO, and the step; per head,
+    /// the head loop's step; outside: loading K and V). Writing the results is unrolled.
     pub(crate) fn backward_loop_iterations(
         &self,
         n_key_tiles: usize,
@@ -127,7 +132,7 @@ impl MmaTiling {
     ) -> usize {
         let per_tile = self.tile_steps(self.d_k_pad) + self.tile_steps(self.d_v_pad);
         let dq = n_key_tiles * (per_tile + 2) + per_tile;
-        let dkdv = group * n_query_tiles * (per_tile + 2) + per_tile;
+        let dkdv = group * (n_query_tiles * (per_tile + 2) + 2) + per_tile;
         dq.max(dkdv)
     }
 }
@@ -480,10 +485,15 @@ mod tests {
         let t = MmaTiling::new(8, 8, 64, 32);
         // Per tile: K or Q (8 × 64 / 8 = 64 steps), V or dO (8 × 32 / 8 = 32) and the step (2).
         let per_tile = 64 + 32 + 2;
-        assert_eq!(t.backward_loop_iterations(1, 1, 1), per_tile + 96);
+        // dK/dV with one head and one query tile: the tile, the head loop's step (2), loading K
+        // and V (96).
+        assert_eq!(t.backward_loop_iterations(1, 1, 1), per_tile + 2 + 96);
         // dQ's key tiles and dK/dV's query tiles times the group: the larger one counts.
         assert_eq!(t.backward_loop_iterations(10, 2, 1), 10 * per_tile + 96);
-        assert_eq!(t.backward_loop_iterations(2, 3, 4), 12 * per_tile + 96);
+        assert_eq!(
+            t.backward_loop_iterations(2, 3, 4),
+            4 * (3 * per_tile + 2) + 96
+        );
     }
 
     #[test]
