@@ -3,7 +3,8 @@
 //! iterations (the blocker's arithmetic, unit-tested here), loading a tile of rows into shared
 //! memory, and the two products every kernel is built from, on CubeCL's matrix instructions
 //! (`cmma`): `S = A·Bᵀ` of two tiles of rows (QKᵀ, dO·Vᵀ) and `O += A·B` (P·V, dS·K) or
-//! `O += Aᵀ·B` (Pᵀ·dO, dSᵀ·Q), half operands and f32 results in shared memory.
+//! `O += Aᵀ·B` (Pᵀ·dO, dSᵀ·Q), half operands and f32 results, in shared memory or, for the
+//! backward's dQ, dK and dV, in accumulator fragments written out at the end.
 
 use cubecl::prelude::*;
 
