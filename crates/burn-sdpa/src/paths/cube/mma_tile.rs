@@ -235,6 +235,52 @@ pub(crate) fn product_abt<F: Float>(
     );
 }
 
+/// The A operand from the `size × size` tile `a`: read row-major, or column-major with
+/// `transposed` (Aᵀ).
+#[cube]
+fn square_a<F: Float>(
+    a: &Shared<[F]>,
+    #[comptime] transposed: bool,
+    #[comptime] tiling: MmaTiling,
+) -> cmma::Matrix<F> {
+    let size = comptime!(tiling.size);
+    let layout = comptime!(if transposed {
+        cmma::MatrixLayout::ColMajor
+    } else {
+        cmma::MatrixLayout::RowMajor
+    });
+    cmma::Matrix::<F>::from_slice(
+        cmma::MatrixIdent::A,
+        size,
+        size,
+        size,
+        layout,
+        &a[0..comptime!(size * size)],
+        comptime!(size as u32),
+    )
+}
+
+/// The B operand of column block `c` of the `size × d_pad` row-major tile `b`:
+/// B(kk, j) = b[kk][c·size + j].
+#[cube]
+fn row_block_b<F: Float>(
+    b: &Shared<[F]>,
+    c: usize,
+    #[comptime] d_pad: usize,
+    #[comptime] tiling: MmaTiling,
+) -> cmma::Matrix<F> {
+    let size = comptime!(tiling.size);
+    cmma::Matrix::<F>::from_slice(
+        cmma::MatrixIdent::B,
+        size,
+        size,
+        size,
+        cmma::MatrixLayout::RowMajor,
+        &b[c * size..comptime!(size * d_pad)],
+        comptime!(d_pad as u32),
+    )
+}
+
 /// `out += A·B` (`out` `size × d_pad`, row-major, f32), A a `size × size` tile (`a`, read
 /// row-major, or column-major with `transposed` for `out += aᵀ·B`: Pᵀ·dO, dSᵀ·Q), B the
 /// `size × d_pad` row-major tile `b`: per column block `c`, B(kk, j) = b[kk][c·size + j].
@@ -248,20 +294,7 @@ pub(crate) fn add_product<F: Float>(
     #[comptime] tiling: MmaTiling,
 ) {
     let size = comptime!(tiling.size);
-    let a_layout = comptime!(if transposed {
-        cmma::MatrixLayout::ColMajor
-    } else {
-        cmma::MatrixLayout::RowMajor
-    });
-    let a_block = cmma::Matrix::<F>::from_slice(
-        cmma::MatrixIdent::A,
-        size,
-        size,
-        size,
-        a_layout,
-        &a[0..comptime!(size * size)],
-        comptime!(size as u32),
-    );
+    let a_block = square_a::<F>(a, transposed, tiling);
     #[unroll]
     for c in 0..comptime!(d_pad / size) {
         let acc = cmma::Matrix::<f32>::from_slice(
@@ -273,15 +306,7 @@ pub(crate) fn add_product<F: Float>(
             &out[c * size..comptime!(size * d_pad)],
             comptime!(d_pad as u32),
         );
-        let b_block = cmma::Matrix::<F>::from_slice(
-            cmma::MatrixIdent::B,
-            size,
-            size,
-            size,
-            cmma::MatrixLayout::RowMajor,
-            &b[c * size..comptime!(size * d_pad)],
-            comptime!(d_pad as u32),
-        );
+        let b_block = row_block_b::<F>(b, c, d_pad, tiling);
         cmma::execute(&a_block, &b_block, &acc, &acc);
         cmma::store(
             &mut out[c * size..comptime!(size * d_pad)],
@@ -291,6 +316,7 @@ pub(crate) fn add_product<F: Float>(
         );
     }
 }
+
 /// A `size × d_pad` f32 accumulator kept on the matrix unit, as its `d_pad / size` column
 /// blocks (fragments), zero: the backward's dQ, dK and dV, summed over many tiles without
 /// passing through shared memory.
@@ -327,31 +353,10 @@ pub(crate) fn add_product_fragments<F: Float>(
     #[comptime] tiling: MmaTiling,
 ) {
     let size = comptime!(tiling.size);
-    let a_layout = comptime!(if transposed {
-        cmma::MatrixLayout::ColMajor
-    } else {
-        cmma::MatrixLayout::RowMajor
-    });
-    let a_block = cmma::Matrix::<F>::from_slice(
-        cmma::MatrixIdent::A,
-        size,
-        size,
-        size,
-        a_layout,
-        &a[0..comptime!(size * size)],
-        comptime!(size as u32),
-    );
+    let a_block = square_a::<F>(a, transposed, tiling);
     #[unroll]
     for c in 0..comptime!(d_pad / size) {
-        let b_block = cmma::Matrix::<F>::from_slice(
-            cmma::MatrixIdent::B,
-            size,
-            size,
-            size,
-            cmma::MatrixLayout::RowMajor,
-            &b[c * size..comptime!(size * d_pad)],
-            comptime!(d_pad as u32),
-        );
+        let b_block = row_block_b::<F>(b, c, d_pad, tiling);
         let block = acc.index(c);
         cmma::execute(&a_block, &b_block, block, block);
     }
