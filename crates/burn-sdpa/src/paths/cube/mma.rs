@@ -27,7 +27,7 @@ use super::forward::sink_start;
 use super::mma_tile::{MMA_ALIGN, MmaTiling, add_product, load_tile, product_abt, zero_tile};
 use super::pair::{Pair, bias_row, read_pair, segment_of, slope_of};
 use super::row_stats::{ROW_STATS, StatsAcc};
-use super::steps::soft_cap;
+use super::steps::{grid_row, soft_cap};
 
 /// `context [b, h, n, d_v]` and `lse [b, h, n]` (and `stats` when `has_stats`) as
 /// [`flash_forward`](super::forward::flash_forward) writes them, with the products on the
@@ -52,7 +52,7 @@ pub(crate) fn flash_forward_mma<F: Float>(
 ) {
     let (n, m) = (q.shape(2), k.shape(2));
     let (n_heads, n_kv_heads) = (q.shape(1), k.shape(1));
-    let row = CUBE_POS_Y as usize + CUBE_POS_Z as usize * CUBE_COUNT_Y as usize;
+    let row = grid_row();
     if row >= q.shape(0) * n_heads {
         terminate!();
     }

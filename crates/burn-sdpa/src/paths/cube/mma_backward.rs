@@ -28,6 +28,7 @@ use super::mma_tile::{
     zero_fragments,
 };
 use super::pair::{Pair, bias_row, read_pair, segment_of, slope_of};
+use super::steps::grid_row;
 
 /// dQ `[b, h, n, d_k]` as [`flash_backward_dq`](super::backward::flash_backward_dq) writes it,
 /// with the products on the matrix unit. `F` is f16 or bf16. Launched with `lanes` units per
@@ -50,7 +51,7 @@ pub(crate) fn flash_backward_dq_mma<F: Float>(
 ) {
     let (n, m) = (q.shape(2), k.shape(2));
     let (n_heads, n_kv_heads) = (q.shape(1), k.shape(1));
-    let row = CUBE_POS_Y as usize + CUBE_POS_Z as usize * CUBE_COUNT_Y as usize;
+    let row = grid_row();
     if row >= q.shape(0) * n_heads {
         terminate!();
     }
@@ -192,7 +193,7 @@ pub(crate) fn flash_backward_dkdv_mma<F: Float>(
     let (n_heads, n_kv_heads) = (q.shape(1), k.shape(1));
     let group = n_heads / n_kv_heads;
     // The grid's rows are (batch·kv head) rows, its tiles tiles of keys.
-    let kv = CUBE_POS_Y as usize + CUBE_POS_Z as usize * CUBE_COUNT_Y as usize;
+    let kv = grid_row();
     if kv >= q.shape(0) * n_kv_heads {
         terminate!();
     }

@@ -46,12 +46,18 @@ pub(crate) struct Block {
     pub first: usize,
 }
 
-/// The block of this cube over `batch · n_heads` (batch·head) rows: the row is
-/// `CUBE_POS_Y + CUBE_POS_Z · CUBE_COUNT_Y` (the grid's second and third axes together, since
-/// Vulkan and Metal bound each to 65 535), the block `CUBE_POS_X`.
+/// This cube's (batch·head) row: `CUBE_POS_Y + CUBE_POS_Z · CUBE_COUNT_Y` (the grid's second
+/// and third axes together, since Vulkan and Metal bound each to 65 535).
+#[cube]
+pub(crate) fn grid_row() -> usize {
+    CUBE_POS_Y as usize + CUBE_POS_Z as usize * CUBE_COUNT_Y as usize
+}
+
+/// The block of this cube over `batch · n_heads` (batch·head) rows: the row is [`grid_row`],
+/// the block `CUBE_POS_X`.
 #[cube]
 pub(crate) fn grid_block(batch: usize, n_heads: usize, #[comptime] rows: usize) -> Block {
-    let row = CUBE_POS_Y as usize + CUBE_POS_Z as usize * CUBE_COUNT_Y as usize;
+    let row = grid_row();
     let unit = UNIT_POS_X as usize;
     let start = CUBE_POS_X as usize * comptime!(UNITS * rows);
     Block {
