@@ -4,19 +4,23 @@
 # same run, then the model's training steps/s against its PyTorch twin. Made for a lent GPU
 # machine (CUDA, Python and PyTorch; no Rust): the sdpa binary comes prebuilt.
 #
-#   benches/gpu_sitting.sh [--small|--headline] SDPA_BINARY OUT_DIR
+#   benches/gpu_sitting.sh [--small|--headline] KIT_OR_BINARY OUT_DIR
 #
-# SDPA_BINARY may be xz-compressed (a name ending in .xz), as it travels to the GPU machine:
+# KIT_OR_BINARY is the GPU kit (.gpu/kit.tar.xz, from benches/gpu_kit.sh: two `sdpa` binaries,
+# CUDA kernels compiled by LLVM or by NVRTC, and a Vulkan loader), or one `sdpa` binary (which
+# may be xz-compressed, a name ending in .xz). The binaries link LLVM 23.1: .ci/llvm-for-cuda.sh
+# lays out Debian sid's where cubecl-cuda's LLVM bundler looks (tracel's own bundle needs
+# GitHub: the bundler downloads tracel-llvm-23.1.0-4-linux-x64.tar.xz and its .checksums.json
+# into ~/.cache/tracel/; on a machine without network, put the two files there and build with
+# TRACEL_LLVM_BUNDLER_SKIP_CHECKSUM_DOWNLOAD=1).
 #
-#   cargo build --release --locked --features "wgpu cuda" --bin sdpa
-#   mkdir -p .gpu && strip -o .gpu/sdpa "$CARGO_TARGET_DIR/release/sdpa" && xz -9 -T2 .gpu/sdpa
-#
-# (`/.gpu/` is in .git/info/exclude.) The `cuda` feature builds without CUDA, but cubecl-cuda's
-# cubecl-llvm needs tracel's LLVM 23.1 bundle, which its build script (tracel-llvm-bundler)
-# downloads from github.com/tracel-ai/tracel-llvm/releases/download/v23.1.0-4/ into
-# ~/.cache/tracel/ (tracel-llvm-23.1.0-4-linux-x64.tar.xz and ...-linux-x64.checksums.json)
-# and unpacks into ~/.local/share/tracel/: on a machine without network, put the two files
-# there and build with TRACEL_LLVM_BUNDLER_SKIP_CHECKSUM_DOWNLOAD=1.
+# A preflight of at most 30 s comes first (OUT/preflight.txt): nvidia-smi, the glibc version,
+# libcuda, where libnvrtc is (the system's, or PyTorch's site-packages), NVIDIA's Vulkan ICD and
+# a Vulkan loader (the kit's where the host has none), PyTorch's version and whether its flash
+# SDPA runs, and whether each of the kit's binaries opens the device. What is missing is
+# recorded and the sitting goes on with what works. From a kit, the sitting runs the NVRTC
+# binary where libnvrtc was found and it opened the device, else the LLVM one
+# (SITTING_COMPILER=llvm|nvrtc picks); the report names the compiler that produced the kernels.
 #
 #   (full)      about 8 minutes at most (SITTING_BUDGET seconds, default 460): every step below,
 #               the most important first, each skipped once the budget is spent;
@@ -46,26 +50,38 @@ case "${1:-}" in
     --small) mode=small; shift ;;
     --headline) mode=headline; shift ;;
 esac
-SDPA="${1:?usage: gpu_sitting.sh [--small|--headline] SDPA_BINARY OUT_DIR}"
-OUT="${2:?usage: gpu_sitting.sh [--small|--headline] SDPA_BINARY OUT_DIR}"
+SDPA="${1:?usage: gpu_sitting.sh [--small|--headline] KIT_OR_BINARY OUT_DIR}"
+OUT="${2:?usage: gpu_sitting.sh [--small|--headline] KIT_OR_BINARY OUT_DIR}"
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 case "$SDPA" in /*) ;; *) SDPA="$ROOT/$SDPA" ;; esac
 mkdir -p "$OUT/logs" "$OUT/bench" || exit 2
 OUT="$(cd "$OUT" && pwd)"
 PYTHON="${PYTHON:-python3}"
-# A binary carried compressed (SDPA.xz: the stripped binary is ~110 MB, its xz ~19 MB) is
-# unpacked next to this run's temporary files first (xz, or Python's lzma where xz is missing).
-if [ "${SDPA%.xz}" != "$SDPA" ]; then
-    unpacked="$(mktemp "${TMPDIR:-/tmp}/gpu-sitting-sdpa.XXXXXX")"
-    if command -v xz >/dev/null 2>&1; then
-        xz -dc "$SDPA" > "$unpacked"
-    else
-        "$PYTHON" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-            "$SDPA" "$unpacked"
-    fi || { echo "cannot unpack $SDPA" >&2; exit 2; }
-    chmod +x "$unpacked"
-    SDPA="$unpacked"
+# The kit (KIT.tar.xz) is unpacked into this run's temporary folder (tar with xz, or Python's
+# tarfile where xz is missing); a binary carried compressed (SDPA.xz) likewise.
+SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/gpu-sitting.XXXXXX")"
+trap 'rm -rf "$SCRATCH"' EXIT
+unxz_to() { # FILE.xz DEST: xz, or Python's lzma where xz is missing
+    if command -v xz >/dev/null 2>&1; then xz -dc "$1" > "$2"; else
+        "$PYTHON" -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"
+    fi
+}
+KIT=""
+declare -A KIT_BINARIES=()
+if [ "${SDPA%.tar.xz}" != "$SDPA" ]; then
+    unxz_to "$SDPA" "$SCRATCH/kit.tar" && tar -C "$SCRATCH" -xf "$SCRATCH/kit.tar" && rm "$SCRATCH/kit.tar" \
+        || { echo "cannot unpack the kit $SDPA" >&2; exit 2; }
+    KIT="$SCRATCH/kit"
+    for compiler in llvm nvrtc; do
+        [ -x "$KIT/sdpa-$compiler" ] && KIT_BINARIES[$compiler]="$KIT/sdpa-$compiler"
+    done
+    [ "${#KIT_BINARIES[@]}" -gt 0 ] || { echo "no sdpa-llvm or sdpa-nvrtc in the kit $SDPA" >&2; exit 2; }
+    SDPA="${KIT_BINARIES[llvm]:-${KIT_BINARIES[nvrtc]}}"
+elif [ "${SDPA%.xz}" != "$SDPA" ]; then
+    unxz_to "$SDPA" "$SCRATCH/sdpa" || { echo "cannot unpack $SDPA" >&2; exit 2; }
+    chmod +x "$SCRATCH/sdpa"
+    SDPA="$SCRATCH/sdpa"
 fi
 [ -x "$SDPA" ] || { echo "not an executable: $SDPA" >&2; exit 2; }
 REPORT=("$PYTHON" "$ROOT/benches/gpu_sitting_report.py")
@@ -91,14 +107,34 @@ else
 fi
 MODES=("forward" "forward+backward" "forward, causal" "forward+backward, causal")
 
-# --- the CUDA libraries the binary loads at run time (cudarc: libcuda.so.1, libnvrtc.so.13) ---
-if [ "$BACKEND" = cuda ] && ! ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
+# --- the libraries the binaries load at run time ---
+# libnvrtc (the NVRTC binary; cudarc also tries it for the LLVM one): the system's, else CUDA's
+# folders, else PyTorch's wheels (nvidia-cuda-nvrtc: site-packages/nvidia/*/lib).
+# ldconfig lives in /sbin, which a user's PATH may lack.
+LDCONFIG="$(command -v ldconfig || echo /sbin/ldconfig)"
+NVRTC_FOUND="$("$LDCONFIG" -p 2>/dev/null | sed -n 's/.*libnvrtc\.so[.0-9]* .*=> //p' | head -1)"
+if [ -z "$NVRTC_FOUND" ]; then
     extra=""
     for dir in /usr/local/cuda/lib64 /usr/local/cuda-*/lib64 /usr/local/cuda/targets/*/lib \
         $("$PYTHON" -c 'import glob, site; print(" ".join(glob.glob(site.getsitepackages()[0] + "/nvidia/*/lib")))' 2>/dev/null); do
-        if ls "$dir"/libnvrtc.so* >/dev/null 2>&1; then extra="$extra:$dir"; fi
+        if ls "$dir"/libnvrtc.so* >/dev/null 2>&1; then
+            extra="$extra:$dir"
+            [ -z "$NVRTC_FOUND" ] && NVRTC_FOUND="$(ls "$dir"/libnvrtc.so* | head -1)"
+        fi
     done
     export LD_LIBRARY_PATH="${extra#:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+# A Vulkan loader (wgpu and vulkan backends): the host's, else the kit's (Debian 12's).
+VULKAN_LOADER="$("$LDCONFIG" -p 2>/dev/null | sed -n 's/.*libvulkan\.so\.1 .*=> //p' | head -1)"
+if [ -z "$VULKAN_LOADER" ] && [ -n "$KIT" ] && [ -f "$KIT/lib/libvulkan.so.1" ]; then
+    VULKAN_LOADER="$KIT/lib/libvulkan.so.1 (the kit's)"
+    export LD_LIBRARY_PATH="$KIT/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+fi
+# NVIDIA's Vulkan ICD: where the loader looks, else the driver's own folder (named to it).
+VULKAN_ICD="$(ls /usr/share/vulkan/icd.d/nvidia_icd*.json /etc/vulkan/icd.d/nvidia_icd*.json 2>/dev/null | head -1)"
+if [ -z "$VULKAN_ICD" ] && [ -f /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json ]; then
+    VULKAN_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+    export VK_DRIVER_FILES="$VULKAN_ICD"
 fi
 
 # PyTorch: on the GPU it must see CUDA; in --small, torch on the CPU if this Python has it.
@@ -138,7 +174,93 @@ step() {
     return 0
 }
 
-# --- 1. the machine and the versions, first ---
+# --small here, with a binary that has the vulkan feature (the kit's): Burn's `vulkan` compiles
+# every wgpu kernel to SPIR-V, which Debian 12's lavapipe crashes on (a segfault, measured);
+# Debian sid's lavapipe runs it, with cooperative matrices, so the binaries run under it
+# (.ci/lavapipe-coopmat.sh fetches it once, without installing anything). SITTING_PREFIX, when
+# set, is used instead (a command and its arguments, split on spaces; empty: none).
+RUN_PREFIX=()
+if [ -n "${SITTING_PREFIX+x}" ]; then
+    read -r -a RUN_PREFIX <<< "$SITTING_PREFIX"
+elif [ "$mode" = small ] && "$SDPA" --version 2>/dev/null | grep -q '^backend vulkan' \
+    && [ -x "$ROOT/.ci/lavapipe-coopmat.sh" ]; then
+    if "$ROOT/.ci/lavapipe-coopmat.sh" > "$OUT/logs/lavapipe-coopmat.txt" 2>&1; then
+        RUN_PREFIX=("$ROOT/.ci/lavapipe-coopmat.sh" --)
+    else
+        echo "sid's lavapipe could not be fetched (logs/lavapipe-coopmat.txt): the binaries run on this machine's driver" >&2
+    fi
+fi
+
+# --- 1. the preflight (at most 30 s): what the host has, and which binary opens the device ---
+PRE_DEADLINE=$(( $(date +%s) + 30 ))
+pre() { # SECONDS CMD...: CMD under what is left of the preflight's 30 s (at most SECONDS)
+    local t=$(( PRE_DEADLINE - $(date +%s) )); [ "$t" -gt "$1" ] && t=$1; shift
+    [ "$t" -lt 1 ] && { echo "(skipped: the preflight's 30 s are spent)"; return 0; }
+    timeout -k 1 "$t" "$@" 2>&1 || echo "(exit $?)"
+}
+opens() { # BINARY: the device's answer ("opened", else the reason it did not)
+    local probe_dir; probe_dir="$(mktemp -d "$SCRATCH/probe.XXXXXX")"
+    local said; said="$(pre 8 "${RUN_PREFIX[@]}" "$1" golden "$probe_dir" --backend "$BACKEND" | tail -3 | tr '\n' ' ')"
+    case "$said" in *"no *.json case files"*) echo opened ;; *) echo "${said:-(no answer)}" ;; esac
+}
+# PyTorch's version, and whether its flash SDPA runs on this GPU.
+TORCH_CHECK="$(cat <<'PY'
+import torch, torch.nn.functional as F
+line = f"{torch.__version__} (CUDA {torch.version.cuda})"
+if not torch.cuda.is_available():
+    print(line + "; flash SDPA: no CUDA device"); raise SystemExit
+from torch.nn.attention import sdpa_kernel, SDPBackend
+q = torch.randn(1, 2, 256, 64, device="cuda", dtype=torch.bfloat16)
+try:
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        F.scaled_dot_product_attention(q, q, q)
+    torch.cuda.synchronize()
+    print(line + "; flash SDPA: runs")
+except Exception as e:
+    print(line + "; flash SDPA: " + str(e).splitlines()[0][:200])
+PY
+)"
+{
+    echo "# preflight, $(date -u +%FT%TZ): gpu_sitting.sh $mode on --backend $BACKEND"
+    echo "gpu: $(pre 5 nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total --format=csv,noheader | head -1)"
+    echo "glibc: $(getconf GNU_LIBC_VERSION 2>/dev/null || ldd --version 2>/dev/null | head -1)"
+    echo "libcuda: $("$LDCONFIG" -p 2>/dev/null | sed -n 's/.*libcuda\.so\.1 .*=> //p' | head -1 | grep . || echo 'not found (ldconfig)')"
+    echo "libnvrtc: ${NVRTC_FOUND:-not found (ldconfig, /usr/local/cuda*, the site-packages of PyTorch)}"
+    echo "vulkan loader: ${VULKAN_LOADER:-not found}"
+    echo "vulkan icd (NVIDIA): ${VULKAN_ICD:-not found}"
+    echo "torch: $(pre 14 "$PYTHON" -c "$TORCH_CHECK" | tail -1)"
+    if [ -n "$KIT" ]; then
+        for compiler in "${!KIT_BINARIES[@]}"; do
+            echo "sdpa-$compiler on $BACKEND: $(opens "${KIT_BINARIES[$compiler]}")"
+        done
+    else
+        echo "sdpa on $BACKEND: $(opens "$SDPA")"
+    fi
+    [ "${#RUN_PREFIX[@]}" -gt 0 ] && echo "run under: ${RUN_PREFIX[*]}"
+    echo "preflight seconds: $(( $(date +%s) - PRE_DEADLINE + 30 ))"
+} > "$OUT/preflight.txt"
+# From a kit: the NVRTC binary where it opened the device, else the LLVM one; SITTING_COMPILER
+# names one.
+if [ -n "$KIT" ]; then
+    want="${SITTING_COMPILER:-}"
+    if [ -z "$want" ]; then
+        # NVRTC compiles each kernel through the host's libnvrtc (opening the device compiles
+        # nothing): only where libnvrtc was found and the binary opened the device.
+        want=llvm
+        if [ -n "$NVRTC_FOUND" ] && grep -q '^sdpa-nvrtc on .*: opened$' "$OUT/preflight.txt"; then
+            want=nvrtc
+        fi
+        [ -n "${KIT_BINARIES[$want]:-}" ] || want=nvrtc
+    fi
+    [ -n "${KIT_BINARIES[$want]:-}" ] || { echo "SITTING_COMPILER=$want: no sdpa-$want in the kit" >&2; exit 2; }
+    SDPA="${KIT_BINARIES[$want]}"
+    echo "ran: sdpa-$want" >> "$OUT/preflight.txt"
+fi
+COMPILER="$("$SDPA" --version 2>/dev/null | sed -n "s/^backend $BACKEND: kernels compiled to //p")"
+echo "kernels: ${COMPILER:-(not named by this binary)}" >> "$OUT/preflight.txt"
+cat "$OUT/preflight.txt" >&2
+
+# The longer record of the machine and the versions.
 {
     echo "# gpu_sitting.sh $mode, $(date -u +%FT%TZ), budget ${budget}s"
     echo "## uname"; uname -a
@@ -151,17 +273,15 @@ step() {
     echo "## libraries"; ldconfig -p 2>/dev/null | grep -E 'libcuda\.so|libnvrtc\.so' || echo "(none in ldconfig)"
     echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     echo "## sdpa"; "$SDPA" --version 2>&1; ls -l "$SDPA"; (ldd "$SDPA" 2>&1 || true)
-    echo "## sdpa's $BACKEND device (\"no *.json case files\": it opened; else the reason it did not)"
-    probe_dir="$(mktemp -d)"; timeout 60 "$SDPA" golden "$probe_dir" --backend "$BACKEND" 2>&1 | tail -3
-    rmdir "$probe_dir"
+    [ -n "$KIT" ] && { echo "## the kit's MANIFEST.txt"; cat "$KIT/MANIFEST.txt"; }
     echo "## python"; "$PYTHON" --version 2>&1
-    "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "available", torch.cuda.is_available())' 2>&1 || echo "(no torch)"
     echo "## CPU"; (lscpu 2>/dev/null | head -20) || true
     echo "## memory"; (free -g 2>/dev/null) || true
 } > "$OUT/env.txt" 2>&1
 rm -f "$OUT/rows.jsonl"
 [ "$HAVE_PYTHON" = 1 ] && "${REPORT[@]}" meta "$OUT" "sitting=$mode" "backend=$BACKEND" "b=$B" "h=$H" \
-    "budget=$budget" "started=$(date -u +%FT%TZ)"
+    "budget=$budget" "started=$(date -u +%FT%TZ)" "binary=$(basename "$SDPA")" \
+    "compiler=${COMPILER:-}"
 render
 
 # --- helpers ---
@@ -185,7 +305,7 @@ ours() { # PATH DTYPE D N LIMIT: one `sdpa bench` run of one path on one cell, f
     local reps=(--reps 5 --min-total-ms 300)
     [ "$n" -ge 16384 ] && reps=(--reps 2 --min-total-ms 0)
     [ "$mode" = small ] && reps=(--reps 2 --min-total-ms 0)
-    step "$name" "$limit" "$OUT/logs/$name.log" "$SDPA" bench --backend "$BACKEND" --path "$path" \
+    step "$name" "$limit" "$OUT/logs/$name.log" "${RUN_PREFIX[@]}" "$SDPA" bench --backend "$BACKEND" --path "$path" \
         --dtype "$dtype" --batch "$B" --heads "$H" --d-k "$d" --n "$n" --skip-memory --plain \
         "${reps[@]}" "${modes[@]}" --out "$dir"
     [ "$RC" = -1 ] && return 0
@@ -206,7 +326,7 @@ ours() { # PATH DTYPE D N LIMIT: one `sdpa bench` run of one path on one cell, f
 # Every case of the golden folders in one folder (outside OUT: 6 MB that need not come back),
 # named FOLDER__CASE.json, so that one run per implementation covers them all.
 GOLDEN_CASES="$(mktemp -d "${TMPDIR:-/tmp}/gpu-sitting-golden.XXXXXX")"
-trap 'rm -rf "$GOLDEN_CASES" ${unpacked:+"$unpacked"}' EXIT
+trap 'rm -rf "$GOLDEN_CASES" "$SCRATCH"' EXIT
 for dir in "${GOLDEN_DIRS[@]}"; do
     for f in "$dir"/*.json; do cp "$f" "$GOLDEN_CASES/$(basename "$dir")__$(basename "$f")"; done
 done
@@ -214,7 +334,7 @@ golden() { # IMPLEMENTATION LIMIT [DTYPE]: every golden case, forward and backwa
     # or bf16: the inputs rounded to it, compared with f32 naive on them; `sdpa golden --dtype`)
     local implementation="$1" limit="$2" dtype="${3:-f32}" name="golden-$1" label="$1"
     [ "$dtype" != f32 ] && name="golden-$1-$dtype" && label="$1 ($dtype)"
-    step "$name" "$limit" "$OUT/logs/$name.log" "$SDPA" golden "$GOLDEN_CASES" \
+    step "$name" "$limit" "$OUT/logs/$name.log" "${RUN_PREFIX[@]}" "$SDPA" golden "$GOLDEN_CASES" \
         --backend "$BACKEND" --implementation "$implementation" --dtype "$dtype"
     [ "$RC" = -1 ] && return 0
     [ "$HAVE_PYTHON" = 1 ] && "${REPORT[@]}" ingest-golden "$OUT" "$label" "$RC" "$OUT/logs/$name.log"
@@ -290,7 +410,7 @@ for size in "${train_sizes[@]}"; do
     [ "$mode" = small ] && size_args+=(--steps 2 --warmup 1)
     dir="$OUT/train"; mkdir -p "$dir"
     rm -f "$dir/train_${BACKEND}_$size.json" "$dir/train_pytorch_$size.json"
-    step "train-sdpa-$size" 90 "$OUT/logs/train-sdpa-$size.log" "$SDPA" train-bench \
+    step "train-sdpa-$size" 90 "$OUT/logs/train-sdpa-$size.log" "${RUN_PREFIX[@]}" "$SDPA" train-bench \
         --backend "$BACKEND" "${size_args[@]}" --rounds 2 --overwrite --out "$dir"
     if [ "$RC" != -1 ] && [ "$HAVE_PYTHON" = 1 ]; then
         file="$dir/train_${BACKEND}_$size.json"

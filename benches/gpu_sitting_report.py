@@ -215,6 +215,9 @@ def render(out):
     if meta.get("sitting"):
         lines += [f"`benches/gpu_sitting.sh` ({meta['sitting']}) on `--backend {backend}`, started "
                   f"{meta.get('started', '?')}, budget {meta.get('budget', '?')} s.", ""]
+    if meta.get("compiler"):  # empty: a binary that does not name its compiler
+        lines += [f"Our kernels were compiled to {meta['compiler']} (binary `{meta.get('binary', 'sdpa')}`); "
+                  "what the host had: the preflight at the end.", ""]
     gpu = next((r for r in env_rows if r.get("gpu")), None)
     if gpu:
         lines.append(f"{gpu['gpu']} (compute capability {gpu['capability']}, {gpu['gpu_memory_gib']:.0f} GiB), "
@@ -282,10 +285,15 @@ def render(out):
                          + (", ".join(f"{x:.1f}" for x in r.get("steps_per_s", []))
                             or r.get("error", "")[:300].replace("|", "/"))
                          + " |")
+    preflight = os.path.join(out, "preflight.txt")
+    if os.path.exists(preflight):
+        with open(preflight, errors="replace") as f:
+            pre = [l.rstrip() for l in f if l.strip() and not l.startswith("#")]
+        lines += ["", "## Preflight (`preflight.txt`)", ""] + [f"- {l}" for l in pre]
     steps = os.path.join(out, "steps.tsv")
     if os.path.exists(steps):
         lines += ["", "Every step of the sitting, its exit and its seconds: `steps.tsv`; logs: `logs/`."]
-    summary = {"matmul_bf16_tflops": ceiling, "cells": table, "golden": golden, "train": train, "env": env_rows}
+    summary = {"compiler": meta.get("compiler"), "binary": meta.get("binary"), "matmul_bf16_tflops": ceiling, "cells": table, "golden": golden, "train": train, "env": env_rows}
     with open(os.path.join(out, "bench_gpu.json"), "w") as f:
         json.dump(summary, f, indent=2)
     with open(os.path.join(out, "BENCH_gpu.md"), "w") as f:

@@ -111,6 +111,41 @@ impl BackendKind {
         )
     }
 
+    /// What turns this binary's CubeCL kernels into code the backend's driver loads, as a GPU
+    /// result should name it; `None` for the CPU backends (plain Rust).
+    ///
+    /// cubecl-cuda 0.11.3 has two compilers, both always compiled in, one chosen at build time
+    /// by its `cpp` feature (`cubecl-cuda/src/compiler.rs`): PTX through LLVM's NVPTX back end
+    /// (the default; this repository links Debian sid's LLVM 23.1, `.ci/llvm-for-cuda.sh`), or
+    /// CUDA C++ through NVRTC (this binary's `cuda-nvrtc` feature), which needs the host's
+    /// `libnvrtc` at run time.
+    pub fn kernel_compiler(&self) -> Option<&'static str> {
+        match self {
+            BackendKind::Ndarray | BackendKind::Flex => None,
+            // Burn's `vulkan` feature gives wgpu's Vulkan adapters CubeCL's SPIR-V compiler.
+            BackendKind::Wgpu if cfg!(feature = "vulkan") => {
+                Some("SPIR-V on a Vulkan adapter (the vulkan feature), else WGSL")
+            }
+            BackendKind::Wgpu => Some("WGSL (wgpu)"),
+            BackendKind::Vulkan => Some("SPIR-V (wgpu on Vulkan)"),
+            BackendKind::Cuda if cfg!(feature = "cuda-nvrtc") => Some("CUDA C++ by NVRTC"),
+            BackendKind::Cuda => Some("PTX by LLVM 23.1 (NVPTX)"),
+        }
+    }
+
+    /// What this binary was built with, for `sdpa --version` and a GPU sitting's record: the
+    /// backends compiled in, one line each, with the kernel compiler of each GPU backend.
+    pub fn build_summary() -> String {
+        let mut lines = vec![env!("CARGO_PKG_VERSION").to_string()];
+        for kind in Self::compiled() {
+            lines.push(match kind.kernel_compiler() {
+                Some(compiler) => format!("backend {kind}: kernels compiled to {compiler}"),
+                None => format!("backend {kind}"),
+            });
+        }
+        lines.join("\n")
+    }
+
     /// Whether the backend runs only on a GPU with its driver, so that being compiled in does
     /// not mean it is usable on this machine (CUDA: a CI machine builds it without a GPU; wgpu
     /// falls back to a CPU driver, lavapipe, where there is no GPU).
@@ -303,6 +338,37 @@ mod tests {
             cfg!(feature = "cuda")
         );
         assert!(!BackendKind::Wgpu.needs_gpu() && !BackendKind::Flex.needs_gpu());
+    }
+
+    #[test]
+    fn every_gpu_backend_names_its_kernel_compiler() {
+        for kind in BackendKind::ALL {
+            assert_eq!(
+                kind.kernel_compiler().is_some(),
+                !kind.supports_f64(),
+                "{kind}"
+            );
+        }
+        let cuda = BackendKind::Cuda.kernel_compiler().unwrap_or_default();
+        if cfg!(feature = "cuda-nvrtc") {
+            assert!(cuda.contains("NVRTC"), "{cuda}");
+        } else {
+            assert!(cuda.contains("LLVM"), "{cuda}");
+        }
+    }
+
+    #[test]
+    fn the_build_summary_names_every_compiled_backend_and_its_compiler() {
+        let summary = BackendKind::build_summary();
+        for kind in BackendKind::ALL {
+            let line = summary.lines().find(|l| {
+                *l == format!("backend {kind}") || l.starts_with(&format!("backend {kind}:"))
+            });
+            assert_eq!(line.is_some(), kind.is_compiled(), "{kind}: {summary}");
+            if let (Some(line), Some(compiler)) = (line, kind.kernel_compiler()) {
+                assert!(line.ends_with(compiler), "{line}");
+            }
+        }
     }
 
     #[cfg(not(feature = "cuda"))]

@@ -3,7 +3,7 @@
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 /// Every heap allocation is counted (on top of the system allocator), so that the lab's
 /// `complexity` experiment measures the memory a computation holds, not the resident size.
@@ -41,7 +41,14 @@ enum Command {
 
 fn main() -> ExitCode {
     sdpa::tune_allocator();
-    let cli = Cli::parse();
+    // `--version` names the backends compiled in and each GPU backend's kernel compiler (a
+    // GPU result says which compiler produced it: benches/gpu_sitting.sh records this).
+    let summary: &'static str = Box::leak(sdpa::BackendKind::build_summary().into_boxed_str());
+    let matches = Cli::command().long_version(summary).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     let result = match cli.command {
         Command::Golden(args) => cli::golden::run(&args),
         Command::Train(args) => cli::train::run(&args).map(|_| true),

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use burn_sdpa::{DEFAULT_BLOCK_SIZE, Implementation};
+use burn_sdpa::{BackendFamily, DEFAULT_BLOCK_SIZE, Implementation};
 
 use super::UsageError;
 use super::report::{LabArgs, lab_error};
@@ -122,6 +122,10 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
             return Err(UsageError(format!("--min-total-ms must be ≥ 0, got {ms}")).into());
         }
         config.min_total_ms = ms;
+        // Honoured with --quick too: more runs, up to the full bench's 30 (or --reps if more).
+        if ms > 0.0 {
+            config.max_reps = config.max_reps.max(30).max(config.reps);
+        }
     }
     for (flag, sizes) in [
         ("--n", &args.ns),
@@ -196,6 +200,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
     };
     sdpa_model::check_fits(&sizes, needed).map_err(|e| UsageError(e.to_string()))?;
     keep_backends_with_dtype(args, &mut env.backends)?;
+    refuse_measuring_nothing(args, &config, &mut env.backends)?;
     // Before anything runs: the folder must be the benches' own (or empty), and every file
     // this run writes one they may replace.
     let names: Vec<String> = env
@@ -217,7 +222,13 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
             peak_memory: config.peak_memory && !on_gpu,
             ..config.clone()
         };
-        let report = sdpa_lab::bench::run_bench(backend, &config, &ctx)?;
+        let mut report = sdpa_lab::bench::run_bench(backend, &config, &ctx)?;
+        report.kernel_compiler = backend
+            .name
+            .parse::<crate::BackendKind>()
+            .ok()
+            .and_then(|k| k.kernel_compiler())
+            .map(String::from);
         println!("{}", sdpa_lab::bench::markdown(&report));
         for f in sdpa_lab::bench::write(&report, &mut folder).map_err(lab_error)? {
             println!("wrote {f}");
@@ -246,6 +257,73 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         }
     }
     Ok(ok)
+}
+
+/// Refuses (exit 2, before anything is written) a bench that would measure nothing on a backend
+/// named on the command line: a `--path` that does not run there (the CubeCL kernels run on
+/// wgpu, vulkan and cuda only), or paths and modes that leave no cell (the baseline takes no
+/// mask). A backend that `all` brought in is skipped with a note instead, as for `--dtype`; and
+/// when none is left, nothing would be measured: refused too.
+fn refuse_measuring_nothing(
+    args: &BenchArgs,
+    config: &sdpa_lab::bench::BenchConfig,
+    backends: &mut Vec<sdpa_lab::LabBackend>,
+) -> anyhow::Result<()> {
+    let named = |name: &str| args.backends.iter().any(|b| b.eq_ignore_ascii_case(name));
+    let mut kept = Vec::new();
+    for backend in backends.drain(..) {
+        let cube = BackendFamily::of(&backend.device) == BackendFamily::CubeCl;
+        let served = sdpa_lab::bench::paths(config.block_size, cube);
+        let reason = if let Some(path) = config
+            .paths
+            .iter()
+            .find(|p| !served.iter().any(|(name, _)| name == p))
+        {
+            Some(format!(
+                "--path {path} does not run on the {} backend: the CubeCL kernels \
+                 (cube_kernel, cube_tensor_cores) run on wgpu, vulkan and cuda only (build with \
+                 --features wgpu and pass --backend wgpu); the {} backend runs {}",
+                backend.name,
+                backend.name,
+                served
+                    .iter()
+                    .map(|(name, _)| *name)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        } else {
+            let cells = sdpa_lab::bench::Mode::ALL
+                .into_iter()
+                .filter(|m| config.modes.iter().any(|name| name == m.name()))
+                .flat_map(|m| sdpa_lab::bench::paths_for(config.block_size, m.masked(), cube))
+                .filter(|(name, _)| {
+                    config.paths.is_empty() || config.paths.iter().any(|p| p == name)
+                })
+                .count();
+            (cells == 0).then(|| {
+                format!(
+                    "the paths {:?} time none of the modes {:?} on the {} backend (the \
+                     baseline takes no mask): nothing would be measured",
+                    config.paths, config.modes, backend.name
+                )
+            })
+        };
+        match reason {
+            None => kept.push(backend),
+            Some(reason) if named(&backend.name) => return Err(UsageError(reason).into()),
+            Some(reason) => println!("note: skipping {}: {reason}", backend.name),
+        }
+    }
+    if kept.is_empty() {
+        return Err(UsageError(
+            "no backend asked for can time the paths and modes asked for: nothing would be \
+             measured"
+                .into(),
+        )
+        .into());
+    }
+    *backends = kept;
+    Ok(())
 }
 
 /// Keeps the backends whose devices have tensors of `--dtype` (bf16 and f16 are not on every

@@ -67,8 +67,14 @@ pub fn run(args: &GoldenArgs) -> anyhow::Result<bool> {
             super::UsageError(format!("{}: no *.json case files", args.dir.display())).into(),
         );
     }
+    // A GPU result names the compiler that produced its kernels (CUDA: LLVM or NVRTC).
+    let compiler = args
+        .backend
+        .kernel_compiler()
+        .map(|c| format!(", kernels compiled to {c}"))
+        .unwrap_or_default();
     println!(
-        "golden cases in {} on {} ({:?}, {:?})",
+        "golden cases in {} on {}{compiler} ({:?}, {:?})",
         args.dir.display(),
         args.backend,
         args.implementation,
@@ -76,14 +82,17 @@ pub fn run(args: &GoldenArgs) -> anyhow::Result<bool> {
     );
     let (mut passed, mut failed, mut not_served, mut loose) = (0, 0, 0, 0);
     for file in &files {
-        match golden::run_file_in(file, &device, args.implementation, args.dtype) {
+        // Every line names its file relative to the folder given (several cases may share a
+        // `name`): ok, FAIL and SKIP alike.
+        let relative = file.strip_prefix(&args.dir).unwrap_or(file);
+        match golden::run_file_in(file, &device, args.implementation, args.dtype).map_err(|e| {
+            golden::GoldenError {
+                path: golden::escaped(relative),
+                ..e
+            }
+        }) {
             Ok(mut report) => {
-                // Relative to the folder given: several cases may share a `name`.
-                report.file = file
-                    .strip_prefix(&args.dir)
-                    .unwrap_or(file)
-                    .display()
-                    .to_string();
+                report.file = relative.display().to_string();
                 println!("{}", report.line(args.strict));
                 let ok = if args.strict {
                     report.passed_strict()

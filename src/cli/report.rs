@@ -132,6 +132,9 @@ impl LabArgs {
 pub(super) fn lab_error(e: LabError) -> anyhow::Error {
     match e {
         LabError::Usage(m) => UsageError(m).into(),
+        // A folder the user cannot write is the user's choice: bad usage, as for every
+        // subcommand.
+        LabError::Model(m) if m.is_unwritable() => UsageError(m.to_string()).into(),
         other => other.into(),
     }
 }

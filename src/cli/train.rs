@@ -291,18 +291,23 @@ impl TrainArgs {
     }
 }
 
-/// A wrong --out or --resume folder, a resume that asks for another run than the saved one, a
-/// run that cannot start on its device, or sizes that cannot fit, are bad usage (exit 2); every
+/// A wrong --out or --resume folder (one that cannot be written too), a resume that asks for
+/// another run than the saved one (or
+/// whose checkpoint, config and rows are not one run's), a run that cannot start on its device, or sizes that cannot fit, are bad usage (exit 2); every
 /// other error is a failed run (exit 1). The message's control characters are escaped (a folder
 /// named with a newline stays on one line).
 pub(crate) fn usage_or_failure(e: ModelError) -> anyhow::Error {
     let message = sdpa_model::printable(&e.to_string());
+    if e.is_unwritable() {
+        return anyhow::Error::new(UsageError(message));
+    }
     match e {
         ModelError::RunExists { .. }
         | ModelError::ForeignFile(_)
         | ModelError::NotAFile(_)
         | ModelError::Locked { .. }
         | ModelError::Mismatch { .. }
+        | ModelError::ForeignRun { .. }
         | ModelError::Link(_)
         | ModelError::CannotStart { .. }
         | ModelError::TooLarge { .. } => anyhow::Error::new(UsageError(message)),

@@ -185,11 +185,14 @@ fn step_counts(
         })
 }
 
-/// Runs one size: a single in-memory run of warm-up + rounds · steps + 1 steps, whose timed
-/// steps are split into rounds (the last step, which always records, is not timed).
-pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<TrainBenchResult> {
+/// The run configuration of one size (warm-up + rounds · steps + 1 steps), and its step counts.
+fn size_config(
+    args: &TrainBenchArgs,
+    size: BenchSize,
+) -> anyhow::Result<(TrainConfig, (usize, usize, usize))> {
     let (k, vocab) = size.task();
-    let (steps, warmup, total) = step_counts(args, size)?;
+    let counts = step_counts(args, size)?;
+    let total = counts.2;
     let mut config = TrainConfig::for_task(TaskConfig::new().with_k(k).with_vocab(vocab))
         .with_steps(total)
         .with_seed(args.seed)
@@ -202,6 +205,14 @@ pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<Trai
     }
     config.model.attention.precision = args.dtype;
     config.validate().map_err(|e| UsageError(e.to_string()))?;
+    Ok((config, counts))
+}
+
+/// Runs one size: a single in-memory run of warm-up + rounds · steps + 1 steps, whose timed
+/// steps are split into rounds (the last step, which always records, is not timed).
+pub fn bench_size(args: &TrainBenchArgs, size: BenchSize) -> anyhow::Result<TrainBenchResult> {
+    let (k, vocab) = size.task();
+    let (config, (steps, warmup, total)) = size_config(args, size)?;
     let device = super::open_device(args.backend)?;
     // A path or dtype the device cannot serve is bad usage (exit 2), found before any step.
     let result = train_in_memory(&config, &device, args.backend.name())
@@ -256,9 +267,15 @@ pub fn run(args: &TrainBenchArgs) -> anyhow::Result<bool> {
     for &size in &args.sizes {
         step_counts(args, size)?;
     }
-    // A backend that is not compiled in or finds no device (a GPU backend without its GPU) is
-    // refused before the folder is claimed.
-    super::open_device(args.backend)?;
+    // A backend that is not compiled in or finds no device (a GPU backend without its GPU), and
+    // a dtype or path the device cannot serve, are refused before the folder is claimed: a
+    // refused run leaves nothing behind.
+    let device = super::open_device(args.backend)?;
+    for &size in &args.sizes {
+        let (config, _) = size_config(args, size)?;
+        sdpa_model::check_start(&config, &device, args.backend.name())
+            .map_err(super::train::usage_or_failure)?;
+    }
     let names: Vec<String> = args.sizes.iter().map(|&s| file_name(args, s)).collect();
     let mut folder = sdpa_lab::bench::BenchFolder::claim(&args.out, &names, args.overwrite)
         .map_err(super::report::lab_error)?;

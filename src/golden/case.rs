@@ -93,7 +93,7 @@ pub struct GoldenCase {
     pub softcap: Option<f64>,
     /// Extension: the local window `[left, right]` (`null` = unbounded side), centred on
     /// `i + (m − n)`.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "window_field")]
     pub window: Option<[Option<usize>; 2]>,
     /// Extension: packed sequences' segment ids, `query [b][n]` and `key [b][m]`.
     #[serde(default)]
@@ -512,4 +512,39 @@ pub fn load_case(path: &Path) -> Result<GoldenCase, GoldenError> {
     // At most the limit and one byte more, should the file grow while it is read.
     let reader = std::io::BufReader::new(file.take(MAX_CASE_BYTES + 1));
     serde_json::from_reader(reader).map_err(|e| err(format!("not a golden case: {e}")))
+}
+
+/// Reads the `window` field: `[left, right]`, each a whole number ≥ 0 or `null`, or the field
+/// `null`. Anything else is refused naming the field and the form it must have (serde's own
+/// message for a third entry was "trailing characters at column …").
+fn window_field<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<[Option<usize>; 2]>, D::Error> {
+    use serde::Deserialize as _;
+    use serde::de::Error as _;
+    let value = Option::<serde_json::Value>::deserialize(deserializer)?;
+    let Some(value) = value else {
+        return Ok(None);
+    };
+    let side = |v: &serde_json::Value| match v {
+        serde_json::Value::Null => Some(None),
+        v => v.as_u64().and_then(|n| usize::try_from(n).ok()).map(Some),
+    };
+    let pair = match value.as_array().map(Vec::as_slice) {
+        Some([left, right]) => side(left).zip(side(right)),
+        _ => None,
+    };
+    let shown = value.to_string();
+    let shown = if shown.chars().count() > 60 {
+        format!("{}…", shown.chars().take(60).collect::<String>())
+    } else {
+        shown
+    };
+    pair.map(|(left, right)| Some([left, right]))
+        .ok_or_else(|| {
+            D::Error::custom(format!(
+                "window must be [left, right], two entries each a whole number ≥ 0 or null \
+             (unbounded), got {shown}"
+            ))
+        })
 }

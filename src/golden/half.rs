@@ -3,8 +3,11 @@
 //! half-precision run is compared with an f32 `Naive` run on the same rounded inputs (which the
 //! f32 runs check against the cases). The rule: every value of the context within
 //! [`CONTEXT_ROUNDINGS`] unit roundoffs of the half type, and of each gradient within
-//! [`GRADIENT_ROUNDINGS`], of the largest |value| of the same reference tensor; a NaN exactly
-//! where the reference has one.
+//! [`GRADIENT_ROUNDINGS`], of the largest |value| of the same reference tensor (never less than
+//! that many roundings of the type's smallest normal value: below it the type keeps no relative
+//! precision); a NaN exactly where the reference has one. A check whose tolerance an output of
+//! zeros would meet (a reference below the type's normal range, or all zeros) is reported as one
+//! that cannot fail, as the f32 cases report theirs, and `--strict` fails it.
 //!
 //! The context's 4 was fixed before any run (the library's half-precision tests use it). The
 //! gradients' 8 was not: with 4 for them too, the first runs failed 4 (case, kernel) pairs of
@@ -36,6 +39,17 @@ pub fn unit_roundoff(dtype: FloatDType) -> Option<f64> {
     match dtype {
         FloatDType::F16 => Some(1.0 / 2048.0),
         FloatDType::BF16 => Some(1.0 / 256.0),
+        _ => None,
+    }
+}
+
+/// The smallest positive normal value of a half type (f16 2⁻¹⁴, bf16 2⁻¹²⁶); `None` for f32
+/// and f64. Below it the type holds values only as subnormals, with an absolute spacing instead
+/// of a relative one, so the rule's relative tolerance is floored there (see [`check`]).
+pub fn smallest_normal(dtype: FloatDType) -> Option<f64> {
+    match dtype {
+        FloatDType::F16 => Some(2f64.powi(-14)),
+        FloatDType::BF16 => Some(2f64.powi(-126)),
         _ => None,
     }
 }
@@ -128,13 +142,25 @@ pub fn roundings(name: &str) -> f64 {
     }
 }
 
-/// `got` against `want` under the rule of this module, for a half type of unit roundoff `unit`.
-fn check(name: &'static str, got: &[f64], want: &[f64], unit: f64) -> TensorCheck {
+/// A half type's unit roundoff and smallest normal value, as the rule uses them.
+#[derive(Debug, Clone, Copy)]
+struct HalfType {
+    unit: f64,
+    smallest_normal: f64,
+}
+
+/// `got` against `want` under the rule of this module for a half type. The tolerance is the
+/// rule's roundings of the tensor's largest |reference value|, but never less than as many
+/// roundings of the type's smallest normal value: a reference below the type's normal range
+/// (a gradient of 1e-19 in f16, or all zeros) cannot be held to a relative tolerance by any
+/// path, Naive included. Such a check cannot fail in the sense the f32 cases use (an output of
+/// zeros would pass it): it is reported so, not as a failure, and `--strict` fails it.
+fn check(name: &'static str, got: &[f64], want: &[f64], half: HalfType) -> TensorCheck {
     let largest = want
         .iter()
         .filter(|w| w.is_finite())
         .fold(0.0f64, |a, w| a.max(w.abs()));
-    let tolerance = roundings(name) * unit * largest;
+    let tolerance = roundings(name) * half.unit * largest.max(half.smallest_normal);
     let found = super::values::compare_values(got, want, |_| tolerance);
     TensorCheck {
         name,
@@ -142,8 +168,24 @@ fn check(name: &'static str, got: &[f64], want: &[f64], unit: f64) -> TensorChec
         // Nothing to compare is a failure, never a pass.
         passed: found.passed && !want.is_empty(),
         non_finite: found.non_finite,
-        cannot_fail: false,
+        cannot_fail: !want.is_empty() && largest <= tolerance,
     }
+}
+
+/// The note of a half-precision case whose checks named in `fields` cannot fail there.
+fn cannot_fail_note(dtype: FloatDType, half: HalfType, fields: &[&str]) -> String {
+    format!(
+        "expected {} below {dtype:?}'s normal range (every |value| ≤ the rule's tolerance, \
+         floored at its roundings of {:e}): an output of zeros would pass, so {} not checked \
+         at this precision (--strict fails the case)",
+        fields.join(", "),
+        half.smallest_normal,
+        if fields.len() == 1 {
+            "it is"
+        } else {
+            "they are"
+        }
+    )
 }
 
 /// Runs `case` in `dtype` (f16 or bf16) through `implementation`, forward and backward, and
@@ -163,7 +205,12 @@ pub fn run_case_half(
         reason,
         unsupported: true,
     };
-    let unit = unit_roundoff(dtype)
+    let half = unit_roundoff(dtype)
+        .zip(smallest_normal(dtype))
+        .map(|(unit, smallest_normal)| HalfType {
+            unit,
+            smallest_normal,
+        })
         .ok_or_else(|| not_served(format!("{dtype:?} is not a half type (f16 or bf16)")))?;
     if !device.supports_dtype(dtype) {
         return Err(not_served(format!("the device has no {dtype:?}")));
@@ -188,16 +235,21 @@ pub fn run_case_half(
         rounded(FloatDType::F32),
         track,
     )?;
-    let checks = got
+    let checks: Vec<TensorCheck> = got
         .iter()
         .zip(&want)
-        .map(|((name, got), (_, want))| check(name, got, want, unit))
+        .map(|((name, got), (_, want))| check(name, got, want, half))
+        .collect();
+    let loose: Vec<&str> = checks
+        .iter()
+        .filter(|c| c.cannot_fail)
+        .map(|c| c.name)
         .collect();
     Ok(CaseReport {
         name: case.name.clone(),
         file: path.to_string(),
+        note: (!loose.is_empty()).then(|| cannot_fail_note(dtype, half, &loose)),
         checks,
-        note: None,
         path: Some(taken),
     })
 }
@@ -206,29 +258,61 @@ pub fn run_case_half(
 mod tests {
     use super::*;
 
+    fn half(dtype: FloatDType) -> HalfType {
+        HalfType {
+            unit: unit_roundoff(dtype).unwrap(),
+            smallest_normal: smallest_normal(dtype).unwrap(),
+        }
+    }
+
     #[test]
     fn the_rule_allows_its_roundings_of_the_largest_value_and_nothing_more() {
-        let unit = unit_roundoff(FloatDType::BF16).unwrap();
+        let bf16 = half(FloatDType::BF16);
+        let unit = bf16.unit;
         let want = [2.0, -1.0, 0.5];
         for (name, n) in [("context", 4.0), ("grad_query", 8.0)] {
             let edge = 2.0 + n * unit * 2.0;
             assert!(
-                check(name, &[edge, -1.0, 0.5], &want, unit).passed,
+                check(name, &[edge, -1.0, 0.5], &want, bf16).passed,
                 "{name}"
             );
             let past = 2.0 + n * unit * 2.0 * 1.01;
             assert!(
-                !check(name, &[past, -1.0, 0.5], &want, unit).passed,
+                !check(name, &[past, -1.0, 0.5], &want, bf16).passed,
                 "{name}"
             );
         }
         // The tolerance is the tensor's, not the value's: 0.5 may move as far as 2.0 may.
-        assert!(check("context", &[2.0, -1.0, 0.5 + 0.03], &want, unit).passed);
+        assert!(check("context", &[2.0, -1.0, 0.5 + 0.03], &want, bf16).passed);
+        assert!(!check("context", &want, &want, bf16).cannot_fail);
+    }
+
+    /// A reference below the type's normal range cannot be held to the relative rule: the
+    /// check passes a path that flushed it to zero, and says it cannot fail (issue 65, item 2).
+    #[test]
+    fn a_reference_below_the_normal_range_is_a_check_that_cannot_fail() {
+        let f16 = half(FloatDType::F16);
+        let tiny = [2.8e-19, -1.0e-19, 0.0];
+        let flushed = check("grad_query", &[0.0, 0.0, 0.0], &tiny, f16);
+        assert!(flushed.passed && flushed.cannot_fail);
+        let zeros = check("grad_query", &[0.0, 0.0], &[0.0, 0.0], f16);
+        assert!(zeros.passed && zeros.cannot_fail);
+        // It still fails a value far outside the floor, and a NaN.
+        assert!(!check("grad_query", &[1e-3, 0.0, 0.0], &tiny, f16).passed);
+        assert!(!check("grad_query", &[f64::NAN, 0.0, 0.0], &tiny, f16).passed);
+        // bf16's normal range reaches f32's: the same values are held to the rule there.
+        let bf16 = check(
+            "grad_query",
+            &[0.0, 0.0, 0.0],
+            &tiny,
+            half(FloatDType::BF16),
+        );
+        assert!(!bf16.passed && !bf16.cannot_fail);
     }
 
     #[test]
     fn a_nan_must_sit_where_the_reference_has_one() {
-        let unit = unit_roundoff(FloatDType::F16).unwrap();
+        let unit = half(FloatDType::F16);
         assert!(check("context", &[f64::NAN, 1.0], &[f64::NAN, 1.0], unit).passed);
         assert!(!check("context", &[0.0, 1.0], &[f64::NAN, 1.0], unit).passed);
         let nan_for_number = check("context", &[f64::NAN, 1.0], &[0.0, 1.0], unit);
@@ -242,5 +326,7 @@ mod tests {
     fn only_the_half_types_have_a_rule() {
         assert_eq!(unit_roundoff(FloatDType::F32), None);
         assert_eq!(unit_roundoff(FloatDType::F64), None);
+        assert_eq!(smallest_normal(FloatDType::F32), None);
+        assert_eq!(smallest_normal(FloatDType::F16), Some(6.103515625e-5));
     }
 }

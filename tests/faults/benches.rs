@@ -245,6 +245,26 @@ fn bench_refuses_a_dtype_its_backend_lacks() {
     );
     assert!(!printed.contains("panicked"), "{printed}");
     assert!(!out_dir.exists());
+    // train-bench too, leaving no folder and no manifest behind (issue 65, item 7).
+    let out = sdpa(&[
+        "train-bench",
+        "--backend",
+        "ndarray",
+        "--dtype",
+        "bf16",
+        "--size",
+        "small",
+        "--out",
+        &arg(&out_dir),
+    ]);
+    let printed = text(&out);
+    assert_eq!(code(&out), Some(2), "{printed}");
+    assert!(printed.contains("ndarray"), "{printed}");
+    assert!(
+        !out_dir.exists(),
+        "a refused train-bench leaves {}",
+        out_dir.display()
+    );
 }
 
 /// `report --merge` measures nothing: --seed, --backend and --quick would be ignored, so they
@@ -321,5 +341,74 @@ fn bench_takes_the_sizes_and_the_timing_it_is_given() {
         assert_eq!(code(&out), Some(2), "{bad:?}: {}", text(&out));
         assert!(text(&out).contains(flag), "{bad:?}: {}", text(&out));
         assert!(!dir.exists(), "{bad:?}: nothing is written");
+    }
+}
+
+/// A bench that would measure nothing is refused before anything is written (issue 65, item
+/// 3): a CubeCL path on a CPU backend, or only the baseline with only masked modes.
+#[test]
+fn a_bench_that_would_measure_nothing_exits_2() {
+    let root = tempfile::tempdir().expect("tmp");
+    for (name, extra, needle) in [
+        (
+            "cube-on-flex",
+            vec!["--path", "cube_kernel"],
+            "cube_kernel does not run on the flex backend",
+        ),
+        (
+            "tensor-cores-on-flex",
+            vec!["--path", "cube_tensor_cores"],
+            "cube_tensor_cores does not run on the flex backend",
+        ),
+        (
+            "baseline-masked",
+            vec!["--path", "baseline", "--mode", "forward, causal"],
+            "nothing would be measured",
+        ),
+    ] {
+        let dir = root.path().join(name);
+        // `bench` times naive in the forward mode: the paths and modes asked for here replace
+        // them (a repeated flag adds; `baseline-masked` asks for the causal mode only).
+        let out = {
+            let out_arg = arg(&dir);
+            let mut args = vec!["bench", "--quick", "--plain", "--n", "8", "--skip-memory"];
+            if name != "baseline-masked" {
+                args.extend(["--mode", "forward"]);
+            }
+            args.extend(extra.iter().copied());
+            args.extend(["--out", &out_arg]);
+            sdpa(&args)
+        };
+        assert_eq!(code(&out), Some(2), "{name}: {}", text(&out));
+        assert!(text(&out).contains(needle), "{name}: {}", text(&out));
+        assert!(!dir.exists(), "{name}: nothing is written");
+    }
+}
+
+/// `--min-total-ms` is honoured with `--quick` (issue 65, item 4): more runs than the quick
+/// bench's two, up to the full bench's 30, until the path has run that long.
+#[test]
+fn quick_honours_min_total_ms() {
+    let root = tempfile::tempdir().expect("tmp");
+    let dir = root.path().join("timed");
+    let out = bench(&dir, &["--min-total-ms", "200"]);
+    assert_eq!(code(&out), Some(0), "{}", text(&out));
+    let json: serde_json::Value =
+        serde_json::from_str(&read(dir.join("bench_flex.json"))).expect("json");
+    assert_eq!(json["config"]["max_reps"], 30, "{}", json["config"]);
+    for row in json["rows"].as_array().expect("rows") {
+        let times: Vec<f64> = row["times_ms"]
+            .as_array()
+            .expect("times")
+            .iter()
+            .filter_map(|t| t.as_f64())
+            .collect();
+        assert!(
+            times.len() == 30 || times.iter().sum::<f64>() >= 200.0,
+            "ran {} times for {:.3} ms in all: {row}",
+            times.len(),
+            times.iter().sum::<f64>()
+        );
+        assert!(times.len() > 2, "{row}");
     }
 }

@@ -175,10 +175,41 @@ fn lines_name_the_file_and_print_numbers_compactly() {
     let mut softcap = case.clone();
     softcap["softcap"] = json!(-1e300);
     write(dir.path(), "softcap.json", &softcap);
+    // Issue 65, item 8: a soft-cap finite in f64 but past f32 says it overflows f32, and a
+    // window of three entries names the field and its form.
+    let mut huge_cap = case.clone();
+    huge_cap["softcap"] = json!(1e300);
+    write(dir.path(), "softcap_huge.json", &huge_cap);
+    let mut window = case.clone();
+    window["window"] = json!([1, 2, 3]);
+    write(dir.path(), "window3.json", &window);
     let out = sdpa(&["golden", &arg(dir.path()), "--backend", "flex"]);
     let printed = text(&out);
     assert_eq!(code(&out), Some(1), "{printed}");
-    assert!(printed.contains("2 passed, 2 failed"), "{printed}");
+    assert!(printed.contains("2 passed, 4 failed"), "{printed}");
+    let line = |file: &str| {
+        printed
+            .lines()
+            .find(|l| l.contains(file))
+            .unwrap_or_default()
+            .to_string()
+    };
+    assert!(
+        line("softcap_huge.json").contains("overflows f32"),
+        "{printed}"
+    );
+    let window_line = line("window3.json");
+    assert!(
+        window_line.contains("window must be [left, right]")
+            && window_line.contains("[1,2,3]")
+            && !window_line.contains("trailing characters"),
+        "{printed}"
+    );
+    // FAIL lines name their file as ok lines do: relative to the folder.
+    for file in ["softcap_huge.json", "window3.json", "scale.json"] {
+        let l = line(file);
+        assert!(l.starts_with(&format!("FAIL {file}")), "{l}");
+    }
     for file in ["first.json [same]", "second.json [same]"] {
         let line = printed.lines().find(|l| l.contains(file));
         assert!(
@@ -186,12 +217,12 @@ fn lines_name_the_file_and_print_numbers_compactly() {
             "no ok line names {file}: {printed}"
         );
     }
-    // Relative to the folder: the temporary folder's own path is not repeated on ok lines.
+    // Relative to the folder: the temporary folder's own path is not repeated on any line.
     let folder = arg(dir.path());
     assert!(
         printed
             .lines()
-            .filter(|l| l.starts_with("ok"))
+            .filter(|l| l.starts_with("ok") || l.starts_with("FAIL"))
             .all(|l| !l.contains(&folder)),
         "{printed}"
     );

@@ -185,6 +185,54 @@ fn one_writer_per_lab_folder() {
     assert_eq!(code(&render_only(&dir)), Some(0));
 }
 
+/// Two lab runs started together on a new folder, and on an empty one (issue 65, item 5): one
+/// writes it, the other exits 2 saying the folder is in use by another lab run, every time (it
+/// used to exit 1 with "D/.sdpa-lab: No such file or directory", both writing the manifest).
+#[test]
+fn two_lab_runs_started_together_one_wins_the_other_is_told() {
+    let root = tempfile::tempdir().expect("tmp");
+    for attempt in 0..4 {
+        let dir = root.path().join(format!("d{attempt}"));
+        if attempt % 2 == 1 {
+            std::fs::create_dir(&dir).expect("an empty folder");
+        }
+        let out = arg(&dir);
+        let args = ["exp", "dot-std", "--quick", "--plain", "--out", &out];
+        let spawn_piped = || {
+            Command::new(env!("CARGO_BIN_EXE_sdpa"))
+                .args(args)
+                .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        };
+        let (a, b) = (spawn_piped(), spawn_piped());
+        let outputs = [
+            a.wait_with_output().expect("wait"),
+            b.wait_with_output().expect("wait"),
+        ];
+        let mut codes: Vec<Option<i32>> = outputs.iter().map(code).collect();
+        codes.sort();
+        // Both may also succeed one after the other, when the first ends before the second
+        // starts; never a failure other than the refusal.
+        assert!(
+            codes == [Some(0), Some(2)] || codes == [Some(0), Some(0)],
+            "attempt {attempt}: {codes:?}: {} | {}",
+            text(&outputs[0]),
+            text(&outputs[1])
+        );
+        for output in outputs.iter().filter(|o| code(o) == Some(2)) {
+            assert!(
+                text(output).contains("in use by another lab run"),
+                "attempt {attempt}: {}",
+                text(output)
+            );
+        }
+        assert_eq!(code(&render_only(&dir)), Some(0), "attempt {attempt}");
+    }
+}
+
 #[cfg(unix)]
 #[test]
 fn the_lab_never_writes_or_deletes_through_a_link() {

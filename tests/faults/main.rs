@@ -5,6 +5,8 @@
 
 mod benches;
 mod cli;
+mod foreign;
+mod full_disk;
 mod golden;
 mod golden_cases;
 mod lab;

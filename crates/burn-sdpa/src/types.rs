@@ -156,15 +156,26 @@ impl CausalAlignment {
 /// Checks a logit soft-cap `c` (scores become `c · tanh(s / c)`): finite and positive, also in
 /// the f32 the kernels compute in.
 pub fn validate_softcap(softcap: f64) -> Result<(), AttentionError> {
-    if softcap.is_finite() && (softcap as f32).is_finite() && (softcap as f32) > 0.0 {
-        Ok(())
+    let reason = if softcap.is_finite() && !(softcap as f32).is_finite() {
+        // Finite in f64, but the kernels compute in f32 (or a half type) at most.
+        Some(format!(
+            "the soft-cap overflows f32 (its largest value is {:e}), the precision the kernels \
+             compute in: give a soft-cap below it",
+            f32::MAX
+        ))
+    } else if !(softcap.is_finite() && (softcap as f32) > 0.0) {
+        Some("the soft-cap must be finite and > 0 (it divides the scores)".to_string())
     } else {
-        Err(AttentionError::InvalidConfig {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(AttentionError::InvalidConfig {
             field: "softcap",
             // The shortest text of the number (`1e300`, not three hundred digits).
             value: format!("{softcap:?}"),
-            reason: "the soft-cap must be finite and > 0 (it divides the scores)".into(),
-        })
+            reason,
+        }),
     }
 }
 

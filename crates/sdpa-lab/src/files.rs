@@ -66,7 +66,9 @@ pub fn own_dir(path: &Path) -> Result<(), LabError> {
             path.display()
         ))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match fs::create_dir(path) {
-            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => Err(LabError::io(path, e)),
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                Err(sdpa_model::ModelError::io(path, e).into())
+            }
             _ => own_dir_exists(path),
         },
         Err(e) => Err(LabError::io(path, e)),
@@ -115,11 +117,34 @@ pub fn require_own(dir: &Path) -> Result<(), LabError> {
     }
 }
 
-/// Makes `dir` the lab's: creates it, or accepts it when it is empty or already holds the
-/// lab's manifest; refuses (a usage error) a folder holding anything else, naming what is there,
-/// and a path that is not a folder. Listing a folder that cannot be read is an error, never
-/// "empty".
+/// Makes `dir` the lab's and takes its lock ([`lock`]): checks the folder ([`check_folder`]),
+/// locks it, checks it again under the lock, and only then writes the manifest. Two lab runs
+/// started together on a new or empty folder: one takes it, the other is told who holds it (a
+/// usage error), as when it starts later; neither ever writes the manifest beside the other.
+pub fn claim_and_lock(dir: &Path) -> Result<sdpa_model::train::DirLock, LabError> {
+    check_folder(dir)?;
+    let lock = lock(dir)?;
+    claim_folder(dir)?;
+    Ok(lock)
+}
+
+/// Makes `dir` the lab's ([`check_folder`]), then writes its manifest.
 pub fn claim_folder(dir: &Path) -> Result<(), LabError> {
+    if check_folder(dir)? {
+        return Ok(());
+    }
+    write_atomic(
+        &dir.join(MANIFEST),
+        b"This folder is written by `sdpa report` / `sdpa exp`: REPORT.md, APPENDIX.md, results.json, run.json, \
+          cells/, support/ and the CSV and PNG files the report names.\n",
+    )
+}
+
+/// Checks that `dir` may be the lab's: creates it, or accepts it when it is empty (but for the
+/// lab's lock file, or a manifest being written) or already holds the lab's manifest (then
+/// true); refuses (a usage error) a folder holding anything else, naming what is there, and a
+/// path that is not a folder. Listing a folder that cannot be read is an error, never "empty".
+pub fn check_folder(dir: &Path) -> Result<bool, LabError> {
     match fs::symlink_metadata(dir) {
         Ok(meta) if meta.file_type().is_symlink() => {
             return Err(LabError::Usage(format!(
@@ -141,11 +166,11 @@ pub fn claim_folder(dir: &Path) -> Result<(), LabError> {
                 let entry = entry.map_err(|e| LabError::io(dir, e))?;
                 let name = entry.file_name().to_string_lossy().to_string();
                 if name == MANIFEST {
-                    return Ok(());
+                    return Ok(true);
                 }
-                // The manifest being written by another lab run starting on this folder (or left
-                // by one killed then): the lab's own, not the user's.
-                if name == format!("{MANIFEST}.tmp") {
+                // The lock and the manifest being written by another lab run starting on this
+                // folder (or left by one killed then): the lab's own, not the user's.
+                if name == format!("{MANIFEST}.tmp") || name == LOCK {
                     continue;
                 }
                 others.push(name);
@@ -167,15 +192,11 @@ pub fn claim_folder(dir: &Path) -> Result<(), LabError> {
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            fs::create_dir_all(dir).map_err(|e| LabError::io(dir, e))?;
+            fs::create_dir_all(dir).map_err(|e| sdpa_model::ModelError::io(dir, e))?;
         }
         Err(e) => return Err(LabError::io(dir, e)),
     }
-    write_atomic(
-        &dir.join(MANIFEST),
-        b"This folder is written by `sdpa report` / `sdpa exp`: REPORT.md, APPENDIX.md, results.json, run.json, \
-          cells/, support/ and the CSV and PNG files the report names.\n",
-    )
+    Ok(false)
 }
 
 #[cfg(test)]

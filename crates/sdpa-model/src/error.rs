@@ -46,6 +46,19 @@ pub enum ModelError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A resume whose checkpoint and rows are not one run's: another run's checkpoint, config
+    /// or `metrics.csv` copied in, or a checkpoint edited and sealed again. Nothing is changed.
+    #[error(
+        "{path} does not belong to the run of {checkpoint}: {reason}; refusing to resume (nothing was changed: restore the run's own files, or start afresh with --overwrite)"
+    )]
+    ForeignRun {
+        /// The rows' file.
+        path: PathBuf,
+        /// The checkpoint's state.
+        checkpoint: PathBuf,
+        /// What does not match.
+        reason: String,
+    },
     /// A saved run does not match the run it is resumed into.
     #[error(
         "{path} does not match the requested run: {field} is {saved} there but {requested} was asked for (a resume may change only --steps and --implementation)"
@@ -162,6 +175,18 @@ impl ModelError {
             value: value.to_string(),
             reason: reason.to_string(),
         }
+    }
+
+    /// Whether this is an I/O error of a folder the user cannot write (permission denied, or a
+    /// read-only file system): the user's choice of folder, which the command line answers as
+    /// bad usage, not as a failed run.
+    pub fn is_unwritable(&self) -> bool {
+        use std::io::ErrorKind;
+        matches!(
+            self,
+            ModelError::Io { cause, .. }
+                if matches!(cause.kind(), ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem)
+        )
     }
 
     /// An [`ModelError::Io`].

@@ -31,5 +31,6 @@ pub use progress::{Progress, ProgressMode, printable};
 pub use task::{TaskBatch, TaskConfig, TaskKind};
 pub use train::{
     OptimizerKind, Phase, RunOptions, StepProfile, TrainConfig, TrainResult, TrainSummary,
-    available_memory, check_fits, check_run_dir, evaluate, init_model, train, train_in_memory,
+    available_memory, check_fits, check_run_dir, check_start, evaluate, init_model, train,
+    train_in_memory,
 };

@@ -311,6 +311,9 @@ pub struct BenchReport {
     pub backend: String,
     /// The CPU's SIMD features, detected at run time (`burn_sdpa::cpu_kernel::cpu_features`).
     pub cpu_features: Vec<&'static str>,
+    /// What compiled the GPU backend's kernels (CUDA: PTX by LLVM, or CUDA C++ by NVRTC), as
+    /// the binary that ran knows it; `None` on the CPU backends. Set by the caller.
+    pub kernel_compiler: Option<String>,
     /// Sizes.
     pub config: BenchConfig,
     /// Timed cells.
@@ -412,6 +415,7 @@ pub fn run_bench(
     Ok(BenchReport {
         backend: backend.name.clone(),
         cpu_features: burn_sdpa::cpu_kernel::cpu_features(),
+        kernel_compiler: None,
         config: config.clone(),
         rows,
         memory,

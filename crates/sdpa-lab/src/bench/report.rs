@@ -111,6 +111,12 @@ pub fn markdown(r: &BenchReport) -> String {
         ),
         _ => {}
     }
+    if let Some(compiler) = &r.kernel_compiler {
+        s.push_str(&format!(
+            "The {} backend's kernels were compiled to {compiler}.\n\n",
+            r.backend
+        ));
+    }
     s.push_str(&format!(
         "CPU features detected at run time: {} (the CPU kernel's softmax loops run with {}).\n\n",
         if r.cpu_features.is_empty() {

@@ -320,8 +320,7 @@ pub fn run(
 ) -> Result<RunOutcome, LabError> {
     let started = Instant::now();
     let out = &options.out;
-    files::claim_folder(out)?;
-    let _lock = files::lock(out)?;
+    let _lock = files::claim_and_lock(out)?;
     clean(out)?;
     let record = RunRecord {
         plan: options.plan.clone(),
@@ -468,8 +467,7 @@ pub fn merge(
             shard.display()
         )));
     }
-    files::claim_folder(out)?;
-    let _lock = files::lock(out)?;
+    let _lock = files::claim_and_lock(out)?;
     clean(out)?;
     let record = RunRecord {
         shard: None,

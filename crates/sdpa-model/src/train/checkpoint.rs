@@ -16,7 +16,7 @@ use super::config::{TrainConfig, config_mismatch};
 use super::files::{
     checksum, checksum_bytes, json, recover_checkpoint, swap_checkpoint, write_atomic,
 };
-use super::rows::{RowsWanted, read_metrics};
+use super::rows::{CoveredRows, RowsWanted, read_metrics};
 use super::saved::read_bounded;
 use crate::error::ModelError;
 use crate::metrics::{LayerMetrics, StepMetrics};
@@ -30,6 +30,10 @@ pub(crate) struct CheckpointState {
     pub rng_stream: u64,
     pub rng_word_pos: String,
     pub steps_to_target: Option<usize>,
+    /// Whether `steps_to_target` was set by the final evaluation of a finished run (its last
+    /// step, which has no row), rather than by a recorded row's evaluation.
+    #[serde(default)]
+    pub target_without_row: bool,
     #[serde(with = "crate::json_float")]
     pub elapsed_s: f64,
     pub initial_attention: Vec<LayerMetrics>,
@@ -40,6 +44,11 @@ pub(crate) struct CheckpointState {
     /// The first step whose `metrics.csv` row is not covered by this checkpoint: its step, or
     /// one more when the run stopped at its target there (that step's row is already written).
     pub rows_through: usize,
+    /// `rows::rows_checksum` of the rows before `rows_through`: binds the checkpoint to its
+    /// own run's `metrics.csv` (`None` in a checkpoint written before it was recorded, which a
+    /// resume refuses).
+    #[serde(default)]
+    pub rows_checksum: Option<String>,
     /// Checksum of `model.bpk` (see `files::checksum`).
     pub model_checksum: Option<String>,
     /// Checksum of `optim.bpk`.
@@ -160,7 +169,10 @@ pub(crate) fn load_checkpoint(
         .try_init(device)?
         .try_load_file(&model_path)
         .map_err(|e| {
-            ModelError::checkpoint(&model_path, format!("truncated or unreadable: {e:?}"))
+            ModelError::checkpoint(
+                &model_path,
+                format!("truncated or unreadable: {}", record_message(&e)),
+            )
         })?;
     let optim_path = ckpt.join("optim.bpk");
     verify(
@@ -170,13 +182,19 @@ pub(crate) fn load_checkpoint(
         bound,
     )?;
     let optim = config.optimizer().load(&optim_path).map_err(|e| {
-        ModelError::checkpoint(&optim_path, format!("truncated or unreadable: {e:?}"))
+        ModelError::checkpoint(
+            &optim_path,
+            format!("truncated or unreadable: {}", record_message(&e)),
+        )
     })?;
     let wanted = RowsWanted {
         rows_through: state.rows_through,
         saved_steps: state.config.steps,
     };
-    let metrics = read_metrics(&dir.join("metrics.csv"), config, &wanted)?;
+    let metrics_path = dir.join("metrics.csv");
+    let covered = read_metrics(&metrics_path, config, &wanted)?;
+    check_own_rows(&state, &state_path, &metrics_path, &covered)?;
+    let metrics = covered.rows;
     Ok(Ok(Resumed {
         model,
         optim,
@@ -228,6 +246,59 @@ fn check_state(
                 state.rows_through, state.step
             ),
         ));
+    }
+    Ok(())
+}
+
+/// Checks that the rows of `metrics.csv` are the ones the checkpoint was taken with (their
+/// checksum is the one it recorded: another run's rows, or this run's rows under another run's
+/// checkpoint and config, are refused), and that its `steps_to_target` is what those rows say:
+/// the first recorded step whose held-out accuracy reached the target (none where none did), or,
+/// when the final evaluation of a finished run set it (a step without a row), a step no later
+/// than the checkpoint's before which no row reached the target.
+fn check_own_rows(
+    state: &CheckpointState,
+    state_path: &Path,
+    metrics_path: &Path,
+    covered: &CoveredRows,
+) -> Result<(), ModelError> {
+    let foreign = |reason: String| ModelError::ForeignRun {
+        path: metrics_path.to_path_buf(),
+        checkpoint: state_path.to_path_buf(),
+        reason,
+    };
+    let Some(recorded) = state.rows_checksum.as_deref() else {
+        return Err(foreign(
+            "the checkpoint records no checksum of its rows (written by an earlier version), \
+             so these rows cannot be told to be its own"
+                .into(),
+        ));
+    };
+    if covered.checksum != recorded {
+        return Err(foreign(format!(
+            "its rows before step {} are not the ones the checkpoint was taken with (checksum \
+             {}, the checkpoint recorded {recorded}): the rows, or the checkpoint and its \
+             config, come from another run, or a file was edited",
+            state.rows_through, covered.checksum
+        )));
+    }
+    let reached = covered.reached;
+    let consistent = match (state.steps_to_target, reached) {
+        (None, reached) => reached.is_none(),
+        // Set by a final evaluation without a row: at or before the checkpoint's step, and no
+        // row before it reached the target (rows after it, of an extended run, may).
+        (Some(at), reached) if state.target_without_row => {
+            at <= state.step && reached.is_none_or(|r| r >= at)
+        }
+        (Some(at), reached) => reached == Some(at),
+    };
+    if !consistent {
+        let shown = |s: Option<usize>| s.map_or_else(|| "none".to_string(), |s| s.to_string());
+        return Err(foreign(format!(
+            "the checkpoint's steps_to_target is {}, but its rows say {}",
+            shown(state.steps_to_target),
+            shown(reached)
+        )));
     }
     Ok(())
 }
@@ -295,6 +366,20 @@ fn verify(
     Ok(())
 }
 
+/// What went wrong with a model or optimizer record, as a person reads it: the operating
+/// system's own words for an I/O error ("No space left on device (os error 28)"), not Burn's
+/// `Io("I/O error: …")`.
+fn record_message(e: &burn::store::RecordError) -> String {
+    use burn::store::RecordError;
+    match e {
+        RecordError::Io(message) => message
+            .strip_prefix("I/O error: ")
+            .unwrap_or(message)
+            .to_string(),
+        RecordError::Validation(message) => format!("it does not fit the model: {message}"),
+    }
+}
+
 /// Writes a checkpoint of the run in `dir`, replacing the previous one atomically (see
 /// `files`).
 pub(crate) fn save_checkpoint(
@@ -306,14 +391,13 @@ pub(crate) fn save_checkpoint(
     let mut state = state.clone();
     swap_checkpoint(dir, |tmp| {
         let model_path = tmp.join("model.bpk");
-        model
-            .clone()
-            .save_file(&model_path)
-            .map_err(|e| ModelError::checkpoint(&model_path, format!("cannot write: {e:?}")))?;
+        model.clone().save_file(&model_path).map_err(|e| {
+            ModelError::checkpoint(&model_path, format!("cannot write: {}", record_message(&e)))
+        })?;
         let optim_path = tmp.join("optim.bpk");
-        optim
-            .save(&optim_path)
-            .map_err(|e| ModelError::checkpoint(&optim_path, format!("cannot write: {e:?}")))?;
+        optim.save(&optim_path).map_err(|e| {
+            ModelError::checkpoint(&optim_path, format!("cannot write: {}", record_message(&e)))
+        })?;
         state.model_checksum = Some(checksum(&model_path)?);
         state.optim_checksum = Some(checksum(&optim_path)?);
         let size = |path: &Path| {

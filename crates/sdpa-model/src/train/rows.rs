@@ -6,6 +6,7 @@ use std::io::{BufRead as _, BufReader, Read as _};
 use std::path::Path;
 
 use super::config::TrainConfig;
+use super::files::checksum_bytes;
 use super::saved::shorten;
 use crate::error::ModelError;
 use crate::metrics::{StepMetrics, csv_header, csv_header_before_max_logit};
@@ -17,6 +18,36 @@ pub(crate) struct RowsWanted {
     /// The budget of the run that wrote the checkpoint: the row of its last step is recorded
     /// even when it is not a `log_every`-th.
     pub saved_steps: usize,
+}
+
+/// The rows a checkpoint covers, as [`read_metrics`] read them.
+pub(crate) struct CoveredRows {
+    /// The rows the resumed run keeps (see [`read_metrics`]).
+    pub rows: Vec<StepMetrics>,
+    /// [`rows_checksum`] of every row the checkpoint covers, before any is dropped: what the
+    /// checkpoint's own `rows_checksum` must be for these rows to be its run's.
+    pub checksum: String,
+    /// The first covered step whose held-out accuracy reached the target, before any row is
+    /// dropped (the dropped row of an earlier budget's end may be that evaluation).
+    pub reached: Option<usize>,
+}
+
+/// The checksum that binds a checkpoint to its run's rows: that of `metrics.csv` as this
+/// version writes it (the header, then each row, each line ended by a newline) for `rows`.
+/// Written rows read back as the same numbers (Rust prints the shortest text that parses back
+/// to the same `f64`, and `elapsed_s` is written to the millisecond), so a resume computes it
+/// from the rows it read and a checkpoint from the rows it holds.
+pub(crate) fn rows_checksum<'a>(
+    n_layers: usize,
+    rows: impl IntoIterator<Item = &'a StepMetrics>,
+) -> String {
+    let mut text = csv_header(n_layers);
+    text.push('\n');
+    for row in rows {
+        text.push_str(&row.csv_row());
+        text.push('\n');
+    }
+    checksum_bytes(text.as_bytes())
 }
 
 /// One line of the file.
@@ -94,7 +125,7 @@ pub(crate) fn read_metrics(
     path: &Path,
     config: &TrainConfig,
     wanted: &RowsWanted,
-) -> Result<Vec<StepMetrics>, ModelError> {
+) -> Result<CoveredRows, ModelError> {
     let (n_layers, log_every) = (config.model.n_layers, config.log_every);
     let checkpoint_step = wanted.rows_through;
     // The row of the saved budget's last step, when it is one the checkpoint covers and not a
@@ -182,11 +213,20 @@ pub(crate) fn read_metrics(
             format!("the row of step {last} (the last of the checkpoint's budget) is missing"),
         ));
     }
+    let checksum = rows_checksum(n_layers, &rows);
+    let reached = rows
+        .iter()
+        .find(|r| r.eval_accuracy.is_some_and(|a| a >= config.target_accuracy))
+        .map(|r| r.step);
     // The row of an earlier budget's last step (recorded because it was the last, not a
     // `log_every`-th) is not one this run records when it goes on past it: dropped, so that a run
     // extended on resume writes the rows an uninterrupted run of the new budget writes.
     rows.retain(|r| r.step.is_multiple_of(log_every) || r.step + 1 == config.steps);
-    Ok(rows)
+    Ok(CoveredRows {
+        rows,
+        checksum,
+        reached,
+    })
 }
 
 /// Why `row` cannot follow `last` (`due`: the next step the run must have recorded), if it

@@ -23,6 +23,7 @@ use super::lock::{RunLock, take_dir};
 use super::options::RunOptions;
 use super::profile::{Phase, StepClock, StepProfile};
 use super::rates::learning_rate;
+use super::rows::rows_checksum;
 use super::saved::{config_json, read_bounded};
 use super::summary::{TrainResult, TrainSummary, Versions};
 use crate::error::ModelError;
@@ -56,6 +57,9 @@ pub(crate) struct Run<'a> {
     /// Every recorded step, the resumed part included.
     history: Vec<StepMetrics>,
     steps_to_target: Option<usize>,
+    /// Whether `steps_to_target` was set by the final evaluation of a finished run, which has no
+    /// row of its own (see `CheckpointState::target_without_row`).
+    target_without_row: bool,
     /// Wall time of the earlier processes of a resumed run.
     elapsed_before: f64,
     /// Attention diagnostics of the initial model.
@@ -113,6 +117,7 @@ impl<'a> Run<'a> {
         } else {
             None
         };
+        let target_without_row = resumed.as_ref().is_some_and(|r| r.state.target_without_row);
         let (model, optim, start, rng, history, steps_to_target, elapsed_before, initial) =
             match resumed {
                 Some(r) => {
@@ -193,6 +198,7 @@ impl<'a> Run<'a> {
             step: start,
             history,
             steps_to_target,
+            target_without_row,
             elapsed_before,
             initial,
             eval_set,
@@ -298,18 +304,24 @@ impl<'a> Run<'a> {
     /// What a checkpoint taken now holds beside the model and optimizer.
     fn state(&self) -> CheckpointState {
         let (rng_seed, rng_stream, rng_word_pos) = CheckpointState::rng_fields(&self.rng);
+        let rows_through = self.history.last().map_or(0, |m| m.step + 1).max(self.step);
         CheckpointState {
             step: self.step,
             rng_seed,
             rng_stream,
             rng_word_pos,
             steps_to_target: self.steps_to_target,
+            target_without_row: self.target_without_row,
             elapsed_s: self.elapsed(),
             initial_attention: self.initial.clone(),
             config: self.config.clone(),
             backend: Some(self.options.backend.clone()),
             // A run that stopped at its target has already recorded the row of this step.
-            rows_through: self.history.last().map_or(0, |m| m.step + 1).max(self.step),
+            rows_through,
+            rows_checksum: Some(rows_checksum(
+                self.config.model.n_layers,
+                self.history.iter().filter(|m| m.step < rows_through),
+            )),
             model_checksum: None,
             optim_checksum: None,
             model_bytes: None,
@@ -414,6 +426,8 @@ impl<'a> Run<'a> {
         };
         if eval.1 >= config.target_accuracy && self.steps_to_target.is_none() {
             self.steps_to_target = Some(step);
+            // Unless the run stopped at its target on a recorded step, this evaluation has no row.
+            self.target_without_row = self.history.last().is_none_or(|m| m.step != step);
         }
         let summary = self.summary(eval, None);
         if self.csv.is_some() {
