@@ -67,7 +67,7 @@ done
 loader="$(ldconfig -p | sed -n 's/.*libvulkan\.so\.1 (libc6,x86-64) => //p' | head -1)"
 [ -n "$loader" ] || { echo "no libvulkan.so.1 here: apt-get install libvulkan1" >&2; exit 1; }
 cp -L "$loader" "$KIT/lib/libvulkan.so.1"
-echo "lib/libvulkan.so.1: $(dpkg -S "$loader" 2>/dev/null | head -1 || echo "$loader")" >> "$KIT/MANIFEST.txt"
+echo "lib/libvulkan.so.1: $loader (Debian's libvulkan1 $(dpkg-query -W -f '${Version}' libvulkan1 2>/dev/null || echo '?'))" >> "$KIT/MANIFEST.txt"
 
 # pack NAME FILES...: the kit folder's FILES (MANIFEST.txt and lib/ always) into .gpu/NAME.
 pack() {

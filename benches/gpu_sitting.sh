@@ -205,7 +205,10 @@ opens() { # BINARY: the device's answer ("opened", else the reason it did not)
 }
 # PyTorch's version, and whether its flash SDPA runs on this GPU.
 TORCH_CHECK="$(cat <<'PY'
-import torch, torch.nn.functional as F
+try:
+    import torch, torch.nn.functional as F
+except ImportError as e:
+    print(f"not importable ({e})"); raise SystemExit
 line = f"{torch.__version__} (CUDA {torch.version.cuda})"
 if not torch.cuda.is_available():
     print(line + "; flash SDPA: no CUDA device"); raise SystemExit

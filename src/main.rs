@@ -40,6 +40,25 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Burn's `Device::default()` picks CUDA first when it is compiled in, and burn-optim loads a
+    // saved optimizer state there before moving it to each parameter's device at the next step:
+    // on a machine without CUDA a resume would panic. Every command of this binary names its
+    // backend and never computes on the default device, so the default is pointed at a CPU
+    // backend, unless the user set BURN_DEVICE.
+    if std::env::var_os("BURN_DEVICE").is_none() {
+        let cpu = if cfg!(feature = "flex") {
+            Some("flex")
+        } else if cfg!(feature = "ndarray") {
+            Some("ndarray")
+        } else {
+            None
+        };
+        if let Some(cpu) = cpu {
+            // SAFETY: the first statement of `main`, before this process starts any thread, so
+            // no other thread can read or write the environment at the same time.
+            unsafe { std::env::set_var("BURN_DEVICE", cpu) };
+        }
+    }
     sdpa::tune_allocator();
     // `--version` names the backends compiled in and each GPU backend's kernel compiler (a
     // GPU result says which compiler produced it: benches/gpu_sitting.sh records this).

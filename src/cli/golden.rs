@@ -132,6 +132,16 @@ pub fn run(args: &GoldenArgs) -> anyhow::Result<bool> {
         ));
     }
     println!("{summary}");
-    // An implementation that serves no case at all has not been tested by this run.
+    // An implementation that serves none of the cases has checked nothing: bad usage (exit 2),
+    // as `train` and `bench` answer a path their backend cannot serve.
+    if passed == 0 && failed == 0 && not_served > 0 {
+        return Err(super::UsageError(format!(
+            "{:?} on {} serves none of the {not_served} cases (the SKIP lines say why): \
+             nothing was checked; choose an implementation or a backend that serves them",
+            args.implementation, args.backend
+        ))
+        .into());
+    }
+    // A folder of cases that all failed to load has not been tested either.
     Ok(failed == 0 && passed > 0)
 }

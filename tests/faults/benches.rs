@@ -412,3 +412,72 @@ fn quick_honours_min_total_ms() {
         assert!(times.len() > 2, "{row}");
     }
 }
+
+/// Two benches started together on a new folder (the attack of issue 65's fifth pass, again):
+/// one writes it, the other is told the folder is in use (exit 2), never "No such file" (exit
+/// 1) from a race on the manifest.
+#[test]
+fn two_benches_started_together_one_wins_the_other_is_told() {
+    let root = tempfile::tempdir().expect("tmp");
+    for attempt in 0..4 {
+        let dir = root.path().join(format!("b{attempt}"));
+        let out = arg(&dir);
+        let args = [
+            "bench",
+            "--quick",
+            "--plain",
+            "--n",
+            "8",
+            "--mode",
+            "forward",
+            "--path",
+            "naive",
+            "--skip-memory",
+            "--out",
+            &out,
+        ];
+        let spawn = || {
+            std::process::Command::new(env!("CARGO_BIN_EXE_sdpa"))
+                .args(args)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        };
+        let (a, b) = (spawn(), spawn());
+        let outputs = [
+            a.wait_with_output().expect("wait"),
+            b.wait_with_output().expect("wait"),
+        ];
+        let mut codes: Vec<Option<i32>> = outputs.iter().map(code).collect();
+        codes.sort();
+        assert!(
+            codes == [Some(0), Some(2)] || codes == [Some(0), Some(0)],
+            "attempt {attempt}: {codes:?}: {} | {}",
+            text(&outputs[0]),
+            text(&outputs[1])
+        );
+        for output in outputs.iter().filter(|o| code(o) == Some(2)) {
+            assert!(
+                text(output).contains("in use by another bench run"),
+                "{}",
+                text(output)
+            );
+        }
+    }
+}
+
+/// `golden` with an implementation that serves none of the cases checked nothing: exit 2.
+#[test]
+fn golden_that_serves_no_case_is_bad_usage() {
+    let out = sdpa(&[
+        "golden",
+        "tests/data/golden",
+        "--backend",
+        "flex",
+        "--implementation",
+        "cube_kernel",
+    ]);
+    assert_eq!(code(&out), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("serves none of the"), "{}", text(&out));
+}

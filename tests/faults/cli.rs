@@ -81,6 +81,25 @@ fn cuda_without_the_feature_or_a_gpu_exits_2_with_the_reason() {
     }
 }
 
+/// A resume on a CPU backend never opens CUDA, even when the `cuda` feature is compiled in
+/// (CI runs this with the GPU binary's build): burn-optim loads a saved optimizer state on Burn's
+/// default device, CUDA first when compiled in, which panicked on a machine without a GPU.
+#[test]
+fn a_resume_on_the_cpu_never_opens_cuda_even_when_compiled_in() {
+    let root = tempfile::tempdir().expect("tmp");
+    let dir = root.path().join("run");
+    let out = crate::training::run(&crate::training::train_args(&dir, 20));
+    assert_eq!(code(&out), Some(0), "{}", text(&out));
+    let out = crate::training::run(&crate::training::resume_args(&dir, 30));
+    let shown = text(&out);
+    assert_eq!(code(&out), Some(0), "{shown}");
+    assert!(
+        !shown.contains("panicked") && !shown.contains("cuda"),
+        "{shown}"
+    );
+    assert_eq!(crate::training::metrics(&dir).len(), 30);
+}
+
 #[test]
 fn a_passing_check_exits_0() {
     let out = sdpa(&["golden", "tests/data/golden", "--backend", "flex"]);

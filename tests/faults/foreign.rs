@@ -147,6 +147,28 @@ fn another_runs_files_and_resealed_edits_are_refused_and_nothing_changes() {
             "{name}: a refused resume changes nothing"
         );
     }
+    // Its seed changed in config.json and in state.json (sealed again): the data RNG the
+    // checkpoint saved was not seeded from that seed, so the state is refused as edited.
+    let dir = root.path().join("seed-edited");
+    copy_dir_all(&ours, &dir);
+    let config = std::fs::read_to_string(dir.join("config.json")).expect("config.json");
+    assert!(config.contains("\"seed\": 5"), "{config}");
+    std::fs::write(
+        dir.join("config.json"),
+        config.replacen("\"seed\": 5", "\"seed\": 6", 1),
+    )
+    .expect("write");
+    let edited = resealed(&state_text, &[("\"seed\": 5", "\"seed\": 6")]);
+    std::fs::write(dir.join("checkpoint/state.json"), edited).expect("write");
+    let before = files(&dir);
+    let out = run(&resume_args(&dir, 150));
+    assert_eq!(code(&out), Some(1), "{}", text(&out));
+    assert!(
+        text(&out).contains("not seeded from its config's seed"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(files(&dir), before, "a refused resume changes nothing");
     // Untouched, the run resumes and goes on.
     let out = run(&resume_args(&ours, 150));
     assert_eq!(code(&out), Some(0), "{}", text(&out));

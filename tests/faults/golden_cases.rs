@@ -257,3 +257,30 @@ fn a_huge_case_file_is_refused_from_its_size() {
     // Reading 2 GiB of zeros took seconds (and 2.1 GB of memory); the size alone takes none.
     assert!(started.elapsed().as_secs() < 60, "{:?}", started.elapsed());
 }
+
+/// Inputs past a half type's range (a query of 1e300 in f16) are not a check of a run in that
+/// type: the case is not served, said with the value and the type's largest (it passed as a
+/// check that cannot fail, both sides NaN); with no case served, nothing was checked: exit 2.
+#[test]
+fn inputs_past_a_half_types_range_are_not_served_in_it() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut case = one_query_case("huge", 0.5, &[1.0, -1.0], &[2.0, -0.5], &[false, false]);
+    case["query"]["data"][0] = json!(1e300);
+    write(dir.path(), "huge.json", &case);
+    for dtype in ["f16", "bf16"] {
+        let out = sdpa(&[
+            "golden",
+            &arg(dir.path()),
+            "--backend",
+            "flex",
+            "--dtype",
+            dtype,
+        ]);
+        let printed = text(&out);
+        assert_eq!(code(&out), Some(2), "{dtype}: {printed}");
+        assert!(
+            printed.contains("SKIP huge.json") && printed.contains("largest value"),
+            "{dtype}: {printed}"
+        );
+    }
+}

@@ -24,6 +24,10 @@ const MAX_MANIFEST_BYTES: u64 = 1 << 20;
 pub struct BenchFolder {
     dir: PathBuf,
     listed: BTreeSet<String>,
+    /// The folder itself, locked (`flock`) while the bench writes it: a second bench started on
+    /// it at the same moment is told the folder is in use, never left to race on the manifest.
+    /// No lock file is left behind.
+    _lock: fs::File,
 }
 
 /// At most five names of `names`, quoted, and how many more.
@@ -65,6 +69,18 @@ impl BenchFolder {
                 fs::create_dir_all(dir).map_err(|e| usage(format!("cannot create it: {e}")))?;
             }
             Err(e) => return Err(LabError::io(dir, e)),
+        }
+        let lock = fs::File::open(dir).map_err(|e| LabError::io(dir, e))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(usage(
+                    "in use by another bench run (one at a time may write a folder): wait for \
+                     it, or choose another --out"
+                        .into(),
+                ));
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(LabError::io(dir, e)),
         }
         let listed = read_manifest(dir).map_err(usage)?;
         let existing: Vec<String> = names
@@ -123,6 +139,7 @@ impl BenchFolder {
         let folder = Self {
             dir: dir.to_path_buf(),
             listed: listed.unwrap_or_default(),
+            _lock: lock,
         };
         folder.save()?;
         Ok(folder)
@@ -222,6 +239,12 @@ mod tests {
         let fresh = tmp.path().join("new");
         let mut folder = BenchFolder::claim(&fresh, &names, false).unwrap();
         folder.write("bench_flex.json", b"{}").unwrap();
+        // One bench at a time: a second claim while the first holds the folder is refused.
+        let err = BenchFolder::claim(&fresh, &names, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("in use by another bench run"), "{err}");
+        drop(folder);
         // Its own: accepted again, the listed file replaced, a user's other file kept.
         fs::write(fresh.join("notes.txt"), "mine").unwrap();
         BenchFolder::claim(&fresh, &names, false).unwrap();

@@ -181,7 +181,21 @@ pub(crate) fn load_checkpoint(
         state.optim_bytes,
         bound,
     )?;
-    let optim = config.optimizer().load(&optim_path).map_err(|e| {
+    // burn-optim loads the state on Burn's default device (`Device::default()`: CUDA first
+    // when compiled in) and moves it to each parameter's device at the next step; where that
+    // device cannot open, the runtime panics: said as an error, not a panic.
+    let loaded = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        config.optimizer().load(&optim_path)
+    }))
+    .map_err(|_| {
+        ModelError::checkpoint(
+            &optim_path,
+            "could not be loaded on Burn's default device (Device::default(), CUDA first when \
+             compiled in), which did not open here: set BURN_DEVICE to a backend this machine \
+             has (e.g. BURN_DEVICE=flex)",
+        )
+    })?;
+    let optim = loaded.map_err(|e| {
         ModelError::checkpoint(
             &optim_path,
             format!("truncated or unreadable: {}", record_message(&e)),
@@ -232,6 +246,27 @@ fn check_state(
             "steps",
             format!("{} (already taken)", state.step),
             config.steps.to_string(),
+        ));
+    }
+    // The data RNG is seeded from the run's seed once, and only moves on: a seed that is not
+    // the config's is a state edited (or a config and state from two runs).
+    if ChaCha8Rng::seed_from_u64(state.config.seed).get_seed() != state.rng_seed {
+        return Err(ModelError::checkpoint(
+            state_path,
+            format!(
+                "its data RNG was not seeded from its config's seed {} (the file was edited, or \
+                 its config comes from another run)",
+                state.config.seed
+            ),
+        ));
+    }
+    if !(state.elapsed_s.is_finite() && state.elapsed_s >= 0.0) {
+        return Err(ModelError::checkpoint(
+            state_path,
+            format!(
+                "elapsed_s is {}: a run's wall time is a finite number ≥ 0 (the file was edited)",
+                state.elapsed_s
+            ),
         ));
     }
     let stopped_there = state.steps_to_target == Some(state.step);
@@ -287,8 +322,14 @@ fn check_own_rows(
         (None, reached) => reached.is_none(),
         // Set by a final evaluation without a row: at or before the checkpoint's step, and no
         // row before it reached the target (rows after it, of an extended run, may).
+        // A row of that very step, recorded later by an extended run, evaluated the same model
+        // on the same held-out set: it cannot show the target missed.
         (Some(at), reached) if state.target_without_row => {
-            at <= state.step && reached.is_none_or(|r| r >= at)
+            let missed_there = covered
+                .rows
+                .iter()
+                .any(|r| r.step == at && r.eval_accuracy.is_some() && reached != Some(at));
+            at <= state.step && reached.is_none_or(|r| r >= at) && !missed_there
         }
         (Some(at), reached) => reached == Some(at),
     };

@@ -33,19 +33,35 @@ pub(crate) struct CoveredRows {
 }
 
 /// The checksum that binds a checkpoint to its run's rows: that of `metrics.csv` as this
-/// version writes it (the header, then each row, each line ended by a newline) for `rows`.
-/// Written rows read back as the same numbers (Rust prints the shortest text that parses back
-/// to the same `f64`, and `elapsed_s` is written to the millisecond), so a resume computes it
-/// from the rows it read and a checkpoint from the rows it holds.
+/// version writes it (the header, then each row, each line ended by a newline) for `rows`, the
+/// `max_logit` columns left out (a version before them did not write them: such rows read back
+/// as NaN there, and a run of that version resumes). Written rows read back as the same numbers
+/// (Rust prints the shortest text that parses back to the same `f64`, and `elapsed_s` is written
+/// to the millisecond), so a resume computes it from the rows it read and a checkpoint from the
+/// rows it holds.
 pub(crate) fn rows_checksum<'a>(
     n_layers: usize,
     rows: impl IntoIterator<Item = &'a StepMetrics>,
 ) -> String {
-    let mut text = csv_header(n_layers);
-    text.push('\n');
-    for row in rows {
-        text.push_str(&row.csv_row());
+    let header = csv_header(n_layers);
+    let keep: Vec<bool> = header
+        .split(',')
+        .map(|name| !name.starts_with("max_logit_l"))
+        .collect();
+    let mut text = String::new();
+    let mut push = |line: &str| {
+        let kept: Vec<&str> = line
+            .split(',')
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(field, _)| field)
+            .collect();
+        text.push_str(&kept.join(","));
         text.push('\n');
+    };
+    push(&header);
+    for row in rows {
+        push(&row.csv_row());
     }
     checksum_bytes(text.as_bytes())
 }
