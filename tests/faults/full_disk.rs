@@ -116,3 +116,39 @@ fn an_unwritable_out_is_bad_usage_on_every_subcommand() {
     drop(mounted);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// An --out that cannot be created (below /proc, where no folder can be made) is the user's
+/// choice of folder: exit 2 on every subcommand that writes, naming it (it was exit 1, "No such
+/// file or directory", for train, report and exp).
+#[test]
+fn an_out_that_cannot_be_created_is_bad_usage() {
+    if !Path::new("/proc/self").exists() {
+        eprintln!("no /proc here: the check did not run");
+        return;
+    }
+    let out = "/proc/sdpa-cannot-be-created/run";
+    let mut failures = Vec::new();
+    for args in [
+        vec!["train", "--steps", "2", "--plain", "--out", out],
+        vec!["report", "--quick", "--plain", "--out", out],
+        vec!["exp", "dot-std", "--quick", "--plain", "--out", out],
+        vec![
+            "bench",
+            "--quick",
+            "--n",
+            "8",
+            "--mode",
+            "forward",
+            "--skip-memory",
+            "--out",
+            out,
+        ],
+    ] {
+        let result = crate::sdpa(&args);
+        let shown = text(&result);
+        if code(&result) != Some(2) || !shown.contains("/proc/sdpa-cannot-be-created") {
+            failures.push(format!("{args:?}: exit {:?}: {shown}", code(&result)));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}

@@ -67,7 +67,7 @@ pub fn own_dir(path: &Path) -> Result<(), LabError> {
         ))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => match fs::create_dir(path) {
             Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
-                Err(sdpa_model::ModelError::io(path, e).into())
+                Err(sdpa_model::ModelError::cannot_create(path, e).into())
             }
             _ => own_dir_exists(path),
         },
@@ -192,7 +192,7 @@ pub fn check_folder(dir: &Path) -> Result<bool, LabError> {
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            fs::create_dir_all(dir).map_err(|e| sdpa_model::ModelError::io(dir, e))?;
+            fs::create_dir_all(dir).map_err(|e| sdpa_model::ModelError::cannot_create(dir, e))?;
         }
         Err(e) => return Err(LabError::io(dir, e)),
     }

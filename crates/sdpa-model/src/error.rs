@@ -46,6 +46,15 @@ pub enum ModelError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The output folder could not be created (a path below a file, in a read-only or virtual
+    /// file system such as /proc, or without permission): the user's choice of folder.
+    #[error("cannot create the folder {path}: {cause} (choose another --out)")]
+    CannotCreate {
+        /// The folder.
+        path: PathBuf,
+        /// The operating system's reason.
+        cause: std::io::Error,
+    },
     /// A resume whose checkpoint and rows are not one run's: another run's checkpoint, config
     /// or `metrics.csv` copied in, or a checkpoint edited and sealed again. Nothing is changed.
     #[error(
@@ -182,11 +191,22 @@ impl ModelError {
     /// bad usage, not as a failed run.
     pub fn is_unwritable(&self) -> bool {
         use std::io::ErrorKind;
-        matches!(
-            self,
-            ModelError::Io { cause, .. }
-                if matches!(cause.kind(), ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem)
-        )
+        match self {
+            ModelError::CannotCreate { .. } => true,
+            ModelError::Io { cause, .. } => matches!(
+                cause.kind(),
+                ErrorKind::PermissionDenied | ErrorKind::ReadOnlyFilesystem
+            ),
+            _ => false,
+        }
+    }
+
+    /// A [`ModelError::CannotCreate`] of the folder `path`.
+    pub fn cannot_create(path: &Path, cause: std::io::Error) -> Self {
+        ModelError::CannotCreate {
+            path: path.to_path_buf(),
+            cause,
+        }
     }
 
     /// An [`ModelError::Io`].

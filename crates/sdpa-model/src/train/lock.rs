@@ -331,7 +331,7 @@ pub(crate) fn take_dir(
         }
         // Checked before the lock file is created, so that a refused run leaves nothing behind.
         check_fresh(dir, options.overwrite)?;
-        fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+        fs::create_dir_all(dir).map_err(|e| ModelError::cannot_create(dir, e))?;
     }
     let (lock, note) = RunLock::acquire(dir)?;
     notes.extend(note);

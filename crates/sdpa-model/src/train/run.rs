@@ -147,7 +147,7 @@ impl<'a> Run<'a> {
             };
 
         let csv = if persist {
-            fs::create_dir_all(dir).map_err(|e| ModelError::io(dir, e))?;
+            fs::create_dir_all(dir).map_err(|e| ModelError::cannot_create(dir, e))?;
             let config_path = dir.join("config.json");
             write_atomic(
                 &config_path,
