@@ -405,12 +405,24 @@ fn recorded_backend(dir: &Path) -> Option<(BackendKind, &'static str)> {
 /// Refuses an `--out` that cannot hold a run folder: a file, a path below a file, or a link to
 /// nothing.
 fn check_out(out: &Path) -> Result<(), UsageError> {
-    if (out.exists() && !out.is_dir())
-        || std::fs::metadata(out).is_err_and(|e| e.kind() == std::io::ErrorKind::NotADirectory)
-    {
+    if out.exists() && !out.is_dir() {
         return Err(UsageError(format!(
             "--out {} is a file, not a folder: choose a folder for the run",
             shown(out)
+        )));
+    }
+    if std::fs::metadata(out).is_err_and(|e| e.kind() == std::io::ErrorKind::NotADirectory) {
+        // The file is one of the folders above it: name that one.
+        let file = out
+            .ancestors()
+            .skip(1)
+            .find(|a| a.exists() && !a.is_dir())
+            .unwrap_or(out);
+        return Err(UsageError(format!(
+            "--out {}: {} is a file, not a folder, so no run folder can be made below it: \
+             choose another --out",
+            shown(out),
+            shown(file)
         )));
     }
     if let Ok(target) = std::fs::read_link(out)

@@ -470,4 +470,12 @@ fn an_out_path_below_a_file_is_bad_usage() {
     assert_eq!(code(&out), Some(2), "{}", text(&out));
     let out = run(&train_args(&file.join("below"), 3));
     assert_eq!(code(&out), Some(2), "{}", text(&out));
+    // The message names the file that is in the way, not the path below it (issue 65's
+    // re-attack: it said "a-file/below is a file").
+    let shown = text(&out);
+    assert!(
+        shown.contains(&format!("{} is a file", file.display()))
+            && !shown.contains("below is a file"),
+        "{shown}"
+    );
 }
