@@ -147,7 +147,7 @@ pub(crate) fn load_checkpoint(
         return Ok(Err(notes));
     }
     let state_path = ckpt.join("state.json");
-    let (state, text) = read_state_text(&state_path)?;
+    let (mut state, text) = read_state_text(&state_path)?;
     if !own_checksum_holds(&text, state.state_checksum.as_deref()) {
         return Err(ModelError::checkpoint(
             &state_path,
@@ -208,6 +208,7 @@ pub(crate) fn load_checkpoint(
     let metrics_path = dir.join("metrics.csv");
     let covered = read_metrics(&metrics_path, config, &wanted)?;
     check_own_rows(&state, &state_path, &metrics_path, &covered)?;
+    state.initial_attention = initial_from_rows(&state, &state_path, &metrics_path, &covered)?;
     let metrics = covered.rows;
     Ok(Ok(Resumed {
         model,
@@ -342,6 +343,68 @@ fn check_own_rows(
         )));
     }
     Ok(())
+}
+
+/// The initial attention diagnostics, exactly: those of step 0's row, which recorded them
+/// (`metrics.csv` holds the shortest text of each number, which reads back exactly; a number in
+/// `state.json` may read back one unit in the last place off). The state's must agree with the
+/// row's, to that unit, on every column the row holds (a row written before `max_logit` was
+/// recorded holds NaN there: the state's is kept).
+fn initial_from_rows(
+    state: &CheckpointState,
+    state_path: &Path,
+    metrics_path: &Path,
+    covered: &CoveredRows,
+) -> Result<Vec<LayerMetrics>, ModelError> {
+    let Some(first) = covered.rows.first().filter(|r| r.step == 0) else {
+        return Ok(state.initial_attention.clone());
+    };
+    let close = |a: f64, b: f64| {
+        (a.is_nan() && b.is_nan())
+            || a == b
+            || (a - b).abs() <= 4.0 * f64::EPSILON * a.abs().max(b.abs())
+    };
+    let agree = first.layers.len() == state.initial_attention.len()
+        && first
+            .layers
+            .iter()
+            .zip(&state.initial_attention)
+            .all(|(row, saved)| {
+                [
+                    (row.entropy, saved.entropy),
+                    (row.normalized_entropy, saved.normalized_entropy),
+                    (row.max_prob, saved.max_prob),
+                    (row.saturated_fraction, saved.saturated_fraction),
+                    (row.logit_std, saved.logit_std),
+                    (row.query_std, saved.query_std),
+                    (row.key_std, saved.key_std),
+                ]
+                .into_iter()
+                .all(|(a, b)| close(a, b))
+                    && (row.max_logit.is_nan() || close(row.max_logit, saved.max_logit))
+            });
+    if !agree {
+        return Err(ModelError::ForeignRun {
+            path: metrics_path.to_path_buf(),
+            checkpoint: state_path.to_path_buf(),
+            reason: "the checkpoint's initial attention diagnostics are not those its step-0 row \
+                     recorded"
+                .into(),
+        });
+    }
+    Ok(first
+        .layers
+        .iter()
+        .zip(&state.initial_attention)
+        .map(|(row, saved)| LayerMetrics {
+            max_logit: if row.max_logit.is_nan() {
+                saved.max_logit
+            } else {
+                row.max_logit
+            },
+            ..*row
+        })
+        .collect())
 }
 
 /// The note a resume prints when it changes the attention path: the rows it computes may then
