@@ -292,14 +292,7 @@ fn refuse_measuring_nothing(
                     .join(", ")
             ))
         } else {
-            let cells = sdpa_lab::bench::Mode::ALL
-                .into_iter()
-                .filter(|m| config.modes.iter().any(|name| name == m.name()))
-                .flat_map(|m| sdpa_lab::bench::paths_for(config.block_size, m.masked(), cube))
-                .filter(|(name, _)| {
-                    config.paths.is_empty() || config.paths.iter().any(|p| p == name)
-                })
-                .count();
+            let cells = config.cells_per_size(cube);
             (cells == 0).then(|| {
                 format!(
                     "the paths {:?} time none of the modes {:?} on the {} backend (the \

@@ -54,16 +54,6 @@ pub fn smallest_normal(dtype: FloatDType) -> Option<f64> {
     }
 }
 
-/// The largest finite value of a half type (f16 65 504, bf16 ≈ 3.39e38); f32's for the others.
-fn half_type_max(dtype: FloatDType) -> f64 {
-    match dtype {
-        FloatDType::F16 => 65504.0,
-        // 0x7F7F: (2 − 2⁻⁷)·2¹²⁷.
-        FloatDType::BF16 => (2.0 - 2f64.powi(-7)) * 2f64.powi(127),
-        _ => f64::from(f32::MAX),
-    }
-}
-
 /// The context and gradients of one run, as f64 values, named as the checks name them.
 type Outputs = Vec<(&'static str, Vec<f64>)>;
 
@@ -152,11 +142,29 @@ pub fn roundings(name: &str) -> f64 {
     }
 }
 
-/// A half type's unit roundoff and smallest normal value, as the rule uses them.
+/// A half type's unit roundoff, smallest normal and largest finite value, as the rule uses them.
 #[derive(Debug, Clone, Copy)]
 struct HalfType {
     unit: f64,
     smallest_normal: f64,
+    /// f16 65 504; bf16 (2 − 2⁻⁷)·2¹²⁷ ≈ 3.39e38 (0x7F7F).
+    largest: f64,
+}
+
+impl HalfType {
+    /// `dtype`'s, when it is a half type (f16 or bf16).
+    fn of(dtype: FloatDType) -> Option<Self> {
+        let largest = match dtype {
+            FloatDType::F16 => 65504.0,
+            FloatDType::BF16 => (2.0 - 2f64.powi(-7)) * 2f64.powi(127),
+            _ => return None,
+        };
+        Some(Self {
+            unit: unit_roundoff(dtype)?,
+            smallest_normal: smallest_normal(dtype)?,
+            largest,
+        })
+    }
 }
 
 /// `got` against `want` under the rule of this module for a half type. The tolerance is the
@@ -215,19 +223,14 @@ pub fn run_case_half(
         reason,
         unsupported: true,
     };
-    let half = unit_roundoff(dtype)
-        .zip(smallest_normal(dtype))
-        .map(|(unit, smallest_normal)| HalfType {
-            unit,
-            smallest_normal,
-        })
+    let half = HalfType::of(dtype)
         .ok_or_else(|| not_served(format!("{dtype:?} is not a half type (f16 or bf16)")))?;
     if !device.supports_dtype(dtype) {
         return Err(not_served(format!("the device has no {dtype:?}")));
     }
     // Inputs the half type cannot hold round to ±∞: the reference and the run are then NaN or
     // infinite alike, and a check of them would pass without testing anything.
-    let largest = half_type_max(dtype);
+    let largest = half.largest;
     let inputs = [
         ("query", &case.query.data),
         ("key", &case.key.data),
@@ -290,10 +293,7 @@ mod tests {
     use super::*;
 
     fn half(dtype: FloatDType) -> HalfType {
-        HalfType {
-            unit: unit_roundoff(dtype).unwrap(),
-            smallest_normal: smallest_normal(dtype).unwrap(),
-        }
+        HalfType::of(dtype).unwrap()
     }
 
     #[test]

@@ -13,6 +13,11 @@ const MANIFEST: &str = ".sdpa-bench";
 /// The smallest bench run: one size, one mode, one path, no memory sweep (seconds).
 fn bench(out: &Path, extra: &[&str]) -> std::process::Output {
     let out = arg(out);
+    sdpa(&bench_args(&out, extra))
+}
+
+/// The arguments of [`bench`].
+fn bench_args<'a>(out: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "bench",
         "--quick",
@@ -25,10 +30,10 @@ fn bench(out: &Path, extra: &[&str]) -> std::process::Output {
         "naive",
         "--skip-memory",
         "--out",
-        &out,
+        out,
     ];
     args.extend_from_slice(extra);
-    sdpa(&args)
+    args
 }
 
 /// The smallest train-bench run: the small model, one round of one step after one warm-up.
@@ -422,48 +427,8 @@ fn two_benches_started_together_one_wins_the_other_is_told() {
     for attempt in 0..4 {
         let dir = root.path().join(format!("b{attempt}"));
         let out = arg(&dir);
-        let args = [
-            "bench",
-            "--quick",
-            "--plain",
-            "--n",
-            "8",
-            "--mode",
-            "forward",
-            "--path",
-            "naive",
-            "--skip-memory",
-            "--out",
-            &out,
-        ];
-        let spawn = || {
-            std::process::Command::new(env!("CARGO_BIN_EXE_sdpa"))
-                .args(args)
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .expect("spawn")
-        };
-        let (a, b) = (spawn(), spawn());
-        let outputs = [
-            a.wait_with_output().expect("wait"),
-            b.wait_with_output().expect("wait"),
-        ];
-        let mut codes: Vec<Option<i32>> = outputs.iter().map(code).collect();
-        codes.sort();
-        assert!(
-            codes == [Some(0), Some(2)] || codes == [Some(0), Some(0)],
-            "attempt {attempt}: {codes:?}: {} | {}",
-            text(&outputs[0]),
-            text(&outputs[1])
-        );
-        for output in outputs.iter().filter(|o| code(o) == Some(2)) {
-            assert!(
-                text(output).contains("in use by another bench run"),
-                "{}",
-                text(output)
-            );
-        }
+        let outputs = crate::twice_at_once(&bench_args(&out, &[]));
+        crate::assert_one_wins(&outputs, "in use by another bench run", attempt);
     }
 }
 

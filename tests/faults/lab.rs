@@ -197,38 +197,9 @@ fn two_lab_runs_started_together_one_wins_the_other_is_told() {
             std::fs::create_dir(&dir).expect("an empty folder");
         }
         let out = arg(&dir);
-        let args = ["exp", "dot-std", "--quick", "--plain", "--out", &out];
-        let spawn_piped = || {
-            Command::new(env!("CARGO_BIN_EXE_sdpa"))
-                .args(args)
-                .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .expect("spawn")
-        };
-        let (a, b) = (spawn_piped(), spawn_piped());
-        let outputs = [
-            a.wait_with_output().expect("wait"),
-            b.wait_with_output().expect("wait"),
-        ];
-        let mut codes: Vec<Option<i32>> = outputs.iter().map(code).collect();
-        codes.sort();
-        // Both may also succeed one after the other, when the first ends before the second
-        // starts; never a failure other than the refusal.
-        assert!(
-            codes == [Some(0), Some(2)] || codes == [Some(0), Some(0)],
-            "attempt {attempt}: {codes:?}: {} | {}",
-            text(&outputs[0]),
-            text(&outputs[1])
-        );
-        for output in outputs.iter().filter(|o| code(o) == Some(2)) {
-            assert!(
-                text(output).contains("in use by another lab run"),
-                "attempt {attempt}: {}",
-                text(output)
-            );
-        }
+        let outputs =
+            crate::twice_at_once(&["exp", "dot-std", "--quick", "--plain", "--out", &out]);
+        crate::assert_one_wins(&outputs, "in use by another lab run", attempt);
         assert_eq!(code(&render_only(&dir)), Some(0), "attempt {attempt}");
     }
 }

@@ -341,6 +341,33 @@ pub struct BenchContext {
     pub seed: u64,
 }
 
+impl BenchConfig {
+    /// The modes asked for, in the order of [`Mode::ALL`].
+    pub fn selected_modes(&self) -> Vec<Mode> {
+        Mode::ALL
+            .into_iter()
+            .filter(|m| self.modes.iter().any(|name| name == m.name()))
+            .collect()
+    }
+
+    /// How many (mode, path) cells one size times on a backend (`cube`: a CubeCL one): for each
+    /// mode asked for, the paths asked for (all by default) that can run it. Zero: the bench
+    /// would measure nothing.
+    pub fn cells_per_size(&self, cube: bool) -> usize {
+        self.selected_modes()
+            .iter()
+            .map(|m| {
+                paths_for(self.block_size, m.masked(), cube)
+                    .iter()
+                    .filter(|(name, _)| {
+                        self.paths.is_empty() || self.paths.iter().any(|p| p == name)
+                    })
+                    .count()
+            })
+            .sum()
+    }
+}
+
 /// Runs the benchmark on one backend.
 pub fn run_bench(
     backend: &LabBackend,
@@ -348,22 +375,9 @@ pub fn run_bench(
     ctx: &BenchContext,
 ) -> Result<BenchReport, LabError> {
     let (b, h, d) = (config.b, config.h, config.d);
-    let modes: Vec<Mode> = Mode::ALL
-        .into_iter()
-        .filter(|m| config.modes.iter().any(|name| name == m.name()))
-        .collect();
-    let cells: usize = modes
-        .iter()
-        .map(|m| {
-            let cube = BackendFamily::of(&backend.device) == BackendFamily::CubeCl;
-            paths_for(config.block_size, m.masked(), cube)
-                .iter()
-                .filter(|(name, _)| {
-                    config.paths.is_empty() || config.paths.iter().any(|p| p == name)
-                })
-                .count()
-        })
-        .sum();
+    let modes = config.selected_modes();
+    let cube = BackendFamily::of(&backend.device) == BackendFamily::CubeCl;
+    let cells = config.cells_per_size(cube);
     let total = (config.ns.len() * cells
         + (config.memory_ns.len() + config.training_memory_ns.len()) * 3) as u64;
     let progress = Progress::new(ctx.progress, &format!("bench {}", backend.name), 0, total);
