@@ -269,17 +269,15 @@ fn refuse_measuring_nothing(
     config: &sdpa_lab::bench::BenchConfig,
     backends: &mut Vec<sdpa_lab::LabBackend>,
 ) -> anyhow::Result<()> {
-    let named = |name: &str| args.backends.iter().any(|b| b.eq_ignore_ascii_case(name));
-    let mut kept = Vec::new();
-    for backend in backends.drain(..) {
+    let why_not = |backend: &sdpa_lab::LabBackend| {
         let cube = BackendFamily::of(&backend.device) == BackendFamily::CubeCl;
         let served = sdpa_lab::bench::paths(config.block_size, cube);
-        let reason = if let Some(path) = config
+        if let Some(path) = config
             .paths
             .iter()
             .find(|p| !served.iter().any(|(name, _)| name == p))
         {
-            Some(format!(
+            return Some(format!(
                 "--path {path} does not run on the {} backend: the CubeCL kernels \
                  (cube_kernel, cube_tensor_cores) run on wgpu, vulkan and cuda only (build with \
                  --features wgpu and pass --backend wgpu); the {} backend runs {}",
@@ -290,33 +288,29 @@ fn refuse_measuring_nothing(
                     .map(|(name, _)| *name)
                     .collect::<Vec<_>>()
                     .join(", ")
-            ))
-        } else {
-            let cells = config.cells_per_size(cube);
-            (cells == 0).then(|| {
-                format!(
-                    "the paths {:?} time none of the modes {:?} on the {} backend (the \
-                     baseline takes no mask): nothing would be measured",
-                    config.paths, config.modes, backend.name
-                )
-            })
-        };
-        match reason {
-            None => kept.push(backend),
-            Some(reason) if named(&backend.name) => return Err(UsageError(reason).into()),
-            Some(reason) => println!("note: skipping {}: {reason}", backend.name),
+            ));
         }
-    }
-    if kept.is_empty() {
-        return Err(UsageError(
-            "no backend asked for can time the paths and modes asked for: nothing would be \
-             measured"
-                .into(),
-        )
-        .into());
-    }
-    *backends = kept;
-    Ok(())
+        (config.cells_per_size(cube) == 0).then(|| {
+            format!(
+                "the paths {:?} time none of the modes {:?} on the {} backend (the baseline \
+                 takes no mask): nothing would be measured",
+                config.paths, config.modes, backend.name
+            )
+        })
+    };
+    keep_backends(
+        args,
+        backends,
+        |backend| {
+            why_not(backend).map(|reason| Refusal {
+                error: reason.clone(),
+                note: reason,
+            })
+        },
+        "no backend asked for can time the paths and modes asked for: nothing would be \
+         measured"
+            .into(),
+    )
 }
 
 /// Keeps the backends whose devices have tensors of `--dtype` (bf16 and f16 are not on every
@@ -331,31 +325,53 @@ fn keep_backends_with_dtype(
         "f16" => burn::tensor::FloatDType::F16,
         _ => return Ok(()),
     };
+    keep_backends(
+        args,
+        backends,
+        |backend| {
+            (!backend.device.supports_dtype(dtype)).then(|| Refusal {
+                error: format!(
+                    "the {} backend has no {} tensors (--dtype {}): bench it in f32, or bench {} \
+                     on another backend (flex)",
+                    backend.name, args.dtype, args.dtype, args.dtype
+                ),
+                note: format!("it has no {} tensors (--dtype {})", args.dtype, args.dtype),
+            })
+        },
+        format!(
+            "no backend asked for has {} tensors (--dtype {})",
+            args.dtype, args.dtype
+        ),
+    )
+}
+
+/// Why a backend cannot serve a bench: the error when it was named on the command line, the
+/// note when `all` brought it in.
+struct Refusal {
+    error: String,
+    note: String,
+}
+
+/// Keeps the backends `refusal` finds nothing against. One named on the command line that it
+/// refuses is bad usage (exit 2, before anything runs); one `all` brought in is skipped with a
+/// note; none left is bad usage too (`none_left`).
+fn keep_backends(
+    args: &BenchArgs,
+    backends: &mut Vec<sdpa_lab::LabBackend>,
+    refusal: impl Fn(&sdpa_lab::LabBackend) -> Option<Refusal>,
+    none_left: String,
+) -> anyhow::Result<()> {
     let named = |name: &str| args.backends.iter().any(|b| b.eq_ignore_ascii_case(name));
     let mut kept = Vec::new();
     for backend in backends.drain(..) {
-        if backend.device.supports_dtype(dtype) {
-            kept.push(backend);
-        } else if named(&backend.name) {
-            return Err(UsageError(format!(
-                "the {} backend has no {} tensors (--dtype {}): bench it in f32, or bench {} on \
-                 another backend (flex)",
-                backend.name, args.dtype, args.dtype, args.dtype
-            ))
-            .into());
-        } else {
-            eprintln!(
-                "note: skipping {}: it has no {} tensors (--dtype {})",
-                backend.name, args.dtype, args.dtype
-            );
+        match refusal(&backend) {
+            None => kept.push(backend),
+            Some(r) if named(&backend.name) => return Err(UsageError(r.error).into()),
+            Some(r) => eprintln!("note: skipping {}: {}", backend.name, r.note),
         }
     }
     if kept.is_empty() {
-        return Err(UsageError(format!(
-            "no backend asked for has {} tensors (--dtype {})",
-            args.dtype, args.dtype
-        ))
-        .into());
+        return Err(UsageError(none_left).into());
     }
     *backends = kept;
     Ok(())
