@@ -12,5 +12,6 @@ pub mod masks;
 pub mod saturation;
 pub mod training;
 pub mod training_confirm;
+pub mod training_confirm2;
 pub mod training_variants;
 pub mod why_softmax;

@@ -32,9 +32,14 @@ pub struct KmPoint {
     pub hi: f64,
 }
 
-/// The Kaplan–Meier curve of `obs`, one point per distinct event time.
+/// The Kaplan–Meier curve of `obs`, one point per distinct event time (95% bands).
 pub fn kaplan_meier(obs: &[Observation]) -> Vec<KmPoint> {
-    let z = 1.959_963_984_540_054;
+    kaplan_meier_at(obs, 0.95)
+}
+
+/// The Kaplan–Meier curve of `obs` with pointwise bands at `level`.
+pub fn kaplan_meier_at(obs: &[Observation], level: f64) -> Vec<KmPoint> {
+    let z = crate::stats::normal_quantile(1.0 - (1.0 - level) / 2.0);
     let mut times: Vec<f64> = obs.iter().filter(|o| o.reached).map(|o| o.time).collect();
     times.sort_by(|a, b| a.total_cmp(b));
     times.dedup();
@@ -99,7 +104,12 @@ impl KmMedian {
 
 /// The Kaplan–Meier median of `obs` with its Brookmeyer–Crowley 95% interval.
 pub fn km_median(obs: &[Observation]) -> KmMedian {
-    let curve = kaplan_meier(obs);
+    km_median_at(obs, 0.95)
+}
+
+/// The Kaplan–Meier median of `obs` with its Brookmeyer–Crowley interval at `level`.
+pub fn km_median_at(obs: &[Observation], level: f64) -> KmMedian {
+    let curve = kaplan_meier_at(obs, level);
     let first =
         |f: &dyn Fn(&KmPoint) -> f64| curve.iter().find(|p| f(p) <= 0.5 + 1e-12).map(|p| p.time);
     KmMedian {
