@@ -81,6 +81,7 @@ pub fn bench(args: &BenchArgs) -> anyhow::Result<bool> {
         out: Some(args.out.clone()),
         quick: args.quick,
         tune: false,
+        long: false,
         seed: 42,
         plain: args.plain,
         shard: None,

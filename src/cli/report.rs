@@ -32,6 +32,11 @@ pub struct LabArgs {
     /// rates the sweeps chose before, committed in the code.
     #[arg(long)]
     pub tune: bool,
+    /// Also run the second confirmatory run (training-confirm-2: 240 tuning and up to 240 test
+    /// runs, about 70 minutes on 2 cores). Without it the report analyses the runs of that
+    /// experiment committed in the repository (crates/sdpa-lab/assets/confirm2/runs.csv).
+    #[arg(long)]
+    pub long: bool,
     /// Seed of every random draw.
     #[arg(long, default_value_t = 42)]
     pub seed: u64,
@@ -48,7 +53,7 @@ pub struct LabArgs {
     #[arg(
         long,
         value_name = "DIR",
-        conflicts_with_all = ["shard", "merge", "out", "quick", "tune", "seed", "backends"]
+        conflicts_with_all = ["shard", "merge", "out", "quick", "tune", "long", "seed", "backends"]
     )]
     pub render_only: Option<PathBuf>,
     /// Merge the folders of every shard of a run into --out and render the report (measures
@@ -58,7 +63,7 @@ pub struct LabArgs {
         long,
         value_name = "DIR",
         num_args = 1..,
-        conflicts_with_all = ["shard", "quick", "tune", "seed", "backends"]
+        conflicts_with_all = ["shard", "quick", "tune", "long", "seed", "backends"]
     )]
     pub merge: Vec<PathBuf>,
 }
@@ -180,6 +185,7 @@ fn run(
             quick: lab.quick,
             seed: lab.seed,
             tune: lab.tune,
+            long: lab.long,
             backends: env.backends.iter().map(|b| b.name.clone()).collect(),
         },
         out: out.clone(),

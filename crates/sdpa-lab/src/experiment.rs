@@ -38,6 +38,10 @@ pub struct Plan {
     /// reads as `false`).
     #[serde(default)]
     pub tune: bool,
+    /// Also run the second confirmatory run (`training-confirm-2`: its tuning and test runs,
+    /// about 480 runs); without it the report analyses that run's committed measurement.
+    #[serde(default)]
+    pub long: bool,
 }
 
 impl Plan {

@@ -12,6 +12,7 @@ pub fn all_experiments() -> Vec<&'static dyn Experiment> {
         &gradients::Gradients,
         &training::Training,
         &training_confirm::TrainingConfirm,
+        &training_confirm2::TrainingConfirm2,
         &training_variants::TrainingVariants,
         &logit_control::LogitControl,
         &compare::Compare,

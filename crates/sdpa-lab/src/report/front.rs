@@ -18,7 +18,7 @@ pub const FIRST_SCREEN_WORDS: usize = 150;
 
 /// The first screen's table: the article's claims that carry its argument, as (experiment,
 /// claim id, the article's words in short).
-const VERDICT_ROWS: [(&str, &str, &str); 8] = [
+const VERDICT_ROWS: [(&str, &str, &str); 9] = [
     ("dot-std", "std-grows-as-sqrt-d", "std(q·k) = √d_k"),
     (
         "saturation",
@@ -37,8 +37,13 @@ const VERDICT_ROWS: [(&str, &str, &str); 8] = [
     ),
     (
         "gradients",
-        "jacobian-vanishes",
-        "saturated softmax's derivative → 0: gradients vanish",
+        "jacobian-tends-to-zero",
+        "saturated softmax's derivative → 0",
+    ),
+    (
+        "gradients",
+        "query-gradient-vanishes",
+        "so the gradients vanish",
     ),
     (
         "gradients",
@@ -46,8 +51,8 @@ const VERDICT_ROWS: [(&str, &str, &str); 8] = [
         "at d_k 1024 the gradient is almost 0",
     ),
     (
-        "training-confirm",
-        "confirm-fails-or-extremely-slow",
+        "training-confirm-2",
+        "confirm2-sentence",
         "so training fails completely or is extremely slow",
     ),
     (

@@ -129,6 +129,9 @@ pub struct KeysRow {
     pub jacobian: Estimate,
     /// Every draw's unscaled ‖J‖ (the shrink-with-d fit reads them).
     pub unscaled_draws: Vec<f64>,
+    /// RMS ∂L/∂Q unscaled / scaled, mean over draws (paired per draw), with the same
+    /// family-wise interval as `jacobian`.
+    pub query: Estimate,
 }
 
 fn row(c: &GradientsConfig, scaled: bool, draws: &[DrawValues], check: Option<f64>) -> GradientRow {
@@ -376,6 +379,21 @@ pub fn data(plan: &Plan, cells: &Cells) -> GradientsData {
                     }
                 },
                 unscaled_draws: c.result.unscaled.iter().map(|v| v.jacobian_norm).collect(),
+                query: {
+                    let x: Vec<f64> = c
+                        .result
+                        .unscaled
+                        .iter()
+                        .zip(&c.result.scaled)
+                        .map(|(u, s)| u.rms_dq / s.rms_dq)
+                        .collect();
+                    let (lo, hi) = mean_interval(&x, level);
+                    Estimate {
+                        lo,
+                        hi,
+                        ..mean_ci(&x)
+                    }
+                },
             })
         })
         .collect();

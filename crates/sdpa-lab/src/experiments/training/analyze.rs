@@ -467,6 +467,30 @@ pub fn of_part(data: &TrainingData, part: Part) -> impl Iterator<Item = &PairSta
         .filter(move |s| s.comparison.part == part)
 }
 
+/// The premise's cutoff in this run (one rule for every claim about attention without the
+/// scale, `training_confirm2::design::PREMISE`): the median starting logit std of the unscaled
+/// runs of the article's own example (unit init, d_k 64, Adam) in this run; where this run has
+/// no such runs, the article's own 8 (√64).
+pub fn premise_std(data: &TrainingData) -> f64 {
+    use crate::experiments::training_confirm2::design::ARTICLE_EXAMPLE;
+    let stds: Vec<f64> = data
+        .runs
+        .iter()
+        .filter(|r| {
+            (r.condition.init, r.condition.d_k) == ARTICLE_EXAMPLE
+                && r.condition.optimizer == sdpa_model::OptimizerKind::Adam
+                && r.arm == Arm::Unscaled
+        })
+        .map(|r| r.outcome.initial.logit_std)
+        .filter(|x| x.is_finite())
+        .collect();
+    if stds.is_empty() {
+        super::design::SATURATED_LOGIT_STD
+    } else {
+        crate::stats::median(&stds)
+    }
+}
+
 /// The median initial logit std of a condition's unscaled runs (`None` when none is finite).
 pub fn unscaled_start_std(data: &TrainingData, s: &PairStats) -> Option<f64> {
     let stds: Vec<f64> = data

@@ -3,7 +3,7 @@
 //! the others got there, split by whether the unscaled starting logits are saturated.
 
 use super::super::analyze::{PairStats, RunRow, TrainingData, of_part};
-use super::super::design::{ALPHA, FAILED_ACCURACY, Part, SATURATED_LOGIT_STD};
+use super::super::design::{ALPHA, FAILED_ACCURACY, Part};
 
 /// [`FAILED_ACCURACY`] in percent, for the text.
 pub(super) const FAILED_PCT: f64 = FAILED_ACCURACY * 100.0;
@@ -65,6 +65,7 @@ fn ratio(s: &PairStats) -> String {
 
 /// Writes the answer and the screen (nothing when the main part did not run).
 pub fn answer(data: &TrainingData, canvas: &mut Canvas, figure: Option<&str>) {
+    let cutoff = crate::experiments::training::analyze::premise_std(data);
     let main: Vec<&PairStats> = of_part(data, Part::Main)
         .filter(|s| s.comparison.reference == Arm::Scaled && s.comparison.other == Arm::Unscaled)
         .collect();
@@ -89,7 +90,7 @@ pub fn answer(data: &TrainingData, canvas: &mut Canvas, figure: Option<&str>) {
     let saturated: Vec<&PairStats> = main
         .iter()
         .copied()
-        .filter(|s| unscaled_start_std(data, s).is_some_and(|x| x >= SATURATED_LOGIT_STD))
+        .filter(|s| unscaled_start_std(data, s).is_some_and(|x| x >= cutoff))
         .collect();
     // The article's own example: d_k = 64 with unit-variance q, k (starting logit std 8).
     let example = saturated
@@ -158,7 +159,7 @@ pub fn answer(data: &TrainingData, canvas: &mut Canvas, figure: Option<&str>) {
          {separated} of {} conditions (McNemar's test counts the pairs where only one of the two \
          runs got stuck; Holm's correction allows for testing several conditions at once). {} \
          unscaled runs ended below {FAILED_PCT:.0}% accuracy against {} scaled. By \
-         initialization: {}. Where the unscaled logits start saturated (std ≥ {SATURATED_LOGIT_STD}), \
+         initialization: {}. Where the unscaled logits start saturated (std ≥ {cutoff:.2}, the article example's own), \
          the median paired ratio of steps (a pair whose run never got there only bounds it; \
          family-wise 95% intervals over the conditions) was {}.\n\n\
          **Caveat.** These runs also shaped the analysis (the saturation split, the ±1.25× margin of its equivalence tests), \

@@ -5,7 +5,7 @@
 
 use super::analyze::{PairStats, TrainingData, of_part, unscaled_start_std};
 use super::claims::direction;
-use super::design::{ALPHA, Part, SATURATED_LOGIT_STD, SLOW_FACTOR};
+use super::design::{ALPHA, Part, SLOW_FACTOR};
 use crate::claims::{Claim, Outcome, Tally, show_p};
 use crate::measures::training::{Arm, init_name};
 
@@ -300,11 +300,12 @@ fn article_words_line(
     main: &[&PairStats],
 ) -> Option<String> {
     let starts: Vec<Option<f64>> = main.iter().map(|s| unscaled_start_std(data, s)).collect();
+    let cutoff = super::analyze::premise_std(data);
     let words = |id: &str| {
         claims
             .iter()
             .find(|c| c.id == id)
-            .map(|c| saturation_split(c, &starts))
+            .map(|c| saturation_split(c, &starts, cutoff))
     };
     let (fails, slow, either) = (
         words("fails-completely")?,
@@ -324,8 +325,8 @@ fn article_words_line(
          `training-confirm`, where both decide a sentence): «training fails completely» {fails}. «Extremely slow» (at least \
          {SLOW_FACTOR}× the steps to 99%) {slow}. The sentence as a whole, «fails completely or extremely \
          slow», {either}. (Decided only where the unscaled starting logits have std ≥ \
-         {SATURATED_LOGIT_STD}, the article's premise: a rule written after these runs were seen, \
-         and fixed before the confirmatory run; the median unscaled starting logit std per \
+         {cutoff:.2}, the article's premise: at least as spread as its own example, unit init d_k \
+         64, in this run; a rule fixed before the second confirmatory run; the median unscaled starting logit std per \
          condition: {}.)",
         stds.join(", ")
     ))
@@ -334,7 +335,7 @@ fn article_words_line(
 /// A claim's outcome, then the tally of its conditions where the unscaled starting logits are
 /// saturated (`starts`: each main condition's median starting logit std, in the claim's order)
 /// and where they are below; the outcome alone when its conditions are not the main part's.
-fn saturation_split(claim: &Claim, starts: &[Option<f64>]) -> String {
+fn saturation_split(claim: &Claim, starts: &[Option<f64>], cutoff: f64) -> String {
     if claim.conditions.len() != starts.len() {
         return claim.outcome_text();
     }
@@ -343,7 +344,7 @@ fn saturation_split(claim: &Claim, starts: &[Option<f64>]) -> String {
             .conditions
             .iter()
             .zip(starts)
-            .filter(|(_, std)| std.map(|std| std >= SATURATED_LOGIT_STD) == Some(want))
+            .filter(|(_, std)| std.map(|std| std >= cutoff) == Some(want))
             .map(|(k, _)| k.outcome)
             .collect()
     };
@@ -360,7 +361,7 @@ fn saturation_split(claim: &Claim, starts: &[Option<f64>]) -> String {
         part(
             split(true),
             &format!(
-                "where the unscaled starting logits have std ≥ {SATURATED_LOGIT_STD} (the article's \"clearly saturated\")"
+                "where the unscaled starting logits have std ≥ {cutoff:.2} (the article's premise)"
             )
         ),
         part(split(false), "where they are below")

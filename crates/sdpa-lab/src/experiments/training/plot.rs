@@ -5,8 +5,8 @@
 use sdpa_model::{OptimizerKind, QkInit};
 
 use super::analyze::{RunRow, TrainingData};
+use super::design::FAILED_ACCURACY;
 use super::design::SLOW_FACTOR;
-use super::design::{FAILED_ACCURACY, SATURATED_LOGIT_STD};
 use crate::context::LabError;
 use crate::experiment::Canvas;
 use crate::measures::training::{Arm, EVAL_EVERY, init_name};
@@ -319,14 +319,13 @@ fn mechanism(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErro
             series.push(Series::texts(texts).colored(k));
         }
     }
-    // The confirmatory run's cutoff: to its right the unscaled logits start saturated.
+    // The premise's cutoff: to its right the unscaled logits start at least as spread as in the
+    // article's example.
+    let cutoff = super::analyze::premise_std(data);
     series.push(
         Series::reference(
-            format!("std {SATURATED_LOGIT_STD}: saturated (cutoff)"),
-            vec![
-                (SATURATED_LOGIT_STD, 0.0),
-                (SATURATED_LOGIT_STD, data.sizes.budget as f64 * 1.1),
-            ],
+            format!("std {cutoff:.1}: the article's example (premise)"),
+            vec![(cutoff, 0.0), (cutoff, data.sizes.budget as f64 * 1.1)],
         )
         .colored(7),
     );
