@@ -53,6 +53,8 @@ pub struct Series {
     pub hollow: bool,
     /// A thin line without markers (one of many seeds).
     pub thin: bool,
+    /// A solid line without markers (a curve of many points, e.g. a share by step).
+    pub curve: bool,
     /// The palette index of its colour (default: its position in the plot).
     pub color: Option<usize>,
     /// A shaded interval band around the line: (x, lower, upper), e.g. a 95% interval.
@@ -72,6 +74,7 @@ impl Series {
             markers_only: false,
             hollow: false,
             thin: false,
+            curve: false,
             color: None,
             band: Vec::new(),
             texts: Vec::new(),
@@ -101,6 +104,14 @@ impl Series {
         Self {
             band: points.iter().map(|p| (p.0, p.2, p.3)).collect(),
             ..Self::line(label, points.iter().map(|p| (p.0, p.1)).collect())
+        }
+    }
+
+    /// A solid line without markers (a step curve of many points).
+    pub fn curve(label: impl Into<String>, points: Vec<(f64, f64)>) -> Self {
+        Self {
+            curve: true,
+            ..Self::line(label, points)
         }
     }
 
@@ -291,6 +302,10 @@ where
     } else if s.thin {
         chart
             .draw_series(LineSeries::new(pts, color.mix(0.35).stroke_width(1)))
+            .map_err(err)?;
+    } else if s.curve {
+        chart
+            .draw_series(LineSeries::new(pts, color.stroke_width(2)))
             .map_err(err)?;
     } else {
         chart

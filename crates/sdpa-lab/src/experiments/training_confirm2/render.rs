@@ -10,6 +10,85 @@ use crate::context::LabError;
 use crate::experiment::Canvas;
 use crate::markdown::md_table;
 use crate::measures::training::init_name;
+use crate::plot::{LinePlot, Series};
+
+/// The share of `steps` (one per run, `None`: never) at 99% by each step, as a step curve from
+/// the first step to `budget`.
+fn reached_curve(steps: &[Option<usize>], budget: usize, stretch: f64) -> Vec<(f64, f64)> {
+    let n = steps.len().max(1) as f64;
+    let mut done: Vec<f64> = steps
+        .iter()
+        .flatten()
+        .map(|&s| s as f64 * stretch)
+        .collect();
+    done.sort_by(|a, b| a.total_cmp(b));
+    let mut points = vec![(1.0, 0.0)];
+    // Steps past the budget (a stretched curve) are cut there: the curve ends at its level.
+    for (i, t) in done
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| **t <= budget as f64)
+    {
+        points.push((*t, i as f64 / n));
+        points.push((*t, (i + 1) as f64 / n));
+    }
+    let last = points.last().map_or(0.0, |p| p.1);
+    points.push((budget as f64, last));
+    points
+}
+
+/// The key figure: for each arm and rate scheme, the share of runs that had reached 99% by each
+/// step, pooled over the conditions; the scaled curve stretched 4× is «extremely slow»'s line.
+fn reached_plot(data: &Confirm2Data, canvas: &mut Canvas) -> Result<String, LabError> {
+    let budget = data.sizes.budget;
+    let mut series = Vec::new();
+    for s in &data.schemes {
+        let scaled: Vec<Option<usize>> = s.pairs.iter().map(|p| p.scaled).collect();
+        let unscaled: Vec<Option<usize>> = s.pairs.iter().map(|p| p.unscaled).collect();
+        let style = |label: String, points, color| {
+            let line = if s.scheme == RateScheme::Own {
+                Series::curve(label, points)
+            } else {
+                Series::reference(label, points)
+            };
+            line.colored(color)
+        };
+        let which = s.scheme.slug();
+        series.push(style(
+            format!("1/√d_k, {which} rate"),
+            reached_curve(&scaled, budget, 1.0),
+            0,
+        ));
+        series.push(style(
+            format!("no scaling, {which} rate"),
+            reached_curve(&unscaled, budget, 1.0),
+            1,
+        ));
+        if s.scheme == RateScheme::Own {
+            series.push(
+                Series::curve(
+                    "1/√d_k, every run 4× slower",
+                    reached_curve(&scaled, budget, 4.0),
+                )
+                .colored(7),
+            );
+        }
+    }
+    canvas.line_plot(
+        "training_confirm2_reached.png",
+        &LinePlot {
+            title: format!(
+                "Runs at 99% accuracy by each step ({} pairs)",
+                data.schemes.first().map_or(0, |s| s.pairs.len())
+            ),
+            x_label: format!("training steps (log scale; the budget: {budget})"),
+            y_label: "share of runs that reached 99%".into(),
+            log_x: true,
+            log_y: false,
+            series,
+        },
+    )
+}
 
 fn end(x: Option<f64>) -> String {
     x.map_or("∞".into(), |v| format!("{v:.2}"))
@@ -164,6 +243,14 @@ pub fn render(data: &Confirm2Data, canvas: &mut Canvas) -> Result<String, LabErr
         ],
         &per,
     ));
+    out.push_str(&format!("\n{}\n\n", reached_plot(data, canvas)?));
+    out.push_str(
+        "*Each curve: the share of the runs of one arm that had reached 99% accuracy by that step, \
+         pooled over the conditions (solid: each arm at its own rate; dashed: one shared rate). \
+         Where a curve ends below 1 at the budget, the rest never got there. The grey line is \
+         the scaled curve with every run 4× slower: an unscaled curve right of it is «extremely \
+         slow».*\n",
+    );
     let lines: Vec<String> = data.rows.iter().map(|r| r.line()).collect();
     canvas.csv("training_confirm2_runs.csv", HEADER, &lines)?;
     out.push_str("\nEvery run, tuning and test: `training_confirm2_runs.csv`.\n");
