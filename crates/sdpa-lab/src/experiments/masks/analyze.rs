@@ -131,7 +131,8 @@ fn minus_1e9_claims(data: &MasksData) -> Vec<Claim> {
                 let p = &c.result.q3_example;
                 Some((p.len() == 2 && p[0] == 1.0 && p[1] == 0.0, format!("{p:?}")))
             },
-        ),
+        )
+        .cannot_fail("IEEE 754 arithmetic of the dtype, the same on every run: only a bug could change it"),
         per_cell(
             "minus-1e9-overflows-f16",
             Source::Article(&article::MINUS_1E9_FP16),
@@ -149,7 +150,8 @@ fn minus_1e9_claims(data: &MasksData) -> Vec<Claim> {
                         )
                     })
             },
-        ),
+        )
+        .cannot_fail("IEEE 754 arithmetic of the dtype, the same on every run: only a bug could change it"),
         per_cell(
             "minus-1e9-at-the-edge-of-f32",
             Source::Article(&article::MINUS_1E9_FP32_EDGE),
@@ -173,7 +175,8 @@ fn minus_1e9_claims(data: &MasksData) -> Vec<Claim> {
                         ))
                     })
             },
-        ),
+        )
+        .cannot_fail("IEEE 754 arithmetic of the dtype, the same on every run: only a bug could change it"),
         per_cell(
             "two-masks-overflow",
             Source::Article(&article::TWO_MASKS_OVERFLOW),
@@ -186,7 +189,8 @@ fn minus_1e9_claims(data: &MasksData) -> Vec<Claim> {
                 (!one.masked_score.contains("inf"))
                     .then(|| (is_inf(&two.masked_score), two.masked_score.clone()))
             },
-        ),
+        )
+        .cannot_fail("IEEE 754 arithmetic of the dtype, the same on every run: only a bug could change it"),
     ]
 }
 

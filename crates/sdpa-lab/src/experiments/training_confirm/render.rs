@@ -340,7 +340,9 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
             100.0 * hi
         )
     };
-    canvas.confirmatory_answer(
+    // Superseded by the second confirmatory run (`training-confirm-2`), whose answer is the
+    // first screen's: this one stays on the question's screen, after it.
+    canvas.answer(
         Question::Training,
         Some(format!(
             "{lead}: with saturated starting logits ({}), {} of unscaled vs {} of scaled runs \

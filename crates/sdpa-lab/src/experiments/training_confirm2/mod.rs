@@ -10,6 +10,7 @@
 //! ([`runs::COMMITTED`]).
 
 pub mod analyze;
+pub mod answer;
 pub mod design;
 pub mod frozen;
 pub mod hypotheses;

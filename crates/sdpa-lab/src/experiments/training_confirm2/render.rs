@@ -243,7 +243,9 @@ pub fn render(data: &Confirm2Data, canvas: &mut Canvas) -> Result<String, LabErr
         ],
         &per,
     ));
-    out.push_str(&format!("\n{}\n\n", reached_plot(data, canvas)?));
+    let figure = reached_plot(data, canvas)?;
+    super::answer::answer(data, canvas, &figure);
+    out.push_str(&format!("\n{figure}\n\n"));
     out.push_str(
         "*Each curve: the share of the runs of one arm that had reached 99% accuracy by that step, \
          pooled over the conditions (solid: each arm at its own rate; dashed: one shared rate). \

@@ -1,0 +1,138 @@
+//! The fourth question's answer from the second confirmatory run: the first screen's sentence
+//! and the question's screen (setup, effect, caveat), the key number of the verdict table.
+
+use super::analyze::{Confirm2Data, premise_words};
+use super::design::{RateScheme, SLOW_FACTOR};
+use super::hypotheses::Decided;
+use crate::answers::Question;
+use crate::claims::Outcome;
+use crate::experiment::Canvas;
+use crate::experiments::training_confirm::render::short_p;
+
+fn end(x: Option<f64>) -> String {
+    x.map_or("∞".into(), |v| format!("{v:.1}"))
+}
+
+/// "4.6× [4.1, 6.0]", the Kaplan–Meier median ratio with its 97.5% interval.
+pub fn ratio_words(d: &Decided) -> String {
+    format!(
+        "{}× [{}, {}]",
+        end(d.ratio.km.value),
+        end(d.ratio.km.lo),
+        end(d.ratio.km.hi)
+    )
+}
+
+/// "12 of 60 stuck near chance, 5 more never at 99%".
+fn stuck_words(d: &Decided) -> String {
+    format!(
+        "{} of {} stuck near chance, {} more never at 99%",
+        d.near_chance.count, d.near_chance.n, d.never_not_stuck
+    )
+}
+
+/// What would have made each half fail, for the reader.
+const FAILS_IF: &str = "«fails completely» would have failed had fewer than half the unscaled \
+     runs (97.5% interval below ½) ended stuck near chance; «extremely slow» had the median \
+     slowdown's 97.5% interval ended below 4×";
+
+/// "a 94%", the simulated power at `seeds` per condition (the design's computation).
+fn power_words(seeds: usize) -> String {
+    super::power::power_curve()
+        .ok()
+        .and_then(|c| c.into_iter().find(|(n, _)| *n == seeds))
+        .map_or(
+            "an uncomputed (these are not the design's sizes)".into(),
+            |(_, p)| format!("a {:.0}%", 100.0 * p),
+        )
+}
+
+fn lead(o: Option<Outcome>) -> &'static str {
+    match o {
+        Some(Outcome::Holds) => "Yes",
+        Some(Outcome::Fails) => "No",
+        Some(_) => "Undecided",
+        None => "It depends on the learning rates",
+    }
+}
+
+/// Writes the answer (nothing when the run has no analysis).
+pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
+    let (Some(own), Some(shared)) = (
+        data.scheme(RateScheme::Own),
+        data.scheme(RateScheme::Shared),
+    ) else {
+        return;
+    };
+    let (o, s) = (&own.pooled, &shared.pooled);
+    let verdict = super::hypotheses::across_schemes(o.outcomes[2], s.outcomes[2]);
+    let premise = premise_words(&data.sizes);
+    canvas.key_number(
+        "confirm2-sentence",
+        format!(
+            "own rates: slowdown {} ({}), {} ({}); shared rate: slowdown {} ({}), {} ({})",
+            ratio_words(o),
+            o.outcomes[1].label(),
+            stuck_words(o),
+            o.outcomes[0].label(),
+            ratio_words(s),
+            s.outcomes[1].label(),
+            stuck_words(s),
+            s.outcomes[0].label()
+        ),
+    );
+    let scaled_never = |d: &Decided| d.scaled_never;
+    canvas.confirmatory_answer(
+        Question::Training,
+        Some(format!(
+            "{}: where the unscaled logits start at least as spread as in the article's example, \
+             unscaled runs took a median {} the steps to 99% (97.5% interval; each arm at its own best rate; {} at \
+             one shared rate); {} (scaled: {} never).",
+            lead(verdict),
+            ratio_words(o),
+            ratio_words(s),
+            stuck_words(o),
+            scaled_never(o),
+        )),
+        format!(
+            "**Setup.** A one-layer attention model learns a matching task (chance is 1/8 of the \
+             answers right; the target is 99% on held-out data) with and without the 1/√d_k, from \
+             the same starting weights and batches (a *pair* of runs per seed). \
+             **The second confirmatory run** (its design committed before any of its runs, \
+             `experiments/training_confirm2/design.rs`): the conditions where the unscaled logits \
+             start at least as spread as in the article's own example ({premise}), {} fresh seeds \
+             each, a {}-step budget. Learning rates: each arm's own best rate, tuned for this \
+             budget on seeds of its own, **and** one rate shared by both arms (the one the arm it \
+             suits worse loses least at); the verdict counts only where both agree. The article's \
+             sentence «fails completely or extremely slow» holds when either half holds, each \
+             half tested at 2.5% so the two together keep 5%. The number of seeds gives {} \
+             chance (*power*) of the sentence holding if the effect is as large as in the first \
+             confirmatory run, simulated with runs cut off by the budget.\n\n{figure}\n\n\
+             **Effect.** Each arm at its own rate: {}; the median paired slowdown (unscaled steps \
+             over scaled steps, runs that never got there counted as «at least», Kaplan–Meier) \
+             is {} (97.5% interval), so «extremely slow» (at least {SLOW_FACTOR}×) {} and «fails \
+             completely» (most runs stuck near chance) {}. One shared rate: {}; slowdown {}: \
+             «extremely slow» {}, «fails completely» {}. More runs short of 99% without the \
+             scale: {} against {} pairs (own rates, p {}).\n\n\
+             **What would have made it fail.** {FAILS_IF}. Every end of the slowdown's interval \
+             is the ratio of a pair whose two runs both finished, never a bound set by the budget.\n\n\
+             **Caveat.** One small model on one task, Adam, four conditions pooled. A run stuck \
+             near chance counts as slower than any finished run, which is what «extremely slow» \
+             means for it, but it is also the «fails completely» half.",
+            data.sizes.seeds,
+            data.sizes.budget,
+            power_words(data.sizes.seeds),
+            stuck_words(o),
+            ratio_words(o),
+            o.outcomes[1].label(),
+            o.outcomes[0].label(),
+            stuck_words(s),
+            ratio_words(s),
+            s.outcomes[1].label(),
+            s.outcomes[0].label(),
+            o.stuck.yes,
+            o.stuck.no,
+            short_p(o.stuck.p),
+        ),
+    );
+}
