@@ -47,6 +47,10 @@ pub struct CorrectedRow {
     pub saturated_fraction: Estimate,
     /// Max p of every draw.
     pub max_p_draws: Vec<f64>,
+    /// Every draw's share of queries with max p above 0.99 (the CSV of draws holds them).
+    pub saturated_draws: Vec<f64>,
+    /// Every draw's logit std.
+    pub logit_std_draws: Vec<f64>,
 }
 
 /// What `render` draws.
@@ -77,6 +81,8 @@ fn row(d: usize, m: usize, scaled: bool, draws: &[DrawValues]) -> CorrectedRow {
         keys_above_1e3: ci(|v| v.keys_above_1e3),
         saturated_fraction: ci(|v| v.saturated_fraction),
         max_p_draws: draws.iter().map(|v| v.max_p).collect(),
+        saturated_draws: draws.iter().map(|v| v.saturated_fraction).collect(),
+        logit_std_draws: draws.iter().map(|v| v.logit_std).collect(),
     }
 }
 

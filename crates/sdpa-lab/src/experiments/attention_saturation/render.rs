@@ -121,18 +121,25 @@ fn write_csv(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<(), 
             })
             .collect::<Vec<_>>(),
     )?;
-    // The draws behind each mean max p and its interval.
+    // The draws behind each mean max p, share above 0.99 and logit std, and their intervals.
     canvas.csv(
         "attention_saturation_draws.csv",
-        "m,d,scaled,draw,mean_max_p",
+        "m,d,scaled,draw,mean_max_p,share_max_p_above_0.99,logit_std",
         &data
             .corrected
             .iter()
             .flat_map(|r| {
-                r.max_p_draws
-                    .iter()
-                    .enumerate()
-                    .map(move |(i, p)| format!("{},{},{},{i},{p}", r.m, r.d, r.scaled))
+                r.max_p_draws.iter().enumerate().map(move |(i, p)| {
+                    let at = |v: &[f64]| v.get(i).map_or(String::new(), |x| x.to_string());
+                    format!(
+                        "{},{},{},{i},{p},{},{}",
+                        r.m,
+                        r.d,
+                        r.scaled,
+                        at(&r.saturated_draws),
+                        at(&r.logit_std_draws)
+                    )
+                })
             })
             .collect::<Vec<_>>(),
     )?;

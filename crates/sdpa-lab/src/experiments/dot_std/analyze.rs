@@ -29,6 +29,8 @@ pub struct DotStdRow {
     pub scaled_spread: f64,
     /// The article's std, if it has this d.
     pub article_std: Option<f64>,
+    /// Every draw's std / √d (the exponent's fit reads them; `dot_std_draws.csv`).
+    pub draws_scaled: Vec<f64>,
     /// The article's std / √d.
     pub article_scaled: Option<f64>,
 }
@@ -76,6 +78,7 @@ pub fn analyze(cells: &[Measured<DotStdConfig, DotStdResult>]) -> Analysis<DotSt
                 ),
                 scaled_spread: std(s),
                 article_std: i.map(|i| ARTICLE_STD[i]),
+                draws_scaled: s.clone(),
                 article_scaled: i.map(|i| ARTICLE_SCALED[i]),
             }
         })

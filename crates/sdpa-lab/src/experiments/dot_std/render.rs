@@ -8,6 +8,21 @@ use crate::markdown::{f, md_table, opt};
 use crate::plot::{LinePlot, Series};
 
 fn write_csv(data: &DotStdData, canvas: &mut Canvas) -> Result<(), LabError> {
+    // Every draw behind the means, their intervals and the exponent's fit.
+    canvas.csv(
+        "dot_std_draws.csv",
+        "d,draw,std,std_over_sqrt_d",
+        &data
+            .rows
+            .iter()
+            .flat_map(|r| {
+                r.draws_scaled
+                    .iter()
+                    .enumerate()
+                    .map(move |(i, s)| format!("{},{i},{},{s}", r.d, s * r.sqrt_d))
+            })
+            .collect::<Vec<_>>(),
+    )?;
     canvas.csv(
         "dot_std.csv",
         "d,sqrt_d,pooled_std,scaled_mean,scaled_lo,scaled_hi,scaled_spread,article_std,article_scaled",
