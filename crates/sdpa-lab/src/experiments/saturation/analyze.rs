@@ -25,6 +25,8 @@ pub struct SaturationRow {
     pub article_max_p: Option<f64>,
     /// The article's entropy.
     pub article_entropy: Option<f64>,
+    /// Each batch's mean max p and mean entropy (`saturation_draws.csv`).
+    pub batches: Vec<(f64, f64)>,
 }
 
 /// What `render` draws.
@@ -56,6 +58,13 @@ pub fn analyze(cells: &[Measured<SaturationConfig, SaturationResult>]) -> Analys
                 ln_n: (c.config.n as f64).ln(),
                 article_max_p: a.map(|a| a.2),
                 article_entropy: a.map(|a| a.3),
+                batches: c
+                    .result
+                    .max_p_batches
+                    .iter()
+                    .copied()
+                    .zip(c.result.entropy_batches.iter().copied())
+                    .collect(),
             }
         })
         .collect();

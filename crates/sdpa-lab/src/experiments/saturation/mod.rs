@@ -50,13 +50,33 @@ pub struct SaturationConfig {
     pub backend: String,
 }
 
-/// One cell's measurement: means over rows, with their intervals.
+/// The rows of a cell are split into this many batches of equal size: each batch's mean is one
+/// independent draw, the interval is over them, and `saturation_draws.csv` holds every one.
+pub const BATCHES: usize = 20;
+
+/// One cell's measurement: means over rows, with their intervals over [`BATCHES`] batch means.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SaturationResult {
     /// Mean largest probability of a row.
     pub max_p: Estimate,
     /// Mean entropy (nats), computed like the article: −Σ p ln(p + 1e−10).
     pub entropy: Estimate,
+    /// Each batch's mean largest probability.
+    #[serde(default)]
+    pub max_p_batches: Vec<f64>,
+    /// Each batch's mean entropy.
+    #[serde(default)]
+    pub entropy_batches: Vec<f64>,
+}
+
+/// The means of `BATCHES` equal consecutive batches of `values` (a remainder is left out).
+fn batch_means(values: &[f64]) -> Vec<f64> {
+    let size = (values.len() / BATCHES).max(1);
+    values
+        .chunks_exact(size)
+        .take(BATCHES)
+        .map(|b| b.iter().sum::<f64>() / b.len() as f64)
+        .collect()
 }
 
 /// The experiment.
@@ -111,10 +131,16 @@ impl Stages for Saturation {
         let mut rng = rng(c.seed, 2_000 + c.n as u64);
         let z = normal_tensor(&mut rng, [c.rows, c.n], device);
         let p = softmax(z * c.scale, 1);
-        // One value per row: the rows are the independent draws of the interval.
-        let max_p = mean_ci(&to_vec(p.clone().max_dim(1))?);
-        let entropy = mean_ci(&to_vec((-(p.clone() * (p + 1e-10).log())).sum_dim(1))?);
-        Ok(SaturationResult { max_p, entropy })
+        // One value per row; the rows are independent, so the means of equal batches of them
+        // are independent draws, and the interval is over those.
+        let max_p_batches = batch_means(&to_vec(p.clone().max_dim(1))?);
+        let entropy_batches = batch_means(&to_vec((-(p.clone() * (p + 1e-10).log())).sum_dim(1))?);
+        Ok(SaturationResult {
+            max_p: mean_ci(&max_p_batches),
+            entropy: mean_ci(&entropy_batches),
+            max_p_batches,
+            entropy_batches,
+        })
     }
 
     fn describe(&self, c: &SaturationConfig, r: &SaturationResult) -> String {

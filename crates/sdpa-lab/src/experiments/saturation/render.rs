@@ -8,6 +8,20 @@ use crate::markdown::{f, md_table, opt};
 use crate::plot::{LinePlot, Series};
 
 fn write_csv(data: &SaturationData, canvas: &mut Canvas) -> Result<(), LabError> {
+    // Every batch behind the means and their intervals (rows / batches rows each).
+    canvas.csv(
+        "saturation_draws.csv",
+        "n,scale,batch,max_p,entropy,entropy_share_of_uniform",
+        &data
+            .rows
+            .iter()
+            .flat_map(|r| {
+                r.batches.iter().enumerate().map(move |(i, (p, e))| {
+                    format!("{},{},{i},{p},{e},{}", r.n, r.scale, e / r.ln_n)
+                })
+            })
+            .collect::<Vec<_>>(),
+    )?;
     canvas.csv(
         "saturation.csv",
         "n,scale,max_p,max_p_lo,max_p_hi,entropy,entropy_lo,entropy_hi,ln_n,article_max_p,article_entropy",
