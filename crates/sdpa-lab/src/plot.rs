@@ -156,23 +156,25 @@ pub struct LinePlot {
     pub series: Vec<Series>,
 }
 
-/// Tick labels for an axis spanning `lo..hi`: plain numbers with as many decimals as the span
-/// needs to tell neighbouring ticks apart, scientific for very large or small magnitudes.
+/// Tick labels for an axis spanning `lo..hi`: plain numbers from 1e−4 to 1e5 (so that one axis
+/// never mixes 1.0e-4 with 0.001), scientific beyond. On a log axis a tick is a power (of 2 or
+/// 10) and gets four significant digits, so 0.125 reads 0.125, not 0.12; on a linear axis, as
+/// many decimals as the span needs to tell neighbouring ticks apart.
 fn tick(v: f64, lo: f64, hi: f64, log: bool) -> String {
     let a = v.abs();
     if a == 0.0 {
         return "0".into();
     }
-    if !(1e-3..1e5).contains(&a) {
+    if !(1e-4..1e5).contains(&a) {
         return format!("{v:.1e}");
     }
-    // The step between ticks is about a tenth of the span (of its decade, on log axes).
-    let step = if log {
-        a * ((hi / lo.max(1e-300)).log10() / 10.0).max(1e-6) * std::f64::consts::LN_10
+    let decimals = if log {
+        (3.0 - a.log10().floor()).clamp(0.0, 8.0) as usize
     } else {
-        ((hi - lo) / 10.0).abs().max(1e-12)
+        // The step between ticks is about a tenth of the span.
+        let step = ((hi - lo) / 10.0).abs().max(1e-12);
+        (-step.log10().floor()).clamp(0.0, 6.0) as usize
     };
-    let decimals = (-step.log10().floor()).clamp(0.0, 6.0) as usize;
     let s = format!("{v:.decimals$}");
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_string()
@@ -343,8 +345,8 @@ where
         .configure_mesh()
         .x_desc(&plot.x_label)
         .y_desc(&plot.y_label)
-        .x_labels(7)
-        .y_labels(8)
+        .x_labels(label_count(7, log_x, x0, x1))
+        .y_labels(label_count(8, log_y, y0, y1))
         .x_label_formatter(&|v| tick(*v, x0, x1, log_x))
         .y_label_formatter(&|v| tick(*v, y0, y1, log_y))
         .label_style(("sans-serif", 15))
@@ -414,6 +416,18 @@ fn draw_legend(
         y += 22;
     }
     Ok(())
+}
+
+/// How many tick labels an axis asks for: `linear` on a linear axis; on a log axis one per
+/// power of its base in range (so that 1 and every power between get a tick: asked for fewer,
+/// plotters labels every other power), at least `linear`.
+fn label_count(linear: usize, log: bool, lo: f64, hi: f64) -> usize {
+    if !log || lo <= 0.0 {
+        return linear;
+    }
+    let b = log_base(lo, hi).ln();
+    let powers = ((hi.ln() / b).floor() - (lo.ln() / b).ceil() + 1.0).max(0.0) as usize;
+    powers.clamp(linear, 12)
 }
 
 /// The base of a log axis's ticks: powers of 2 over spans up to 2¹⁰ (the lab's sizes are powers
@@ -490,4 +504,35 @@ fn line_plot_on(
     result.map_err(|e| LabError::io(path, e))?;
     draw_legend(&legend_area, plot).map_err(|e| LabError::io(path, e))?;
     root.present().map_err(|e| LabError::io(path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tick;
+
+    #[test]
+    fn log_ticks_keep_their_digits_and_one_notation() {
+        assert_eq!(tick(0.125, 0.05, 2.0, true), "0.125");
+        assert_eq!(tick(0.0625, 0.05, 2.0, true), "0.0625");
+        assert_eq!(tick(1024.0, 16.0, 1024.0, true), "1024");
+        // One axis from 1e-4 to 1e-1: every tick plain.
+        assert_eq!(tick(1e-4, 1e-4, 0.1, true), "0.0001");
+        assert_eq!(tick(0.001, 1e-4, 0.1, true), "0.001");
+        assert_eq!(tick(3e-5, 1e-5, 0.1, true), "3.0e-5");
+    }
+
+    #[test]
+    fn a_log_axis_asks_for_every_power() {
+        // 0.1 … 60 in powers of 2: 2^-3 … 2^5, nine powers, 1 among them.
+        assert_eq!(super::label_count(8, true, 0.1, 60.0), 9);
+        assert_eq!(super::label_count(8, false, 0.1, 60.0), 8);
+        // Wider than 2^10: powers of 10, fewer than asked for, so the count stays.
+        assert_eq!(super::label_count(8, true, 0.01, 60.0), 8);
+    }
+
+    #[test]
+    fn linear_ticks_have_the_decimals_the_span_needs() {
+        assert_eq!(tick(0.5, 0.0, 1.0, false), "0.5");
+        assert_eq!(tick(300.0, 0.0, 1500.0, false), "300");
+    }
 }

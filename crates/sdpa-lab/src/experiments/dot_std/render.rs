@@ -100,14 +100,24 @@ pub fn render(data: &DotStdData, canvas: &mut Canvas) -> Result<String, LabError
             log_x: true,
             log_y: true,
             // The article's values as hollow markers over our lines, so that neither hides the
-            // other where they agree.
+            // other where they agree; each in its line's colour, so the two legend entries
+            // differ.
             series: vec![
                 Series::reference("√d_k", xy(|r| Some(r.sqrt_d))).colored(7),
                 Series::line("std(q·k), ours", xy(|r| Some(r.pooled_std))).colored(0),
-                Series::scatter("std(q·k), article", xy(|r| r.article_std), true).colored(3),
+                Series::scatter(
+                    "std(q·k), the article's (hollow)",
+                    xy(|r| r.article_std),
+                    true,
+                )
+                .colored(0),
                 Series::line("std(q·k)/√d_k, ours", xy(|r| Some(r.scaled.value))).colored(2),
-                Series::scatter("std(q·k)/√d_k, article", xy(|r| r.article_scaled), true)
-                    .colored(3),
+                Series::scatter(
+                    "std(q·k)/√d_k, the article's (hollow)",
+                    xy(|r| r.article_scaled),
+                    true,
+                )
+                .colored(2),
             ],
         },
     )?;

@@ -378,9 +378,11 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
             log_x: true,
             log_y: true,
             series: vec![
-                Series::with_band("∂L/∂Q: reaches W_Q", band(|r| r.query)).colored(0),
-                Series::with_band("∂L/∂scores", band(|r| r.scores)).colored(2),
-                Series::with_band("softmax Jacobian ‖J‖", band(|r| r.jacobian)).colored(1),
+                // Blue and red are the two arms elsewhere in the report: these three quantities
+                // take colours of their own.
+                Series::with_band("∂L/∂Q: reaches W_Q", band(|r| r.query)).colored(2),
+                Series::with_band("∂L/∂scores", band(|r| r.scores)).colored(5),
+                Series::with_band("softmax Jacobian ‖J‖", band(|r| r.jacobian)).colored(3),
                 Series::reference(
                     "1: no difference",
                     primary.iter().map(|r| (r.d as f64, 1.0)).collect(),

@@ -180,35 +180,58 @@ fn paired(
     canvas: &mut Canvas,
 ) -> Result<Option<String>, LabError> {
     let budget = data.sizes.budget as f64;
-    // Where a censored run is drawn: beyond every reached step.
+    // A run that never got there has no step count: it is drawn in a grey band above (or right
+    // of) the budget, labelled as such, spread a little by seed so that pairs stay countable;
+    // the legend says how many pairs each marker stands for.
     let never = budget * 1.1;
-    let steps = |r: &RunRow| r.outcome.steps_to_target.map_or(never, |s| s as f64);
+    let jitter = |seed: u64| (seed % 5) as f64 * budget * 0.012;
+    let steps = |r: &RunRow| {
+        r.outcome
+            .steps_to_target
+            .map_or(never + jitter(r.seed), |s| s as f64)
+    };
     let mut series = Vec::new();
     for (k, &d_k) in data.sizes.main_dims.iter().enumerate() {
         let scaled = main_runs(data, init, d_k, Arm::Scaled);
         let unscaled = main_runs(data, init, d_k, Arm::Unscaled);
-        let (mut both, mut censored) = (Vec::new(), Vec::new());
+        let (mut both, mut only_unscaled, mut other) = (Vec::new(), Vec::new(), Vec::new());
         for a in &scaled {
             let Some(b) = unscaled.iter().find(|b| b.seed == a.seed) else {
                 continue;
             };
             let point = (steps(a), steps(b));
-            if a.outcome.steps_to_target.is_some() && b.outcome.steps_to_target.is_some() {
-                both.push(point);
-            } else {
-                censored.push(point);
+            match (a.outcome.steps_to_target, b.outcome.steps_to_target) {
+                (Some(_), Some(_)) => both.push(point),
+                (Some(_), None) => only_unscaled.push(point),
+                (None, Some(_)) => other.push((point.0, point.1, "▶".to_string())),
+                (None, None) => other.push((point.0, point.1, "✕".to_string())),
             }
         }
         series.push(Series::scatter(format!("d_k = {d_k}"), both, false).colored(dk_color(k)));
-        series.push(
-            Series::scatter(format!("d_k = {d_k}, a run never at 99%"), censored, true)
+        let n = only_unscaled.len();
+        if n > 0 {
+            series.push(
+                Series::scatter(
+                    format!("d_k = {d_k}: unscaled never, {n} pairs"),
+                    only_unscaled,
+                    true,
+                )
                 .colored(dk_color(k)),
-        );
+            );
+        }
+        series.push(Series::texts(other).colored(dk_color(k)));
     }
     if series.iter().all(|s| s.points.is_empty()) {
         return Ok(None);
     }
-    let top = never * 1.05;
+    let top = never * 1.08;
+    series.push(
+        Series::with_band(
+            "grey band: never at 99%".to_string(),
+            vec![(0.0, never, budget, top), (top, never, budget, top)],
+        )
+        .colored(7),
+    );
     // Grey and purple: not among the d_k colours.
     series.push(Series::reference("y = x (as fast)", vec![(0.0, 0.0), (top, top)]).colored(7));
     series.push(
@@ -226,8 +249,10 @@ fn paired(
                     "Steps to 99% per seed: 1/√d_k (x) vs none (y), Adam, {} init",
                     init_name(init)
                 ),
-                x_label: format!("steps with 1/√d_k (never: {never:.0})"),
-                y_label: format!("steps without scaling (never: {never:.0})"),
+                x_label: format!(
+                    "steps with 1/√d_k (▶: only this run, ✕: both never at 99%, drawn past {budget:.0})"
+                ),
+                y_label: "steps without scaling".into(),
                 log_x: false,
                 log_y: false,
                 series,

@@ -108,11 +108,29 @@ pub fn plots(data: &TrainingData, canvas: &mut Canvas) -> Result<Vec<String>, La
                     ),
                     log_x: true,
                     log_y: false,
-                    series: series(
-                        &|p| (clip(p.steps.value), clip(p.steps.lo), clip(p.steps.hi)),
-                        &|p| p.steps.value.is_finite(),
-                        never,
-                    ),
+                    series: {
+                        let mut s = series(
+                            &|p| (clip(p.steps.value), clip(p.steps.lo), clip(p.steps.hi)),
+                            &|p| p.steps.value.is_finite(),
+                            never,
+                        );
+                        // "Never" has no step count: its markers sit in a labelled grey band
+                        // above the budget, not at an invented height on the axis.
+                        let lrs = curves.iter().flat_map(|c| c.points.iter().map(|p| p.lr));
+                        let (lo, hi) =
+                            lrs.fold((f64::INFINITY, 0.0f64), |(a, b), x| (a.min(x), b.max(x)));
+                        if lo.is_finite() {
+                            let top = never * 1.1;
+                            s.push(
+                                Series::with_band(
+                                    "grey band: never at 99%",
+                                    vec![(lo, never, budget, top), (hi, never, budget, top)],
+                                )
+                                .colored(7),
+                            );
+                        }
+                        s
+                    },
                 },
             )?);
             // A diverged run's loss is +∞: drawn at the top of the finite ones.

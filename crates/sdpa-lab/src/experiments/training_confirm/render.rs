@@ -142,15 +142,21 @@ fn paired_plot(data: &ConfirmData, canvas: &mut Canvas) -> Result<String, LabErr
             }
         }
         let label = format!("{} init, d_k {}", init_name(c.init), c.d_k);
+        let n = censored.len();
         series.push(Series::scatter(label.clone(), both, false).colored(k));
-        series.push(Series::scatter(format!("{label}: never at 99%"), censored, true).colored(k));
+        series
+            .push(Series::scatter(format!("{label}: never, {n} pairs"), censored, true).colored(k));
     }
     let top = never * 1.1;
-    // The budget: every hollow marker above it is a run that never got there.
+    // Above the budget: a labelled grey band, where a run that never got there is drawn (it
+    // has no step count); the legend counts them.
     series.push(
-        Series::thin(
-            format!("{}: the budget", data.budget),
-            vec![(0.0, data.budget as f64), (top, data.budget as f64)],
+        Series::with_band(
+            "grey band: never at 99%",
+            vec![
+                (0.0, never, data.budget as f64, top),
+                (top, never, data.budget as f64, top),
+            ],
         )
         .colored(7),
     );
