@@ -87,9 +87,13 @@ const GLOSSARY: &str = "- **d_k**: the length of the query and key vectors; **st
      - **arm**: one of the two versions compared, with the 1/√d_k (scaled) or without (unscaled).\n\
      - **pre-registered**: the analysis was fixed and committed before the runs it judges; \
      **exploratory**: runs that shaped the analysis.\n\
-     - **[a, b]**: a 95% interval, the range the true value lies in with 95% confidence; **p**: the \
-     chance of a result at least this lopsided, in either direction, if the scale made no \
-     difference.\n\
+     - **[a, b]**: a 95% interval: a range computed by a rule that, over many repeats of the \
+     experiment, captures the true value 95 times in 100 (this one range either holds it or not; \
+     a 97.5% interval captures it 97.5 times in 100); **p**: the chance of a result at least this \
+     lopsided, in either direction, if the scale made no difference.\n\
+     - **stuck near chance**: a run that ended below 50% held-out accuracy (chance is 12.5%); \
+     **never reached 99%**: any run that did not reach the target within its budget, stuck or \
+     merely slow.\n\
      - **≥ x [a, ∞]** (a slowdown): runs that never reached 99% only say the slowdown is *at least* \
      some value, so the median x and the interval's lower end a are lower bounds and the upper end \
      is open.";
