@@ -35,7 +35,7 @@ fn ledger(s: &mut String, r: &Report) {
                         "{}{}",
                         ledger_outcome(c),
                         if superseded(r, e, c) {
-                            " (exploratory: superseded by the confirmatory run's row)"
+                            " (superseded by a later confirmatory run's row)"
                         } else {
                             ""
                         }
@@ -49,18 +49,43 @@ fn ledger(s: &mut String, r: &Report) {
     }
 }
 
-/// Whether a confirmatory run (an experiment named `*-confirm`) also decides the sentence `c`
-/// of experiment `e` checks, so that `c`'s exploratory outcome is superseded.
+/// How confirmatory an experiment is: 0 for an exploratory one, 1 for `*-confirm`, n for
+/// `*-confirm-n` (a later confirmatory run supersedes an earlier one).
+pub(super) fn confirm_rank(name: &str) -> u32 {
+    match name.find("-confirm") {
+        None => 0,
+        Some(i) => {
+            let rest = name[i + "-confirm".len()..].trim_start_matches('-');
+            if rest.is_empty() {
+                1
+            } else {
+                rest.parse().unwrap_or(1)
+            }
+        }
+    }
+}
+
+/// The highest confirmatory rank among the experiments that decide the sentence quoted by `q`.
+fn sentence_rank(r: &Report, q: &crate::article::Quote) -> u32 {
+    r.experiments
+        .iter()
+        .filter(|x| {
+            x.claims.iter().any(
+                |k| matches!(&k.source, Source::Article(kq) if sentence(kq.zh) == sentence(q.zh)),
+            )
+        })
+        .map(|x| confirm_rank(&x.name))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Whether a later confirmatory run also decides the sentence `c` of experiment `e` checks, so
+/// that `c`'s outcome is superseded.
 fn superseded(r: &Report, e: &crate::report::ExperimentReport, c: &Claim) -> bool {
     let Source::Article(q) = &c.source else {
         return false;
     };
-    !e.name.ends_with("-confirm")
-        && r.experiments
-            .iter()
-            .filter(|x| x.name.ends_with("-confirm"))
-            .flat_map(|x| &x.claims)
-            .any(|k| matches!(&k.source, Source::Article(kq) if sentence(kq.zh) == sentence(q.zh)))
+    sentence_rank(r, q) > confirm_rank(&e.name)
 }
 
 /// A ledger row's outcome: the label and tally, and for a claim whose conditions disagree, the
@@ -285,16 +310,23 @@ fn sentence(zh: &str) -> &str {
 /// several columns counts by its whole-sentence row where it has one, else by its rows
 /// together ([`Outcome::across`]); a claim that could not have failed is left out and named.
 pub(super) fn tally_line(r: &Report) -> Option<String> {
-    // Where a confirmatory run decided a sentence, its rows alone count.
-    let confirmed = |c: &Claim| {
-        r.experiments
-            .iter()
-            .any(|e| e.name.ends_with("-confirm") && e.claims.iter().any(|k| k.id == c.id))
-    };
+    // Where a confirmatory run decided a sentence, the rows of the latest such run alone count.
+    let superseded_ids: Vec<(&str, &str)> = r
+        .experiments
+        .iter()
+        .flat_map(|e| e.claims.iter().map(move |c| (e, c)))
+        .filter(|(e, c)| superseded(r, e, c))
+        .map(|(e, c)| (e.name.as_str(), c.id.as_str()))
+        .collect();
     let article: Vec<&Claim> = r
         .experiments
         .iter()
-        .flat_map(|e| &e.claims)
+        .flat_map(|e| {
+            let superseded_ids = &superseded_ids;
+            e.claims
+                .iter()
+                .filter(move |c| !superseded_ids.contains(&(e.name.as_str(), c.id.as_str())))
+        })
         .filter(|c| c.source.is_article())
         .collect();
     if article.is_empty() {
@@ -309,13 +341,10 @@ pub(super) fn tally_line(r: &Report) -> Option<String> {
     sentences.dedup();
     let (mut outcomes, mut left_out) = (Vec::new(), Vec::new());
     for base in &sentences {
-        let mut rows: Vec<&&Claim> = article
+        let rows: Vec<&&Claim> = article
             .iter()
             .filter(|c| sentence(zh(c)) == *base)
             .collect();
-        if rows.iter().any(|c| confirmed(c)) {
-            rows.retain(|c| confirmed(c));
-        }
         if rows.iter().any(|c| !c.counts()) {
             left_out.extend(rows.iter().map(|c| c.id.clone()));
             continue;
@@ -376,5 +405,18 @@ fn list(c: &Claim, outcome: Outcome) -> String {
         "—".into()
     } else {
         labels.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::confirm_rank;
+
+    #[test]
+    fn a_later_confirmatory_run_outranks_an_earlier_one() {
+        assert_eq!(confirm_rank("training"), 0);
+        assert_eq!(confirm_rank("training-confirm"), 1);
+        assert_eq!(confirm_rank("training-confirm-2"), 2);
+        assert!(confirm_rank("training-confirm-2") > confirm_rank("training-confirm"));
     }
 }
