@@ -113,6 +113,13 @@ fn run_tuned(
             !c.check.is_empty() && !c.measured.is_empty(),
             "{name}: {c:?}"
         );
+        // Every article claim that counts says what result would have made it fail (issue 66:
+        // a verdict that could not have come out either way is not counted).
+        assert!(
+            !c.source.is_article() || !c.counts() || c.fails_if.is_some(),
+            "{name}: {} says nothing of what would have failed it",
+            c.id
+        );
     }
     for p in e.plots.iter().chain(&e.csv) {
         let len = std::fs::metadata(tmp.path().join(p))
@@ -731,4 +738,51 @@ fn training_confirm_runs_its_fixed_design_on_fresh_seeds() {
             .as_array()
             .is_some_and(|o| o.len() == 6)
     );
+}
+
+#[test]
+fn the_second_confirmatory_run_tests_at_the_rates_its_tuning_chose() {
+    let (_t, e) = run("training-confirm-2", false);
+    let rows = e.data["rows"].as_array().expect("rows");
+    let tuning: Vec<&serde_json::Value> = rows.iter().filter(|r| r["tuning"] == true).collect();
+    // Quick sizes: 1 condition × 2 arms × 2 rates × 2 tuning seeds.
+    assert_eq!(tuning.len(), 8);
+    assert!(tuning.iter().all(|r| {
+        r["seed"]
+            .as_u64()
+            .is_some_and(|s| (70_042..70_044).contains(&s))
+    }));
+    let chosen = &e.data["chosen"][0];
+    let (own_scaled, own_unscaled, shared) = (
+        num(chosen, "own_scaled"),
+        num(chosen, "own_unscaled"),
+        num(chosen, "shared"),
+    );
+    // Every test run is at a rate a scheme chose for its arm, on a test seed.
+    let test: Vec<&serde_json::Value> = rows.iter().filter(|r| r["tuning"] == false).collect();
+    assert!(!test.is_empty());
+    for r in &test {
+        let lr = num(r, "lr");
+        let own = if r["scaled"] == true {
+            own_scaled
+        } else {
+            own_unscaled
+        };
+        assert!(lr == own || lr == shared, "{r}");
+        assert!(
+            r["seed"]
+                .as_u64()
+                .is_some_and(|s| (80_042..80_045).contains(&s)),
+            "{r}"
+        );
+    }
+    // Both schemes decided, with three pairs each.
+    let schemes = e.data["schemes"].as_array().expect("schemes");
+    assert_eq!(schemes.len(), 2);
+    assert!(
+        schemes
+            .iter()
+            .all(|s| s["pairs"].as_array().map(Vec::len) == Some(3))
+    );
+    assert!(e.claims.iter().any(|c| c.id == "confirm2-sentence"));
 }

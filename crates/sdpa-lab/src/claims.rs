@@ -179,6 +179,9 @@ pub struct Claim {
     /// Why the claim could not have failed, for one that could not (arithmetic, an identity, a
     /// band the setup meets by construction): shown, never counted in a tally.
     pub cannot_fail: Option<String>,
+    /// The result that would have made it fail, in words (the report prints it beside the
+    /// check, so that a reader sees the claim could have come out either way).
+    pub fails_if: Option<String>,
 }
 
 impl Claim {
@@ -201,7 +204,14 @@ impl Claim {
             conditions: Vec::new(),
             conjunction: false,
             cannot_fail: None,
+            fails_if: None,
         }
+    }
+
+    /// Says what result would have made the claim fail.
+    pub fn fails_if(mut self, result: impl Into<String>) -> Self {
+        self.fails_if = Some(result.into());
+        self
     }
 
     /// Marks a claim that could not have failed, with the reason: it is shown but not counted.
@@ -268,6 +278,7 @@ impl Claim {
             conditions,
             conjunction: false,
             cannot_fail: None,
+            fails_if: None,
         }
     }
 
@@ -315,6 +326,9 @@ impl Claim {
             format!("{what} = {}, n = {}", show(estimate), estimate.n),
             side(estimate, threshold, true),
         )
+        .fails_if(format!(
+            "the 95% interval of {what} at or above {threshold}"
+        ))
     }
 
     /// Holds when the whole 95% interval of `estimate` is above `threshold` (see
@@ -335,6 +349,9 @@ impl Claim {
             format!("{what} = {}, n = {}", show(estimate), estimate.n),
             side(estimate, threshold, false),
         )
+        .fails_if(format!(
+            "the 95% interval of {what} at or below {threshold}"
+        ))
     }
 
     /// An equivalence claim, "the value lies in `[lo, hi]`", decided by two one-sided tests at
@@ -366,6 +383,9 @@ impl Claim {
             ),
             inside(estimate, lo, hi),
         )
+        .fails_if(format!(
+            "the 95% interval of {what} entirely outside [{lo}, {hi}]"
+        ))
     }
 
     /// Holds when `value` is within `tolerance` of `target` (a deterministic figure).
@@ -386,6 +406,7 @@ impl Claim {
             format!("{what} = {}", short(value)),
             Some((value - target).abs() <= tolerance),
         )
+        .fails_if(format!("{what} more than {tolerance} from {target}"))
     }
 }
 

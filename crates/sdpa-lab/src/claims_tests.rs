@@ -101,6 +101,7 @@ fn verdicts_follow_the_articles_claims_alone() {
         conditions: Vec::new(),
         conjunction: false,
         cannot_fail: None,
+        fails_if: None,
     };
     let article = |o| claim(Source::Article(&Q), o);
     let lab = |o| claim(Source::Lab, o);

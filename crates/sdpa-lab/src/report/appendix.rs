@@ -19,18 +19,23 @@ fn ledger(s: &mut String, r: &Report) {
     );
     let _ = writeln!(
         s,
-        "| section | the article says | translation | decided by | outcome | experiment (verdict) |\n|---|---|---|---|---|---|"
+        "| section | the article says | translation | decided by | it would have failed with | outcome | experiment (verdict) |\n|---|---|---|---|---|---|---|"
     );
     for e in &r.experiments {
         for c in &e.claims {
             if let Source::Article(q) = &c.source {
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {} | {} | [{}](#{}) ({}) |",
+                    "| {} | {} | {} | {} | {} | {} | [{}](#{}) ({}) |",
                     q.section,
                     md_cell(q.zh),
                     md_cell(q.en),
                     md_cell(&c.check),
+                    md_cell(&match (&c.cannot_fail, &c.fails_if) {
+                        (Some(why), _) => format!("nothing: it could not have failed ({why})"),
+                        (None, Some(result)) => result.clone(),
+                        (None, None) => "–".into(),
+                    }),
                     md_cell(&format!(
                         "{}{}",
                         ledger_outcome(c),

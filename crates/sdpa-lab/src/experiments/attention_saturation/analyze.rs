@@ -223,7 +223,10 @@ fn article_claims(
         format!("unscaled attention is one-hot: mean max p ≥ {ONE_HOT_MAX_P} at d = 64, 256, 1024 (m = {m_main})"),
         format!("95% interval of the mean max p against {ONE_HOT_MAX_P}, per d"),
         one_hot,
-    ));
+    )
+    .fails_if(format!(
+        "the 95% interval of the mean max p below {ONE_HOT_MAX_P} at some d, above it at none"
+    )));
     // Q1: the d = 64 row. Unscaled, the article's claim is the collapse (one-hot), decided by
     // the per-query mean; scaled, its 0.0350 is one draw of its code, so it is checked against
     // the spread of that code's draws (a mean of many rows would differ from one draw).
@@ -269,6 +272,10 @@ fn article_claims(
          the per-query mean max p inside [0.998, 1.0] (TOST); scaled: 0.0350 inside the range of the \
          replicated draws of the article's code",
         d64,
+    )
+    .fails_if(
+        "the unscaled per-query mean's 95% interval outside [0.998, 1.0], or 0.0350 outside the \
+         range of the article's code's draws",
     ));
     let scaled_band: Vec<Condition> = corrected
         .iter()
@@ -285,7 +292,8 @@ fn article_claims(
         format!("scaled, the mean max p is between 0.02 and 0.035 at every d (m = {m_main})"),
         "90% interval of the mean max p inside [0.02, 0.035] (TOST), per d",
         scaled_band,
-    ));
+    )
+    .fails_if("the 95% interval of the mean max p entirely outside [0.02, 0.035] at some d, inside at none"));
     claims
 }
 

@@ -205,6 +205,7 @@ fn memory_claim(data: &ComplexityData, range: &str) -> Claim {
         (!local.is_empty() && local.len() + 1 == data.fit_ns.len())
             .then(|| local.iter().all(|e| (1.7..=2.3).contains(e))),
     )
+    .fails_if("a local exponent outside [1.7, 2.3] (memory growing slower or faster than n²)")
 }
 
 /// The claims.
@@ -276,7 +277,8 @@ pub fn claims(data: &ComplexityData) -> Vec<Claim> {
             fast.and_then(|r| r.allocated_mib)
                 .zip(slow.and_then(|r| r.weights_mib))
                 .map(|(peak, weights)| peak < weights),
-        ),
+        )
+        .fails_if("the fastest path holding at least the weights tensor's size at once"),
         Claim::in_range(
             "fast-path-time-still-quadratic",
             Source::Lab,

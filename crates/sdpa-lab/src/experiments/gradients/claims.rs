@@ -88,6 +88,7 @@ fn vanishes(data: &GradientsData) -> Claim {
          family-wise 95% over every (m, d) of the key sweep (Bonferroni)",
         vanishes,
     )
+    .fails_if("the ratio's interval above 1 in some premise (m, d), below 1 in none")
 }
 
 /// The article: at the largest d the unscaled Jacobian is almost 0 (`None` without a d_v-fixed
@@ -142,6 +143,7 @@ fn tends_to_zero(data: &GradientsData) -> Claim {
          fails, per m",
         shrinks,
     )
+    .fails_if("the exponent's 95% interval above 0 (‖J‖ growing with saturation) for some m, below 0 for none")
 }
 
 /// The article's «gradients vanish», read at the parameters: per (m, d) meeting the premise, is
@@ -166,6 +168,7 @@ fn query_vanishes(data: &GradientsData) -> Claim {
          (m, d), family-wise 95% over every (m, d) of the key sweep (Bonferroni)",
         conditions,
     )
+    .fails_if("the ratio's interval above 1 (a larger gradient without the scale) in some premise (m, d), below 1 in none")
 }
 
 /// Per number of keys m, the unscaled Jacobian is the larger one at the smallest d and the

@@ -150,7 +150,11 @@ pub fn claims(rows: &[SaturationRow]) -> Vec<Claim> {
             format!("max p column: {table_check}"),
             format!("largest |ours − article| = {} · √2·SE", short(p_units)),
             (!compared.is_empty()).then_some(p_units <= critical),
-        ),
+        )
+        .fails_if(format!(
+            "one of the article's values more than {} · √2·SE from ours",
+            short(critical)
+        )),
         Claim::decided(
             "article-entropy",
             Source::Article(&article::SATURATION_TABLE),
@@ -158,7 +162,11 @@ pub fn claims(rows: &[SaturationRow]) -> Vec<Claim> {
             format!("entropy column: {table_check}"),
             format!("largest |ours − article| = {} · √2·SE", short(h_units)),
             (!compared.is_empty()).then_some(h_units <= critical),
-        ),
+        )
+        .fails_if(format!(
+            "one of the article's values more than {} · √2·SE from ours",
+            short(critical)
+        )),
         Claim::decided(
             "larger-logits-saturate",
             Source::Article(&article::LARGE_LOGITS_ONE_HOT),
@@ -166,7 +174,8 @@ pub fn claims(rows: &[SaturationRow]) -> Vec<Claim> {
             "entropy intervals strictly decreasing in s, for each n",
             format!("n = {ns:?}"),
             Some(ns.iter().all(|&n| sharpening(n))),
-        ),
+        )
+        .fails_if("at some n, a larger logit scale whose entropy interval is not entirely below the smaller one's"),
         Claim::per_condition(
             "logit-std-8-clearly-saturated",
             Source::Article(&article::DK64_CLEARLY_SATURATED),
@@ -176,6 +185,7 @@ pub fn claims(rows: &[SaturationRow]) -> Vec<Claim> {
             ),
             "95% interval of entropy / ln n below 0.5, at each n",
             at_eight,
-        ),
+        )
+        .fails_if("the 95% interval of entropy / ln n at or above 0.5 at some n, below it at none"),
     ]
 }

@@ -290,6 +290,21 @@ fn article_claims(data: &TrainingData, main: &[&PairStats]) -> Vec<Claim> {
                     "no condition of this run starts saturated (std ≥ {cutoff:.2}): not decided"
                 );
             }
+            c.fails_if = match c.id.as_str() {
+                "fails-completely" => Some(
+                    "the share's interval below ½ (most unscaled runs learn) in a saturated \
+                     condition, above it in none"
+                        .into(),
+                ),
+                "extremely-slow" => Some(format!(
+                    "the median ratio's upper end below {SLOW_FACTOR} in a saturated condition, its \
+                     lower end at or above {SLOW_FACTOR} in none"
+                )),
+                "fails-or-extremely-slow" => {
+                    Some("both halves failing in a saturated condition, either holding in none".into())
+                }
+                _ => None,
+            };
             c
         })
         .collect()

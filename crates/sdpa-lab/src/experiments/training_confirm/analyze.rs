@@ -131,6 +131,31 @@ fn decided(
 
 /// The six pre-registered hypotheses as claims.
 fn claims(h: &Hypotheses) -> Vec<Claim> {
+    let fails_if = |id: &str| -> Option<String> {
+        Some(
+            match id {
+                "confirm-fails-completely" => "the share's 95% interval entirely below ½",
+                "confirm-extremely-slow" => "the median ratio's upper end below 4",
+                "confirm-fails-or-extremely-slow" => "both halves failing",
+                "confirm-stuck-saturated" | "confirm-stuck-all" | "confirm-later-saturated" => {
+                    "a significant split the other way (more pairs where only the scaled run was \
+                     stuck, or later)"
+                }
+                _ => return None,
+            }
+            .into(),
+        )
+    };
+    claims_of(h)
+        .into_iter()
+        .map(|mut c| {
+            c.fails_if = fails_if(&c.id);
+            c
+        })
+        .collect()
+}
+
+fn claims_of(h: &Hypotheses) -> Vec<Claim> {
     let sat = saturated_words();
     let o = h.outcomes;
     vec![

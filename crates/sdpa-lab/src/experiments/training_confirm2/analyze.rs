@@ -214,6 +214,32 @@ fn claims(data: &Confirm2Data) -> Vec<Claim> {
     if data.schemes.len() < RateScheme::ALL.len() {
         return Vec::new();
     }
+    let fails_if = |id: &str| -> &'static str {
+        match id {
+            "confirm2-sentence" => "both halves failing under both learning-rate schemes",
+            "confirm2-fails-completely" => {
+                "the share's 97.5% interval entirely below ½ under both schemes (most unscaled runs \
+                 not stuck)"
+            }
+            "confirm2-extremely-slow" => {
+                "the median ratio's 97.5% interval entirely below 4 under both schemes"
+            }
+            _ => {
+                "a significant split the other way under both schemes (the scaled runs stuck more \
+                 often, or later)"
+            }
+        }
+    };
+    claims_of(data)
+        .into_iter()
+        .map(|c| {
+            let text = fails_if(&c.id);
+            c.fails_if(text)
+        })
+        .collect()
+}
+
+fn claims_of(data: &Confirm2Data) -> Vec<Claim> {
     let premise = premise_words(&data.sizes);
     vec![
         claim(
