@@ -678,6 +678,7 @@ fn the_first_screen_answers_the_four_questions() {
         "gradients",
         "training",
         "training-confirm",
+        "training-confirm-2",
         "masks",
     ];
     let r = report(&names, false, tmp.path());
