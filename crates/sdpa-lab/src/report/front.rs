@@ -263,15 +263,8 @@ fn verdict_table(s: &mut String, r: &Report) {
     let _ = writeln!(s);
 }
 
-/// "holds", "fails", "holds in 4, fails in 16 of 21 conditions", "undecided"; a claim that
-/// could not have failed gets no bold verdict.
+/// "holds", "fails", "holds in 4, fails in 16 of 21 conditions", "undecided".
 fn verdict_words(c: &Claim) -> String {
-    if c.cannot_fail.is_some() {
-        return format!(
-            "{} (arithmetic: could not have failed; not counted)",
-            c.outcome.label()
-        );
-    }
     let unit = if c.conjunction { "parts" } else { "conditions" };
     match (c.outcome, c.tally()) {
         (Outcome::Holds, _) => "**holds**".into(),
