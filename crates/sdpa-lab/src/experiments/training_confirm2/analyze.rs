@@ -110,7 +110,16 @@ pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<Confirm2Data> {
     let chosen: Vec<Chosen> = sizes
         .conditions
         .iter()
-        .filter_map(|&(init, d_k)| choose(init, d_k, &refs, &sizes.grid, sizes.stuck_cost))
+        .filter_map(|&(init, d_k)| {
+            choose(
+                init,
+                d_k,
+                &refs,
+                &sizes.grid,
+                sizes.stuck_cost,
+                sizes.tuning_seeds,
+            )
+        })
         .collect();
     let schemes: Vec<SchemeResult> = RateScheme::ALL
         .iter()
@@ -188,12 +197,20 @@ fn both(
 fn ratio_text(d: &Decided) -> String {
     let end = |x: Option<f64>| x.map_or("∞ (not reached)".to_string(), |v| format!("{v:.2}"));
     format!(
-        "median ratio {} [{}, {}], {} of {} pairs censored",
+        "median ratio {} [{}, {}], {} of {} pairs censored{}",
         end(d.ratio.km.value),
         end(d.ratio.km.lo),
         end(d.ratio.km.hi),
         d.ratio.km.censored,
-        d.ratio.km.n
+        d.ratio.km.n,
+        if d.ratio.left_out > 0 {
+            format!(
+                ", {} left out (the scaled run never reached 99%)",
+                d.ratio.left_out
+            )
+        } else {
+            String::new()
+        }
     )
 }
 
@@ -278,7 +295,7 @@ fn claims_of(data: &Confirm2Data) -> Vec<Claim> {
             format!("without √d_k training takes at least 4× the steps to 99% ({premise})"),
             "Kaplan–Meier median of the paired ratio of steps (a pair whose unscaled run never got \
              there censored at budget / scaled steps), Brookmeyer–Crowley 97.5% interval: lower \
-             end ≥ 4 holds, upper end < 4 fails; every end is a finished pair's ratio",
+             end ≥ 4 holds, upper end < 4 fails; every finite end is a finished pair's ratio",
             both(data, 1, ratio_text),
         ),
         claim(

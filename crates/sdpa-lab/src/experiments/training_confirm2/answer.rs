@@ -23,6 +23,19 @@ pub fn ratio_words(d: &Decided) -> String {
     )
 }
 
+/// "≥ 4.2× [3.9, ∞]": the order-statistics median of the ratio bounds (97.5%).
+fn bounded_words(d: &Decided) -> String {
+    let (v, lo, hi) = d.bounded_ratio;
+    let x = |v: f64| {
+        if v.is_finite() {
+            format!("{v:.1}")
+        } else {
+            "∞".into()
+        }
+    };
+    format!("{}× [{}, {}]", x(v), x(lo), x(hi))
+}
+
 /// "12 of 60 stuck near chance, 5 more never at 99%".
 fn stuck_words(d: &Decided) -> String {
     format!(
@@ -106,19 +119,24 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
              suits worse loses least at); the verdict counts only where both agree. The article's \
              sentence «fails completely or extremely slow» holds when either half holds, each \
              half tested at 2.5% so the two together keep 5%. The number of seeds gives {} \
-             chance (*power*) of the sentence holding if the effect is as large as in the first \
-             confirmatory run, simulated with runs cut off by the budget.\n\n{figure}\n\n\
+             chance (*power*) of the sentence holding under each arm's own rate if the effect is \
+             as large as in the first confirmatory run (simulated from its pairs, with runs cut off \
+             by the budget); the verdict needs both schemes, so its power is at most that.\n\n{figure}\n\n\
              **Effect.** Each arm at its own rate: {}; the median paired slowdown (unscaled steps \
              over scaled steps, runs that never got there counted as «at least», Kaplan–Meier) \
              is {} (97.5% interval), so «extremely slow» (at least {SLOW_FACTOR}×) {} and «fails \
              completely» (most runs stuck near chance) {}. One shared rate: {}; slowdown {}: \
              «extremely slow» {}, «fails completely» {}. More runs short of 99% without the \
              scale: {} against {} pairs (own rates, p {}).\n\n\
-             **What would have made it fail.** {FAILS_IF}. Every end of the slowdown's interval \
-             is the ratio of a pair whose two runs both finished, never a bound set by the budget.\n\n\
+             **What would have made it fail.** {FAILS_IF}. Every finite end of the slowdown's \
+             interval is the ratio of a pair whose two runs both finished, never a bound set by the \
+             budget. Read without Kaplan–Meier's assumption that when a run is cut off says \
+             nothing of its ratio (every pair at its bounds, order statistics): {} with each arm's \
+             own rate, {} at the shared rate.\n\n\
              **Caveat.** One small model on one task, Adam, four conditions pooled. A run stuck \
-             near chance counts as slower than any finished run, which is what «extremely slow» \
-             means for it, but it is also the «fails completely» half.",
+             near chance counts in the slowdown as «at least the budget over its scaled twin's \
+             steps» (a cut-off pair), and last in the sign test; it is also the «fails completely» \
+             half.",
             data.sizes.seeds,
             data.sizes.budget,
             power_words(data.sizes.seeds),
@@ -133,6 +151,8 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
             o.stuck.yes,
             o.stuck.no,
             short_p(o.stuck.p),
+            bounded_words(o),
+            bounded_words(s),
         ),
     );
 }

@@ -155,8 +155,14 @@ impl Stages for TrainingConfirm2 {
         let rows: Vec<runs::Row> = earlier.iter().map(runs::Row::of).collect();
         let refs: Vec<&runs::Row> = rows.iter().collect();
         for &(init, d_k) in &sizes.conditions {
-            let Some(chosen) = rates::choose(init, d_k, &refs, &sizes.grid, sizes.stuck_cost)
-            else {
+            let Some(chosen) = rates::choose(
+                init,
+                d_k,
+                &refs,
+                &sizes.grid,
+                sizes.stuck_cost,
+                sizes.tuning_seeds,
+            ) else {
                 continue;
             };
             for scheme in RateScheme::ALL {

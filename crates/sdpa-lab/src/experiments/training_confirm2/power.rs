@@ -6,8 +6,7 @@ use rand::{Rng, SeedableRng};
 use sdpa_model::QkInit;
 
 use super::design::{
-    BUDGET, FROZEN_FIRST_CONFIRM, NEAR_CHANCE_ACCURACY, POWER, POWER_SIMULATIONS, PREMISE,
-    SEED_CANDIDATES,
+    BUDGET, FROZEN_FIRST_CONFIRM, POWER, POWER_SIMULATIONS, PREMISE, SEED_CANDIDATES,
 };
 use super::frozen::{FrozenRun, of, parse};
 use super::hypotheses::decide;
@@ -44,7 +43,8 @@ fn templates_of(runs: &[FrozenRun], init: QkInit, d_k: usize) -> Vec<Template> {
             let u = unscaled.iter().find(|u| u.seed == a.seed)?;
             let unscaled = match u.steps {
                 Some(s) => Some(s),
-                None if u.final_accuracy < NEAR_CHANCE_ACCURACY => None,
+                // Stuck near chance, or diverged (NaN accuracy): stuck at any budget.
+                None if super::runs::near_chance(None, u.final_accuracy) => None,
                 None => Some(u.budget + 1),
             };
             Some(Template {

@@ -54,7 +54,15 @@ impl Chosen {
     }
 }
 
-fn score(rows: &[&Row], scaled: bool, lr: f64, stuck_cost: usize) -> (Option<usize>, usize) {
+/// An arm's score at `lr`, and its stuck runs; a tuning seed without a run counts as stuck (a
+/// rate with missing runs never looks better for it), and no run at all gives no score.
+fn score(
+    rows: &[&Row],
+    scaled: bool,
+    lr: f64,
+    stuck_cost: usize,
+    seeds: usize,
+) -> (Option<usize>, usize) {
     let runs: Vec<&&Row> = rows
         .iter()
         .filter(|r| r.scaled == scaled && r.lr == lr)
@@ -62,14 +70,21 @@ fn score(rows: &[&Row], scaled: bool, lr: f64, stuck_cost: usize) -> (Option<usi
     if runs.is_empty() {
         return (None, 0);
     }
-    let stuck = runs.iter().filter(|r| r.steps.is_none()).count();
+    let missing = seeds.saturating_sub(runs.len());
+    let stuck = runs.iter().filter(|r| r.steps.is_none()).count() + missing;
     (
-        Some(runs.iter().map(|r| r.steps.unwrap_or(stuck_cost)).sum()),
+        Some(
+            runs.iter()
+                .map(|r| r.steps.unwrap_or(stuck_cost))
+                .sum::<usize>()
+                + missing * stuck_cost,
+        ),
         stuck,
     )
 }
 
-/// The rates of one condition from its tuning rows (`None` when an arm has no tuning run):
+/// The rates of one condition from its tuning rows, `seeds` per (arm, rate) (`None` when an arm
+/// has no tuning run):
 /// own best = the smallest score (ties: the smaller rate); shared = the smallest larger regret
 /// (ties: the smaller rate).
 pub fn choose(
@@ -78,6 +93,7 @@ pub fn choose(
     tuning: &[&Row],
     grid: &[f64],
     stuck_cost: usize,
+    seeds: usize,
 ) -> Option<Chosen> {
     let rows: Vec<&Row> = tuning
         .iter()
@@ -87,8 +103,8 @@ pub fn choose(
     let scores: Vec<Score> = grid
         .iter()
         .map(|&lr| {
-            let (scaled, scaled_stuck) = score(&rows, true, lr, stuck_cost);
-            let (unscaled, unscaled_stuck) = score(&rows, false, lr, stuck_cost);
+            let (scaled, scaled_stuck) = score(&rows, true, lr, stuck_cost, seeds);
+            let (unscaled, unscaled_stuck) = score(&rows, false, lr, stuck_cost, seeds);
             Score {
                 lr,
                 scaled,
@@ -158,7 +174,7 @@ mod tests {
             row(false, 0.01, None),
         ];
         let refs: Vec<&Row> = rows.iter().collect();
-        let c = choose(QkInit::Unit, 64, &refs, &[0.001, 0.01], 200).expect("both arms tuned");
+        let c = choose(QkInit::Unit, 64, &refs, &[0.001, 0.01], 200, 1).expect("both arms tuned");
         assert_eq!(
             (c.own_scaled, c.own_unscaled, c.shared),
             (0.01, 0.001, 0.001)
@@ -170,10 +186,29 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_tuning_run_counts_as_stuck() {
+        // Two seeds per rate; 0.01 has one fast run and one missing: 5 + 200 > 40 + 40.
+        let rows = [
+            row(true, 0.001, Some(40)),
+            row(true, 0.001, Some(40)),
+            row(true, 0.01, Some(5)),
+            row(false, 0.001, Some(30)),
+            row(false, 0.001, Some(30)),
+            row(false, 0.01, Some(30)),
+            row(false, 0.01, Some(30)),
+        ];
+        let refs: Vec<&Row> = rows.iter().collect();
+        let c = choose(QkInit::Unit, 64, &refs, &[0.001, 0.01], 200, 2).expect("tuned");
+        assert_eq!(c.own_scaled, 0.001);
+        assert_eq!(c.scores[1].scaled, Some(205));
+        assert_eq!(c.scores[1].scaled_stuck, 1);
+    }
+
+    #[test]
     fn ties_go_to_the_smaller_rate_and_an_arm_without_runs_gives_none() {
         let rows = [row(true, 0.001, Some(20)), row(true, 0.01, Some(20))];
         let refs: Vec<&Row> = rows.iter().collect();
-        assert!(choose(QkInit::Unit, 64, &refs, &[0.001, 0.01], 200).is_none());
+        assert!(choose(QkInit::Unit, 64, &refs, &[0.001, 0.01], 200, 1).is_none());
         let rows = [
             row(true, 0.001, Some(20)),
             row(true, 0.01, Some(20)),
@@ -181,7 +216,7 @@ mod tests {
             row(false, 0.01, Some(5)),
         ];
         let refs: Vec<&Row> = rows.iter().collect();
-        let c = choose(QkInit::Unit, 64, &refs, &[0.001, 0.01], 200).expect("tuned");
+        let c = choose(QkInit::Unit, 64, &refs, &[0.001, 0.01], 200, 1).expect("tuned");
         assert_eq!(
             (c.own_scaled, c.own_unscaled, c.shared),
             (0.001, 0.001, 0.001)

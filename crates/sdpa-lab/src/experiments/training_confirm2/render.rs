@@ -250,8 +250,8 @@ pub fn render(data: &Confirm2Data, canvas: &mut Canvas) -> Result<String, LabErr
         "*Each curve: the share of the runs of one arm that had reached 99% accuracy by that step, \
          pooled over the conditions (solid: each arm at its own rate; dashed: one shared rate). \
          Where a curve ends below 1 at the budget, the rest never got there. The grey line is \
-         the scaled curve with every run 4× slower: an unscaled curve right of it is «extremely \
-         slow».*\n",
+         the scaled curve with every run 4× slower, an illustration: the test reads the paired \
+         ratios, seed by seed, not these pooled curves.*\n",
     );
     let lines: Vec<String> = data.rows.iter().map(|r| r.line()).collect();
     canvas.csv("training_confirm2_runs.csv", HEADER, &lines)?;

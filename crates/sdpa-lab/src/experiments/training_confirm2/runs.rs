@@ -5,9 +5,9 @@
 use sdpa_model::QkInit;
 use serde::{Deserialize, Serialize};
 
+use super::design::NEAR_CHANCE_ACCURACY;
 use crate::experiments::training::Role;
 use crate::experiments::training::Run;
-use crate::experiments::training::analyze::failed;
 use crate::measures::training::{Arm, init_name};
 
 /// The committed measurement: `training_confirm2_runs.csv` of the run `report --long` made,
@@ -61,7 +61,7 @@ impl Row {
             steps: r.result.steps_to_target,
             final_accuracy: r.result.final_accuracy,
             initial_logit_std: r.result.initial.logit_std,
-            near_chance: failed(&r.result),
+            near_chance: near_chance(r.result.steps_to_target, r.result.final_accuracy),
         }
     }
 
@@ -81,6 +81,15 @@ impl Row {
             self.initial_logit_std
         )
     }
+}
+
+/// Stuck near chance: never at 99%, and ending below [`NEAR_CHANCE_ACCURACY`] or diverged
+/// (NaN accuracy). One rule for measured cells and committed rows alike.
+pub fn near_chance(steps: Option<usize>, final_accuracy: f64) -> bool {
+    steps.is_none()
+        && final_accuracy
+            .partial_cmp(&NEAR_CHANCE_ACCURACY)
+            .is_none_or(|c| c == std::cmp::Ordering::Less)
 }
 
 /// The rows of a CSV file written by [`Row::line`] under [`HEADER`]; a malformed line is an
@@ -126,10 +135,7 @@ pub fn parse(csv: &str) -> Result<Vec<Row>, String> {
             steps,
             final_accuracy,
             initial_logit_std: f[9].parse().map_err(|_| bad("initial_logit_std"))?,
-            near_chance: steps.is_none()
-                && final_accuracy
-                    .partial_cmp(&super::design::NEAR_CHANCE_ACCURACY)
-                    .is_none_or(|c| c == std::cmp::Ordering::Less),
+            near_chance: near_chance(steps, final_accuracy),
         });
     }
     Ok(out)
