@@ -22,7 +22,9 @@ fn reached_curve(steps: &[Option<usize>], budget: usize, stretch: f64) -> Vec<(f
         .map(|&s| s as f64 * stretch)
         .collect();
     done.sort_by(|a, b| a.total_cmp(b));
-    let mut points = vec![(1.0, 0.0)];
+    // The curve starts at half the first run's steps (at least 1): nothing happens before.
+    let start = done.first().map_or(1.0, |f| (f / 2.0).max(1.0));
+    let mut points = vec![(start, 0.0)];
     // Steps past the budget (a stretched curve) are cut there: the curve ends at its level.
     for (i, t) in done
         .iter()
