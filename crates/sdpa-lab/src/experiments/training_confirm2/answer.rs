@@ -98,13 +98,15 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
     canvas.confirmatory_answer(
         Question::Training,
         Some(format!(
-            "{}: where the unscaled logits start at least as spread as in the article's example, \
-             unscaled runs took a median {} the steps to 99% (97.5% interval; each arm at its own best rate; {} at \
-             one shared rate); {} (scaled: {} never).",
+            "{}: where the logits start as spread as in the article's example, runs without the \
+             scale took a median {} the steps to 99% (97.5% interval; {} at one shared learning \
+             rate); {} of {} got stuck near chance, {} more never reached 99% (scaled: {}).",
             lead(verdict),
             ratio_words(o),
             ratio_words(s),
-            stuck_words(o),
+            o.near_chance.count,
+            o.near_chance.n,
+            o.never_not_stuck,
             scaled_never(o),
         )),
         format!(
