@@ -112,8 +112,8 @@ pub fn markdown(r: &Report) -> String {
     let _ = writeln!(s, "# Does attention need 1/√d_k?\n");
     let _ = writeln!(
         s,
-        "The article: without the 1/√d_k, softmax saturates, gradients vanish, training fails. \
-         Measured ([a, b]: 95% interval):\n"
+        "The article: without 1/√d_k, softmax saturates, gradients vanish, training fails. \
+         ([a, b]: 95% interval)\n"
     );
     for q in Question::ALL {
         let answers: Vec<&Answer> = r

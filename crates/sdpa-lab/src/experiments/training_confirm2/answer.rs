@@ -98,15 +98,14 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
     canvas.confirmatory_answer(
         Question::Training,
         Some(format!(
-            "{}: where the logits start as spread as in the article's example, runs without the \
-             scale took a median {} the steps to 99% (97.5% interval; {} at one shared learning \
-             rate); {} of {} got stuck near chance, {} more never reached 99% (scaled: {}).",
+            "{}: from logits as spread as the article's example, unscaled runs needed a median {} \
+             the steps to 99% (97.5%; shared rate: {}); {} of {} stuck near chance (scaled: {} \
+             never reached 99%).",
             lead(verdict),
             ratio_words(o),
             ratio_words(s),
             o.near_chance.count,
             o.near_chance.n,
-            o.never_not_stuck,
             scaled_never(o),
         )),
         format!(
