@@ -49,6 +49,34 @@ const FAILS_IF: &str = "«fails completely» would have failed had fewer than ha
      runs (97.5% interval below ½) ended stuck near chance; «extremely slow» had the median \
      slowdown's 97.5% interval ended below 4×";
 
+/// The conditions whose chosen rate is at the grid's edge (a better rate may lie beyond it).
+fn edge_words(data: &Confirm2Data) -> String {
+    let at_edge: Vec<String> = data
+        .chosen
+        .iter()
+        .filter(|c| c.at_edge)
+        .map(|c| {
+            format!(
+                "{} init d_k {} (rates: 1/√d_k {}, unscaled {}, shared {})",
+                crate::measures::training::init_name(c.init),
+                c.d_k,
+                c.own_scaled,
+                c.own_unscaled,
+                c.shared
+            )
+        })
+        .collect();
+    if at_edge.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " A rate chosen at the end of the tuning grid (1e-4 … 3e-2), where a rate beyond it \
+             might have done better: {}.",
+            at_edge.join("; ")
+        )
+    }
+}
+
 /// "a 94%", the simulated power at `seeds` per condition (the design's computation).
 fn power_words(seeds: usize) -> String {
     super::power::power_curve()
@@ -112,8 +140,8 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
             "**Setup.** A one-layer attention model learns a matching task (chance is 1/8 of the \
              answers right; the target is 99% on held-out data) with and without the 1/√d_k, from \
              the same starting weights and batches (a *pair* of runs per seed). \
-             **The second confirmatory run** (its design committed before any of its runs, \
-             `experiments/training_confirm2/design.rs`): the conditions where the unscaled logits \
+             **The second confirmatory run** (its design committed in `{}` before any of its \
+             runs, `experiments/training_confirm2/design.rs`; measured at `{}`): the conditions where the unscaled logits \
              start at least as spread as in the article's own example ({premise}), {} fresh seeds \
              each, a {}-step budget. Learning rates: each arm's own best rate, tuned for this \
              budget on seeds of its own, **and** one rate shared by both arms (the one the arm it \
@@ -125,9 +153,9 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
              by the budget); the verdict needs both schemes, so its power is at most that.\n\n{figure}\n\n\
              **Effect.** Each arm at its own rate: {}; the median paired slowdown (unscaled steps \
              over scaled steps, runs that never got there counted as «at least», Kaplan–Meier) \
-             is {} (97.5% interval), so «extremely slow» (at least {SLOW_FACTOR}×) {} and «fails \
-             completely» (most runs stuck near chance) {}. One shared rate: {}; slowdown {}: \
-             «extremely slow» {}, «fails completely» {}. More runs short of 99% without the \
+             is {} (97.5% interval): «extremely slow» (at least {SLOW_FACTOR}×): {}; «fails \
+             completely» (most runs stuck near chance): {}. One shared rate: {}; slowdown {}: \
+             «extremely slow»: {}; «fails completely»: {}. More runs short of 99% without the \
              scale: {} against {} pairs (own rates, p {}).\n\n\
              **What would have made it fail.** {FAILS_IF}. Every finite end of the slowdown's \
              interval is the ratio of a pair whose two runs both finished, never a bound set by the \
@@ -137,7 +165,9 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
              **Caveat.** One small model on one task, Adam, four conditions pooled. A run stuck \
              near chance counts in the slowdown as «at least the budget over its scaled twin's \
              steps» (a cut-off pair), and last in the sign test; it is also the «fails completely» \
-             half.",
+             half.{}",
+            super::runs::DESIGNED_IN,
+            super::runs::MEASURED_AT,
             data.sizes.seeds,
             data.sizes.budget,
             power_words(data.sizes.seeds),
@@ -154,6 +184,7 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
             short_p(o.stuck.p),
             bounded_words(o),
             bounded_words(s),
+            edge_words(data),
         ),
     );
 }

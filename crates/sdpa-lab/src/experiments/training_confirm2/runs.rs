@@ -14,6 +14,11 @@ use crate::measures::training::{Arm, init_name};
 /// copied here (an empty file holds the header only).
 pub const COMMITTED: &str = include_str!("../../../assets/confirm2/runs.csv");
 
+/// The commit that fixed the design ([`design`](super::design)), before any run.
+pub const DESIGNED_IN: &str = "37b200a";
+/// The commit whose binary measured [`COMMITTED`] (`sdpa exp training-confirm-2 --long`).
+pub const MEASURED_AT: &str = "7ca383b";
+
 /// The CSV header.
 pub const HEADER: &str =
     "role,init,d_k,arm,seed,lr,budget,steps_to_target,final_accuracy,initial_logit_std";
@@ -170,6 +175,54 @@ mod tests {
     #[test]
     fn the_committed_file_parses() {
         parse(COMMITTED).expect("the committed runs parse");
+    }
+
+    /// The design commit comes before the measuring commit, and the committed runs arrived
+    /// after both (checked where `git` and this repository's history are at hand).
+    #[test]
+    fn the_design_predates_the_runs_in_git_log() {
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .args(args)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .output()
+                .ok()
+                .filter(|o| o.status.success())
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        };
+        let Some(first_runs) = git(&[
+            "log",
+            "--format=%h",
+            "--diff-filter=M",
+            "--reverse",
+            "--",
+            "assets/confirm2/runs.csv",
+        ]) else {
+            eprintln!("no git history here: not checked");
+            return;
+        };
+        let Some(first_runs) = first_runs.lines().next().map(str::to_string) else {
+            eprintln!("no commit has changed the runs yet: not checked");
+            return;
+        };
+        // A shallow clone may lack the older commits: nothing to check against then.
+        if git(&["cat-file", "-e", &format!("{DESIGNED_IN}^{{commit}}")]).is_none() {
+            eprintln!("{DESIGNED_IN} is not in this clone's history: not checked");
+            return;
+        }
+        let ancestor = |a: &str, b: &str| {
+            std::process::Command::new("git")
+                .args(["merge-base", "--is-ancestor", a, b])
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        assert!(ancestor(DESIGNED_IN, MEASURED_AT));
+        assert!(ancestor(MEASURED_AT, &first_runs), "{first_runs}");
+        assert_ne!(
+            git(&["rev-parse", DESIGNED_IN]),
+            git(&["rev-parse", &first_runs])
+        );
     }
 
     #[test]
