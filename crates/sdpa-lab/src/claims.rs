@@ -485,9 +485,10 @@ impl Verdict {
 
     /// The verdict on the article from a list of claims (the lab's are ignored).
     pub fn from_claims(claims: &[Claim]) -> Self {
+        // A claim that could not have failed is no evidence either way: not counted.
         let article: Vec<Outcome> = claims
             .iter()
-            .filter(|c| c.source.is_article())
+            .filter(|c| c.source.is_article() && c.counts())
             .map(|c| c.outcome)
             .collect();
         let has = |o: Outcome| article.contains(&o);

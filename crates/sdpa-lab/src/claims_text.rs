@@ -80,18 +80,31 @@ pub fn lab_summary(claims: &[Claim]) -> String {
     summary_of(claims, false, "none")
 }
 
-/// [`summary`] of the article's claims (`article`) or the lab's, `empty` when there is none.
+/// [`summary`] of the article's claims (`article`) or the lab's, `empty` when there is none; a
+/// claim that could not have failed is not counted, only named.
 fn summary_of(claims: &[Claim], article: bool, empty: &str) -> String {
     let picked: Vec<Claim> = claims
         .iter()
-        .filter(|c| c.source.is_article() == article)
+        .filter(|c| c.source.is_article() == article && c.counts())
         .cloned()
         .collect();
-    if picked.is_empty() {
-        empty.into()
+    let uncounted: Vec<&str> = claims
+        .iter()
+        .filter(|c| c.source.is_article() == article && !c.counts())
+        .map(|c| c.id.as_str())
+        .collect();
+    let mut s = if picked.is_empty() {
+        empty.to_string()
     } else {
         summary(&picked)
+    };
+    if !uncounted.is_empty() {
+        s.push_str(&format!(
+            "; not counted (could not have failed): {}",
+            uncounted.join(", ")
+        ));
     }
+    s
 }
 
 /// One sentence from the claims: what held, what failed, what is conditional or undecided.

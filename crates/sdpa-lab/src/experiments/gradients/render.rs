@@ -413,6 +413,40 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
             data.by_keys.len() / data.key_counts().len().max(1),
         ),
     );
+    // The premise's claims: the unscaled slope against saturation, and the gradient reaching Q,
+    // at d_k 64 and the largest d_k (this run's m).
+    let premise: Vec<&super::analyze::KeysRow> = data
+        .by_keys
+        .iter()
+        .filter(|r| r.m == data.n && r.d >= 64)
+        .collect();
+    if let (Some(first), Some(top)) = (premise.first(), premise.last()) {
+        let (xs, ys): (Vec<f64>, Vec<f64>) = premise
+            .iter()
+            .flat_map(|r| r.unscaled_draws.iter().map(move |j| (r.d as f64, *j)))
+            .unzip();
+        canvas.key_number(
+            "jacobian-tends-to-zero",
+            format!(
+                "unscaled ‖J‖ ∝ d_k^{} over d_k {}–{} ({} keys)",
+                crate::stats::exponent_ci(&xs, &ys).show(2),
+                first.d,
+                top.d,
+                data.n
+            ),
+        );
+        canvas.key_number(
+            "query-gradient-vanishes",
+            format!(
+                "∂L/∂Q unscaled / scaled: {} at d_k {}, {} at d_k {} ({} keys)",
+                first.query.show(1),
+                first.d,
+                top.query.show(1),
+                top.d,
+                data.n
+            ),
+        );
+    }
     canvas.key_number(
         "jacobian-almost-zero",
         format!(
