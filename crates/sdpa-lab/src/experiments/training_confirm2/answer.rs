@@ -127,7 +127,7 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
         Question::Training,
         Some(format!(
             "{}: from logits as spread as the article's example, unscaled runs needed a median {} \
-             the steps to 99% (97.5%; shared rate: {}); {} of {} stuck near chance (scaled: {} \
+             the steps to 99% (97.5% interval; shared rate: {}); {} of {} stuck near chance (scaled: {} \
              never reached 99%).",
             lead(verdict),
             ratio_words(o),
