@@ -512,7 +512,7 @@ impl Verdict {
 
 #[path = "claims_text.rs"]
 mod text;
-pub use text::{article_summary, claims_table, lab_summary, short, show, show_p, summary};
+pub use text::{article_summary, claims_table, lab_summary, short, short_p, show, show_p, summary};
 
 #[cfg(test)]
 #[path = "claims_tests.rs"]

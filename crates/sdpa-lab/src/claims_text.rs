@@ -39,6 +39,15 @@ pub fn show_p(p: f64) -> String {
     }
 }
 
+/// A p-value with its relation, for prose: `= 0.42`, or `< 0.001` below it.
+pub fn short_p(p: f64) -> String {
+    if p < 0.001 {
+        "< 0.001".into()
+    } else {
+        format!("= {p:.2}")
+    }
+}
+
 /// The Markdown table of an experiment's claims.
 pub fn claims_table(claims: &[Claim]) -> String {
     let rows: Vec<Vec<String>> = claims

@@ -9,7 +9,7 @@ use crate::experiments::training::design::FAILED_ACCURACY;
 
 /// [`FAILED_ACCURACY`] in percent, for the text.
 const FAILED_PCT: f64 = FAILED_ACCURACY * 100.0;
-use crate::claims::{show, show_p};
+use crate::claims::{short_p, show, show_p};
 use crate::context::LabError;
 use crate::experiment::Canvas;
 use crate::markdown::md_table;
@@ -546,13 +546,4 @@ fn both_stuck(data: &ConfirmData) -> usize {
             stuck(r.condition, Arm::Scaled, r.seed) && stuck(r.condition, Arm::Unscaled, r.seed)
         })
         .count()
-}
-
-/// A p-value with its relation: `= 0.42`, or `< 0.001` below it.
-pub fn short_p(p: f64) -> String {
-    if p < 0.001 {
-        "< 0.001".into()
-    } else {
-        format!("= {p:.2}")
-    }
 }

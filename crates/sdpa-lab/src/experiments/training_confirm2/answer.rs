@@ -6,8 +6,8 @@ use super::design::{RateScheme, SLOW_FACTOR};
 use super::hypotheses::Decided;
 use crate::answers::Question;
 use crate::claims::Outcome;
+use crate::claims::short_p;
 use crate::experiment::Canvas;
-use crate::experiments::training_confirm::render::short_p;
 
 fn end(x: Option<f64>) -> String {
     x.map_or("∞".into(), |v| format!("{v:.1}"))

@@ -8,7 +8,7 @@
 //! committed when this design was written (d11aa05), never re-measured: the exploratory run
 //! (`training`, [`FROZEN_EXPLORATORY`]) and the first confirmatory run ([`FROZEN_FIRST_CONFIRM`]).
 //! Their SHA-256 is below and checked by a test; every number this file cites from them is
-//! recomputed from the frozen files by a test of [`super::frozen`].
+//! recomputed from the frozen files by a test (`frozen.rs`).
 //!
 //! Everything a verdict depends on is fixed here: the premise, the conditions, the learning-rate
 //! rules, the budget, the seeds, every test and its level. Nothing is chosen after the runs.
@@ -173,7 +173,7 @@ pub const POWER_SIMULATIONS: usize = 2000;
 pub const SEED_CANDIDATES: [usize; 7] = [10, 15, 20, 25, 30, 35, 40];
 
 /// **Seeds per condition**: the smallest of [`SEED_CANDIDATES`] whose simulated power for
-/// hypothesis 1 reaches [`POWER`] (`super::power::seeds_for_power`, which a test runs).
+/// hypothesis 1 reaches [`POWER`] (`power.rs`, `seeds_for_power`, which a test runs).
 ///
 /// The simulation resamples the frozen first confirmatory run's pairs in each premise
 /// condition (27 each, at that run's rates): a run that reached 99% keeps its steps; an
