@@ -94,9 +94,12 @@ const GLOSSARY: &str = "- **d_k**: the length of the query and key vectors; **st
      - **stuck near chance**: a run that ended below 50% held-out accuracy (chance is 12.5%); \
      **never reached 99%**: any run that did not reach the target within its budget, stuck or \
      merely slow.\n\
-     - **≥ x [a, ∞]** (a slowdown): runs that never reached 99% only say the slowdown is *at least* \
-     some value, so the median x and the interval's lower end a are lower bounds and the upper end \
-     is open.";
+     - **x [a, ∞]** (a median slowdown): runs that never reached 99% leave the interval open \
+     above (∞: no upper limit was measured); the first screen's x and a are ratios of pairs where \
+     both runs finished (Kaplan–Meier). **≥ x [a, ∞]** (the earlier runs'): x and a are lower \
+     bounds, set partly by the step budget.\n\
+     - **own rate / shared rate**: each version trained at its own best learning rate, or both at \
+     one learning rate chosen to be fair to both; a verdict counts only where the two agree.";
 
 /// The first screen of a rendered `REPORT.md`: everything before its first `## ` heading.
 pub fn first_screen(markdown: &str) -> &str {
