@@ -175,10 +175,15 @@ pub struct TrainingData {
 /// Whether a run failed completely: it never reached the target and its held-out accuracy at
 /// the budget is below [`FAILED_ACCURACY`], or it diverged (NaN).
 pub fn failed(o: &TrainingOutcome) -> bool {
-    // A diverged run (NaN accuracy) failed too.
-    o.steps_to_target.is_none()
-        && o.final_accuracy
-            .partial_cmp(&FAILED_ACCURACY)
+    stuck_below(o.steps_to_target, o.final_accuracy, FAILED_ACCURACY)
+}
+
+/// Whether a run never reached the target (`steps` is `None`) and ended with held-out accuracy
+/// below `threshold`, or diverged (NaN accuracy, which fails every comparison).
+pub fn stuck_below(steps: Option<usize>, final_accuracy: f64, threshold: f64) -> bool {
+    steps.is_none()
+        && final_accuracy
+            .partial_cmp(&threshold)
             .is_none_or(|c| c == std::cmp::Ordering::Less)
 }
 

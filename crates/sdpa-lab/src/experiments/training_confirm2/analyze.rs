@@ -6,7 +6,7 @@ use serde::Serialize;
 
 use super::design::RateScheme;
 use super::hypotheses::{Decided, across_schemes, decide};
-use super::rates::{Chosen, choose};
+use super::rates::{Chosen, choose_all};
 use super::runs::{COMMITTED, Row, parse};
 use super::{Sizes, measures};
 use crate::article;
@@ -107,20 +107,7 @@ pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<Confirm2Data> {
     let sizes = Sizes::new(plan.quick);
     let (rows, measured_here, missing) = rows_of(plan, cells);
     let refs: Vec<&Row> = rows.iter().collect();
-    let chosen: Vec<Chosen> = sizes
-        .conditions
-        .iter()
-        .filter_map(|&(init, d_k)| {
-            choose(
-                init,
-                d_k,
-                &refs,
-                &sizes.grid,
-                sizes.stuck_cost,
-                sizes.tuning_seeds,
-            )
-        })
-        .collect();
+    let chosen = choose_all(&sizes, &refs);
     let schemes: Vec<SchemeResult> = RateScheme::ALL
         .iter()
         .filter_map(|&scheme| {

@@ -6,8 +6,8 @@ use serde::{Deserialize, Serialize};
 
 use super::design::{ALPHA, HALF_ALPHA, SLOW_FACTOR};
 use crate::claims::Outcome;
-use crate::experiments::training_confirm::hypotheses::Pair;
-use crate::stats::hypothesis::{bounded_median_ci, mcnemar_exact, median_ci, sign_test};
+use crate::experiments::training_confirm::hypotheses::{Pair, slowdown};
+use crate::stats::hypothesis::{mcnemar_exact, median_ci, sign_test};
 use crate::stats::survival::{KmMedian, Observation, km_median_at};
 use crate::stats::wilson_interval;
 
@@ -122,6 +122,16 @@ pub struct Directional {
 }
 
 impl Directional {
+    /// "31 vs 0, p = 9.3e-10".
+    pub fn show(&self) -> String {
+        format!(
+            "{} vs {}, p = {}",
+            self.yes,
+            self.no,
+            crate::claims::show_p(self.p)
+        )
+    }
+
     /// Holds when significant at [`ALPHA`] the claimed way, fails when the other way.
     pub fn outcome(&self) -> Outcome {
         if self.p >= ALPHA {
@@ -181,16 +191,8 @@ pub fn decide(pairs: &[&Pair]) -> Decided {
         .filter_map(|p| Some(p.unscaled? as f64 / p.scaled? as f64))
         .collect();
     let f = median_ci(&finished, 1.0 - ALPHA);
-    let bounds: Vec<(f64, f64)> = pairs
-        .iter()
-        .map(|p| match (p.scaled, p.unscaled) {
-            (Some(a), Some(u)) => (u as f64 / a as f64, u as f64 / a as f64),
-            (Some(a), None) => (p.budget as f64 / a as f64, f64::INFINITY),
-            (None, Some(u)) => (0.0, u as f64 / p.budget as f64),
-            (None, None) => (0.0, f64::INFINITY),
-        })
-        .collect();
-    let (b, _) = bounded_median_ci(&bounds, 1.0 - HALF_ALPHA);
+    // The first confirmatory run's bounded reading, at the half level.
+    let b = slowdown(pairs, None, 1.0 - HALF_ALPHA);
     let only = |u: bool, s: bool| {
         pairs
             .iter()

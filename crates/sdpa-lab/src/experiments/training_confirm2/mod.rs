@@ -154,17 +154,8 @@ impl Stages for TrainingConfirm2 {
         }
         let rows: Vec<runs::Row> = earlier.iter().map(runs::Row::of).collect();
         let refs: Vec<&runs::Row> = rows.iter().collect();
-        for &(init, d_k) in &sizes.conditions {
-            let Some(chosen) = rates::choose(
-                init,
-                d_k,
-                &refs,
-                &sizes.grid,
-                sizes.stuck_cost,
-                sizes.tuning_seeds,
-            ) else {
-                continue;
-            };
+        for chosen in rates::choose_all(&sizes, &refs) {
+            let (init, d_k) = (chosen.init, chosen.d_k);
             for scheme in RateScheme::ALL {
                 let (scaled_lr, unscaled_lr) = chosen.rates(scheme);
                 for (arm, lr) in [(Arm::Scaled, scaled_lr), (Arm::Unscaled, unscaled_lr)] {

@@ -143,6 +143,25 @@ pub fn choose(
     })
 }
 
+/// The rates of every condition of `sizes` from `tuning` (a condition without tuning runs of
+/// both arms is left out).
+pub fn choose_all(sizes: &super::Sizes, tuning: &[&Row]) -> Vec<Chosen> {
+    sizes
+        .conditions
+        .iter()
+        .filter_map(|&(init, d_k)| {
+            choose(
+                init,
+                d_k,
+                tuning,
+                &sizes.grid,
+                sizes.stuck_cost,
+                sizes.tuning_seeds,
+            )
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -5,7 +5,6 @@ use super::analyze::{Confirm2Data, SchemeResult, premise_words};
 use super::design::{HALF_ALPHA, RateScheme};
 use super::hypotheses::Decided;
 use super::runs::HEADER;
-use crate::claims::show_p;
 use crate::context::LabError;
 use crate::experiment::Canvas;
 use crate::markdown::md_table;
@@ -120,20 +119,8 @@ fn scheme_row(s: &SchemeResult) -> Vec<String> {
             o[1].label()
         ),
         format!("**{}**", o[2].label()),
-        format!(
-            "{} vs {}, p = {} ({})",
-            d.stuck.yes,
-            d.stuck.no,
-            show_p(d.stuck.p),
-            o[3].label()
-        ),
-        format!(
-            "{} vs {}, p = {} ({})",
-            d.later.yes,
-            d.later.no,
-            show_p(d.later.p),
-            o[4].label()
-        ),
+        format!("{} ({})", d.stuck.show(), o[3].label()),
+        format!("{} ({})", d.later.show(), o[4].label()),
     ]
 }
 

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::design::NEAR_CHANCE_ACCURACY;
 use crate::experiments::training::Role;
 use crate::experiments::training::Run;
+use crate::experiments::training::analyze::stuck_below;
 use crate::measures::training::{Arm, init_name};
 
 /// The committed measurement: `training_confirm2_runs.csv` of the run `report --long` made,
@@ -89,12 +90,10 @@ impl Row {
 }
 
 /// Stuck near chance: never at 99%, and ending below [`NEAR_CHANCE_ACCURACY`] or diverged
-/// (NaN accuracy). One rule for measured cells and committed rows alike.
+/// (NaN accuracy). One rule for measured cells and committed rows alike, the one `training`'s
+/// «fails completely» uses ([`stuck_below`]).
 pub fn near_chance(steps: Option<usize>, final_accuracy: f64) -> bool {
-    steps.is_none()
-        && final_accuracy
-            .partial_cmp(&NEAR_CHANCE_ACCURACY)
-            .is_none_or(|c| c == std::cmp::Ordering::Less)
+    stuck_below(steps, final_accuracy, NEAR_CHANCE_ACCURACY)
 }
 
 /// The rows of a CSV file written by [`Row::line`] under [`HEADER`]; a malformed line is an
