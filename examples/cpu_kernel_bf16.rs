@@ -25,11 +25,12 @@ use burn::tensor::bf16;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
+use sdpa::AttentionError;
+use sdpa::cpu_kernel::AttentionDims;
 use sdpa::cpu_kernel::{
     BACKWARD_TILES, BackwardInputs, BackwardOutputs, KernelShape, Masking, Tiles, bf16_product_isa,
     cpu_features, threads, try_backward, try_backward_bf16, try_forward, try_forward_bf16,
 };
-use sdpa::{AttentionDims, AttentionError};
 
 /// Timed rounds per size (after one warm-up round).
 const ROUNDS: usize = 9;

@@ -18,7 +18,7 @@ use std::time::Instant;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
-use sdpa::AttentionDims;
+use sdpa::cpu_kernel::AttentionDims;
 use sdpa::cpu_kernel::{
     BackwardInputs, BackwardOutputs, KernelShape, Masking, Tiles, attention_f32_tiled,
     try_backward, try_forward,

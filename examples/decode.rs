@@ -1,6 +1,6 @@
-//! Cached decoding: a small causal language model built on `MultiHeadAttention` (rotary
+//! Cached decoding: a small causal language model built on `MultiHeadSdpa` (rotary
 //! positions, QK-norm), trained for a few seconds, then
-//! 1. generating from short prompts three ways — with the preallocated `MhaCache`, with the
+//! 1. generating from short prompts three ways — with the preallocated `KvCache`, with the
 //!    concatenating cache of earlier versions, and by recomputing the whole prefix at every
 //!    step — which must give the same tokens;
 //! 2. decoding a batch of prompts of different lengths together (`forward_cache_ragged`), which
@@ -33,7 +33,7 @@ use burn::tensor::TensorData;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sdpa::{
-    BackendKind, MhaCache, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig, QkNorm,
+    BackendKind, KvCache, MultiHeadSdpa, MultiHeadSdpaConfig, MultiHeadSdpaInput, QkNorm,
     RopeConfig,
 };
 
@@ -60,7 +60,7 @@ const MAX_POSITIONS: usize = 4096 + TIMED_STEPS + 1;
 struct TinyLm {
     tokens: Embedding,
     norm: LayerNorm,
-    attention: MultiHeadAttention,
+    attention: MultiHeadSdpa,
     head: Linear,
 }
 
@@ -71,7 +71,7 @@ impl TinyLm {
             norm: LayerNormConfig::new(d_model).init(device),
             // Rotary positions: the attention knows the order, and a cached token is rotated
             // for its position once, when it enters the cache.
-            attention: MultiHeadAttentionConfig::new(d_model, 4)
+            attention: MultiHeadSdpaConfig::new(d_model, 4)
                 .with_qk_norm(QkNorm::RmsNorm)
                 .with_rope(Some(RopeConfig::new(MAX_POSITIONS)))
                 .init(device),
@@ -95,7 +95,7 @@ impl TinyLm {
         let x = self.embed(tokens);
         let context = self
             .attention
-            .forward(MhaInput::self_attn(x.clone()).causal())
+            .forward(MultiHeadSdpaInput::self_attn(x.clone()).causal())
             .context;
         self.head.forward(x + context)
     }
@@ -109,10 +109,10 @@ impl TinyLm {
         &self,
         tokens: Tensor<2, Int>,
         counts: &[usize],
-        cache: &mut MhaCache,
+        cache: &mut KvCache,
     ) -> Tensor<3> {
         let x = self.embed(tokens);
-        let input = MhaInput::self_attn(x.clone()).causal();
+        let input = MultiHeadSdpaInput::self_attn(x.clone()).causal();
         let context = self
             .attention
             .forward_cache_ragged(input, counts, cache)
@@ -188,7 +188,7 @@ fn generate_cached(
     model: &TinyLm,
     prompt: Tensor<2, Int>,
     steps: usize,
-    mut cache: MhaCache,
+    mut cache: KvCache,
 ) -> anyhow::Result<Generated> {
     let [b, p] = prompt.dims();
     let device = prompt.device();
@@ -275,8 +275,8 @@ fn three_ways(model: &TinyLm, device: &Device, rng: &mut ChaCha8Rng) -> anyhow::
         .collect();
     let prompt = tokens(prompt, batch, device);
     let steps = SEQ_LEN - PROMPT - 1;
-    let preallocated = generate_cached(model, prompt.clone(), steps, MhaCache::new())?;
-    let concatenated = generate_cached(model, prompt.clone(), steps, MhaCache::concatenating())?;
+    let preallocated = generate_cached(model, prompt.clone(), steps, KvCache::new())?;
+    let concatenated = generate_cached(model, prompt.clone(), steps, KvCache::concatenating())?;
     let recomputed = generate_recomputed(model, prompt, steps)?;
     // A generated token follows the rule when it continues the last two tokens before it
     // (the prompt's or generated ones): x_t = 2·x_{t−1} − x_{t−2} mod V.
@@ -326,7 +326,7 @@ fn ragged(model: &TinyLm, device: &Device, rng: &mut ChaCha8Rng) -> anyhow::Resu
         .zip(lengths)
         .flat_map(|(row, len)| (0..longest).map(move |i| if i < len { row[i] } else { 0 }))
         .collect();
-    let mut cache = MhaCache::new();
+    let mut cache = KvCache::new();
     let logits = model.forward_cached(tokens(padded, lengths.len(), device), &lengths, &mut cache);
     let mut next = argmax_at(logits, &lengths.map(|len| len - 1))?;
     let mut together = vec![next.clone()];
@@ -337,7 +337,7 @@ fn ragged(model: &TinyLm, device: &Device, rng: &mut ChaCha8Rng) -> anyhow::Resu
     }
     for (r, len) in lengths.into_iter().enumerate() {
         let prompt = tokens(truth[r * longest..r * longest + len].to_vec(), 1, device);
-        let alone = generate_cached(model, prompt, steps, MhaCache::new())?;
+        let alone = generate_cached(model, prompt, steps, KvCache::new())?;
         let row: Vec<i64> = together.iter().map(|step| step[r]).collect();
         let alone: Vec<i64> = alone.tokens.iter().map(|step| step[0]).collect();
         ensure!(
@@ -377,15 +377,11 @@ fn timed(
     let prompt = tokens(sequences(rng, batch, context), batch, device);
     let mut speeds = [Vec::new(), Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..REPEATS {
-        let capacity = MhaCache::with_capacity(context + TIMED_STEPS + 1);
+        let capacity = KvCache::with_capacity(context + TIMED_STEPS + 1);
         let preallocated = generate_cached(model, prompt.clone(), TIMED_STEPS, capacity)?;
-        let growable = generate_cached(model, prompt.clone(), TIMED_STEPS, MhaCache::new())?;
-        let concatenated = generate_cached(
-            model,
-            prompt.clone(),
-            TIMED_STEPS,
-            MhaCache::concatenating(),
-        )?;
+        let growable = generate_cached(model, prompt.clone(), TIMED_STEPS, KvCache::new())?;
+        let concatenated =
+            generate_cached(model, prompt.clone(), TIMED_STEPS, KvCache::concatenating())?;
         let recomputed = generate_recomputed(model, prompt.clone(), TIMED_STEPS)?;
         ensure!(
             preallocated.tokens == concatenated.tokens && growable.tokens == concatenated.tokens,
@@ -432,7 +428,7 @@ fn main() -> anyhow::Result<()> {
          {TIMED_STEPS} steps after the context, {backend}:"
     );
     println!(
-        "| cached tokens | preallocated (capacity = what is needed) | growable (`MhaCache::new()`) | \
+        "| cached tokens | preallocated (capacity = what is needed) | growable (`KvCache::new()`) | \
          concatenating cache | recomputing the prefix | preallocated / concatenating | \
          preallocated / recomputing |"
     );

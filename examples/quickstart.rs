@@ -1,4 +1,4 @@
-//! Quickstart: use `MultiHeadAttention` inside your own Burn model.
+//! Quickstart: use `MultiHeadSdpa` inside your own Burn model.
 //!
 //! ```sh
 //! cargo run --release --example quickstart            # flex (the default CPU backend)
@@ -17,7 +17,7 @@ use burn::nn::{Embedding, EmbeddingConfig, Linear, LinearConfig};
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
 use burn_sdpa::mask::padding_mask_from_tokens;
-use burn_sdpa::{MhaInput, MultiHeadAttention, MultiHeadAttentionConfig};
+use burn_sdpa::{MultiHeadSdpa, MultiHeadSdpaConfig, MultiHeadSdpaInput};
 // This repository's backend switch (its command-line name to a `Device`); in your project, make
 // the device directly, e.g. `Device::flex()`.
 use sdpa::BackendKind;
@@ -26,7 +26,7 @@ use sdpa::BackendKind;
 #[derive(Module, Debug)]
 struct TinyClassifier {
     embedding: Embedding,
-    attention: MultiHeadAttention,
+    attention: MultiHeadSdpa,
     head: Linear,
 }
 
@@ -34,7 +34,7 @@ impl TinyClassifier {
     fn new(vocab: usize, d_model: usize, n_classes: usize, device: &Device) -> Self {
         Self {
             embedding: EmbeddingConfig::new(vocab, d_model).init(device),
-            attention: MultiHeadAttentionConfig::new(d_model, 4).init(device),
+            attention: MultiHeadSdpaConfig::new(d_model, 4).init(device),
             head: LinearConfig::new(d_model, n_classes).init(device),
         }
     }
@@ -46,7 +46,7 @@ impl TinyClassifier {
         let padding = padding_mask_from_tokens(tokens.clone(), 0);
         let x = self.embedding.forward(tokens); // [b, s, d_model]
         let out = self.attention.forward(
-            MhaInput::self_attn(x)
+            MultiHeadSdpaInput::self_attn(x)
                 .padding_mask(padding)
                 .causal()
                 .need_weights(),

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use clap::Args;
 
-use burn_sdpa::{BackendFamily, DEFAULT_BLOCK_SIZE, Implementation};
+use burn_sdpa::{BackendFamily, Implementation};
 
 use super::UsageError;
 use super::report::{LabArgs, lab_error};
@@ -380,7 +380,7 @@ fn keep_backends(
 
 /// What `--path` takes: every name [`Implementation::all`] gives, then the baseline.
 fn path_names() -> Vec<&'static str> {
-    Implementation::all(DEFAULT_BLOCK_SIZE)
+    Implementation::all(Implementation::DEFAULT_BLOCK_SIZE)
         .map(Implementation::name)
         .chain([sdpa_lab::bench::BASELINE])
         .collect()

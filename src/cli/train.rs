@@ -154,7 +154,7 @@ fn parse_softcap(s: &str) -> Result<f64, String> {
     let c: f64 = s
         .parse()
         .map_err(|_| format!("expected a positive number, got `{s}`"))?;
-    crate::validate_softcap(c).map_err(|e| e.to_string())?;
+    crate::util::validate_softcap(c).map_err(|e| e.to_string())?;
     Ok(c)
 }
 

@@ -5,7 +5,9 @@
 use std::fmt;
 use std::path::Path;
 
-use burn_sdpa::{AttentionDims, CausalAlignment, validate_softcap};
+use burn_sdpa::CausalAlignment;
+use burn_sdpa::cpu_kernel::AttentionDims;
+use burn_sdpa::util::validate_softcap;
 use serde::Deserialize;
 
 /// A float tensor in a case file.

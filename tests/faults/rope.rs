@@ -4,7 +4,7 @@
 
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use sdpa::{CausalAlignment, MhaCache, MhaInput, MultiHeadAttentionConfig, RopeConfig};
+use sdpa::{CausalAlignment, KvCache, MultiHeadSdpaConfig, MultiHeadSdpaInput, RopeConfig};
 
 fn values(t: Tensor<3>) -> Vec<f32> {
     t.into_data().try_to_vec::<f32>().expect("f32")
@@ -22,11 +22,13 @@ fn rope_places_queries_where_the_causal_mask_does() {
     let device = Device::flex();
     for alignment in [CausalAlignment::BottomRight, CausalAlignment::TopLeft] {
         device.seed(5);
-        let mut config = MultiHeadAttentionConfig::new(32, 4).with_rope(Some(RopeConfig::new(64)));
+        let mut config = MultiHeadSdpaConfig::new(32, 4).with_rope(Some(RopeConfig::new(64)));
         config.options.causal_alignment = alignment;
         let mha = config.init(&device);
         let x = Tensor::<3>::random([2, 9, 32], Distribution::Normal(0.0, 1.0), &device);
-        let full = mha.forward(MhaInput::self_attn(x.clone()).causal()).context;
+        let full = mha
+            .forward(MultiHeadSdpaInput::self_attn(x.clone()).causal())
+            .context;
         // The query that the alignment puts against every key: the last one bottom-right (it
         // sits at position m − 1), the first one top-left (position 0).
         let row = match alignment {
@@ -35,7 +37,7 @@ fn rope_places_queries_where_the_causal_mask_does() {
         };
         let alone = mha
             .forward(
-                MhaInput::new(
+                MultiHeadSdpaInput::new(
                     x.clone().slice(s![.., row..row + 1, ..]),
                     x.clone(),
                     x.clone(),
@@ -53,20 +55,28 @@ fn rope_places_queries_where_the_causal_mask_does() {
 fn a_one_row_ragged_call_at_the_last_rotary_position_adds_nothing() {
     let device = Device::flex();
     device.seed(11);
-    let mha = MultiHeadAttentionConfig::new(16, 2)
+    let mha = MultiHeadSdpaConfig::new(16, 2)
         .with_rope(Some(RopeConfig::new(8)))
         .init(&device);
     let x = Tensor::<3>::random([1, 8, 16], Distribution::Normal(0.0, 1.0), &device);
-    let mut cache = MhaCache::new();
-    mha.forward_cache_ragged(MhaInput::self_attn(x.clone()).causal(), &[8], &mut cache);
+    let mut cache = KvCache::new();
+    mha.forward_cache_ragged(
+        MultiHeadSdpaInput::self_attn(x.clone()).causal(),
+        &[8],
+        &mut cache,
+    );
     // As with two rows: a call that adds no token to a full sequence is no error.
     let next = x.clone().slice(s![.., 0..1, ..]);
-    mha.try_forward_cache_ragged(MhaInput::self_attn(next.clone()), &[0], &mut cache)
-        .expect("nothing is added, so position 8 is never encoded");
+    mha.try_forward_cache_ragged(
+        MultiHeadSdpaInput::self_attn(next.clone()),
+        &[0],
+        &mut cache,
+    )
+    .expect("nothing is added, so position 8 is never encoded");
     assert_eq!(cache.lengths(), [8]);
     // Adding one is refused, naming the positions.
     let e = mha
-        .try_forward_cache_ragged(MhaInput::self_attn(next), &[1], &mut cache)
+        .try_forward_cache_ragged(MultiHeadSdpaInput::self_attn(next), &[1], &mut cache)
         .unwrap_err();
     assert!(e.to_string().contains("8..9"), "{e}");
 }

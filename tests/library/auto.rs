@@ -3,7 +3,7 @@
 
 use burn::prelude::*;
 use sdpa::{
-    AttentionInput, AttentionPath, BackendFamily, BackendKind, DEFAULT_BLOCK_SIZE, Implementation,
+    AttentionInput, AttentionPath, BackendFamily, BackendKind, Implementation,
     ScaledDotProductAttentionConfig,
 };
 
@@ -31,7 +31,7 @@ fn auto_takes_the_documented_path_and_matches_naive() {
     // m = DEFAULT_BLOCK_SIZE + 44 keys: more than one key block of the chunked path and of the CPU
     // kernel (whose forward and backward tiles are smaller), so both cross block edges; on
     // the CPU backends.
-    let (b, h, n, m, d) = (1, 2, 6, DEFAULT_BLOCK_SIZE + 44, 8);
+    let (b, h, n, m, d) = (1, 2, 6, Implementation::DEFAULT_BLOCK_SIZE + 44, 8);
     let auto = ScaledDotProductAttentionConfig::new().init();
     let naive = ScaledDotProductAttentionConfig::new()
         .with_implementation(Implementation::Naive)
@@ -133,4 +133,41 @@ fn cpu_kernel_reads_shared_and_permuted_inputs() {
         let again = values(kernel.forward(input()).context);
         assert_eq!(got, again, "{backend}: a second call differs");
     }
+}
+
+/// The README's example (and the drop-in layers' training step in `drop-in.md`) on Flex with
+/// autodiff: a training-sized call takes the fused CPU kernel, and `path` says so, for the module,
+/// the multi-head layer and the drop-in layer alike.
+#[test]
+fn the_readme_example_takes_the_fused_path() {
+    use burn::tensor::Distribution;
+    use sdpa::nn::attention::{MhaInput, MultiHeadAttentionConfig};
+    use sdpa::{MultiHeadSdpaConfig, MultiHeadSdpaInput};
+    let device = Device::flex().autodiff();
+    let attn = ScaledDotProductAttentionConfig::new().init();
+    let x = |shape: [usize; 4]| Tensor::<4>::random(shape, Distribution::Default, &device);
+    let q = x([2, 8, 256, 64]).require_grad();
+    let (k, v) = (x([2, 8, 256, 64]), x([2, 8, 256, 64]));
+    let input = AttentionInput::new(q.clone(), k, v).causal();
+    assert_eq!(attn.path(&input).unwrap(), AttentionPath::CpuKernel);
+    let grads = attn.forward(input).context.sum().backward();
+    assert!(q.grad(&grads).is_some());
+
+    let tokens = Tensor::<3>::random([2, 128, 64], Distribution::Default, &device);
+    // burn-nn's default dropout (0.1) keeps a training call on the naive path; without it, the
+    // kernel.
+    let with_dropout = MultiHeadAttentionConfig::new(64, 4).init(&device);
+    let input = MhaInput::self_attn(tokens.clone()).causal();
+    assert_eq!(with_dropout.path(&input).unwrap(), AttentionPath::Naive);
+    let drop_in = MultiHeadAttentionConfig::new(64, 4)
+        .with_dropout(0.0)
+        .init(&device);
+    assert_eq!(drop_in.path(&input).unwrap(), AttentionPath::CpuKernel);
+    assert_eq!(
+        drop_in.path(&input.need_weights()).unwrap(),
+        AttentionPath::Naive
+    );
+    let layer = MultiHeadSdpaConfig::new(64, 4).init(&device);
+    let input = MultiHeadSdpaInput::self_attn(tokens).causal();
+    assert_eq!(layer.path(&input).unwrap(), AttentionPath::CpuKernel);
 }

@@ -11,7 +11,7 @@ use burn::prelude::*;
 use burn::tensor::{DType, Distribution};
 use sdpa::{
     AttentionError, AttentionInput, AttentionPath, BackendKind, Implementation,
-    MultiHeadAttentionConfig, Precision, ScaledDotProductAttentionConfig, cpu_kernel,
+    MultiHeadSdpaConfig, Precision, ScaledDotProductAttentionConfig, cpu_kernel,
 };
 
 use crate::common::values;
@@ -214,7 +214,7 @@ fn bf16_precision_casts_f32_inputs_and_returns_f32() {
         "{err}"
     );
     // The multi-head layer refuses it when it is built, before any call.
-    let err = MultiHeadAttentionConfig::new(16, 2)
+    let err = MultiHeadSdpaConfig::new(16, 2)
         .with_precision(Precision::Bf16)
         .try_init(&ndarray)
         .expect_err("NdArray has no bf16");

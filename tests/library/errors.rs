@@ -3,7 +3,7 @@
 
 use burn::prelude::*;
 use sdpa::{
-    AttentionError, AttentionInput, MhaInput, MultiHeadAttentionConfig, ScalePolicy,
+    AttentionError, AttentionInput, MultiHeadSdpaConfig, MultiHeadSdpaInput, ScalePolicy,
     ScaledDotProductAttentionConfig,
 };
 
@@ -193,27 +193,21 @@ fn forward_and_init_panic_with_the_same_message() {
 fn multi_head_config_is_validated_at_init() {
     let d = device();
     let cases = [
-        (MultiHeadAttentionConfig::new(30, 4), "d_model = 30"),
-        (MultiHeadAttentionConfig::new(32, 0), "n_heads = 0"),
-        (MultiHeadAttentionConfig::new(0, 4), "d_model = 0"),
+        (MultiHeadSdpaConfig::new(30, 4), "d_model = 30"),
+        (MultiHeadSdpaConfig::new(32, 0), "n_heads = 0"),
+        (MultiHeadSdpaConfig::new(0, 4), "d_model = 0"),
         (
-            MultiHeadAttentionConfig::new(32, 4).with_n_kv_heads(Some(3)),
+            MultiHeadSdpaConfig::new(32, 4).with_n_kv_heads(Some(3)),
             "4 heads",
         ),
         (
-            MultiHeadAttentionConfig::new(32, 4).with_n_kv_heads(Some(0)),
+            MultiHeadSdpaConfig::new(32, 4).with_n_kv_heads(Some(0)),
             "n_kv_heads = 0",
         ),
+        (MultiHeadSdpaConfig::new(32, 4).with_d_k(Some(0)), "d_k = 0"),
+        (MultiHeadSdpaConfig::new(32, 4).with_dropout(1.0), "dropout"),
         (
-            MultiHeadAttentionConfig::new(32, 4).with_d_k(Some(0)),
-            "d_k = 0",
-        ),
-        (
-            MultiHeadAttentionConfig::new(32, 4).with_dropout(1.0),
-            "dropout",
-        ),
-        (
-            MultiHeadAttentionConfig::new(32, 4).with_scale(ScalePolicy::Fixed(-2.0)),
+            MultiHeadSdpaConfig::new(32, 4).with_scale(ScalePolicy::Fixed(-2.0)),
             "-2",
         ),
     ];
@@ -225,7 +219,7 @@ fn multi_head_config_is_validated_at_init() {
         );
     }
     // d_k set explicitly lifts the divisibility requirement.
-    let mha = MultiHeadAttentionConfig::new(30, 4)
+    let mha = MultiHeadSdpaConfig::new(30, 4)
         .with_d_k(Some(16))
         .try_init(&d)
         .expect("valid");
@@ -235,10 +229,10 @@ fn multi_head_config_is_validated_at_init() {
 #[test]
 fn multi_head_input_shapes_are_checked() {
     let d = device();
-    let mha = MultiHeadAttentionConfig::new(16, 2).init(&d);
+    let mha = MultiHeadSdpaConfig::new(16, 2).init(&d);
     let x = Tensor::<3>::zeros([2, 5, 8], &d);
     let e = mha
-        .try_forward(MhaInput::self_attn(x))
+        .try_forward(MultiHeadSdpaInput::self_attn(x))
         .expect_err("wrong d_model");
     assert!(
         e.to_string().contains("d_model = 16") && e.to_string().contains("[2, 5, 8]"),
@@ -248,7 +242,7 @@ fn multi_head_input_shapes_are_checked() {
     let x = Tensor::<3>::zeros([2, 5, 16], &d);
     let pad = Tensor::<2, Bool>::empty([2, 4], &d);
     let e = mha
-        .try_forward(MhaInput::self_attn(x.clone()).padding_mask(pad))
+        .try_forward(MultiHeadSdpaInput::self_attn(x.clone()).padding_mask(pad))
         .expect_err("wrong padding");
     assert!(
         e.to_string().contains("[2, 5]") && e.to_string().contains("[2, 4]"),
@@ -257,7 +251,7 @@ fn multi_head_input_shapes_are_checked() {
 
     let kv = Tensor::<3>::zeros([1, 5, 16], &d);
     let e = mha
-        .try_forward(MhaInput::new(x, kv.clone(), kv))
+        .try_forward(MultiHeadSdpaInput::new(x, kv.clone(), kv))
         .expect_err("wrong batch");
     assert!(
         matches!(

@@ -7,8 +7,8 @@ use burn::prelude::*;
 use burn::tensor::Distribution;
 use sdpa::mask::window_mask;
 use sdpa::{
-    AttentionInput, CausalAlignment, Implementation, MhaCache, MhaInput, MultiHeadAttention,
-    MultiHeadAttentionConfig, QkNorm, ScaledDotProductAttentionConfig, Window,
+    AttentionInput, CausalAlignment, Implementation, KvCache, MultiHeadSdpa, MultiHeadSdpaConfig,
+    MultiHeadSdpaInput, QkNorm, ScaledDotProductAttentionConfig, Window,
 };
 
 use crate::common::{bool4, devices, implementations, lcg_values, max_abs_diff, tensor4, values};
@@ -230,9 +230,9 @@ fn soft_capping_agrees_with_the_f64_reference_on_every_path_and_backend() {
 }
 
 /// A small causal multi-head layer with grouped-query heads and QK-norm.
-fn layer(qk_norm: QkNorm, device: &Device) -> MultiHeadAttention {
+fn layer(qk_norm: QkNorm, device: &Device) -> MultiHeadSdpa {
     device.seed(5);
-    MultiHeadAttentionConfig::new(32, 4)
+    MultiHeadSdpaConfig::new(32, 4)
         .with_n_kv_heads(Some(2))
         .with_qk_norm(qk_norm)
         .init(device)
@@ -244,12 +244,15 @@ fn cached_decoding_equals_the_full_causal_forward() {
         for qk_norm in [QkNorm::None, QkNorm::RmsNorm] {
             let mha = layer(qk_norm, &device);
             let x = Tensor::<3>::random([2, 9, 32], Distribution::Normal(0.0, 1.0), &device);
-            let full = values(mha.forward(MhaInput::self_attn(x.clone()).causal()).context);
-            let mut cache = MhaCache::new();
+            let full = values(
+                mha.forward(MultiHeadSdpaInput::self_attn(x.clone()).causal())
+                    .context,
+            );
+            let mut cache = KvCache::new();
             // A prompt of 4 tokens at once, then one token at a time.
             let mut decoded = vec![
                 mha.forward_cache(
-                    MhaInput::self_attn(x.clone().slice(s![.., 0..4, ..])).causal(),
+                    MultiHeadSdpaInput::self_attn(x.clone().slice(s![.., 0..4, ..])).causal(),
                     &mut cache,
                 )
                 .context,
@@ -257,7 +260,7 @@ fn cached_decoding_equals_the_full_causal_forward() {
             for t in 4..9 {
                 let token = x.clone().slice(s![.., t..t + 1, ..]);
                 decoded.push(
-                    mha.forward_cache(MhaInput::self_attn(token).causal(), &mut cache)
+                    mha.forward_cache(MultiHeadSdpaInput::self_attn(token).causal(), &mut cache)
                         .context,
                 );
             }
@@ -280,17 +283,17 @@ fn a_sliding_cache_equals_the_windowed_causal_forward() {
         for window in [1, 3, 20] {
             let full = values(
                 mha.forward(
-                    MhaInput::self_attn(x.clone())
+                    MultiHeadSdpaInput::self_attn(x.clone())
                         .causal()
                         .window(window - 1, 0),
                 )
                 .context,
             );
-            let mut cache = MhaCache::sliding(window);
+            let mut cache = KvCache::sliding(window);
             let decoded: Vec<Tensor<3>> = (0..10)
                 .map(|t| {
                     let token = x.clone().slice(s![.., t..t + 1, ..]);
-                    mha.forward_cache(MhaInput::self_attn(token).causal(), &mut cache)
+                    mha.forward_cache(MultiHeadSdpaInput::self_attn(token).causal(), &mut cache)
                         .context
                 })
                 .collect();
@@ -299,12 +302,15 @@ fn a_sliding_cache_equals_the_windowed_causal_forward() {
             assert!(diff < 1e-4, "{backend} window {window}: differs by {diff}");
         }
         // Without the window the full forward differs (the test can fail).
-        let unwindowed = values(mha.forward(MhaInput::self_attn(x.clone()).causal()).context);
-        let mut cache = MhaCache::sliding(2);
+        let unwindowed = values(
+            mha.forward(MultiHeadSdpaInput::self_attn(x.clone()).causal())
+                .context,
+        );
+        let mut cache = KvCache::sliding(2);
         let decoded: Vec<Tensor<3>> = (0..10)
             .map(|t| {
                 let token = x.clone().slice(s![.., t..t + 1, ..]);
-                mha.forward_cache(MhaInput::self_attn(token).causal(), &mut cache)
+                mha.forward_cache(MultiHeadSdpaInput::self_attn(token).causal(), &mut cache)
                     .context
             })
             .collect();
@@ -316,12 +322,12 @@ fn a_sliding_cache_equals_the_windowed_causal_forward() {
 fn a_cache_refuses_a_foreign_batch_and_keeps_its_tokens() {
     let device = Device::flex();
     let mha = layer(QkNorm::None, &device);
-    let mut cache = MhaCache::new();
+    let mut cache = KvCache::new();
     let x = Tensor::<3>::zeros([2, 3, 32], &device);
-    mha.forward_cache(MhaInput::self_attn(x).causal(), &mut cache);
+    mha.forward_cache(MultiHeadSdpaInput::self_attn(x).causal(), &mut cache);
     let other = Tensor::<3>::zeros([3, 1, 32], &device);
     let e = mha
-        .try_forward_cache(MhaInput::self_attn(other), &mut cache)
+        .try_forward_cache(MultiHeadSdpaInput::self_attn(other), &mut cache)
         .unwrap_err();
     assert!(e.to_string().contains("b = 2"), "{e}");
     assert_eq!((cache.len(), cache.cached()), (3, 3));
@@ -330,21 +336,24 @@ fn a_cache_refuses_a_foreign_batch_and_keeps_its_tokens() {
     let token = Tensor::<3>::zeros([2, 1, 32], &device);
     let wrong_mask = Tensor::<4, Bool>::full([1, 1, 1, 7], false, &device);
     let e = mha
-        .try_forward_cache(MhaInput::self_attn(token).mask(wrong_mask), &mut cache)
+        .try_forward_cache(
+            MultiHeadSdpaInput::self_attn(token).mask(wrong_mask),
+            &mut cache,
+        )
         .unwrap_err();
     assert!(e.to_string().contains("mask"), "{e}");
     assert_eq!((cache.len(), cache.cached()), (3, 3));
     let e = mha
         .try_forward_cache(
-            MhaInput::self_attn(Tensor::<3>::zeros([2, 1, 32], &device)).window(1, 0),
-            &mut MhaCache::sliding(4),
+            MultiHeadSdpaInput::self_attn(Tensor::<3>::zeros([2, 1, 32], &device)).window(1, 0),
+            &mut KvCache::sliding(4),
         )
         .unwrap_err();
     assert!(e.to_string().contains("sliding-window cache"), "{e}");
 }
 
 /// Multiplies the query and key projection weights by `factor`.
-fn scale_qk(mha: MultiHeadAttention, factor: f64) -> MultiHeadAttention {
+fn scale_qk(mha: MultiHeadSdpa, factor: f64) -> MultiHeadSdpa {
     let mut mha = mha;
     for linear in [&mut mha.query, &mut mha.key] {
         let weight = linear.weight.val().mul_scalar(factor);
@@ -358,14 +367,14 @@ fn qk_norm_makes_the_scores_independent_of_the_projections_scale() {
     for (backend, device) in devices() {
         for qk_norm in [QkNorm::LayerNorm, QkNorm::RmsNorm] {
             device.seed(9);
-            let config = MultiHeadAttentionConfig::new(32, 4)
+            let config = MultiHeadSdpaConfig::new(32, 4)
                 .with_bias(false)
                 .with_qk_norm(qk_norm);
             let mha = config.init(&device);
             let x = Tensor::<3>::random([2, 6, 32], Distribution::Normal(0.0, 1.0), &device);
-            let scores = |mha: &MultiHeadAttention| {
+            let scores = |mha: &MultiHeadSdpa| {
                 values(
-                    mha.forward(MhaInput::self_attn(x.clone()).need_scores())
+                    mha.forward(MultiHeadSdpaInput::self_attn(x.clone()).need_scores())
                         .scores
                         .expect("scores"),
                 )
@@ -377,19 +386,19 @@ fn qk_norm_makes_the_scores_independent_of_the_projections_scale() {
         }
         // Without QK-norm the same change multiplies the scores by 900.
         device.seed(9);
-        let plain = MultiHeadAttentionConfig::new(32, 4)
+        let plain = MultiHeadSdpaConfig::new(32, 4)
             .with_bias(false)
             .init(&device);
         let x = Tensor::<3>::random([2, 6, 32], Distribution::Normal(0.0, 1.0), &device);
         let s1 = values(
             plain
-                .forward(MhaInput::self_attn(x.clone()).need_scores())
+                .forward(MultiHeadSdpaInput::self_attn(x.clone()).need_scores())
                 .scores
                 .expect("s"),
         );
         let s2 = values(
             scale_qk(plain, 30.0)
-                .forward(MhaInput::self_attn(x).need_scores())
+                .forward(MultiHeadSdpaInput::self_attn(x).need_scores())
                 .scores
                 .expect("s"),
         );
@@ -408,7 +417,9 @@ fn qk_norm_parameters_learn() {
             layer(QkNorm::None, &device).num_params() + 2 * 8
         );
         let x = Tensor::<3>::random([2, 5, 32], Distribution::Normal(0.0, 1.0), &device);
-        let out = mha.forward(MhaInput::self_attn(x).causal()).context;
+        let out = mha
+            .forward(MultiHeadSdpaInput::self_attn(x).causal())
+            .context;
         let grads = out.powf_scalar(2.0).sum().backward();
         for (name, norm) in [("query", &mha.query_norm), ("key", &mha.key_norm)] {
             let Some(sdpa::HeadNorm::RmsNorm(norm)) = norm else {

@@ -5,7 +5,7 @@
 use burn::prelude::*;
 use burn::tensor::Distribution;
 use sdpa::{
-    AttentionError, MhaCache, MhaInput, MultiHeadAttention, MultiHeadAttentionConfig, QkNorm,
+    AttentionError, KvCache, MultiHeadSdpa, MultiHeadSdpaConfig, MultiHeadSdpaInput, QkNorm,
     RopeConfig, mask::alibi_slopes,
 };
 
@@ -14,11 +14,11 @@ use crate::common::{devices, max_abs_diff, values};
 const D_MODEL: usize = 32;
 
 /// A fresh cache of one kind.
-type MakeCache = fn() -> MhaCache;
+type MakeCache = fn() -> KvCache;
 
-fn layer(device: &Device) -> MultiHeadAttention {
+fn layer(device: &Device) -> MultiHeadSdpa {
     device.seed(11);
-    MultiHeadAttentionConfig::new(D_MODEL, 4)
+    MultiHeadSdpaConfig::new(D_MODEL, 4)
         .with_n_kv_heads(Some(2))
         .with_qk_norm(QkNorm::RmsNorm)
         .with_rope(Some(RopeConfig::new(64)))
@@ -52,9 +52,9 @@ struct Run {
 
 impl Run {
     /// The input of call `call` over `x`.
-    fn input(self, x: Tensor<3>, call: usize) -> MhaInput {
+    fn input(self, x: Tensor<3>, call: usize) -> MultiHeadSdpaInput {
         let device = x.device();
-        let input = MhaInput::self_attn(x);
+        let input = MultiHeadSdpaInput::self_attn(x);
         let input = if call > 0 || self.causal_prompt {
             input.causal()
         } else {
@@ -74,9 +74,9 @@ impl Run {
 /// Row `r`'s real outputs of every call, `[len_r, d_model]` values, decoding the batch
 /// together on `schedule`; `fill` is what the padding holds.
 fn decode_together(
-    mha: &MultiHeadAttention,
+    mha: &MultiHeadSdpa,
     seqs: &[Tensor<3>],
-    mut cache: MhaCache,
+    mut cache: KvCache,
     fill: f64,
     run: Run,
     schedule: &[[usize; 3]],
@@ -109,10 +109,10 @@ fn decode_together(
 
 /// Sequence `r` decoded alone on its column of `schedule`.
 fn decode_alone(
-    mha: &MultiHeadAttention,
+    mha: &MultiHeadSdpa,
     seq: &Tensor<3>,
     r: usize,
-    mut cache: MhaCache,
+    mut cache: KvCache,
     run: Run,
     schedule: &[[usize; 3]],
 ) -> Vec<f64> {
@@ -135,11 +135,11 @@ fn a_ragged_batch_decodes_what_each_sequence_decodes_alone() {
     for (backend, device) in devices() {
         let mha = layer(&device);
         let kinds: [(&str, MakeCache); 3] = [
-            ("growable", MhaCache::new),
+            ("growable", KvCache::new),
             ("fixed, small and growable", || {
-                MhaCache::with_capacity(3).growable()
+                KvCache::with_capacity(3).growable()
             }),
-            ("sliding 3", || MhaCache::sliding(3)),
+            ("sliding 3", || KvCache::sliding(3)),
         ];
         for schedule in [SCHEDULE, CHUNKED] {
             let seqs = sequences(&device, schedule);
@@ -175,7 +175,7 @@ fn the_padding_of_a_ragged_batch_is_never_seen() {
             alibi: false,
             causal_prompt: false,
         };
-        for cache in [MhaCache::new, || MhaCache::sliding(4)] {
+        for cache in [KvCache::new, || KvCache::sliding(4)] {
             let zeros = decode_together(&mha, &seqs, cache(), 0.0, run, CHUNKED);
             let large = decode_together(&mha, &seqs, cache(), 1e3, run, CHUNKED);
             for r in 0..3 {
@@ -193,26 +193,34 @@ fn the_padding_of_a_ragged_batch_is_never_seen() {
 fn a_finished_sequence_at_the_last_rotary_position_does_not_stop_the_others() {
     let device = Device::flex();
     device.seed(11);
-    let mha = MultiHeadAttentionConfig::new(D_MODEL, 4)
+    let mha = MultiHeadSdpaConfig::new(D_MODEL, 4)
         .with_rope(Some(RopeConfig::new(8)))
         .init(&device);
     let x = Tensor::<3>::random([2, 8, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
-    let mut cache = MhaCache::new();
+    let mut cache = KvCache::new();
     // Row 0 fills every position the layer encodes, row 1 has 3 tokens.
-    mha.forward_cache_ragged(MhaInput::self_attn(x.clone()).causal(), &[8, 3], &mut cache);
+    mha.forward_cache_ragged(
+        MultiHeadSdpaInput::self_attn(x.clone()).causal(),
+        &[8, 3],
+        &mut cache,
+    );
     let next = x.clone().slice(s![.., 3..4, ..]);
     let together = values(
-        mha.try_forward_cache_ragged(MhaInput::self_attn(next.clone()), &[0, 1], &mut cache)
-            .expect("row 0 adds nothing, so its position 8 is never encoded")
-            .context
-            .slice(s![1..2, .., ..]),
+        mha.try_forward_cache_ragged(
+            MultiHeadSdpaInput::self_attn(next.clone()),
+            &[0, 1],
+            &mut cache,
+        )
+        .expect("row 0 adds nothing, so its position 8 is never encoded")
+        .context
+        .slice(s![1..2, .., ..]),
     );
-    let mut alone = MhaCache::new();
+    let mut alone = KvCache::new();
     let row = x.clone().slice(s![1..2, 0..3, ..]);
-    mha.forward_cache(MhaInput::self_attn(row).causal(), &mut alone);
+    mha.forward_cache(MultiHeadSdpaInput::self_attn(row).causal(), &mut alone);
     let expected = values(
         mha.forward_cache(
-            MhaInput::self_attn(next.slice(s![1..2, .., ..])),
+            MultiHeadSdpaInput::self_attn(next.slice(s![1..2, .., ..])),
             &mut alone,
         )
         .context,
@@ -221,7 +229,7 @@ fn a_finished_sequence_at_the_last_rotary_position_does_not_stop_the_others() {
     // Row 0 adding a token past the table is refused, naming the positions.
     let e = mha
         .try_forward_cache_ragged(
-            MhaInput::self_attn(x.slice(s![.., 0..1, ..])),
+            MultiHeadSdpaInput::self_attn(x.slice(s![.., 0..1, ..])),
             &[1, 1],
             &mut cache,
         )
@@ -235,8 +243,9 @@ fn a_call_that_fails_after_writing_leaves_what_later_calls_see() {
     let device = Device::flex();
     let mha = layer(&device);
     let x = Tensor::<3>::random([2, 9, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
-    let token = |p: usize| MhaInput::self_attn(x.clone().slice(s![.., p..p + 1, ..])).causal();
-    for cache in [MhaCache::new, || MhaCache::sliding(3)] {
+    let token =
+        |p: usize| MultiHeadSdpaInput::self_attn(x.clone().slice(s![.., p..p + 1, ..])).causal();
+    for cache in [KvCache::new, || KvCache::sliding(3)] {
         let (mut clean, mut failed) = (cache(), cache());
         let mut outputs = [Vec::new(), Vec::new()];
         for p in 0..9 {
@@ -260,13 +269,17 @@ fn a_sliding_cache_takes_a_prompt_longer_than_its_window() {
         let mha = layer(&device);
         let x = Tensor::<3>::random([2, 12, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
         let full = values(
-            mha.forward(MhaInput::self_attn(x.clone()).causal().window(3, 0))
-                .context,
+            mha.forward(
+                MultiHeadSdpaInput::self_attn(x.clone())
+                    .causal()
+                    .window(3, 0),
+            )
+            .context,
         );
-        let mut cache = MhaCache::sliding(4);
+        let mut cache = KvCache::sliding(4);
         let mut parts = vec![
             mha.forward_cache(
-                MhaInput::self_attn(x.clone().slice(s![.., 0..7, ..])).causal(),
+                MultiHeadSdpaInput::self_attn(x.clone().slice(s![.., 0..7, ..])).causal(),
                 &mut cache,
             )
             .context,
@@ -274,7 +287,7 @@ fn a_sliding_cache_takes_a_prompt_longer_than_its_window() {
         // A chunk of 3 (t > 1 on a ring that has wrapped), then single tokens.
         parts.push(
             mha.forward_cache(
-                MhaInput::self_attn(x.clone().slice(s![.., 7..10, ..])).causal(),
+                MultiHeadSdpaInput::self_attn(x.clone().slice(s![.., 7..10, ..])).causal(),
                 &mut cache,
             )
             .context,
@@ -282,7 +295,7 @@ fn a_sliding_cache_takes_a_prompt_longer_than_its_window() {
         for p in 10..12 {
             let token = x.clone().slice(s![.., p..p + 1, ..]);
             parts.push(
-                mha.forward_cache(MhaInput::self_attn(token).causal(), &mut cache)
+                mha.forward_cache(MultiHeadSdpaInput::self_attn(token).causal(), &mut cache)
                     .context,
             );
         }
@@ -297,11 +310,12 @@ fn a_full_cache_refuses_or_doubles() {
     let device = Device::flex();
     let mha = layer(&device);
     let x = Tensor::<3>::random([2, 6, D_MODEL], Distribution::Normal(0.0, 1.0), &device);
-    let token = |p: usize| MhaInput::self_attn(x.clone().slice(s![.., p..p + 1, ..])).causal();
-    let mut fixed = MhaCache::with_capacity(4);
-    let mut doubling = MhaCache::with_capacity(4).growable();
-    let mut concatenating = MhaCache::concatenating();
-    let prompt = MhaInput::self_attn(x.clone().slice(s![.., 0..4, ..])).causal();
+    let token =
+        |p: usize| MultiHeadSdpaInput::self_attn(x.clone().slice(s![.., p..p + 1, ..])).causal();
+    let mut fixed = KvCache::with_capacity(4);
+    let mut doubling = KvCache::with_capacity(4).growable();
+    let mut concatenating = KvCache::concatenating();
+    let prompt = MultiHeadSdpaInput::self_attn(x.clone().slice(s![.., 0..4, ..])).causal();
     mha.forward_cache(prompt.clone(), &mut fixed);
     mha.forward_cache(prompt.clone(), &mut doubling);
     mha.forward_cache(prompt, &mut concatenating);
@@ -322,9 +336,9 @@ fn a_full_cache_refuses_or_doubles() {
     let concatenated = values(mha.forward_cache(token(4), &mut concatenating).context);
     assert!(max_abs_diff(&grown, &concatenated) < 1e-5);
     // The refused cache goes on where it stopped once it has room.
-    let mut again = MhaCache::with_capacity(5);
+    let mut again = KvCache::with_capacity(5);
     mha.forward_cache(
-        MhaInput::self_attn(x.clone().slice(s![.., 0..4, ..])).causal(),
+        MultiHeadSdpaInput::self_attn(x.clone().slice(s![.., 0..4, ..])).causal(),
         &mut again,
     );
     assert!(
@@ -340,50 +354,59 @@ fn bad_cached_calls_are_refused_and_leave_the_cache() {
     let device = Device::flex();
     let mha = layer(&device);
     let x = Tensor::<3>::zeros([2, 3, D_MODEL], &device);
-    let mut cache = MhaCache::new();
-    mha.forward_cache(MhaInput::self_attn(x.clone()).causal(), &mut cache);
+    let mut cache = KvCache::new();
+    mha.forward_cache(
+        MultiHeadSdpaInput::self_attn(x.clone()).causal(),
+        &mut cache,
+    );
     let token = Tensor::<3>::zeros([2, 1, D_MODEL], &device);
-    let cases = [
-        (
-            mha.try_forward_cache_ragged(MhaInput::self_attn(token.clone()), &[1], &mut cache),
-            "one count per batch row (b = 2)",
-        ),
-        (
-            mha.try_forward_cache_ragged(MhaInput::self_attn(token.clone()), &[2, 1], &mut cache),
-            "at most the t = 1 tokens",
-        ),
-        (
-            mha.try_forward_cache_ragged(
-                MhaInput::self_attn(token.clone()).padding_mask(Tensor::<2, Bool>::full(
-                    [2, 4],
-                    false,
-                    &device,
-                )),
-                &[1, 0],
-                &mut cache,
+    let cases =
+        [
+            (
+                mha.try_forward_cache_ragged(
+                    MultiHeadSdpaInput::self_attn(token.clone()),
+                    &[1],
+                    &mut cache,
+                ),
+                "one count per batch row (b = 2)",
             ),
-            "padding masks and segments are not supported",
-        ),
-        (
-            mha.try_forward_cache(
-                MhaInput::self_attn(token.clone()).mask(Tensor::<4, Bool>::full(
-                    [1, 1, 1, 1],
-                    false,
-                    &device,
-                )),
-                &mut MhaCache::sliding(2),
+            (
+                mha.try_forward_cache_ragged(
+                    MultiHeadSdpaInput::self_attn(token.clone()),
+                    &[2, 1],
+                    &mut cache,
+                ),
+                "at most the t = 1 tokens",
             ),
-            "ring buffer",
-        ),
-        (
-            mha.try_forward_cache_ragged(
-                MhaInput::self_attn(token.clone()),
-                &[1, 0],
-                &mut MhaCache::concatenating(),
+            (
+                mha.try_forward_cache_ragged(
+                    MultiHeadSdpaInput::self_attn(token.clone())
+                        .padding_mask(Tensor::<2, Bool>::full([2, 4], false, &device)),
+                    &[1, 0],
+                    &mut cache,
+                ),
+                "padding masks and segments are not supported",
             ),
-            "sequences of one length",
-        ),
-    ];
+            (
+                mha.try_forward_cache(
+                    MultiHeadSdpaInput::self_attn(token.clone()).mask(Tensor::<4, Bool>::full(
+                        [1, 1, 1, 1],
+                        false,
+                        &device,
+                    )),
+                    &mut KvCache::sliding(2),
+                ),
+                "ring buffer",
+            ),
+            (
+                mha.try_forward_cache_ragged(
+                    MultiHeadSdpaInput::self_attn(token.clone()),
+                    &[1, 0],
+                    &mut KvCache::concatenating(),
+                ),
+                "sequences of one length",
+            ),
+        ];
     for (result, expected) in cases {
         let e = result.unwrap_err().to_string();
         assert!(e.contains(expected), "{e:?} should say {expected:?}");
@@ -393,15 +416,21 @@ fn bad_cached_calls_are_refused_and_leave_the_cache() {
     cache.clear();
     assert!(cache.is_empty());
     let three = Tensor::<3>::zeros([3, 2, D_MODEL], &device);
-    mha.forward_cache(MhaInput::self_attn(three.clone()).causal(), &mut cache);
+    mha.forward_cache(
+        MultiHeadSdpaInput::self_attn(three.clone()).causal(),
+        &mut cache,
+    );
     assert_eq!(cache.lengths(), [2, 2, 2]);
-    let mut fresh = MhaCache::with_capacity(4);
+    let mut fresh = KvCache::with_capacity(4);
     let wrong_mask = Tensor::<4, Bool>::full([1, 1, 1, 9], false, &device);
     assert!(
-        mha.try_forward_cache(MhaInput::self_attn(x).mask(wrong_mask), &mut fresh)
-            .is_err()
+        mha.try_forward_cache(
+            MultiHeadSdpaInput::self_attn(x).mask(wrong_mask),
+            &mut fresh
+        )
+        .is_err()
     );
     assert!(fresh.is_empty());
-    mha.forward_cache(MhaInput::self_attn(three).causal(), &mut fresh);
+    mha.forward_cache(MultiHeadSdpaInput::self_attn(three).causal(), &mut fresh);
     assert_eq!(fresh.lengths(), [2, 2, 2]);
 }

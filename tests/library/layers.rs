@@ -4,12 +4,13 @@
 use burn::module::Module;
 use burn::prelude::*;
 use burn::tensor::Distribution;
+use sdpa::diagnostics::attention_diagnostics;
 use sdpa::mask::{
     causal_mask, combine_causal_and_padding, padding_mask_from_lengths, padding_mask_from_tokens,
 };
 use sdpa::{
-    AttentionInput, CausalAlignment, MhaInput, MultiHeadAttentionConfig, ScalePolicy,
-    ScaledDotProductAttentionConfig, attention_diagnostics,
+    AttentionInput, CausalAlignment, MultiHeadSdpaConfig, MultiHeadSdpaInput, ScalePolicy,
+    ScaledDotProductAttentionConfig,
 };
 
 use crate::common::{devices, max_abs_diff, tensor4, values};
@@ -95,7 +96,7 @@ fn causal_and_padding_combine_like_the_article() {
 fn multi_head_attention_with_gqa_padding_and_causal() {
     for (backend, device) in devices() {
         device.seed(3);
-        let mha = MultiHeadAttentionConfig::new(32, 4)
+        let mha = MultiHeadSdpaConfig::new(32, 4)
             .with_n_kv_heads(Some(2))
             .with_d_k(Some(16))
             .init(&device);
@@ -104,7 +105,7 @@ fn multi_head_attention_with_gqa_padding_and_causal() {
         let x = Tensor::<3>::random([2, 5, 32], Distribution::Normal(0.0, 1.0), &device);
         let lengths = Tensor::<1, Int>::from_data([5, 3], &device);
         let out = mha.forward(
-            MhaInput::self_attn(x.clone())
+            MultiHeadSdpaInput::self_attn(x.clone())
                 .padding_mask(padding_mask_from_lengths(lengths, 5))
                 .causal()
                 .need_weights(),
@@ -127,7 +128,9 @@ fn multi_head_attention_with_gqa_padding_and_causal() {
         // Padded query rows still attend to the visible keys: the sequence of length 3 gives the
         // same first three outputs as the same sequence cut to 3 tokens.
         let short = x.clone().slice(s![1..2, 0..3, ..]);
-        let out_short = mha.forward(MhaInput::self_attn(short).causal()).context;
+        let out_short = mha
+            .forward(MultiHeadSdpaInput::self_attn(short).causal())
+            .context;
         let full = out.context.slice(s![1..2, 0..3, ..]);
         let diff = max_abs_diff(&values(full), &values(out_short));
         assert!(
@@ -341,7 +344,7 @@ fn value_width_and_learned_temperature_of_the_multi_head_layer() {
         let x = Tensor::<3>::random([2, 5, 16], Distribution::Normal(0.0, 1.0), &device);
         // d_v independent of d_k: the value and output projections follow d_v.
         device.seed(3);
-        let mha = MultiHeadAttentionConfig::new(16, 2)
+        let mha = MultiHeadSdpaConfig::new(16, 2)
             .with_d_k(Some(8))
             .with_d_v(Some(3))
             .with_scale(ScalePolicy::Unscaled)
@@ -349,14 +352,14 @@ fn value_width_and_learned_temperature_of_the_multi_head_layer() {
             .init(&device);
         assert_eq!(mha.value.weight.dims(), [16, 6], "{backend}");
         assert_eq!(mha.output.weight.dims(), [6, 16], "{backend}");
-        let out = mha.forward(MhaInput::self_attn(x.clone()).need_weights());
+        let out = mha.forward(MultiHeadSdpaInput::self_attn(x.clone()).need_weights());
         assert_eq!(out.context.dims(), [2, 5, 16], "{backend}");
         // A learned temperature starting at 2 on unscaled scores is a fixed scale of 2 at start:
         // the same layer (same parameters) without it, scaled by 2.
         let mut fixed = mha.clone();
         fixed.log_temperature = None;
         fixed.attention.scale = ScalePolicy::Fixed(2.0);
-        let reference = fixed.forward(MhaInput::self_attn(x.clone()).need_weights());
+        let reference = fixed.forward(MultiHeadSdpaInput::self_attn(x.clone()).need_weights());
         let diff = max_abs_diff(
             &values(out.weights.clone().expect("weights").without_autodiff()),
             &values(reference.weights.expect("weights").without_autodiff()),
@@ -368,7 +371,7 @@ fn value_width_and_learned_temperature_of_the_multi_head_layer() {
         let g = values(theta.grad(&grads).expect("θ has a gradient"));
         assert!(g[0].is_finite() && g[0] != 0.0, "{backend}: {g:?}");
         assert!(
-            MultiHeadAttentionConfig::new(16, 2)
+            MultiHeadSdpaConfig::new(16, 2)
                 .with_d_v(Some(0))
                 .try_init(&device)
                 .is_err()

@@ -23,6 +23,7 @@ mod packed;
 mod parity;
 mod properties;
 mod reference;
+mod root_names;
 mod rope;
 mod row_stats;
 mod rows;

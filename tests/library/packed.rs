@@ -4,8 +4,9 @@
 
 use burn::prelude::*;
 use burn::tensor::Distribution;
+use sdpa::lse::merge_partial;
 use sdpa::mask::{alibi_slopes, segment_ids_from_lengths};
-use sdpa::{AttentionInput, Implementation, ScaledDotProductAttentionConfig, merge_partial};
+use sdpa::{AttentionInput, Implementation, ScaledDotProductAttentionConfig};
 
 use crate::common::{devices, implementations, max_abs_diff, values};
 
@@ -41,7 +42,7 @@ fn the_log_sum_exp_of_every_path_is_that_of_the_scores() {
             .clone();
         let scores = values(naive.scores.expect("scores"));
         let hidden: Vec<bool> =
-            sdpa::read_back("mask", naive.mask.expect("mask").expand([2, 4, 5, 7])).unwrap();
+            sdpa::util::read_back("mask", naive.mask.expect("mask").expand([2, 4, 5, 7])).unwrap();
         let want: Vec<f64> = scores
             .chunks(7)
             .zip(hidden.chunks(7))

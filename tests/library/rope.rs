@@ -3,13 +3,13 @@
 
 use burn::prelude::*;
 use burn::tensor::Distribution;
-use sdpa::{AttentionError, MhaCache, MhaInput, MultiHeadAttentionConfig, QkNorm, RopeConfig};
+use sdpa::{AttentionError, KvCache, MultiHeadSdpaConfig, MultiHeadSdpaInput, QkNorm, RopeConfig};
 
 use crate::common::{cpu_devices, max_abs_diff, values};
 
-fn layer(device: &Device) -> sdpa::MultiHeadAttention {
+fn layer(device: &Device) -> sdpa::MultiHeadSdpa {
     device.seed(3);
-    MultiHeadAttentionConfig::new(32, 4)
+    MultiHeadSdpaConfig::new(32, 4)
         .with_n_kv_heads(Some(2))
         .with_qk_norm(QkNorm::RmsNorm)
         .with_rope(Some(RopeConfig::new(64)))
@@ -21,12 +21,15 @@ fn a_cached_decode_with_rope_equals_the_full_causal_forward() {
     for (backend, device) in cpu_devices() {
         let mha = layer(&device);
         let x = Tensor::<3>::random([2, 9, 32], Distribution::Normal(0.0, 1.0), &device);
-        let full = values(mha.forward(MhaInput::self_attn(x.clone()).causal()).context);
+        let full = values(
+            mha.forward(MultiHeadSdpaInput::self_attn(x.clone()).causal())
+                .context,
+        );
         // A prefill of 4 tokens, then one token at a time.
-        let mut cache = MhaCache::new();
+        let mut cache = KvCache::new();
         let mut parts = vec![
             mha.forward_cache(
-                MhaInput::self_attn(x.clone().slice(s![.., 0..4, ..])).causal(),
+                MultiHeadSdpaInput::self_attn(x.clone().slice(s![.., 0..4, ..])).causal(),
                 &mut cache,
             )
             .context,
@@ -34,7 +37,7 @@ fn a_cached_decode_with_rope_equals_the_full_causal_forward() {
         for t in 4..9 {
             let token = x.clone().slice(s![.., t..t + 1, ..]);
             parts.push(
-                mha.forward_cache(MhaInput::self_attn(token).causal(), &mut cache)
+                mha.forward_cache(MultiHeadSdpaInput::self_attn(token).causal(), &mut cache)
                     .context,
             );
         }
@@ -46,7 +49,7 @@ fn a_cached_decode_with_rope_equals_the_full_causal_forward() {
         let reversed = x.clone().flip([1]);
         let last = |x: Tensor<3>| {
             values(
-                mha.forward(MhaInput::self_attn(x).causal())
+                mha.forward(MultiHeadSdpaInput::self_attn(x).causal())
                     .context
                     .slice(s![.., 8..9, ..]),
             )
@@ -62,7 +65,7 @@ fn scores_depend_only_on_relative_positions() {
     for (backend, device) in cpu_devices() {
         let mha = layer(&device);
         let x = Tensor::<3>::random([1, 6, 32], Distribution::Normal(0.0, 1.0), &device);
-        let input = MhaInput::self_attn(x);
+        let input = MultiHeadSdpaInput::self_attn(x);
         let scores = |start: usize| {
             let (q, k, _) = mha.project_heads_at(&input, start).expect("heads");
             // [b, h, n, d_k] · [b, h_kv, d_k, m] with h = 2·h_kv: compare head 0 with kv head 0
@@ -86,10 +89,12 @@ fn positions_beyond_the_table_and_odd_heads_are_typed_errors() {
     let device = Device::flex();
     let mha = layer(&device);
     let x = Tensor::<3>::zeros([1, 65, 32], &device);
-    let e = mha.try_forward(MhaInput::self_attn(x)).unwrap_err();
+    let e = mha
+        .try_forward(MultiHeadSdpaInput::self_attn(x))
+        .unwrap_err();
     assert!(matches!(e, AttentionError::InvalidConfig { .. }), "{e:?}");
     assert!(e.to_string().contains("64"), "{e}");
-    let odd = MultiHeadAttentionConfig::new(12, 4)
+    let odd = MultiHeadSdpaConfig::new(12, 4)
         .with_rope(Some(RopeConfig::new(8)))
         .try_init(&device);
     assert!(odd.is_err());

@@ -132,11 +132,15 @@ fn diagnostics_from_row_statistics_equal_those_from_the_weights() {
         let out = ScaledDotProductAttentionConfig::new()
             .init()
             .forward(input.clone());
-        let from_weights =
-            sdpa::attention_diagnostics(out.weights.expect("weights"), out.mask, out.scores)
-                .expect("diagnostics");
+        let from_weights = sdpa::diagnostics::attention_diagnostics(
+            out.weights.expect("weights"),
+            out.mask,
+            out.scores,
+        )
+        .expect("diagnostics");
         let from_stats =
-            sdpa::diagnostics_from_row_stats(&out.row_stats.expect("stats")).expect("diagnostics");
+            sdpa::diagnostics::diagnostics_from_row_stats(&out.row_stats.expect("stats"))
+                .expect("diagnostics");
         assert_eq!(from_stats.per_head.len(), h);
         for (head, (a, w)) in from_stats
             .per_head

@@ -7,8 +7,8 @@
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use sdpa::{
-    AttentionError, AttentionInput, Implementation, MhaCache, MhaInput, MultiHeadAttentionConfig,
-    ScaledDotProductAttentionConfig,
+    AttentionError, AttentionInput, Implementation, KvCache, MultiHeadSdpaConfig,
+    MultiHeadSdpaInput, ScaledDotProductAttentionConfig,
 };
 
 use crate::common::{bool4, devices, lcg_values, max_abs_diff, tensor4, values};
@@ -271,7 +271,7 @@ fn a_layer_with_learned_sinks_trains_them_and_decodes_with_its_cache() {
     for (backend, device) in devices() {
         device.seed(5);
         let training = device.clone().autodiff();
-        let mha = MultiHeadAttentionConfig::new(16, 4)
+        let mha = MultiHeadSdpaConfig::new(16, 4)
             .with_n_kv_heads(Some(2))
             .with_sinks(true)
             .init(&training);
@@ -282,25 +282,30 @@ fn a_layer_with_learned_sinks_trains_them_and_decodes_with_its_cache() {
             burn::tensor::Distribution::Normal(0.0, 1.0),
             &training,
         );
-        let out = mha.forward(MhaInput::self_attn(x.clone()).causal());
+        let out = mha.forward(MultiHeadSdpaInput::self_attn(x.clone()).causal());
         let grads = loss(out.context.clone().unsqueeze(), &training).backward();
         let grad = values(sinks.grad(&grads).expect("the sinks' gradient"));
         assert!(grad.iter().all(|g| g.abs() > 1e-6), "{backend}: {grad:?}");
         // Giving the input sinks beside the layer's is refused.
         let e = mha
-            .try_forward(MhaInput::self_attn(x.clone()).sinks(Tensor::zeros([4], &training)))
+            .try_forward(
+                MultiHeadSdpaInput::self_attn(x.clone()).sinks(Tensor::zeros([4], &training)),
+            )
             .unwrap_err();
         assert!(e.to_string().contains("own learned sinks"), "{e}");
 
         // Decoding token by token with the cache equals the full causal forward.
         let mha = mha.valid();
         let x = x.inner();
-        let full = values(mha.forward(MhaInput::self_attn(x.clone()).causal()).context);
-        let mut cache = MhaCache::new();
+        let full = values(
+            mha.forward(MultiHeadSdpaInput::self_attn(x.clone()).causal())
+                .context,
+        );
+        let mut cache = KvCache::new();
         let mut steps = Vec::new();
         for t in 0..6 {
             let token = x.clone().slice(s![.., t..t + 1, ..]);
-            let out = mha.forward_cache(MhaInput::self_attn(token).causal(), &mut cache);
+            let out = mha.forward_cache(MultiHeadSdpaInput::self_attn(token).causal(), &mut cache);
             steps.push(out.context);
         }
         let decoded = values(Tensor::cat(steps, 1));

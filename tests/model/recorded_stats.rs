@@ -5,11 +5,9 @@
 use std::path::PathBuf;
 
 use burn::prelude::*;
+use sdpa::diagnostics::{attention_diagnostics, diagnostics_from_row_stats};
 use sdpa::model::{ModelConfig, QkInit, TaskConfig, TaskKind};
-use sdpa::{
-    AttentionOptions, Implementation, MhaInput, ScalePolicy, attention_diagnostics,
-    diagnostics_from_row_stats,
-};
+use sdpa::{AttentionOptions, Implementation, MultiHeadSdpaInput, ScalePolicy};
 
 /// The metric columns a training run records per layer, compared with the probe's file.
 const LAYER_COLUMNS: [&str; 7] = [
@@ -57,7 +55,11 @@ fn the_training_forward_records_what_a_naive_probe_of_each_layer_gives() {
         };
         let mut probe = block.attention.clone();
         probe.attention.implementation = Implementation::Naive;
-        let out = probe.forward(MhaInput::self_attn(h.clone()).need_weights().need_scores());
+        let out = probe.forward(
+            MultiHeadSdpaInput::self_attn(h.clone())
+                .need_weights()
+                .need_scores(),
+        );
         let want = attention_diagnostics(
             out.weights.expect("weights"),
             None,

@@ -204,7 +204,8 @@ fn per_head_max(x: Tensor<4>) -> Tensor<1> {
 /// ```
 /// use burn::prelude::*;
 /// use burn::tensor::Distribution;
-/// use burn_sdpa::{AttentionInput, ScaledDotProductAttentionConfig, diagnostics_from_row_stats};
+/// use burn_sdpa::diagnostics::diagnostics_from_row_stats;
+/// use burn_sdpa::{AttentionInput, ScaledDotProductAttentionConfig};
 ///
 /// let device = Device::flex();
 /// let q = Tensor::<4>::random([2, 4, 16, 8], Distribution::Normal(0.0, 1.0), &device);

@@ -126,7 +126,7 @@ pub enum AttentionError {
         reason: String,
     },
     /// A cache of fixed capacity cannot hold the tokens of a call (see
-    /// [`MhaCache::growable`](crate::MhaCache::growable)).
+    /// [`KvCache::growable`](crate::KvCache::growable)).
     #[error(
         "the KV cache holds {capacity} tokens per sequence, this call needs {needed}; create it with more capacity or make it growable"
     )]

@@ -11,8 +11,8 @@ use crate::types::{AttentionDims, Window};
 /// The inputs of one attention call, built fluently.
 ///
 /// `D` is the rank of query, key and value: 4 for [`ScaledDotProductAttention`](crate::ScaledDotProductAttention)
-/// (`[b, h, s, d]`, the default) and 3 for [`MultiHeadAttention`](crate::MultiHeadAttention)
-/// (`[b, s, d_model]`, named [`MhaInput`](crate::MhaInput)); the masks and options are the
+/// (`[b, h, s, d]`, the default) and 3 for [`MultiHeadSdpa`](crate::MultiHeadSdpa)
+/// (`[b, s, d_model]`, named [`MultiHeadSdpaInput`](crate::MultiHeadSdpaInput)); the masks and options are the
 /// same for both.
 ///
 /// ```
@@ -150,7 +150,7 @@ impl<const D: usize> AttentionInput<D> {
 
     /// Return the log-sum-exp of each query row, `[b, h, n]` (−∞ for a row with no visible key):
     /// with it, partial attentions over disjoint sets of keys merge exactly (see
-    /// [`merge_partial`](crate::merge_partial)), the building block of ring attention.
+    /// [`merge_partial`](crate::lse::merge_partial)), the building block of ring attention.
     pub fn need_lse(mut self) -> Self {
         self.need_lse = true;
         self
@@ -277,7 +277,7 @@ impl<const D: usize> AttentionInput<D> {
 
 /// The result of an attention call: rank 4 (`[b, h, n, d_v]`) for
 /// [`ScaledDotProductAttention`](crate::ScaledDotProductAttention), rank 3 (`[b, n, d_model]`,
-/// named [`MhaOutput`](crate::MhaOutput)) for the multi-head layer.
+/// named [`MultiHeadSdpaOutput`](crate::MultiHeadSdpaOutput)) for the multi-head layer.
 #[derive(Debug, Clone)]
 pub struct AttentionOutput<const D: usize = 4> {
     /// `[b, h, n, d_v]` (rank 4) or `[b, n, d_model]` (rank 3).
@@ -443,7 +443,7 @@ fn check_alibi_range(slopes: &Tensor<1>, dtype: DType) -> Result<(), AttentionEr
 /// # use burn::prelude::*;
 /// let device = Device::flex();
 /// let x = Tensor::<2>::from_data([[1.0, 2.0]], &device);
-/// let values: Vec<f64> = burn_sdpa::read_back("x", x).unwrap();
+/// let values: Vec<f64> = burn_sdpa::util::read_back("x", x).unwrap();
 /// assert_eq!(values, [1.0, 2.0]);
 /// ```
 pub fn read_back<E: Element, const D: usize, K: Basic>(

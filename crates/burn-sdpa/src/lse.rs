@@ -18,7 +18,8 @@ use burn::prelude::*;
 /// ```
 /// # use burn::prelude::*;
 /// # use burn::tensor::Distribution;
-/// use burn_sdpa::{AttentionInput, ScaledDotProductAttentionConfig, merge_partial};
+/// use burn_sdpa::lse::merge_partial;
+/// use burn_sdpa::{AttentionInput, ScaledDotProductAttentionConfig};
 /// let device = Device::flex();
 /// let q = Tensor::<4>::random([1, 2, 3, 4], Distribution::Default, &device);
 /// let k = Tensor::<4>::random([1, 2, 6, 4], Distribution::Default, &device);

@@ -216,7 +216,7 @@ pub fn broadcast_or(a: Tensor<4, Bool>, b: Tensor<4, Bool>) -> Tensor<4, Bool> {
 /// use burn_sdpa::mask::segment_ids_from_lengths;
 /// let device = Device::flex();
 /// let ids = segment_ids_from_lengths(&[vec![3, 2], vec![4]], 6, &device).unwrap();
-/// let values: Vec<i64> = burn_sdpa::read_back("ids", ids).unwrap();
+/// let values: Vec<i64> = burn_sdpa::util::read_back("ids", ids).unwrap();
 /// assert_eq!(values, [0, 0, 0, 1, 1, -1, 0, 0, 0, 0, -1, -1]);
 /// ```
 pub fn segment_ids_from_lengths(

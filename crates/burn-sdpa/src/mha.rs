@@ -12,22 +12,23 @@ use crate::options::{AttentionOptions, option_setters};
 use crate::qk_norm::{HeadNorm, QkNorm};
 use crate::rope::{RopeConfig, rotate_rows};
 use crate::rows::linear_rows;
+use crate::vocabulary::AttentionPath;
 
-/// Configuration of [`MultiHeadAttention`].
+/// Configuration of [`MultiHeadSdpa`].
 ///
 /// ```
 /// use burn::prelude::*;
-/// use burn_sdpa::{MhaInput, MultiHeadAttentionConfig};
+/// use burn_sdpa::{MultiHeadSdpaInput, MultiHeadSdpaConfig};
 /// let device = Device::flex();
-/// let mha = MultiHeadAttentionConfig::new(64, 8)
+/// let mha = MultiHeadSdpaConfig::new(64, 8)
 ///     .with_n_kv_heads(Some(2))   // grouped-query attention
 ///     .init(&device);
 /// let x = Tensor::<3>::zeros([2, 10, 64], &device);
-/// let out = mha.forward(MhaInput::self_attn(x).causal());
+/// let out = mha.forward(MultiHeadSdpaInput::self_attn(x).causal());
 /// assert_eq!(out.context.dims(), [2, 10, 64]);
 /// ```
 #[derive(Config, Debug)]
-pub struct MultiHeadAttentionConfig {
+pub struct MultiHeadSdpaConfig {
     /// Model width: the size of the input and output features.
     pub d_model: usize,
     /// Number of query heads.
@@ -72,9 +73,9 @@ pub struct MultiHeadAttentionConfig {
     pub sinks: bool,
 }
 
-option_setters!(MultiHeadAttentionConfig);
+option_setters!(MultiHeadSdpaConfig);
 
-impl MultiHeadAttentionConfig {
+impl MultiHeadSdpaConfig {
     /// The number of key/value heads.
     pub fn kv_heads(&self) -> usize {
         self.n_kv_heads.unwrap_or(self.n_heads)
@@ -142,7 +143,7 @@ impl MultiHeadAttentionConfig {
     }
 
     /// Builds the layer, or says which setting is wrong.
-    pub fn try_init(&self, device: &Device) -> Result<MultiHeadAttention, AttentionError> {
+    pub fn try_init(&self, device: &Device) -> Result<MultiHeadSdpa, AttentionError> {
         let d_k = self.validate()?;
         let d_v = self.d_v.unwrap_or(d_k);
         let n_kv = self.kv_heads();
@@ -161,7 +162,7 @@ impl MultiHeadAttentionConfig {
                 .with_initializer(init.clone())
                 .init(device)
         };
-        Ok(MultiHeadAttention {
+        Ok(MultiHeadSdpa {
             query: linear(self.d_model, self.n_heads * d_k, &qk_init),
             key: linear(self.d_model, n_kv * d_k, &qk_init),
             value: linear(self.d_model, n_kv * d_v, &self.initializer),
@@ -188,7 +189,7 @@ impl MultiHeadAttentionConfig {
     ///
     /// # Panics
     /// With the message of [`try_init`](Self::try_init)'s error when a setting is wrong.
-    pub fn init(&self, device: &Device) -> MultiHeadAttention {
+    pub fn init(&self, device: &Device) -> MultiHeadSdpa {
         self.try_init(device).unwrap_or_else(|e| panic!("{e}"))
     }
 }
@@ -196,7 +197,7 @@ impl MultiHeadAttentionConfig {
 /// Multi-head (and grouped-query) attention: project, split into heads, attend with
 /// [`ScaledDotProductAttention`], merge the heads, project back.
 #[derive(Module, Debug)]
-pub struct MultiHeadAttention {
+pub struct MultiHeadSdpa {
     /// Query projection `d_model -> n_heads · d_k`.
     pub query: Linear,
     /// Key projection `d_model -> n_kv_heads · d_k`.
@@ -229,10 +230,10 @@ pub struct MultiHeadAttention {
     pub d_v: usize,
 }
 
-/// The inputs of [`MultiHeadAttention`]: query `[b, n, d_model]`, key and value
+/// The inputs of [`MultiHeadSdpa`]: query `[b, n, d_model]`, key and value
 /// `[b, m, d_model]`, with the masks and options of every attention call (see
 /// [`AttentionInput`]).
-pub type MhaInput = AttentionInput<3>;
+pub type MultiHeadSdpaInput = AttentionInput<3>;
 
 impl AttentionInput<3> {
     /// Self-attention: query, key and value are all `x` `[b, s, d_model]`.
@@ -241,11 +242,11 @@ impl AttentionInput<3> {
     }
 }
 
-/// The outputs of [`MultiHeadAttention`]: the context `[b, n, d_model]`, and the weights,
+/// The outputs of [`MultiHeadSdpa`]: the context `[b, n, d_model]`, and the weights,
 /// scores and combined mask `[b, h, n, m]` when asked for (see [`AttentionOutput`]).
-pub type MhaOutput = AttentionOutput<3>;
+pub type MultiHeadSdpaOutput = AttentionOutput<3>;
 
-impl MultiHeadAttention {
+impl MultiHeadSdpa {
     /// Splits `[b, s, heads · size]` into `[b, heads, s, size]`.
     fn split_heads(x: Tensor<3>, heads: usize, size: usize) -> Tensor<4> {
         let [b, s, _] = x.dims();
@@ -267,7 +268,7 @@ impl MultiHeadAttention {
     /// - returns `[b, h, n, d_k]`, `[b, h_kv, m, d_k]`, `[b, h_kv, m, d_v]`
     pub fn project_heads(
         &self,
-        input: &MhaInput,
+        input: &MultiHeadSdpaInput,
     ) -> Result<(Tensor<4>, Tensor<4>, Tensor<4>), AttentionError> {
         self.project_heads_at(input, 0)
     }
@@ -279,7 +280,7 @@ impl MultiHeadAttention {
     /// - as [`project_heads`](Self::project_heads)
     pub fn project_heads_at(
         &self,
-        input: &MhaInput,
+        input: &MultiHeadSdpaInput,
         start: usize,
     ) -> Result<(Tensor<4>, Tensor<4>, Tensor<4>), AttentionError> {
         self.project_heads_rows(input, &[start], None)
@@ -290,7 +291,7 @@ impl MultiHeadAttention {
     /// tokens followed by padding (see `rope::rotate_rows`).
     pub(crate) fn project_heads_rows(
         &self,
-        input: &MhaInput,
+        input: &MultiHeadSdpaInput,
         starts: &[usize],
         counts: Option<&[usize]>,
     ) -> Result<(Tensor<4>, Tensor<4>, Tensor<4>), AttentionError> {
@@ -358,11 +359,11 @@ impl MultiHeadAttention {
     /// - context `[b, n, d_model]`
     pub fn attend(
         &self,
-        input: MhaInput,
+        input: MultiHeadSdpaInput,
         query: Tensor<4>,
         key: Tensor<4>,
         value: Tensor<4>,
-    ) -> Result<MhaOutput, AttentionError> {
+    ) -> Result<MultiHeadSdpaOutput, AttentionError> {
         let [b, _, n, _] = query.dims();
         let query = match self.temperature() {
             // exp(θ)·q·kᵀ: one factor for every head, [1] -> [1, 1, 1, 1]
@@ -386,7 +387,7 @@ impl MultiHeadAttention {
             .context
             .swap_dims(1, 2)
             .reshape([b, n, self.n_heads * self.d_v]);
-        Ok(MhaOutput {
+        Ok(MultiHeadSdpaOutput {
             context: linear_rows(&self.output, context),
             weights: out.weights,
             scores: out.scores,
@@ -402,9 +403,37 @@ impl MultiHeadAttention {
     /// - query: `[b, n, d_model]`; key and value: `[b, m, d_model]`
     /// - padding mask: `[b, m]`; mask and bias: `[b|1, h|1, n|1, m]`
     /// - context: `[b, n, d_model]`; weights and scores: `[b, h, n, m]`
-    pub fn try_forward(&self, input: MhaInput) -> Result<MhaOutput, AttentionError> {
+    pub fn try_forward(
+        &self,
+        input: MultiHeadSdpaInput,
+    ) -> Result<MultiHeadSdpaOutput, AttentionError> {
         let (query, key, value) = self.project_heads(&input)?;
         self.attend(input, query, key, value)
+    }
+
+    /// The path the layer's attention takes for `input` (after validating it), without running
+    /// the attention: `CpuKernel` on Flex and NdArray, `CubeKernel` or `CubeTensorCores` on a
+    /// CubeCL backend with the `cube` feature, `Naive` where the weights are asked for (see
+    /// [`ScaledDotProductAttention::path`](crate::ScaledDotProductAttention::path)). It projects
+    /// the input, as a call does.
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_sdpa::{MultiHeadSdpaConfig, MultiHeadSdpaInput};
+    /// let device = Device::flex();
+    /// let mha = MultiHeadSdpaConfig::new(32, 4).init(&device);
+    /// let x = Tensor::<3>::zeros([2, 8, 32], &device);
+    /// println!("{}", mha.path(&MultiHeadSdpaInput::self_attn(x.clone()).causal()).unwrap());
+    /// let weights = MultiHeadSdpaInput::self_attn(x).need_weights();
+    /// assert_eq!(mha.path(&weights).unwrap().to_string(), "naive");
+    /// ```
+    pub fn path(&self, input: &MultiHeadSdpaInput) -> Result<AttentionPath, AttentionError> {
+        let (query, key, value) = self.project_heads(input)?;
+        let mut input = input.clone().with_tensors(query, key, value);
+        if let Some(sinks) = &self.sinks {
+            input.sinks = Some(sinks.val());
+        }
+        self.attention.path(&input)
     }
 
     /// Applies multi-head attention.
@@ -416,7 +445,7 @@ impl MultiHeadAttention {
     ///
     /// # Panics
     /// With the message of [`try_forward`](Self::try_forward)'s error.
-    pub fn forward(&self, input: MhaInput) -> MhaOutput {
+    pub fn forward(&self, input: MultiHeadSdpaInput) -> MultiHeadSdpaOutput {
         self.try_forward(input).unwrap_or_else(|e| panic!("{e}"))
     }
 }

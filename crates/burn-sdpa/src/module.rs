@@ -251,7 +251,7 @@ mod tests {
     use burn::tensor::{Distribution, TensorData};
 
     fn values(t: Tensor<4>) -> Vec<f32> {
-        crate::read_back("context", t).unwrap()
+        crate::util::read_back("context", t).unwrap()
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! [`AttentionOptions`]: the one home of the options an attention layer fixes when it is built —
 //! scale, soft-cap, dropout, causal alignment, implementation, precision and softmax — embedded by
 //! [`ScaledDotProductAttentionConfig`](crate::ScaledDotProductAttentionConfig),
-//! [`MultiHeadAttentionConfig`](crate::MultiHeadAttentionConfig) and the model's config, and
+//! [`MultiHeadSdpaConfig`](crate::MultiHeadSdpaConfig) and the model's config, and
 //! validated here only.
 
 use burn::prelude::*;

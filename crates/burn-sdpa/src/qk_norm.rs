@@ -69,13 +69,13 @@ mod tests {
             // At initialization (gain 1, bias 0) every head vector has mean square 1 (RMSNorm)
             // or variance 1 and mean 0 (LayerNorm).
             let mean_square: Vec<f32> =
-                crate::read_back("ms", y.clone().powf_scalar(2.0).mean_dim(3)).unwrap();
+                crate::util::read_back("ms", y.clone().powf_scalar(2.0).mean_dim(3)).unwrap();
             assert!(
                 mean_square.iter().all(|v| (v - 1.0).abs() < 1e-3),
                 "{kind:?}"
             );
             if let Some(want) = want_mean {
-                let means: Vec<f32> = crate::read_back("mean", y.mean_dim(3)).unwrap();
+                let means: Vec<f32> = crate::util::read_back("mean", y.mean_dim(3)).unwrap();
                 assert!(means.iter().all(|m| (m - want).abs() < 1e-4), "{kind:?}");
             }
         }

@@ -8,8 +8,8 @@ use burn::prelude::*;
 
 use crate::error::AttentionError;
 
-/// Rotary positions of [`MultiHeadAttention`](crate::MultiHeadAttention)
-/// (`MultiHeadAttentionConfig::with_rope(Some(RopeConfig::new(max_positions)))`).
+/// Rotary positions of [`MultiHeadSdpa`](crate::MultiHeadSdpa)
+/// (`MultiHeadSdpaConfig::with_rope(Some(RopeConfig::new(max_positions)))`).
 #[derive(Config, Debug)]
 pub struct RopeConfig {
     /// Positions the layer can encode: the longest sequence, prompt and generated tokens

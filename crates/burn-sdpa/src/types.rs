@@ -298,7 +298,7 @@ impl AttentionDims {
     /// checks every call goes through, usable before any tensor is allocated.
     ///
     /// ```
-    /// use burn_sdpa::AttentionDims;
+    /// use burn_sdpa::cpu_kernel::AttentionDims;
     /// let dims = AttentionDims::from_shapes([2, 8, 5, 16], [2, 2, 7, 16], [2, 2, 7, 32]).unwrap();
     /// assert_eq!((dims.group(), dims.scores_shape()), (4, [2, 8, 5, 7]));
     /// assert!(AttentionDims::from_shapes([2, 6, 5, 16], [2, 4, 7, 16], [2, 4, 7, 32]).is_err());

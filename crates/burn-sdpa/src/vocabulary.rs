@@ -85,7 +85,7 @@ pub enum AttentionPath {
 
 /// Keys per block of the chunked path when no block size is given (`chunked`), and when `Auto`
 /// picks it: the block size the benchmark measured.
-pub const DEFAULT_BLOCK_SIZE: usize = 256;
+pub(crate) const DEFAULT_BLOCK_SIZE: usize = 256;
 
 /// The backend family of a device, as far as the choice of attention path is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +138,10 @@ impl BackendFamily {
 }
 
 impl Implementation {
+    /// Keys per block of the chunked path when no block size is given (`chunked`), and when
+    /// `Auto` picks it: the block size the benchmark measured.
+    pub const DEFAULT_BLOCK_SIZE: usize = DEFAULT_BLOCK_SIZE;
+
     /// The path an explicit implementation asks for; `None` for `Auto`, which chooses.
     pub fn path(self) -> Option<AttentionPath> {
         match self {
@@ -283,7 +287,7 @@ impl FromStr for Implementation {
 
     /// Parses what [`Implementation::spellings`] lists: `auto`, a path's
     /// [`name`](AttentionPath::name) (`chunked` alone is the default block,
-    /// [`DEFAULT_BLOCK_SIZE`]), `chunked:BLOCK` or `chunked(BLOCK)` (BLOCK > 0).
+    /// [`Implementation::DEFAULT_BLOCK_SIZE`]), `chunked:BLOCK` or `chunked(BLOCK)` (BLOCK > 0).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         if let Some(implementation) =
             Implementation::all(DEFAULT_BLOCK_SIZE).find(|i| i.name() == s)

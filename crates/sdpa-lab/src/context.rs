@@ -177,7 +177,7 @@ pub fn tensor<const D: usize>(data: &[f32], shape: [usize; D], device: &Device) 
 
 /// Reads a float tensor as f64 values (an error when the device cannot give it back).
 pub fn to_vec<const D: usize>(t: Tensor<D>) -> Result<Vec<f64>, LabError> {
-    Ok(burn_sdpa::read_back("a lab tensor", t)?)
+    Ok(burn_sdpa::util::read_back("a lab tensor", t)?)
 }
 
 /// Reads a one-element tensor.

@@ -1,6 +1,6 @@
 //! # sdpa-model
 //!
-//! A small trainable self-attention model built on [`burn_sdpa::MultiHeadAttention`], two
+//! A small trainable self-attention model built on [`burn_sdpa::MultiHeadSdpa`], two
 //! synthetic tasks that only content-based attention solves, and a training loop that records
 //! what the experiments need at every step (loss, accuracy, gradient norms of the query, key and
 //! value projections, attention entropy and saturation), with exact checkpoint/resume.

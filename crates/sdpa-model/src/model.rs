@@ -1,14 +1,15 @@
-//! A small self-attention classifier built on `burn_sdpa::MultiHeadAttention`.
+//! A small self-attention classifier built on `burn_sdpa::MultiHeadSdpa`.
 
 use burn::module::Module;
 use burn::nn::{
     Embedding, EmbeddingConfig, Gelu, Initializer, LayerNorm, LayerNormConfig, Linear, LinearConfig,
 };
 use burn::prelude::*;
+use burn_sdpa::diagnostics::{AttentionDiagnostics, diagnostics_from_row_stats};
 use burn_sdpa::rows::linear_rows;
 use burn_sdpa::{
-    AttentionDiagnostics, AttentionError, AttentionOptions, MhaInput, MultiHeadAttention,
-    MultiHeadAttentionConfig, QkNorm, RowStats, diagnostics_from_row_stats,
+    AttentionError, AttentionOptions, MultiHeadSdpa, MultiHeadSdpaConfig, MultiHeadSdpaInput,
+    QkNorm, RowStats,
 };
 use serde::{Deserialize, Serialize};
 
@@ -121,8 +122,8 @@ impl ModelConfig {
         Ok(())
     }
 
-    fn mha_config(&self) -> MultiHeadAttentionConfig {
-        let mut cfg = MultiHeadAttentionConfig::new(self.d_model, self.n_heads)
+    fn mha_config(&self) -> MultiHeadSdpaConfig {
+        let mut cfg = MultiHeadSdpaConfig::new(self.d_model, self.n_heads)
             .with_d_k(self.d_k)
             .with_d_v(self.d_v)
             .with_learned_temperature(self.learned_temperature)
@@ -216,7 +217,7 @@ pub struct Block {
     /// Norm before attention.
     pub norm_attn: Option<LayerNorm>,
     /// The attention layer.
-    pub attention: MultiHeadAttention,
+    pub attention: MultiHeadSdpa,
     /// Norm before the MLP.
     pub norm_mlp: Option<LayerNorm>,
     /// The MLP.
@@ -260,7 +261,7 @@ impl LayerAttention {
     /// (see [`qk_std`](Self::qk_std)): the article's premise is that they are close to 1 after
     /// LayerNorm and training.
     pub fn qk_std(&self) -> Result<(f64, f64), AttentionError> {
-        let v: Vec<f64> = burn_sdpa::read_back("the query and key std", self.qk_std.clone())?;
+        let v: Vec<f64> = burn_sdpa::util::read_back("the query and key std", self.qk_std.clone())?;
         Ok((v[0], v[1]))
     }
 }
@@ -399,13 +400,13 @@ impl AttentionModel {
             let out = if mode == Record::Weights {
                 let out = block
                     .attention
-                    .try_forward(MhaInput::self_attn(h).need_weights())?;
+                    .try_forward(MultiHeadSdpaInput::self_attn(h).need_weights())?;
                 maps.extend(out.weights.clone());
                 out
             } else if mode == Record::Stats {
                 // The training forward itself asks its path for the row statistics (every path
                 // carries them through its softmax) and measures the heads it projected.
-                let input = MhaInput::self_attn(h).need_row_stats();
+                let input = MultiHeadSdpaInput::self_attn(h).need_row_stats();
                 let attention = &block.attention;
                 let (query, key, value) = attention.project_heads(&input)?;
                 let mut out = attention.attend(input, query.clone(), key.clone(), value)?;
@@ -414,7 +415,9 @@ impl AttentionModel {
                 }
                 out
             } else {
-                block.attention.try_forward(MhaInput::self_attn(h))?
+                block
+                    .attention
+                    .try_forward(MultiHeadSdpaInput::self_attn(h))?
             };
             x = x + out.context;
             if let Some(mlp) = &block.mlp {

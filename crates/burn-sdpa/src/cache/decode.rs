@@ -7,10 +7,10 @@ use burn::prelude::*;
 use burn::tensor::TensorData;
 
 use super::positions::Positions;
-use super::{Kind, MhaCache};
+use super::{Kind, KvCache};
 use crate::error::AttentionError;
 use crate::mask::{broadcast_or, padding_mask_from_lengths};
-use crate::mha::{MhaInput, MhaOutput, MultiHeadAttention};
+use crate::mha::{MultiHeadSdpa, MultiHeadSdpaInput, MultiHeadSdpaOutput};
 use crate::types::check_broadcast;
 use crate::types::{CausalAlignment, Window};
 use crate::vocabulary::AttentionPath;
@@ -62,9 +62,9 @@ fn assign(slot: &mut Option<Tensor<4>>, rows: Range<usize>, slots: Range<usize>,
     }
 }
 
-impl MhaCache {
+impl KvCache {
     /// Refuses what this cache cannot serve before anything is projected or written.
-    fn check_call(&self, input: &MhaInput, step: &Step) -> Result<(), AttentionError> {
+    fn check_call(&self, input: &MultiHeadSdpaInput, step: &Step) -> Result<(), AttentionError> {
         let b = step.starts.len();
         if !self.lengths.is_empty() && self.lengths.len() != b {
             return Err(AttentionError::Shape {
@@ -114,7 +114,7 @@ impl MhaCache {
             Kind::Concatenating if !step.uniform() => Err(invalid(
                 "new_tokens",
                 format!("{:?} after {:?}", step.counts, step.starts),
-                "the concatenating cache holds sequences of one length; use MhaCache::new()",
+                "the concatenating cache holds sequences of one length; use KvCache::new()",
             )),
             Kind::Slots { .. }
                 if !step.uniform()
@@ -171,11 +171,11 @@ impl MhaCache {
 /// mask and bias over the key slots of `positions`, combined with the input's own mask and
 /// bias.
 fn positioned(
-    mut input: MhaInput,
+    mut input: MultiHeadSdpaInput,
     positions: &Positions,
     window: Option<Window>,
     scores: [usize; 4],
-) -> Result<MhaInput, AttentionError> {
+) -> Result<MultiHeadSdpaInput, AttentionError> {
     let device = input.query.device();
     let mask = positions.mask(input.causal, window, &device);
     input.mask = Some(match input.mask.take() {
@@ -210,7 +210,7 @@ fn positioned(
 /// Whether a call of one token per sequence needs nothing but each sequence's filled slots: nothing
 /// of it names keys by position (masks, biases, padding, segments, windows and ALiBi do; weights
 /// and scores would come back over slots rather than positions).
-fn one_token_plain(input: &MhaInput) -> bool {
+fn one_token_plain(input: &MultiHeadSdpaInput) -> bool {
     input.mask.is_none()
         && input.bias.is_none()
         && input.padding_mask.is_none()
@@ -221,7 +221,7 @@ fn one_token_plain(input: &MhaInput) -> bool {
         && !input.need_scores
 }
 
-impl MultiHeadAttention {
+impl MultiHeadSdpa {
     /// Cached decoding: attends the new tokens `x` `[b, t, d_model]` (the input's query; its key
     /// and value must be the same tokens) to every token in `cache` and to themselves, then
     /// keeps their keys and values in the cache. Ask for `.causal()` when t > 1: the new tokens
@@ -239,9 +239,9 @@ impl MultiHeadAttention {
     /// - context: `[b, t, d_model]`
     pub fn try_forward_cache(
         &self,
-        input: MhaInput,
-        cache: &mut MhaCache,
-    ) -> Result<MhaOutput, AttentionError> {
+        input: MultiHeadSdpaInput,
+        cache: &mut KvCache,
+    ) -> Result<MultiHeadSdpaOutput, AttentionError> {
         let [b, t, _] = input.query.dims();
         self.decode(input, vec![t; b], cache)
     }
@@ -254,7 +254,11 @@ impl MultiHeadAttention {
     ///
     /// # Panics
     /// With the message of [`try_forward_cache`](Self::try_forward_cache)'s error.
-    pub fn forward_cache(&self, input: MhaInput, cache: &mut MhaCache) -> MhaOutput {
+    pub fn forward_cache(
+        &self,
+        input: MultiHeadSdpaInput,
+        cache: &mut KvCache,
+    ) -> MultiHeadSdpaOutput {
         self.try_forward_cache(input, cache)
             .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -271,15 +275,15 @@ impl MultiHeadAttention {
     ///
     /// ```
     /// # use burn::prelude::*;
-    /// use burn_sdpa::{MhaCache, MhaInput, MultiHeadAttentionConfig};
+    /// use burn_sdpa::{KvCache, MultiHeadSdpaInput, MultiHeadSdpaConfig};
     /// let device = Device::flex();
-    /// let mha = MultiHeadAttentionConfig::new(16, 4).init(&device);
-    /// let mut cache = MhaCache::new();
+    /// let mha = MultiHeadSdpaConfig::new(16, 4).init(&device);
+    /// let mut cache = KvCache::new();
     /// // Prompts of 5 and 2 tokens, right-padded to 5.
     /// let prompts = Tensor::<3>::zeros([2, 5, 16], &device);
-    /// mha.forward_cache_ragged(MhaInput::self_attn(prompts).causal(), &[5, 2], &mut cache);
+    /// mha.forward_cache_ragged(MultiHeadSdpaInput::self_attn(prompts).causal(), &[5, 2], &mut cache);
     /// let tokens = Tensor::<3>::zeros([2, 1, 16], &device);
-    /// mha.forward_cache_ragged(MhaInput::self_attn(tokens), &[1, 1], &mut cache);
+    /// mha.forward_cache_ragged(MultiHeadSdpaInput::self_attn(tokens), &[1, 1], &mut cache);
     /// assert_eq!(cache.lengths(), [6, 3]);
     /// ```
     ///
@@ -288,10 +292,10 @@ impl MultiHeadAttention {
     /// - context: `[b, t, d_model]`
     pub fn try_forward_cache_ragged(
         &self,
-        input: MhaInput,
+        input: MultiHeadSdpaInput,
         new_tokens: &[usize],
-        cache: &mut MhaCache,
-    ) -> Result<MhaOutput, AttentionError> {
+        cache: &mut KvCache,
+    ) -> Result<MultiHeadSdpaOutput, AttentionError> {
         let b = input.query.dims()[0];
         if new_tokens.len() != b {
             return Err(AttentionError::Shape {
@@ -315,10 +319,10 @@ impl MultiHeadAttention {
     /// error.
     pub fn forward_cache_ragged(
         &self,
-        input: MhaInput,
+        input: MultiHeadSdpaInput,
         new_tokens: &[usize],
-        cache: &mut MhaCache,
-    ) -> MhaOutput {
+        cache: &mut KvCache,
+    ) -> MultiHeadSdpaOutput {
         self.try_forward_cache_ragged(input, new_tokens, cache)
             .unwrap_or_else(|e| panic!("{e}"))
     }
@@ -331,13 +335,13 @@ impl MultiHeadAttention {
     /// sequence fills.
     fn one_token(
         &self,
-        input: MhaInput,
+        input: MultiHeadSdpaInput,
         query: Tensor<4>,
         key: Tensor<4>,
         value: Tensor<4>,
         step: &Step,
-        cache: &mut MhaCache,
-    ) -> Result<MhaOutput, AttentionError> {
+        cache: &mut KvCache,
+    ) -> Result<MultiHeadSdpaOutput, AttentionError> {
         let window = cache.window();
         let held: Vec<usize> = step
             .ends()
@@ -382,10 +386,10 @@ impl MultiHeadAttention {
 
     fn decode(
         &self,
-        input: MhaInput,
+        input: MultiHeadSdpaInput,
         counts: Vec<usize>,
-        cache: &mut MhaCache,
-    ) -> Result<MhaOutput, AttentionError> {
+        cache: &mut KvCache,
+    ) -> Result<MultiHeadSdpaOutput, AttentionError> {
         let dims = [input.query.dims(), input.key.dims(), input.value.dims()];
         if dims[0] != dims[1] || dims[0] != dims[2] {
             return Err(AttentionError::Shape {

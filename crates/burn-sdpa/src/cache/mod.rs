@@ -4,9 +4,9 @@
 //!
 //! | file | holds |
 //! |---|---|
-//! | `mod.rs` | [`MhaCache`]: its kinds, lengths and storage (preallocated slots, ring, concatenation) |
+//! | `mod.rs` | [`KvCache`]: its kinds, lengths and storage (preallocated slots, ring, concatenation) |
 //! | `positions.rs` | the position of every cached key and new query, and the masks built from them |
-//! | `decode.rs` | `MultiHeadAttention::forward_cache` and `forward_cache_ragged` |
+//! | `decode.rs` | `MultiHeadSdpa::forward_cache` and `forward_cache_ragged` |
 
 mod decode;
 mod positions;
@@ -18,7 +18,7 @@ use crate::error::AttentionError;
 /// Slots a growable cache allocates at least at its first call (otherwise the next power of two
 /// above what that call needs): 256 tokens of `h_kv · (d_k + d_v)` floats is small, and starting
 /// there saves the first doublings.
-pub const INITIAL_CAPACITY: usize = 256;
+pub(crate) const INITIAL_CAPACITY: usize = 256;
 
 /// How a cache stores its tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,48 +36,48 @@ enum Kind {
     Concatenating,
 }
 
-/// The keys and values of the tokens a [`MultiHeadAttention`](crate::MultiHeadAttention) has
+/// The keys and values of the tokens a [`MultiHeadSdpa`](crate::MultiHeadSdpa) has
 /// decoded so far, after the projections, QK-norm and rotary positions: keys
 /// `[b, h_kv, slots, d_k]`, values `[b, h_kv, slots, d_v]`, and the length of every sequence
 /// of the batch.
 ///
-/// - [`MhaCache::with_capacity`]: `capacity` slots per sequence allocated at the first call,
+/// - [`KvCache::with_capacity`]: `capacity` slots per sequence allocated at the first call,
 ///   new tokens written in place; on the CPU kernel a one-token query also reads the cache where
 ///   it lies, so no token costs a copy of the cache (other paths get the filled slots as a
 ///   strided view, which they may copy). A call that would need
 ///   more is refused with [`AttentionError::CacheFull`], unless the cache is made
 ///   [`growable`](Self::growable), when the capacity doubles.
-/// - [`MhaCache::new`]: growable, starting at [`INITIAL_CAPACITY`] (or the next power of two
+/// - [`KvCache::new`]: growable, starting at [`KvCache::INITIAL_CAPACITY`] (or the next power of two
 ///   above what the first call needs).
-/// - [`MhaCache::sliding`]: a ring buffer of `window` slots; each query sees itself and the
+/// - [`KvCache::sliding`]: a ring buffer of `window` slots; each query sees itself and the
 ///   `window − 1` tokens before it (so a cached decode equals the full forward with
 ///   [`AttentionInput::window`](crate::AttentionInput::window)`(window − 1, 0)`). Its slots are
 ///   not positions: it refuses masks, biases, padding masks and segments (which earlier versions
 ///   took over the last tokens in order), and weights or scores asked for come back over its
 ///   slots, in ring order.
-/// - [`MhaCache::concatenating`]: the cache of earlier versions (each call copies the whole
+/// - [`KvCache::concatenating`]: the cache of earlier versions (each call copies the whole
 ///   cache with `Tensor::cat`), kept as a baseline.
 ///
 /// Every sequence of the batch has its own length: with
-/// [`forward_cache_ragged`](crate::MultiHeadAttention::forward_cache_ragged) a batch of prompts
+/// [`forward_cache_ragged`](crate::MultiHeadSdpa::forward_cache_ragged) a batch of prompts
 /// of different lengths prefills and decodes together, and no sequence ever sees another's
 /// padding.
 ///
 /// ```
 /// use burn::prelude::*;
-/// use burn_sdpa::{MhaCache, MhaInput, MultiHeadAttentionConfig};
+/// use burn_sdpa::{KvCache, MultiHeadSdpaInput, MultiHeadSdpaConfig};
 /// let device = Device::flex();
-/// let mha = MultiHeadAttentionConfig::new(16, 4).init(&device);
-/// let mut cache = MhaCache::with_capacity(8);
+/// let mha = MultiHeadSdpaConfig::new(16, 4).init(&device);
+/// let mut cache = KvCache::with_capacity(8);
 /// for _ in 0..3 {
 ///     let token = Tensor::<3>::zeros([1, 1, 16], &device); // [b, 1, d_model]
-///     let out = mha.forward_cache(MhaInput::self_attn(token).causal(), &mut cache);
+///     let out = mha.forward_cache(MultiHeadSdpaInput::self_attn(token).causal(), &mut cache);
 ///     assert_eq!(out.context.dims(), [1, 1, 16]);
 /// }
 /// assert_eq!((cache.len(), cache.capacity()), (3, Some(8)));
 /// ```
 #[derive(Debug, Clone)]
-pub struct MhaCache {
+pub struct KvCache {
     kind: Kind,
     /// `[b, h_kv, slots, d_k]`, `None` before the first call.
     key: Option<Tensor<4>>,
@@ -87,13 +87,16 @@ pub struct MhaCache {
     lengths: Vec<usize>,
 }
 
-impl Default for MhaCache {
+impl Default for KvCache {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl MhaCache {
+impl KvCache {
+    /// Slots per sequence of a growable cache ([`KvCache::new`]) before it first grows.
+    pub const INITIAL_CAPACITY: usize = INITIAL_CAPACITY;
+
     fn of(kind: Kind) -> Self {
         Self {
             kind,
@@ -103,7 +106,7 @@ impl MhaCache {
         }
     }
 
-    /// A growable cache that keeps every token: [`INITIAL_CAPACITY`] slots per sequence (or
+    /// A growable cache that keeps every token: [`KvCache::INITIAL_CAPACITY`] slots per sequence (or
     /// what the first call needs), doubling when full.
     pub fn new() -> Self {
         Self::of(Kind::Slots {
@@ -332,7 +335,7 @@ mod tests {
     fn a_call_in_another_dtype_is_refused_by_name() {
         let device = Device::flex();
         let stored = Tensor::<4>::zeros([1, 2, 4, 8], &device);
-        let mut cache = MhaCache::new();
+        let mut cache = KvCache::new();
         cache.key = Some(stored.clone());
         cache.value = Some(stored);
         cache.lengths = vec![3];

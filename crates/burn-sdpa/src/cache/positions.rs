@@ -147,7 +147,7 @@ mod tests {
         // Row 0: 2 tokens cached, 2 new; row 1: 0 cached, 1 new of t = 2 (one padded query).
         let positions = Positions::new(&[2, 0], &[2, 1], 2).with_slots(&[4, 1], 4);
         let mask: Vec<bool> =
-            crate::read_back("mask", positions.mask(true, None, &device)).unwrap();
+            crate::util::read_back("mask", positions.mask(true, None, &device)).unwrap();
         #[rustfmt::skip]
         let expected = [
             false, false, false, true,  // row 0, query at 2: keys 0..=2
@@ -158,7 +158,7 @@ mod tests {
         assert_eq!(mask, expected);
         let window = Window::new(Some(1), Some(0));
         let mask: Vec<bool> =
-            crate::read_back("mask", positions.mask(false, Some(window), &device)).unwrap();
+            crate::util::read_back("mask", positions.mask(false, Some(window), &device)).unwrap();
         assert_eq!(
             &mask[..8],
             [true, false, false, true, true, true, false, false]

@@ -15,6 +15,26 @@
 //! assert_eq!(y.dims(), [2, 10, 64]);
 //! ```
 //!
+//! A training step, forward and backward, and the path the attention took:
+//!
+//! ```
+//! use burn::prelude::*;
+//! use burn::tensor::Distribution;
+//! use burn_sdpa::nn::attention::{MhaInput, MultiHeadAttentionConfig};
+//! let device = Device::flex().autodiff(); // a training device
+//! // Dropout on the weights (burn-nn's default 0.1) would keep training on the naive path.
+//! let mha = MultiHeadAttentionConfig::new(64, 4).with_dropout(0.0).init(&device);
+//! let x = Tensor::<3>::random([2, 128, 64], Distribution::Default, &device); // [b, n, d_model]
+//! let input = MhaInput::self_attn(x).causal();
+//! // The path this call takes: cpu_kernel on Flex with burn-sdpa's `flex` feature, naive if
+//! // the weights are asked for (`need_weights()`) or dropout is on.
+//! println!("attention path: {}", mha.path(&input).unwrap());
+//! let y = mha.forward(input).context; // [b, n, d_model]
+//! let grads = y.powi_scalar(2).mean().backward();
+//! let d_query = mha.query.weight.grad(&grads).unwrap(); // what an optimizer step reads
+//! assert_eq!(d_query.dims(), [64, 64]);
+//! ```
+//!
 //! What differs from burn-nn, on purpose:
 //! - [`attention::MhaOutput::weights`] is an `Option`, `None` unless asked for with
 //!   [`attention::MhaInput::need_weights`]: computing them would keep every call on the

@@ -69,17 +69,17 @@ pub struct AutoRequest {
 ///   `attention` was faster at n = 128); its memory is O(n) where `Naive`'s is O(n · m)
 ///   (`docs/bench/BENCH_wgpu.md`).
 /// - **Training (autodiff) otherwise** on CPU backends: Burn's `attention` is its plain fallback
-///   built from autodiff ops, slower than `Naive`, and `Chunked` (block [`DEFAULT_BLOCK_SIZE`])
-///   normalizes the n×d output instead of the n×m weights: m < [`DEFAULT_BLOCK_SIZE`] → `Naive`,
+///   built from autodiff ops, slower than `Naive`, and `Chunked` (block [`DEFAULT_BLOCK_SIZE`](crate::Implementation::DEFAULT_BLOCK_SIZE))
+///   normalizes the n×d output instead of the n×m weights: m < [`DEFAULT_BLOCK_SIZE`](crate::Implementation::DEFAULT_BLOCK_SIZE) → `Naive`,
 ///   else `Chunked`. On CubeCL (GPU) backends, where the chunked path's per-block kernel
 ///   launches were not measured, `Naive`.
 /// - **Inference on Flex and NdArray without the extension**, when the kernel can serve the call
-///   on host copies: `CpuKernel`, except on Flex for m < [`DEFAULT_BLOCK_SIZE`], where Flex's own
+///   on host copies: `CpuKernel`, except on Flex for m < [`DEFAULT_BLOCK_SIZE`](crate::Implementation::DEFAULT_BLOCK_SIZE), where Flex's own
 ///   kernel tied with it and needs no host copy.
 /// - **Other inference on Flex** (a mask or bias, another dtype) **and on CubeCL** (another dtype,
 ///   or no `cube` feature): `Fused`, Burn's own kernel, which holds O(n) memory.
 /// - **Other inference on NdArray and other backends**: Burn's `attention` is the plain
-///   fallback: `Chunked` for [`DEFAULT_BLOCK_SIZE`] ≤ m ≤ 2·[`DEFAULT_BLOCK_SIZE`] or when the scores
+///   fallback: `Chunked` for [`DEFAULT_BLOCK_SIZE`](crate::Implementation::DEFAULT_BLOCK_SIZE) ≤ m ≤ 2·[`DEFAULT_BLOCK_SIZE`](crate::Implementation::DEFAULT_BLOCK_SIZE) or when the scores
 ///   exceed [`AUTO_INFERENCE_SCORES_BUDGET_BYTES`], else `Fused`.
 /// - When `Fused` cannot serve an inference call either (top-left causal with n ≠ m and a
 ///   mask): `Naive`, or `Chunked` above the budget.

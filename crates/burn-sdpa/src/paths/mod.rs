@@ -185,7 +185,7 @@ pub(crate) fn resolve(
     )
 }
 
-/// `path`, or `Chunked` with blocks of [`DEFAULT_BLOCK_SIZE`] keys (`Naive` where it cannot
+/// `path`, or `Chunked` with blocks of [`DEFAULT_BLOCK_SIZE`](crate::Implementation::DEFAULT_BLOCK_SIZE) keys (`Naive` where it cannot
 /// serve the call) when `path` is one of the kernels that compute the scores inside their tiles
 /// (`CpuKernel`, `CubeKernel`, Burn's op behind `Fused`) and the call's scores may overflow
 /// ([`overflow::may_overflow`]: one read-back of a few values, on these paths only). The

@@ -20,7 +20,7 @@ mod timing;
 use sdpa_model::Progress;
 use serde::Serialize;
 
-use burn_sdpa::{AttentionPath, BackendFamily, DEFAULT_BLOCK_SIZE};
+use burn_sdpa::{AttentionPath, BackendFamily, Implementation};
 
 use crate::context::{LabBackend, LabError};
 use crate::stats::median;
@@ -452,7 +452,7 @@ fn auto_ratios(rows: &[BenchRow], ns: &[usize]) -> (Ratios, Ratios) {
                 rows.iter()
                     .find(|r| r.mode == mode && r.n == n && r.path == p)
             };
-            let others: Vec<&BenchRow> = AttentionPath::all(DEFAULT_BLOCK_SIZE)
+            let others: Vec<&BenchRow> = AttentionPath::all(Implementation::DEFAULT_BLOCK_SIZE)
                 .map(AttentionPath::name)
                 .into_iter()
                 .chain([BASELINE])

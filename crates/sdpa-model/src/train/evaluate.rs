@@ -1,7 +1,7 @@
 //! A model's held-out loss and accuracy ([`evaluate`]).
 
 use burn::prelude::*;
-use burn_sdpa::read_back;
+use burn_sdpa::util::read_back;
 
 use crate::error::ModelError;
 use crate::model::AttentionModel;

@@ -5,7 +5,8 @@ use std::io::Write as _;
 
 use burn::prelude::*;
 use burn::tensor::Gradients;
-use burn_sdpa::{AttentionDiagnostics, AttentionError};
+use burn_sdpa::AttentionError;
+use burn_sdpa::diagnostics::AttentionDiagnostics;
 
 use super::Run;
 use crate::error::ModelError;
@@ -18,7 +19,7 @@ impl Run<'_> {
     /// What a recorded step reads back beside its loss and squared gradient norm, left on the
     /// device: the accuracy, the squared gradient norms of the query, key and value projections
     /// (all layers), then per layer the diagnostics' values
-    /// ([`DIAGNOSTIC_VALUES`](burn_sdpa::DIAGNOSTIC_VALUES) per head) and the query and key std.
+    /// ([`DIAGNOSTIC_VALUES`](burn_sdpa::diagnostics::DIAGNOSTIC_VALUES) per head) and the query and key std.
     pub(super) fn record_parts(&self, out: &BatchResult, grads: &Gradients) -> Vec<Tensor<1>> {
         let mut parts = vec![out.accuracy()];
         let inner = &self.inner;
@@ -34,7 +35,7 @@ impl Run<'_> {
         parts.push(squared(&|b| b.attention.key.weight.grad(grads)));
         parts.push(squared(&|b| b.attention.value.weight.grad(grads)));
         for layer in &out.attention {
-            parts.push(burn_sdpa::diagnostics_tensor(&layer.stats));
+            parts.push(burn_sdpa::diagnostics::diagnostics_tensor(&layer.stats));
             parts.push(layer.qk_std.clone());
         }
         parts
@@ -53,7 +54,7 @@ impl Run<'_> {
             .iter()
             .map(|a| {
                 let n_heads = a.stats.entropy.dims()[1];
-                let len = burn_sdpa::DIAGNOSTIC_VALUES * n_heads;
+                let len = burn_sdpa::diagnostics::DIAGNOSTIC_VALUES * n_heads;
                 if rest.len() < len + 2 {
                     return Err(ModelError::Attention(AttentionError::Shape {
                         what: "the recorded values",

@@ -8,7 +8,7 @@ use std::time::Instant;
 use burn::module::Module;
 use burn::optim::{GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
-use burn_sdpa::read_back;
+use burn_sdpa::util::read_back;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 

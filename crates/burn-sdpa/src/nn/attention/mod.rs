@@ -13,6 +13,7 @@ use crate::options::AttentionOptions;
 use crate::rope::{RopeConfig, rotate_rows};
 use crate::rows::linear_rows;
 use crate::types::Softmax;
+use crate::vocabulary::AttentionPath;
 
 mod cache;
 
@@ -307,6 +308,37 @@ impl MultiHeadAttention {
     /// # Shapes
     /// - as [`forward`](Self::forward)
     pub fn try_forward(&self, input: MhaInput) -> Result<MhaOutput, AttentionError> {
+        let (input, query, key, value) = self.prepare(input)?;
+        self.attend(input, query, key, value)
+    }
+
+    /// The path the layer's attention takes for `input` (after validating it), without running
+    /// the attention: what a training step on this input runs (`CpuKernel` on Flex and NdArray,
+    /// `CubeKernel` or `CubeTensorCores` on a CubeCL backend with the `cube` feature, `Naive`
+    /// where the weights are asked for). It projects the input, as a call does.
+    ///
+    /// ```
+    /// use burn::prelude::*;
+    /// use burn_sdpa::nn::attention::{MhaInput, MultiHeadAttentionConfig};
+    /// let device = Device::flex();
+    /// let mha = MultiHeadAttentionConfig::new(32, 4).init(&device);
+    /// let x = Tensor::<3>::zeros([2, 8, 32], &device);
+    /// println!("{}", mha.path(&MhaInput::self_attn(x.clone())).unwrap()); // e.g. "cpu_kernel"
+    /// let weights = MhaInput::self_attn(x).need_weights();
+    /// assert_eq!(mha.path(&weights).unwrap().to_string(), "naive");
+    /// ```
+    pub fn path(&self, input: &MhaInput) -> Result<AttentionPath, AttentionError> {
+        let (input, query, key, value) = self.prepare(input.clone())?;
+        self.core().path(&input.with_tensors(query, key, value))
+    }
+
+    /// Checks the input, folds `mask_attn` into it and projects the heads: the input with its
+    /// masks, query `[b, h, n, d_k]`, key and value `[b, h_kv, m, d_k]` (rotated when the layer
+    /// has rotary positions).
+    fn prepare(
+        &self,
+        input: MhaInput,
+    ) -> Result<(AttentionInput<3>, Tensor<4>, Tensor<4>, Tensor<4>), AttentionError> {
         let MhaInput {
             inner: mut input,
             mask_attn,
@@ -338,7 +370,7 @@ impl MultiHeadAttention {
         // Query i at position i, key j at j (a cached call continues at the cache's positions).
         let query = self.rotate(query, 0)?;
         let key = self.rotate(key, 0)?;
-        self.attend(input, query, key, value)
+        Ok((input, query, key, value))
     }
 
     /// `x` `[b, heads, s, d_k]` rotated as positions `start..start + s` when the layer has rotary

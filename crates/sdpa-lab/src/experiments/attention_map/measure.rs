@@ -136,8 +136,9 @@ pub fn trained_map(seed: u64, backend: &str, device: &Device) -> Result<TrainedM
     let result = train_in_memory(&config, device, backend)?;
     let mut data_rng = rng(seed, 77);
     let batch = task.batch(&mut data_rng, 256, device);
-    let tokens: Vec<i64> = burn_sdpa::read_back("the batch's tokens", batch.tokens.clone())?;
-    let targets: Vec<i64> = burn_sdpa::read_back("the batch's targets", batch.targets.clone())?;
+    let tokens: Vec<i64> = burn_sdpa::util::read_back("the batch's tokens", batch.tokens.clone())?;
+    let targets: Vec<i64> =
+        burn_sdpa::util::read_back("the batch's targets", batch.targets.clone())?;
     let w = result
         .model
         .attention_maps(batch.tokens.clone())

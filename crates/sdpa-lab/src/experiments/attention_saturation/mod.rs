@@ -15,9 +15,8 @@ mod analyze;
 mod render;
 
 use burn::tensor::activation::softmax;
-use burn_sdpa::{
-    AttentionInput, ScalePolicy, ScaledDotProductAttentionConfig, attention_diagnostics,
-};
+use burn_sdpa::diagnostics::attention_diagnostics;
+use burn_sdpa::{AttentionInput, ScalePolicy, ScaledDotProductAttentionConfig};
 use serde::{Deserialize, Serialize};
 
 pub use analyze::{AttentionSaturationData, CorrectedRow, ReplicatedRow, analyze};

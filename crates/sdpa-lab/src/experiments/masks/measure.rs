@@ -3,7 +3,8 @@
 use burn::prelude::*;
 use burn::tensor::activation::softmax;
 use burn::tensor::{DType, TensorData};
-use burn_sdpa::{AttentionInput, ScalePolicy, ScaledDotProductAttentionConfig, most_negative};
+use burn_sdpa::mask::most_negative;
+use burn_sdpa::{AttentionInput, ScalePolicy, ScaledDotProductAttentionConfig};
 use serde::{Deserialize, Serialize};
 
 use super::{MasksConfig, SCORES};
