@@ -247,9 +247,15 @@ impl Claim {
         } else {
             "conditions"
         };
+        // A claim that could not have failed gets no bold verdict: it is shown, not counted.
+        let label = if self.counts() {
+            format!("**{}**", self.outcome.label())
+        } else {
+            self.outcome.label().to_string()
+        };
         match self.tally() {
-            Some(t) => format!("**{}** ({})", self.outcome.label(), t.show(unit)),
-            None => format!("**{}**", self.outcome.label()),
+            Some(t) => format!("{label} ({})", t.show(unit)),
+            None => label,
         }
     }
 

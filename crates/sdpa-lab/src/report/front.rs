@@ -48,7 +48,7 @@ const VERDICT_ROWS: [(&str, &str, &str); 9] = [
     (
         "gradients",
         "jacobian-almost-zero",
-        "at d_k 1024 the gradient is almost 0",
+        "at d_k 1024 softmax's gradient (its slope) is almost 0",
     ),
     (
         "training-confirm-2",
@@ -74,30 +74,47 @@ const KEY_FIGURES: [&str; 4] = [
 
 /// The terms of the first screen, explained once, right under it.
 const GLOSSARY: &str = "- **d_k**: the length of the query and key vectors; **std**: standard \
-     deviation, the typical size of a spread.\n\
+     deviation, the typical size of a spread (**variance**: its square); **∝**: grows in \
+     proportion to; **d_k^0.5**: √d_k, so the fitted **exponent** of std against d_k is 0.5 if the \
+     spread grows like √d_k.\n\
      - **softmax**: turns a query's scores into weights that are positive and add up to 1; it \
      **saturates** when one score dominates and its weight nears 1 (**one-hot**: all weight on \
-     one key); **max p**: a query's largest weight.\n\
+     one key); **max p**: a query's largest weight; **entropy**, as a share of the **uniform** \
+     distribution's (equal weight on every key): 100% for equal weights, 0 for one-hot.\n\
      - **logit**: a score q·k that softmax turns into a weight; **logit std**: how \
-     spread the scores of one query are.\n\
+     spread the scores of one query are; **the article's example**: d_k 64 with unit-variance q \
+     and k, logit std about 8 (7.5 in this model at the start of training).\n\
      - **softmax's slope** (its Jacobian J, size ‖J‖): how much the weights move when the scores \
-     move; a saturated softmax has a small slope.\n\
+     move. It is small when softmax saturates, and also when the weights spread thinly over many \
+     keys (the scaled softmax over 256 keys): so the unscaled slope can be the larger one. **∂L/∂Q**: \
+     the gradient reaching the queries Q (how a loss L changes with them): softmax's slope times \
+     the scores' size times K, which is why it can grow while the slope shrinks; it then \
+     concentrates on **fewer keys**, the few with large weights.\n\
      - **unit init**: W_Q, W_K drawn so that q and k entries have variance 1 (the article's \
      premise); **default init**: Burn's (this Rust library's) default, which gives smaller q and k.\n\
-     - **arm**: one of the two versions compared, with the 1/√d_k (scaled) or without (unscaled).\n\
+     - **arm**: one of the two versions compared, with the 1/√d_k (scaled) or without (unscaled); \
+     a **pair**: one run of each arm from the same seed (same starting weights and batches); the \
+     **budget**: the most training steps a run gets; **99%**: the target accuracy on held-out \
+     examples (not trained on) of the model's matching task; **learning rate**: the size of each \
+     training step, chosen per arm.\n\
      - **pre-registered**: the analysis was fixed and committed before the runs it judges; \
      **exploratory**: runs that shaped the analysis.\n\
      - **[a, b]**: a 95% interval: a range computed by a rule that, over many repeats of the \
      experiment, captures the true value 95 times in 100 (this one range either holds it or not; \
-     a 97.5% interval captures it 97.5 times in 100); **p**: the chance of a result at least this \
-     lopsided, in either direction, if the scale made no difference.\n\
+     a 97.5% interval captures it 97.5 times in 100: the training verdict tests each half of its \
+     sentence at 2.5%); **family-wise**: intervals widened so that all of a table's intervals \
+     together capture their true values 95 times in 100; **p**, in «p < 0.001»: the chance of a \
+     result at least this lopsided, in either direction, if the scale made no difference (not \
+     max p).\n\
      - **stuck near chance**: a run that ended below 50% held-out accuracy (chance is 12.5%); \
      **never reached 99%**: any run that did not reach the target within its budget, stuck or \
      merely slow.\n\
-     - **x [a, ∞]** (a median slowdown): runs that never reached 99% leave the interval open \
-     above (∞: no upper limit was measured); the first screen's x and a are ratios of pairs where \
-     both runs finished (Kaplan–Meier). **≥ x [a, ∞]** (the earlier runs'): x and a are lower \
-     bounds, set partly by the step budget.\n\
+     - **x [a, ∞]** (a median slowdown, **Kaplan–Meier**): the median of the paired ratios \
+     (unscaled steps over scaled steps), where a pair whose unscaled run never reached 99% counts \
+     as «at least the budget over its scaled twin's steps»; a is a ratio of a pair where both runs \
+     finished, and ∞ means the interval is open above (too many runs never finished for an upper \
+     limit). **≥ x [a, ∞]** (the earlier runs'): x and a are lower bounds, set partly by the step \
+     budget.\n\
      - **own rate / shared rate**: each version trained at its own best learning rate, or both at \
      one learning rate chosen to be fair to both; a verdict counts only where the two agree.";
 
@@ -153,15 +170,20 @@ pub fn markdown(r: &Report) -> String {
     let _ = writeln!(s, "## Words used here\n\n{GLOSSARY}\n");
     for q in Question::ALL {
         let _ = writeln!(s, "## {}\n", q.heading());
-        // The confirmatory run's screen first, the exploratory ones after it.
-        let mut answers: Vec<&Answer> = r
+        // The confirmatory answer's screen first, then the earlier runs, latest first (the
+        // second confirmatory run, the first, the exploratory one).
+        let mut answers: Vec<(u32, &Answer)> = r
             .experiments
             .iter()
-            .flat_map(|e| &e.answers)
-            .filter(|a| a.question == q)
+            .flat_map(|e| {
+                e.answers
+                    .iter()
+                    .map(|a| (super::appendix::confirm_rank(&e.name), a))
+            })
+            .filter(|(_, a)| a.question == q)
             .collect();
-        answers.sort_by_key(|a| !a.confirmatory);
-        let screens: Vec<&str> = answers.iter().map(|a| a.screen.as_str()).collect();
+        answers.sort_by_key(|(rank, a)| (!a.confirmatory, std::cmp::Reverse(*rank)));
+        let screens: Vec<&str> = answers.iter().map(|(_, a)| a.screen.as_str()).collect();
         if screens.is_empty() {
             let _ = writeln!(s, "Not measured in this run.\n");
         }
@@ -200,10 +222,12 @@ fn beside(s: &mut String, r: &Report) {
     };
     let _ = writeln!(
         s,
-        "**The confirmatory run beside the exploratory one** (the exploratory runs re-analysed \
-         under the confirmatory rules, so its column can differ from the exploratory claims in the \
-         appendix; exploratory: budget {}, {} saturated pairs; confirmatory: budget {}, {} saturated \
-         pairs):\n\n| hypothesis | exploratory, re-analysed | confirmatory |\n|---|---|---|",
+        "**The first confirmatory run beside the exploratory one** (the exploratory runs \
+         re-analysed under the first confirmatory run's rules, so its column can differ from the \
+         exploratory claims in the appendix; exploratory: budget {}, {} saturated pairs; first \
+         confirmatory: budget {}, {} saturated pairs; the second confirmatory run, the answer, is \
+         decided by its own rules, above):\n\n| hypothesis | exploratory, re-analysed | first \
+         confirmatory |\n|---|---|---|",
         exploratory
             .as_ref()
             .map_or("–".into(), |h| h.budget.to_string()),

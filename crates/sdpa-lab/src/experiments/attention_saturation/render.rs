@@ -143,6 +143,21 @@ fn write_csv(data: &AttentionSaturationData, canvas: &mut Canvas) -> Result<(), 
             })
             .collect::<Vec<_>>(),
     )?;
+    // The article's code, every draw: the ranges its claims are decided on.
+    canvas.csv(
+        "attention_saturation_article_code_draws.csv",
+        "d,draw,max_p_unscaled,max_p_scaled",
+        &data
+            .replicated
+            .iter()
+            .flat_map(|r| {
+                r.unscaled.iter().enumerate().map(move |(i, u)| {
+                    let scaled = r.scaled.get(i).map_or(String::new(), |x| x.to_string());
+                    format!("{},{i},{u},{scaled}", r.d)
+                })
+            })
+            .collect::<Vec<_>>(),
+    )?;
     Ok(())
 }
 
@@ -247,8 +262,8 @@ fn answer(data: &AttentionSaturationData, canvas: &mut Canvas, plot: &str) {
     canvas.answer(
         Question::Saturation,
         Some(format!(
-            "{}: at d_k = 64 (logit std {:.0}) a query's top weight averages {}, {} one-hot \
-             (article: 0.999); scaled {}.",
+            "{}: at d_k 64 (logit std {:.0}, {} keys) a query's top weight averages {}, {} \
+             one-hot (article: 0.999); scaled {}.",
             if none.max_p.hi < 0.99 && none.max_p.lo > 0.5 {
                 "Partly"
             } else if none.max_p.lo >= 0.99 {
@@ -257,6 +272,7 @@ fn answer(data: &AttentionSaturationData, canvas: &mut Canvas, plot: &str) {
                 "Not strongly"
             },
             none.logit_std.value,
+            data.m_main,
             none.max_p.show(2),
             if none.max_p.lo >= 0.99 { "near" } else { "not" },
             short_p(scaled.max_p.value),

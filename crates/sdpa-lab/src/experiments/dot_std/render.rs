@@ -138,7 +138,7 @@ fn answer(data: &DotStdData, canvas: &mut Canvas, plot: &str) {
     canvas.answer(
         Question::DotStd,
         Some(format!(
-            "{}: std(q·k) ∝ d_k^{} (√d_k = d_k^0.5).",
+            "{}: std(q·k) ∝ d_k^{}.",
             if e.lo >= 0.45 && e.hi <= 0.55 {
                 "Yes"
             } else {
@@ -151,8 +151,8 @@ fn answer(data: &DotStdData, canvas: &mut Canvas, plot: &str) {
              times {} pairs for each d_k and measured the standard deviation (std, the typical size) \
              of q·k. Each of the d_k products q_i·k_i has variance 1, so their sum has variance d_k and \
              std √d_k.\n\n{plot}\n\n**Effect.** The fitted slope of log std against log d_k is {} \
-             (95% interval: the range the true value lies in, given the data, with 95% confidence; √d_k \
-             means 0.5){}. Dividing by √d_k brings the std back to 1 at every \
+             (95% interval: a range computed by a rule that captures the true value in 95 of 100 \
+             repeats of the experiment; √d_k means 0.5){}. Dividing by √d_k brings the std back to 1 at every \
              d_k.\n\n**Caveat.** This holds for independent entries with unit variance: trained q and k \
              are neither, which is why the other screens measure attention itself.",
             data.repeats,

@@ -4,6 +4,7 @@ use serde::Serialize;
 
 use super::{DrawValues, GradientsConfig, GradientsResult};
 use crate::experiment::{BackendValues, Measured, Plan};
+use crate::experiments::training_confirm2::design::PREMISE_MIN_D_K_UNIT_ENTRIES;
 use crate::stats::{Estimate, bonferroni_level, exponent_ci, mean_ci, mean_interval};
 
 /// "Almost zero" (Q1: 梯度几乎为 0): the unscaled Jacobian at most a tenth of the scaled one —
@@ -47,7 +48,7 @@ pub struct RatioRow {
     /// d.
     pub d: usize,
     /// ‖J‖ unscaled / scaled, mean over draws, with a family-wise 95% interval (Bonferroni over
-    /// every (m, d) of the key sweep: the conditions of the `jacobian-vanishes` claim).
+    /// the key sweep's (m, d) that meet the premise: the conditions its claims count).
     pub jacobian: Estimate,
     /// RMS ∂L/∂Q unscaled / scaled.
     pub query: Estimate,
@@ -125,7 +126,7 @@ pub struct KeysRow {
     /// d.
     pub d: usize,
     /// ‖J‖ unscaled / scaled, mean over draws, with a family-wise 95% interval (Bonferroni over
-    /// every (m, d) of the key sweep: the conditions of the `jacobian-vanishes` claim).
+    /// the key sweep's (m, d) that meet the premise: the conditions its claims count).
     pub jacobian: Estimate,
     /// Every draw's unscaled ‖J‖ (the shrink-with-d fit reads them).
     pub unscaled_draws: Vec<f64>,
@@ -361,7 +362,13 @@ pub fn data(plan: &Plan, cells: &Cells) -> GradientsData {
         ),
     ];
     let groups = by_m(cells, &primary);
-    let n_conditions: usize = groups.iter().map(|(_, g)| g.len()).sum();
+    // The family of the family-wise intervals: the conditions the claims count, where q and k
+    // meet the premise (the rows below it are shown with the same intervals).
+    let n_conditions: usize = groups
+        .iter()
+        .flat_map(|(_, g)| g.iter())
+        .filter(|c| c.config.d >= PREMISE_MIN_D_K_UNIT_ENTRIES)
+        .count();
     let level = bonferroni_level(0.95, n_conditions.max(1));
     let by_keys = groups
         .iter()

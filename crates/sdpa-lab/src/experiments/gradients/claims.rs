@@ -85,7 +85,7 @@ fn vanishes(data: &GradientsData) -> Claim {
             premise_words()
         ),
         "‖J‖_F unscaled / scaled, paired per draw: its interval below 1 holds, above 1 fails, per (m, d), \
-         family-wise 95% over every (m, d) of the key sweep (Bonferroni)",
+         family-wise 95% over the premise (m, d) (Bonferroni)",
         vanishes,
     )
     .fails_if("the ratio's interval above 1 in some premise (m, d), below 1 in none")
@@ -165,7 +165,7 @@ fn query_vanishes(data: &GradientsData) -> Claim {
             premise_words()
         ),
         "RMS ∂L/∂Q unscaled / scaled, paired per draw: its interval below 1 holds, above 1 fails, per \
-         (m, d), family-wise 95% over every (m, d) of the key sweep (Bonferroni)",
+         (m, d), family-wise 95% over the premise (m, d) (Bonferroni)",
         conditions,
     )
     .fails_if("the ratio's interval above 1 (a larger gradient without the scale) in some premise (m, d), below 1 in none")

@@ -6,6 +6,7 @@ use crate::answers::Question;
 use crate::claims::show;
 use crate::context::LabError;
 use crate::experiment::Canvas;
+use crate::experiments::training_confirm2::design::PREMISE_MIN_D_K_UNIT_ENTRIES;
 use crate::markdown::md_table;
 use crate::plot::{LinePlot, Series};
 use crate::stats::Estimate;
@@ -435,10 +436,17 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
                 data.n
             ),
         );
+        let family = data
+            .by_keys
+            .iter()
+            .filter(|r| r.d >= PREMISE_MIN_D_K_UNIT_ENTRIES)
+            .count();
         canvas.key_number(
             "query-gradient-vanishes",
             format!(
-                "∂L/∂Q unscaled / scaled: {} at d_k {}, {} at d_k {} ({} keys)",
+                "∂L/∂Q unscaled / scaled: {} at d_k {}, {} at d_k {} ({} keys; family-wise \
+                 intervals over the {family} conditions counted): the smaller slope is multiplied \
+                 by the larger scores and by K",
                 first.query.show(1),
                 first.d,
                 top.query.show(1),
@@ -479,7 +487,8 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
         Question::Gradients,
         Some(format!(
             "{}: the gradient reaching Q is {:.0}× [{:.0}, {:.0}] larger unscaled (d_k = 64), on \
-             fewer keys; softmax's slope falls below the scaled one past d_k {} ({} keys).",
+             fewer keys; softmax's slope falls below the scaled one past d_k {} \
+             ({} keys).",
             if at_64.query.lo > 1.0 { "Not in size" } else { "Not here" },
             at_64.query.value,
             at_64.query.lo,
@@ -504,8 +513,9 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
              divided by √d_k, so the two factors multiply ({:.1} × {:.0} ≈ {:.0}).\n\n**Caveat.** The \
              attention gradient concentrates on a few keys without the scale (appendix, `gradients`): \
              the gradient does not vanish, it narrows. Where softmax's slope crosses the scaled one \
-             depends on the number of keys m: {}. The verdict table counts these {} conditions (m × \
-             d_k {}).",
+             depends on the number of keys m: {}. The key sweep measures {} conditions (m × d_k {}); \
+             the verdict table counts the {} where q and k meet the premise (d_k ≥ {}, logits at \
+             least as spread as in the article's example), with intervals family-wise over them.",
             data.n,
             data.draws,
             at_64.jacobian.show(2),
@@ -524,6 +534,11 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
             by_keys,
             data.by_keys.len(),
             dims,
+            data.by_keys
+                .iter()
+                .filter(|r| r.d >= PREMISE_MIN_D_K_UNIT_ENTRIES)
+                .count(),
+            PREMISE_MIN_D_K_UNIT_ENTRIES,
         ),
     );
     Ok(())

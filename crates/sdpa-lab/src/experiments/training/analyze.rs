@@ -531,6 +531,7 @@ pub fn pairs_of(
                     scaled: a.outcome.steps_to_target,
                     unscaled: u.outcome.steps_to_target,
                     unscaled_near_chance: failed(&u.outcome),
+                    scaled_near_chance: failed(&a.outcome),
                     budget: a.budget,
                 });
             }

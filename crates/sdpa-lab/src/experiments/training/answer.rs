@@ -159,13 +159,14 @@ pub fn answer(data: &TrainingData, canvas: &mut Canvas, figure: Option<&str>) {
          {separated} of {} conditions (McNemar's test counts the pairs where only one of the two \
          runs got stuck; Holm's correction allows for testing several conditions at once). {} \
          unscaled runs ended below {FAILED_PCT:.0}% accuracy against {} scaled. By \
-         initialization: {}. Where the unscaled logits start saturated (std ≥ {cutoff:.2}, the article example's own), \
+         initialization: {}. Where the unscaled logits start saturated (std ≥ {cutoff:.1}, the article example's own), \
          the median paired ratio of steps (a pair whose run never got there only bounds it; \
          family-wise 95% intervals over the conditions) was {}.\n\n\
          **Caveat.** These runs also shaped the analysis (the saturation split, the ±1.25× margin of its equivalence tests), \
          so they are exploratory; the learning rates were tuned on {} per arm, and the \
          {}-step budget cuts off runs that are only slow. The appendix (`training`, \
-         `training-variants`) has every condition, the learning-rate curves and a second model.",
+         `training-variants`) has every condition and a second model; the learning-rate curves \
+         come with `report --tune`.",
         seeds,
         data.sizes.budget,
         share(never(Arm::Unscaled), u_n),

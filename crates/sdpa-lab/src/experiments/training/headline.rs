@@ -321,11 +321,11 @@ fn article_words_line(
         })
         .collect();
     Some(format!(
-        "**The article's words, in this exploratory run** (superseded by the confirmatory run, \
-         `training-confirm`, where both decide a sentence): «training fails completely» {fails}. «Extremely slow» (at least \
+        "**The article's words, in this exploratory run** (superseded by the confirmatory runs, \
+         `training-confirm-2` and `training-confirm`, where they decide a sentence): «training fails completely» {fails}. «Extremely slow» (at least \
          {SLOW_FACTOR}× the steps to 99%) {slow}. The sentence as a whole, «fails completely or extremely \
          slow», {either}. (Decided only where the unscaled starting logits have std ≥ \
-         {cutoff:.2}, the article's premise: at least as spread as its own example, unit init d_k \
+         {cutoff:.1}, the article's premise: at least as spread as its own example, unit init d_k \
          64, in this run; a rule fixed before the second confirmatory run; the median unscaled starting logit std per \
          condition: {}.)",
         stds.join(", ")

@@ -225,19 +225,23 @@ fn paired(
         return Ok(None);
     }
     let top = never * 1.08;
+    // The budget as lines on both axes; above (and right of) it, where a run that never got
+    // there is drawn, a labelled grey band; the reference lines stop at the budget.
     series.push(
         Series::with_band(
-            "grey band: never at 99%".to_string(),
-            vec![(0.0, never, budget, top), (top, never, budget, top)],
+            format!("the budget ({budget:.0} steps); beyond it: never at 99%"),
+            vec![(0.0, budget, budget, top), (top, budget, budget, top)],
         )
         .colored(7),
     );
+    series.push(Series::reference("", vec![(budget, 0.0), (budget, top)]).colored(7));
     // Grey and purple: not among the d_k colours.
-    series.push(Series::reference("y = x (as fast)", vec![(0.0, 0.0), (top, top)]).colored(7));
+    series
+        .push(Series::reference("y = x (as fast)", vec![(0.0, 0.0), (budget, budget)]).colored(7));
     series.push(
         Series::reference(
             format!("y = {SLOW_FACTOR}x: our reading of «extremely slow»"),
-            vec![(0.0, 0.0), (top / SLOW_FACTOR, top)],
+            vec![(0.0, 0.0), (budget / SLOW_FACTOR, budget)],
         )
         .colored(4),
     );

@@ -23,6 +23,8 @@ pub struct Pair {
     pub unscaled: Option<usize>,
     /// Whether the unscaled run ended near chance (never at 99%, held-out accuracy below 0.5).
     pub unscaled_near_chance: bool,
+    /// Whether the scaled run did (described beside the unscaled count, never tested).
+    pub scaled_near_chance: bool,
     /// The budget.
     pub budget: usize,
 }
@@ -283,6 +285,7 @@ mod tests {
             scaled,
             unscaled,
             unscaled_near_chance: unscaled.is_none(),
+            scaled_near_chance: scaled.is_none(),
             budget: 600,
         }
     }

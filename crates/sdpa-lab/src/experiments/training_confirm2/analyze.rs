@@ -74,6 +74,7 @@ fn pairs(rows: &[Row], chosen: &Chosen, scheme: RateScheme) -> Vec<Pair> {
                 scaled: a.steps,
                 unscaled: u.steps,
                 unscaled_near_chance: u.near_chance,
+                scaled_near_chance: a.near_chance,
                 budget: a.budget.min(u.budget),
             })
         })

@@ -153,6 +153,8 @@ pub struct Decided {
     pub never_not_stuck: usize,
     /// Scaled runs never at 99% (described).
     pub scaled_never: usize,
+    /// Scaled runs stuck near chance (described).
+    pub scaled_near_chance: usize,
     /// 1b: the median paired ratio (97.5%).
     pub ratio: RatioMedian,
     /// The median ratio over pairs where both finished, 95% order statistics (described; `NaN`
@@ -225,6 +227,7 @@ pub fn decide(pairs: &[&Pair]) -> Decided {
         near_chance,
         never_not_stuck,
         scaled_never: pairs.iter().filter(|p| p.scaled.is_none()).count(),
+        scaled_near_chance: pairs.iter().filter(|p| p.scaled_near_chance).count(),
         ratio,
         finished_ratio: (f.value, f.lo, f.hi, f.n),
         bounded_ratio: (b.value, b.lo, b.hi),
@@ -258,6 +261,7 @@ mod tests {
             scaled,
             unscaled,
             unscaled_near_chance: near,
+            scaled_near_chance: false,
             budget: 1500,
         }
     }

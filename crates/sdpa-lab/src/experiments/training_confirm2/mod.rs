@@ -22,7 +22,7 @@ pub mod runs;
 use sdpa_model::{OptimizerKind, QkInit};
 
 use crate::context::{Env, LabError};
-use crate::experiment::{AnalyzeFn, Cell, Plan, RenderFn, Stages, Weight};
+use crate::experiment::{Analysis, AnalyzeFn, Cell, Plan, RenderFn, Stages, Weight};
 use crate::experiments::training::{Role, Run, TrainingCell};
 use crate::measures::training::{Arm, TrainingOutcome, TrainingSpec, init_name, run};
 use design::{
@@ -114,11 +114,18 @@ fn cell(
     }
 }
 
+/// The analysis, with the appendix's first summary line: the report's answer.
+fn analyze_with_headline(plan: &Plan, cells: &[Run]) -> Analysis<analyze::Confirm2Data> {
+    let analysis = analyze::analyze(plan, cells);
+    let headline = answer::headline(&analysis.data);
+    analysis.with_headline(headline)
+}
+
 impl Stages for TrainingConfirm2 {
     type Config = TrainingCell;
     type Result = TrainingOutcome;
     type Data = analyze::Confirm2Data;
-    const ANALYZE: AnalyzeFn<Self> = analyze::analyze;
+    const ANALYZE: AnalyzeFn<Self> = analyze_with_headline;
     const RENDER: RenderFn<Self> = render::render;
 
     fn name(&self) -> &'static str {

@@ -74,6 +74,7 @@ pub fn simulate(
                 scaled: within(t.scaled),
                 unscaled: t.unscaled.and_then(within),
                 unscaled_near_chance: t.unscaled.is_none(),
+                scaled_near_chance: false,
                 budget,
             });
         }

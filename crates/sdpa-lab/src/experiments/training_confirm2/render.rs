@@ -55,8 +55,13 @@ fn reached_plot(data: &Confirm2Data, canvas: &mut Canvas) -> Result<String, LabE
             line.colored(color)
         };
         let which = s.scheme.slug();
+        let hidden = if s.scheme == RateScheme::Own {
+            ""
+        } else {
+            " (under the solid where equal)"
+        };
         series.push(style(
-            format!("1/√d_k, {which} rate"),
+            format!("1/√d_k, {which} rate{hidden}"),
             reached_curve(&scaled, budget, 1.0),
             0,
         ));
@@ -68,13 +73,21 @@ fn reached_plot(data: &Confirm2Data, canvas: &mut Canvas) -> Result<String, LabE
         if s.scheme == RateScheme::Own {
             series.push(
                 Series::curve(
-                    "1/√d_k, every run 4× slower",
+                    "1/√d_k at 4× its steps: «extremely slow»",
                     reached_curve(&scaled, budget, 4.0),
                 )
                 .colored(7),
             );
         }
     }
+    // The budget, where every curve ends.
+    series.push(
+        Series::reference(
+            format!("the budget ({budget} steps)"),
+            vec![(budget as f64, 0.0), (budget as f64, 1.0)],
+        )
+        .colored(7),
+    );
     canvas.line_plot(
         "training_confirm2_reached.png",
         &LinePlot {

@@ -34,7 +34,9 @@ pub struct WhySoftmaxRow {
     pub effective_keys: Vec<f64>,
     /// Its mean and interval.
     pub effective_keys_ci: Option<Estimate>,
-    /// Entropy (normalized weightings).
+    /// Entropy per draw (normalized weightings).
+    pub entropies: Vec<f64>,
+    /// Its mean and interval.
     pub entropy: Option<Estimate>,
 }
 
@@ -71,6 +73,7 @@ fn row(c: &WhySoftmaxConfig, method: usize, scaled: bool, draws: &[DrawValues]) 
         effective_keys_ci: (!eff.is_empty()).then(|| mean_ci(&eff)),
         effective_keys: eff,
         entropy: (!ent.is_empty()).then(|| mean_ci(&ent)),
+        entropies: ent,
     }
 }
 

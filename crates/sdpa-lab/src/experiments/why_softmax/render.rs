@@ -32,6 +32,30 @@ fn write_csv(data: &WhySoftmaxData, canvas: &mut Canvas) -> Result<(), LabError>
             })
             .collect::<Vec<_>>(),
     )?;
+    // Every draw behind the intervals above and the fitted exponents.
+    let draws: Vec<String> = rows
+        .iter()
+        .flat_map(|r| {
+            (0..r.output_std.len()).map(move |i| {
+                let at = |v: &[f64]| v.get(i).map_or(f64::NAN, |x| *x);
+                format!(
+                    "\"{}\",{},{},{},{i},{},{},{}",
+                    r.method,
+                    r.n,
+                    r.d,
+                    r.scaled,
+                    r.output_std[i],
+                    at(&r.effective_keys),
+                    at(&r.entropies)
+                )
+            })
+        })
+        .collect();
+    canvas.csv(
+        "why_softmax_draws.csv",
+        "method,n,d,scaled,draw,output_std,effective_keys,entropy",
+        &draws,
+    )?;
     Ok(())
 }
 
