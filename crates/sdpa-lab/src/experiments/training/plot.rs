@@ -229,7 +229,7 @@ fn paired(
     // there is drawn, a labelled grey band; the reference lines stop at the budget.
     series.push(
         Series::with_band(
-            format!("the budget ({budget:.0} steps); beyond it: never at 99%"),
+            format!("budget ({budget:.0}); beyond: never at 99%"),
             vec![(0.0, budget, budget, top), (top, budget, budget, top)],
         )
         .colored(7),

@@ -154,7 +154,7 @@ fn paired_plot(data: &ConfirmData, canvas: &mut Canvas) -> Result<String, LabErr
     // is drawn; the reference lines stop at the budget.
     series.push(
         Series::with_band(
-            format!("the budget ({} steps); above it: never at 99%", data.budget),
+            format!("budget ({}); above: never at 99%", data.budget),
             vec![
                 (0.0, budget, budget, top),
                 (budget * 1.2, budget, budget, top),

@@ -58,7 +58,7 @@ fn reached_plot(data: &Confirm2Data, canvas: &mut Canvas) -> Result<String, LabE
         let hidden = if s.scheme == RateScheme::Own {
             ""
         } else {
-            " (under the solid where equal)"
+            " (under solid)"
         };
         series.push(style(
             format!("1/√d_k, {which} rate{hidden}"),
