@@ -50,6 +50,22 @@ impl Outcome {
         }
     }
 
+    /// The outcome of a sentence whose parts are joined by "and": it holds when every part
+    /// holds, fails when a part fails (or holds only under some conditions), and is undecided
+    /// otherwise (no parts: undecided).
+    pub fn all(parts: &[Outcome]) -> Self {
+        let tally = Tally::of(parts);
+        if parts.is_empty() {
+            Outcome::Undecided
+        } else if tally.fails + tally.conditional > 0 {
+            Outcome::Fails
+        } else if tally.holds == parts.len() {
+            Outcome::Holds
+        } else {
+            Outcome::Undecided
+        }
+    }
+
     /// The outcome of a claim checked under several conditions, by one rule (stated in the
     /// README): **holds** when it holds in every condition; **FAILS** when it fails in at least
     /// one and holds in none; **conditional** when it holds in at least one and fails in at least
@@ -297,16 +313,7 @@ impl Claim {
         check: impl Into<String>,
         parts: Vec<Condition>,
     ) -> Self {
-        let tally = Tally::of(&parts.iter().map(|c| c.outcome).collect::<Vec<_>>());
-        let outcome = if parts.is_empty() {
-            Outcome::Undecided
-        } else if tally.fails + tally.conditional > 0 {
-            Outcome::Fails
-        } else if tally.holds == parts.len() {
-            Outcome::Holds
-        } else {
-            Outcome::Undecided
-        };
+        let outcome = Outcome::all(&parts.iter().map(|c| c.outcome).collect::<Vec<_>>());
         Self {
             outcome,
             conjunction: true,
@@ -491,10 +498,25 @@ impl Verdict {
 
     /// The verdict on the article from a list of claims (the lab's are ignored).
     pub fn from_claims(claims: &[Claim]) -> Self {
-        // A claim that could not have failed is no evidence either way: not counted.
-        let article: Vec<Outcome> = claims
+        // A claim that could not have failed is no evidence either way: not counted. A part of a
+        // sentence (its quote with the part's name in brackets) whose whole sentence has a
+        // counted row of its own is decided by that row: the «or» of the training sentence holds
+        // through one half while the other is undecided.
+        let quote = |c: &Claim| match &c.source {
+            Source::Article(q) => q.zh,
+            Source::Lab => "",
+        };
+        let counted: Vec<&Claim> = claims
             .iter()
             .filter(|c| c.source.is_article() && c.counts())
+            .collect();
+        let article: Vec<Outcome> = counted
+            .iter()
+            .filter(|c| {
+                let zh = quote(c);
+                let whole = zh.split('（').next().unwrap_or(zh);
+                whole == zh || !counted.iter().any(|w| quote(w) == whole)
+            })
             .map(|c| c.outcome)
             .collect();
         let has = |o: Outcome| article.contains(&o);

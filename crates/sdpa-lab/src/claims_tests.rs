@@ -131,6 +131,49 @@ fn verdicts_follow_the_articles_claims_alone() {
 }
 
 #[test]
+fn a_part_is_decided_by_its_counted_whole_sentence() {
+    static WHOLE: Quote = Quote {
+        section: "Q1",
+        zh: "训练完全失效或极慢。",
+        en: "",
+    };
+    static HALF: Quote = Quote {
+        section: "Q1",
+        zh: "训练完全失效或极慢。（完全失效）",
+        en: "",
+    };
+    let claim = |source, outcome| Claim {
+        id: "c".into(),
+        source,
+        statement: String::new(),
+        check: String::new(),
+        measured: String::new(),
+        outcome,
+        conditions: Vec::new(),
+        conjunction: false,
+        cannot_fail: None,
+        fails_if: None,
+    };
+    use Outcome::*;
+    // The «or» holds through its other half; the undecided half does not make the experiment
+    // undecided while the whole sentence's row counts.
+    let both = [
+        claim(Source::Article(&WHOLE), Holds),
+        claim(Source::Article(&HALF), Undecided),
+    ];
+    assert_eq!(Verdict::from_claims(&both), Verdict::Reproduced);
+    // Without a counted whole row, the part counts.
+    let whole_uncounted = [
+        claim(Source::Article(&WHOLE), Holds).cannot_fail("rests on the budget"),
+        claim(Source::Article(&HALF), Fails),
+    ];
+    assert_eq!(
+        Verdict::from_claims(&whole_uncounted),
+        Verdict::NotSupported
+    );
+}
+
+#[test]
 fn a_sentence_of_parts_fails_when_one_part_fails() {
     let part = |outcome| Condition {
         label: "part".into(),

@@ -62,10 +62,7 @@ pub fn claims_table(claims: &[Claim]) -> String {
                 c.check.clone(),
                 c.measured.clone(),
                 match &c.cannot_fail {
-                    Some(why) => format!(
-                        "{} (could not have failed: {why}; not counted)",
-                        c.outcome_text()
-                    ),
+                    Some(why) => format!("{} (not counted: {why})", c.outcome_text()),
                     None => c.outcome_text(),
                 },
             ]
@@ -109,7 +106,7 @@ fn summary_of(claims: &[Claim], article: bool, empty: &str) -> String {
     };
     if !uncounted.is_empty() {
         s.push_str(&format!(
-            "; not counted (could not have failed): {}",
+            "; not counted (the ledger says why): {}",
             uncounted.join(", ")
         ));
     }

@@ -32,7 +32,7 @@ fn ledger(s: &mut String, r: &Report) {
                     md_cell(q.en),
                     md_cell(&c.check),
                     md_cell(&match (&c.cannot_fail, &c.fails_if) {
-                        (Some(why), _) => format!("nothing: it could not have failed ({why})"),
+                        (Some(why), _) => format!("not counted: {why}"),
                         (None, Some(result)) => result.clone(),
                         (None, None) => "–".into(),
                     }),
@@ -223,8 +223,7 @@ fn section(s: &mut String, e: &ExperimentReport) {
         s,
         "\n_{} cells, {:.1} s of measurement; files: {}._",
         e.cells,
-        // A tiny negative sum (clock rounding of an empty run) prints as 0.0, not -0.0.
-        e.measure_seconds.max(0.0),
+        e.measure_seconds,
         e.csv
             .iter()
             .chain(&e.plots)
@@ -319,8 +318,9 @@ fn sentence(zh: &str) -> &str {
 
 /// One sentence's outcome from its rows (each the quote it checks and its outcome): the
 /// whole-sentence row's, where exactly one row quotes the sentence whole and the others are its
-/// parts; otherwise (several rows quoting it whole, as the gradient sentence's three checks do,
-/// or parts only) every row together, by [`Outcome::across`].
+/// parts; several rows quoting it whole are checks of one sentence (the gradient sentence's
+/// three), joined by "and" as a sentence's parts are within one claim ([`Outcome::all`]: one
+/// failing check fails it); parts alone, by [`Outcome::across`].
 fn sentence_outcome(base: &str, rows: &[(&str, Outcome)]) -> Outcome {
     let whole: Vec<Outcome> = rows
         .iter()
@@ -329,13 +329,13 @@ fn sentence_outcome(base: &str, rows: &[(&str, Outcome)]) -> Outcome {
         .collect();
     match whole.as_slice() {
         [one] if rows.len() > 1 => *one,
+        [_, _, ..] => Outcome::all(&whole),
         _ => Outcome::across(&rows.iter().map(|(_, o)| *o).collect::<Vec<_>>()),
     }
 }
 
-/// The tally of the article's sentences, each counted once: a sentence checked in parts or on
-/// several columns counts by its whole-sentence row where it has one, else by its rows
-/// together ([`Outcome::across`]); a claim that could not have failed is left out and named.
+/// The tally of the article's sentences, each counted once, by [`sentence_outcome`]; a claim
+/// that could not have failed is left out and named.
 pub(super) fn tally_line(r: &Report) -> Option<String> {
     // Where a confirmatory run decided a sentence, the rows of the latest such run alone count.
     let superseded_ids: Vec<(&str, &str)> = r
@@ -382,8 +382,12 @@ pub(super) fn tally_line(r: &Report) -> Option<String> {
     let t = Tally::of(&outcomes);
     let verb = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
     Some(format!(
-        "**The article's sentences, each counted once** (the ledger below has a row per check): of \
-         {} that could have failed, {}, {}, {}, {} and {}{}.",
+        "**The article's sentences, each counted once** (the ledger below has a row per check; a \
+         sentence checked by several rows counts by its whole-sentence row where it has one; \
+         several checks of one whole sentence count as its parts, so one failing check fails it; a \
+         claim counts when its design let it fail, and not when \
+         its verdict rests on a bound set by the budget): of {} that could have failed, {}, {}, \
+         {}, {} and {}{}.",
         t.total(),
         verb(t.holds, "holds", "hold"),
         verb(t.fails, "fails", "fail"),
@@ -406,7 +410,7 @@ pub(super) fn tally_line(r: &Report) -> Option<String> {
             String::new()
         } else {
             format!(
-                "; not counted, because they could not have failed: {}",
+                "; not counted (the ledger says why: they could not have failed, or rest on the budget): {}",
                 left_out.join(", ")
             )
         }
@@ -444,13 +448,16 @@ mod tests {
             ("梯度消失（part 1）", Outcome::Fails),
         ];
         assert_eq!(sentence_outcome(base, &parts), Outcome::Holds);
-        // Three checks quoting the sentence whole count together, not by the first row.
+        // Three checks quoting the sentence whole count together, not by the first row: one
+        // that fails fails the sentence, as a failing part fails a sentence checked in parts.
         let checks = [
             (base, Outcome::Holds),
             (base, Outcome::Conditional),
             (base, Outcome::Fails),
         ];
-        assert_eq!(sentence_outcome(base, &checks), Outcome::Conditional);
+        assert_eq!(sentence_outcome(base, &checks), Outcome::Fails);
+        let holding = [(base, Outcome::Holds), (base, Outcome::Holds)];
+        assert_eq!(sentence_outcome(base, &holding), Outcome::Holds);
         assert_eq!(
             sentence_outcome(base, &[(base, Outcome::Fails)]),
             Outcome::Fails

@@ -95,7 +95,8 @@ impl ExperimentReport {
             per_backend: finished.per_backend,
             skipped: finished.skipped,
             cells: cells.len(),
-            measure_seconds: cells.iter().map(|c| c.seconds).sum(),
+            // An empty sum of f64 is -0.0: printed as 0.0.
+            measure_seconds: cells.iter().map(|c| c.seconds).sum::<f64>().max(0.0),
             reused_from: reused_from(cells.iter().filter(|c| c.reused).map(|c| &c.measured_by)),
         }
     }

@@ -64,7 +64,15 @@ pub fn analyze(
             }
         }
     }
-    data.trained_best_mean = mean_ci(&data.trained_best);
+    // A share: its t-interval cut to [0, 1].
+    let share = |e: Estimate| Estimate {
+        lo: e.lo.max(0.0),
+        hi: e.hi.min(1.0),
+        ci90: e.ci90.map(|(lo, hi)| (lo.max(0.0), hi.min(1.0))),
+        ..e
+    };
+    data.random_share = share(data.random_share);
+    data.trained_best_mean = share(mean_ci(&data.trained_best));
     Analysis::new(claims(&data), data)
 }
 

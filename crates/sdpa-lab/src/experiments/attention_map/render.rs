@@ -6,8 +6,42 @@ use crate::context::LabError;
 use crate::experiment::Canvas;
 use crate::markdown::{f, md_table};
 
+/// Every draw behind the section's intervals: each random draw's hits (of rows 4–7) and mean
+/// weight on the twin, each trained model's best head, and the first model's heads.
+fn write_draws(data: &AttentionMapData, canvas: &mut Canvas) -> Result<(), LabError> {
+    let mut lines = Vec::new();
+    if let Some(r) = &data.random {
+        for (i, &hits) in r.hits_per_draw.iter().enumerate() {
+            let weight = r.twin_weights.get(i).map_or(f64::NAN, |w| *w);
+            lines.push(format!(
+                "random draw,{i},{hits},4,{},{weight}",
+                hits as f64 / 4.0
+            ));
+        }
+    }
+    for (i, share) in data.trained_best.iter().enumerate() {
+        lines.push(format!("trained model's best head,{i},,,{share},"));
+    }
+    if let Some(t) = &data.trained {
+        for (head, &hits) in t.twin_hits.iter().enumerate() {
+            lines.push(format!(
+                "first trained model's head,{head},{hits},{},{},",
+                t.rows,
+                hits as f64 / t.rows.max(1) as f64
+            ));
+        }
+    }
+    canvas.csv(
+        "attention_map_draws.csv",
+        "part,index,twin_hits,rows,share,mean_twin_weight",
+        &lines,
+    )?;
+    Ok(())
+}
+
 /// The section.
 pub fn render(data: &AttentionMapData, canvas: &mut Canvas) -> Result<String, LabError> {
+    write_draws(data, canvas)?;
     let mut out = String::new();
     if let Some(r) = &data.random {
         let mut headers = vec![String::new()];

@@ -445,8 +445,8 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
             "query-gradient-vanishes",
             format!(
                 "∂L/∂Q unscaled / scaled: {} at d_k {}, {} at d_k {} ({} keys; family-wise \
-                 intervals over the {family} conditions counted): the smaller slope is multiplied \
-                 by the larger scores and by K",
+                 intervals over the {family} (key count, d_k) with d_k ≥ 64, so wider than the \
+                 bullet's): the smaller slope is multiplied by the larger scores and by K",
                 first.query.show(1),
                 first.d,
                 top.query.show(1),

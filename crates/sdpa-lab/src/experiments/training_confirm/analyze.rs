@@ -33,6 +33,9 @@ pub struct ConfirmData {
     pub nearest: Option<(sdpa_model::QkInit, usize, f64)>,
     /// Every run.
     pub runs: Vec<RunRow>,
+    /// Whether «extremely slow» holds on a lower end that is a budget bound: it and the sentence
+    /// then rest on the budget (shown, not counted).
+    pub rests_on_budget: bool,
 }
 
 /// The hypotheses and claims.
@@ -61,9 +64,16 @@ pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<ConfirmData> {
     let stats: Vec<&PairStats> = per_condition.iter().collect();
     let pairs = pairs_of(&runs, &stats);
     let hypotheses = hypotheses(&pairs);
+    let budget_bound = hypotheses
+        .as_ref()
+        .is_some_and(|h| is_budget_bound(&pairs, h.ratio.lo));
     let claims = hypotheses
         .as_ref()
-        .map_or_else(Vec::new, |h| claims(h, is_budget_bound(&pairs, h.ratio.lo)));
+        .map_or_else(Vec::new, |h| claims(h, budget_bound));
+    let rests_on_budget = budget_bound
+        && hypotheses
+            .as_ref()
+            .is_some_and(|h| h.outcomes[4] == Outcome::Holds);
     let nearest = nearest_unsaturated(&runs);
     let robustness = hypotheses.as_ref().map(|_| {
         robustness(
@@ -82,6 +92,7 @@ pub fn analyze(plan: &Plan, cells: &[Run]) -> Analysis<ConfirmData> {
             robustness,
             nearest,
             runs,
+            rests_on_budget,
         },
     )
 }

@@ -394,7 +394,7 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
             h.stuck_all.0,
             h.stuck_all.1,
             short_p(h.stuck_all.2),
-            halves_words(h, &ratio),
+            halves_words(h, &ratio, data.rests_on_budget),
             robustness_words(data),
             data.budget,
         ),
@@ -425,7 +425,7 @@ fn saturated_ran(data: &ConfirmData) -> String {
 }
 
 /// The article's two halves, the one that held first.
-fn halves_words(h: &Hypotheses, ratio: &str) -> String {
+fn halves_words(h: &Hypotheses, ratio: &str, rests_on_budget: bool) -> String {
     use crate::claims::Outcome;
     let verdict = |o: Outcome| match o {
         Outcome::Holds => "holds",
@@ -446,7 +446,16 @@ fn halves_words(h: &Hypotheses, ratio: &str) -> String {
         100.0 * h.near_chance.hi,
         verdict(h.outcomes[3])
     );
-    let sentence = format!("The article's sentence {}", verdict(h.outcomes[5]));
+    let sentence = format!(
+        "The article's sentence {}{}",
+        verdict(h.outcomes[5]),
+        if rests_on_budget {
+            " by the pre-registered rule, but is not counted: the lower end it rests on is a \
+             budget bound (see the caveat)"
+        } else {
+            ""
+        }
+    );
     // With so many pairs only bounded below, the interval has no upper end: «extremely slow»
     // could not have failed in this run.
     let slow = if h.ratio.hi.is_infinite() && h.outcomes[4] != Outcome::Fails {

@@ -157,6 +157,9 @@ fn condition_row(
         ),
         if n == 0 {
             "–".into()
+        } else if lo.is_nan() || hi.is_nan() {
+            // Too few finished pairs for a distribution-free 95% interval.
+            format!("{m:.2} (n = {n}, too few for an interval)")
         } else {
             format!("{m:.2} [{lo:.2}, {hi:.2}] (n = {n})")
         },
