@@ -218,11 +218,12 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
     canvas.key_number(
         "confirm2-sentence",
         format!(
-            "«extremely slow» (at least 4×) {}: slowdown {} at each arm's own rate, {} at one \
-             shared rate; «fails completely» (most runs stuck near chance) {}: {} of {} unscaled \
+            "«extremely slow» (at least 4×) {}: slowdown {} at each arm's own rate ({:.1}× \
+             without Kaplan–Meier's assumption), {} at one shared rate; «fails completely» (most runs stuck near chance) {}: {} of {} unscaled \
              runs at their own rates, {} at the shared rate (97.5% intervals)",
             o.outcomes[1].label(),
             ratio_words(o),
+            o.bounded_ratio.0,
             ratio_words(s),
             o.outcomes[0].label(),
             o.near_chance.count,
@@ -234,14 +235,11 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
         Question::Training,
         Some(format!(
             "{}: from logits as spread as the article's example, the median paired slowdown to 99% \
-             is at least {}× (97.5% lower end, {} conditions pooled; estimate {}×, {:.1}× without \
-             Kaplan–Meier's assumption); {} of {} unscaled runs never got there (scaled: {}), {} \
-             stuck near chance.",
+             is at least {}×: {} (97.5% interval, conditions pooled); {} of {} unscaled runs never \
+             got there (scaled: {}), {} stuck near chance.",
             lead(verdict),
             end(o.ratio.km.lo),
-            data.sizes.conditions.len(),
-            end(o.ratio.km.value),
-            o.bounded_ratio.0,
+            ratio_words(o),
             o.near_chance.count + o.never_not_stuck,
             o.near_chance.n,
             o.scaled_never,
