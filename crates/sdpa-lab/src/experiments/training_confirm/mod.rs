@@ -7,6 +7,7 @@
 pub mod analyze;
 pub mod design;
 pub mod hypotheses;
+pub mod plot;
 pub mod render;
 
 use crate::context::{Env, LabError};
