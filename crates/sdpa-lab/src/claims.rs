@@ -514,7 +514,7 @@ impl Verdict {
             .iter()
             .filter(|c| {
                 let zh = quote(c);
-                let whole = zh.split('（').next().unwrap_or(zh);
+                let whole = sentence_of(zh);
                 whole == zh || !counted.iter().any(|w| quote(w) == whole)
             })
             .map(|c| c.outcome)
@@ -536,6 +536,12 @@ impl Verdict {
             Verdict::Undecided
         }
     }
+}
+
+/// The sentence a claim's quote checks: a sentence checked in parts has its part's name in
+/// brackets after the quote.
+pub fn sentence_of(zh: &str) -> &str {
+    zh.split('（').next().unwrap_or(zh)
 }
 
 #[path = "claims_text.rs"]

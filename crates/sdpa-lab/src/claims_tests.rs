@@ -91,18 +91,6 @@ fn verdicts_follow_the_articles_claims_alone() {
         zh: "",
         en: "",
     };
-    let claim = |source, outcome| Claim {
-        id: "c".into(),
-        source,
-        statement: String::new(),
-        check: String::new(),
-        measured: String::new(),
-        outcome,
-        conditions: Vec::new(),
-        conjunction: false,
-        cannot_fail: None,
-        fails_if: None,
-    };
     let article = |o| claim(Source::Article(&Q), o);
     let lab = |o| claim(Source::Lab, o);
     use Outcome::*;
@@ -130,6 +118,22 @@ fn verdicts_follow_the_articles_claims_alone() {
     assert_eq!(article_summary(&[lab(Holds)]), "no claim of the article");
 }
 
+/// A bare claim of `source` with `outcome`.
+fn claim(source: Source, outcome: Outcome) -> Claim {
+    Claim {
+        id: "c".into(),
+        source,
+        statement: String::new(),
+        check: String::new(),
+        measured: String::new(),
+        outcome,
+        conditions: Vec::new(),
+        conjunction: false,
+        cannot_fail: None,
+        fails_if: None,
+    }
+}
+
 #[test]
 fn a_part_is_decided_by_its_counted_whole_sentence() {
     static WHOLE: Quote = Quote {
@@ -141,18 +145,6 @@ fn a_part_is_decided_by_its_counted_whole_sentence() {
         section: "Q1",
         zh: "训练完全失效或极慢。（完全失效）",
         en: "",
-    };
-    let claim = |source, outcome| Claim {
-        id: "c".into(),
-        source,
-        statement: String::new(),
-        check: String::new(),
-        measured: String::new(),
-        outcome,
-        conditions: Vec::new(),
-        conjunction: false,
-        cannot_fail: None,
-        fails_if: None,
     };
     use Outcome::*;
     // The «or» holds through its other half; the undecided half does not make the experiment

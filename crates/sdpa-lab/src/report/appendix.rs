@@ -310,11 +310,7 @@ fn abstract_lines(s: &mut String, r: &Report) {
     let _ = writeln!(s);
 }
 
-/// The sentence a ledger row checks: a sentence checked in parts has its part's name in
-/// brackets after the quote.
-fn sentence(zh: &str) -> &str {
-    zh.split('（').next().unwrap_or(zh)
-}
+use crate::claims::sentence_of as sentence;
 
 /// One sentence's outcome from its rows (each the quote it checks and its outcome): the
 /// whole-sentence row's, where exactly one row quotes the sentence whole and the others are its

@@ -46,7 +46,7 @@ fn jacobian_claims(cells: &Cells, data: &GradientsData) -> Vec<Claim> {
 /// The key sweep's rows where q and k meet the premise (the second confirmatory design's, one
 /// rule for every claim about attention without the scale): d ≥ 64, whose unscaled logits have
 /// std ≥ 8 like the article's own example.
-fn premise_rows(data: &GradientsData) -> impl Iterator<Item = &KeysRow> {
+pub(super) fn premise_rows(data: &GradientsData) -> impl Iterator<Item = &KeysRow> {
     data.by_keys
         .iter()
         .filter(|r| r.d >= PREMISE_MIN_D_K_UNIT_ENTRIES)

@@ -436,11 +436,7 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
                 data.n
             ),
         );
-        let family = data
-            .by_keys
-            .iter()
-            .filter(|r| r.d >= PREMISE_MIN_D_K_UNIT_ENTRIES)
-            .count();
+        let family = super::claims::premise_rows(data).count();
         canvas.key_number(
             "query-gradient-vanishes",
             format!(
@@ -534,10 +530,7 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
             by_keys,
             data.by_keys.len(),
             dims,
-            data.by_keys
-                .iter()
-                .filter(|r| r.d >= PREMISE_MIN_D_K_UNIT_ENTRIES)
-                .count(),
+            super::claims::premise_rows(data).count(),
             PREMISE_MIN_D_K_UNIT_ENTRIES,
         ),
     );

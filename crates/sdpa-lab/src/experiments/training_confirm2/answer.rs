@@ -26,14 +26,17 @@ pub fn ratio_words(d: &Decided) -> String {
 /// "≥ 4.2× [3.9, ∞]": the order-statistics median of the ratio bounds (97.5%).
 fn bounded_words(d: &Decided) -> String {
     let (v, lo, hi) = d.bounded_ratio;
-    let x = |v: f64| {
-        if v.is_finite() {
-            format!("{v:.1}")
-        } else {
-            "∞".into()
-        }
-    };
+    let x = |v| one_digit(v, "∞");
     format!("{}× [{}, {}]", x(v), x(lo), x(hi))
+}
+
+/// `v` with one digit, or `missing` where it is not a finite number.
+fn one_digit(v: f64, missing: &str) -> String {
+    if v.is_finite() {
+        format!("{v:.1}")
+    } else {
+        missing.into()
+    }
 }
 
 /// "12 of 60 stuck near chance, 5 more never at 99%".
@@ -52,13 +55,7 @@ fn stuck_words(d: &Decided) -> String {
 /// order statistics; described, not tested).
 fn finished_words(d: &Decided) -> String {
     let (v, lo, hi, n) = d.finished_ratio;
-    let x = |v: f64| {
-        if v.is_finite() {
-            format!("{v:.1}")
-        } else {
-            "–".into()
-        }
-    };
+    let x = |v| one_digit(v, "–");
     format!("{}× [{}, {}] (n = {n})", x(v), x(lo), x(hi))
 }
 
