@@ -370,17 +370,7 @@ impl MultiHeadSdpa {
             Some(factor) => query * factor.reshape([1, 1, 1, 1]),
             None => query,
         };
-        let mut input = input.with_tensors(query, key, value);
-        if let Some(sinks) = &self.sinks {
-            if input.sinks.is_some() {
-                return Err(AttentionError::InvalidConfig {
-                    field: "sinks",
-                    value: "an input's sinks".into(),
-                    reason: "the layer has its own learned sinks; give the input none".into(),
-                });
-            }
-            input.sinks = Some(sinks.val());
-        }
+        let input = self.core_input(input, query, key, value)?;
         let out = self.attention.try_forward(input)?;
         // [b, h, n, d_v] -> [b, n, h, d_v] -> [b, n, h·d_v]
         let context = out
@@ -429,11 +419,31 @@ impl MultiHeadSdpa {
     /// ```
     pub fn path(&self, input: &MultiHeadSdpaInput) -> Result<AttentionPath, AttentionError> {
         let (query, key, value) = self.project_heads(input)?;
-        let mut input = input.clone().with_tensors(query, key, value);
+        let input = self.core_input(input.clone(), query, key, value)?;
+        self.attention.path(&input)
+    }
+
+    /// The attention core's input: the heads with `input`'s masks and options, and the layer's
+    /// learned sinks (refused beside an input's own).
+    fn core_input(
+        &self,
+        input: MultiHeadSdpaInput,
+        query: Tensor<4>,
+        key: Tensor<4>,
+        value: Tensor<4>,
+    ) -> Result<AttentionInput, AttentionError> {
+        let mut input = input.with_tensors(query, key, value);
         if let Some(sinks) = &self.sinks {
+            if input.sinks.is_some() {
+                return Err(AttentionError::InvalidConfig {
+                    field: "sinks",
+                    value: "an input's sinks".into(),
+                    reason: "the layer has its own learned sinks; give the input none".into(),
+                });
+            }
             input.sinks = Some(sinks.val());
         }
-        self.attention.path(&input)
+        Ok(input)
     }
 
     /// Applies multi-head attention.
