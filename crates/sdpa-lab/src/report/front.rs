@@ -86,7 +86,8 @@ const GLOSSARY: &str = "- **d_k**: the length of the query and key vectors; **st
      thinner.\n\
      - **logit**: a score q·k that softmax turns into a weight; **logit std**: how \
      spread the scores of one query are; **the article's example**: d_k 64 with unit-variance q \
-     and k, logit std about 8 (7.5 in this model at the start of training).\n\
+     and k, logit std about 8 (a little less in this model at the start of training: each run's \
+     screen gives its own figure).\n\
      - **softmax's slope** (its Jacobian J, size ‖J‖): how much the weights move when the scores \
      move. It is small when softmax saturates, and also when the weights spread thinly over many \
      keys (the scaled softmax over 256 keys): so the unscaled slope can be the larger one. **∂L/∂Q**: \

@@ -159,7 +159,7 @@ pub fn answer(data: &TrainingData, canvas: &mut Canvas, figure: Option<&str>) {
          {separated} of {} conditions (McNemar's test counts the pairs where only one of the two \
          runs got stuck; Holm's correction allows for testing several conditions at once). {} \
          unscaled runs ended below {FAILED_PCT:.0}% accuracy against {} scaled. By \
-         initialization: {}. Where the unscaled logits start saturated (std ≥ {cutoff:.1}, the article example's own), \
+         initialization: {}. Where the unscaled logits start saturated (std ≥ {cutoff:.1}: the article example's median starting std in this run), \
          the median paired ratio of steps (a pair whose run never got there only bounds it; \
          family-wise 95% intervals over the conditions) was {}.\n\n\
          **Caveat.** These runs also shaped the analysis (the saturation split, the ±1.25× margin of its equivalence tests), \

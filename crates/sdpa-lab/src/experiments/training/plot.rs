@@ -225,12 +225,21 @@ fn paired(
         return Ok(None);
     }
     let top = never * 1.08;
-    // The budget as lines on both axes; above (and right of) it, where a run that never got
-    // there is drawn, a labelled grey band; the reference lines stop at the budget.
+    // The budget as lines on both axes; above it, where a run that never got there is drawn, a
+    // labelled grey band; the reference lines stop at the budget.
     series.push(
         Series::with_band(
             format!("budget ({budget:.0}); beyond: never at 99%"),
             vec![(0.0, budget, budget, top), (top, budget, budget, top)],
+        )
+        .colored(7),
+    );
+    // The same band right of the budget, where a pair whose scaled run never got there is
+    // drawn (▶, ✕): no marker stands at an invented step without the band behind it.
+    series.push(
+        Series::with_band(
+            "",
+            vec![(budget, budget, 0.0, top), (top, budget, 0.0, top)],
         )
         .colored(7),
     );
@@ -348,12 +357,36 @@ fn mechanism(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErro
             series.push(Series::texts(texts).colored(k));
         }
     }
+    // Above the budget, where a run that never got there is drawn: a labelled grey band over
+    // the stds the runs span.
+    let budget = data.sizes.budget as f64;
+    let stds: Vec<f64> = data
+        .runs
+        .iter()
+        .map(|r| r.outcome.initial.logit_std)
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .collect();
+    let (lo, hi) = stds.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| {
+        (lo.min(x), hi.max(x))
+    });
+    if lo <= hi {
+        series.push(
+            Series::with_band(
+                format!("beyond {budget:.0}: never at 99%"),
+                vec![
+                    (lo * 0.9, budget, budget, budget * 1.14),
+                    (hi * 1.1, budget, budget, budget * 1.14),
+                ],
+            )
+            .colored(7),
+        );
+    }
     // The premise's cutoff: to its right the unscaled logits start at least as spread as in the
-    // article's example.
+    // article's example (its median in this run).
     let cutoff = super::analyze::premise_std(data);
     series.push(
         Series::reference(
-            format!("std {cutoff:.1}: the article's example (premise)"),
+            format!("std {cutoff:.1}: the article's example, this run's median (premise)"),
             vec![(cutoff, 0.0), (cutoff, data.sizes.budget as f64 * 1.1)],
         )
         .colored(7),

@@ -386,7 +386,7 @@ fn halves_words(h: &Hypotheses, ratio: &str, rests_on_budget: bool) -> String {
 fn after_the_fact(data: &ConfirmData) -> String {
     let nearest = data.nearest.map_or(String::new(), |(init, d_k, std)| {
         format!(
-            " ({} init d_k {d_k}, whose unscaled logits start at std {std:.1}, falls just below it \
+            " ({} init d_k {d_k}, whose unscaled logits start at a median std of {std:.2} in this run, falls just below it \
              and is left out: the model's logits start a little under the √d_k of independent \
              unit-variance entries, so the article's std 8 at d_k 64 is not quite reached)",
             init_name(init)

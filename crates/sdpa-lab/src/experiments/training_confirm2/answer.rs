@@ -211,7 +211,11 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
     };
     let (o, s) = (&own.pooled, &shared.pooled);
     let verdict = super::hypotheses::across_schemes(o.outcomes[2], s.outcomes[2]);
-    let premise = premise_words(&data.sizes);
+    let premise = format!(
+        "{}: {}",
+        super::frozen::premise_rule_words(),
+        premise_words(&data.sizes)
+    );
     canvas.key_number(
         "confirm2-sentence",
         format!(

@@ -95,6 +95,39 @@ pub fn of(runs: &[FrozenRun], init: QkInit, d_k: usize, scaled: bool) -> Vec<&Fr
         .collect()
 }
 
+/// The median starting logit std of a condition's unscaled frozen runs, with their count
+/// (`None` without such runs).
+pub fn median_start_std(runs: &[FrozenRun], init: QkInit, d_k: usize) -> Option<(f64, usize)> {
+    let stds: Vec<f64> = of(runs, init, d_k, false)
+        .iter()
+        .map(|r| r.initial_logit_std)
+        .filter(|x| x.is_finite())
+        .collect();
+    (!stds.is_empty()).then(|| (crate::stats::median(&stds), stds.len()))
+}
+
+/// The premise's cutoff as the design fixed it: the article example's median starting logit
+/// std over the frozen first confirmatory run's unscaled runs, with their count (`None` where
+/// the frozen file does not parse, which its test rules out).
+pub fn premise_cutoff() -> Option<(f64, usize)> {
+    let runs = parse(super::design::FROZEN_FIRST_CONFIRM).ok()?;
+    let (init, d_k) = super::design::ARTICLE_EXAMPLE;
+    median_start_std(&runs, init, d_k)
+}
+
+/// The premise's rule in words, with its cutoff and the run that fixed it.
+pub fn premise_rule_words() -> String {
+    premise_cutoff().map_or_else(
+        || "the rule's frozen run could not be read".into(),
+        |(std, n)| {
+            format!(
+                "median starting logit std at least {std:.2}, the article example's over the \
+                 frozen first confirmatory run's {n} unscaled runs"
+            )
+        },
+    )
+}
+
 /// SHA-256 of `bytes` as 64 lowercase hex digits (FIPS 180-4; the lab has no hashing crate).
 pub fn sha256(bytes: &[u8]) -> String {
     const K: [u32; 64] = [
@@ -166,7 +199,6 @@ pub fn sha256(bytes: &[u8]) -> String {
 mod tests {
     use super::super::design::*;
     use super::*;
-    use crate::stats::median;
 
     #[test]
     fn sha256_of_known_texts() {
@@ -202,11 +234,15 @@ mod tests {
     }
 
     fn median_start_std(runs: &[FrozenRun], init: QkInit, d_k: usize) -> f64 {
-        let stds: Vec<f64> = of(runs, init, d_k, false)
-            .iter()
-            .map(|r| r.initial_logit_std)
-            .collect();
-        median(&stds)
+        super::median_start_std(runs, init, d_k).map_or(f64::NAN, |(m, _)| m)
+    }
+
+    #[test]
+    fn the_premise_cutoff_is_the_examples_median_over_the_frozen_run() {
+        let (std, n) = premise_cutoff().expect("the frozen file parses");
+        assert_eq!(n, 27);
+        assert!((std - 7.46).abs() < 0.005, "{std}");
+        assert!(premise_rule_words().contains("7.46"));
     }
 
     #[test]

@@ -1,17 +1,21 @@
 //! The primary hypothesis's power, by simulation with censoring
 //! ([`design::SEEDS`](super::design::SEEDS) says the model): resample the frozen first
 //! confirmatory run's pairs, censor them at the new budget, decide hypothesis 1 by its rules.
+//! And the level of its «extremely slow» half, by simulation at the design's sizes where the
+//! true median slowdown is exactly the boundary ([`simulated_level`]).
 
 use rand::{Rng, SeedableRng};
 use sdpa_model::QkInit;
 
 use super::design::{
-    BUDGET, FROZEN_FIRST_CONFIRM, POWER, POWER_SIMULATIONS, PREMISE, SEED_CANDIDATES,
+    BUDGET, FROZEN_FIRST_CONFIRM, HALF_ALPHA, POWER, POWER_SIMULATIONS, PREMISE, SEED_CANDIDATES,
+    SEEDS,
 };
 use super::frozen::{FrozenRun, of, parse};
-use super::hypotheses::decide;
+use super::hypotheses::{decide, ratio_median, slow_outcome};
 use crate::claims::Outcome;
 use crate::experiments::training_confirm::hypotheses::Pair;
+use crate::stats::distributions::normal_quantile;
 
 /// A frozen pair as the simulation reads it: the scaled run's steps, the unscaled run's
 /// (`None`: stuck near chance, at any budget).
@@ -124,9 +128,91 @@ pub fn seeds_for_power() -> Result<Option<usize>, String> {
         .map(|(n, _)| n))
 }
 
+/// How the simulated unscaled runs are cut off by the budget in [`simulated_level`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Censoring {
+    /// Each pair's ratio is drawn apart from its scaled steps: a pair is cut off at
+    /// budget / scaled steps whatever its ratio.
+    Independent,
+    /// The larger a pair's ratio, the faster its scaled run (drawn comonotone from the frozen
+    /// steps): a large ratio comes with a high cut-off, the case where Kaplan–Meier's
+    /// assumption (that when a pair is cut off says nothing of its ratio) fails.
+    TiedToRatio,
+}
+
+/// The spread (sd of the natural log) of the simulated paired ratios in [`simulated_level`].
+pub const LEVEL_LOG_SPREAD: f64 = 1.0;
+
+/// The number of simulated runs behind [`simulated_level`].
+pub const LEVEL_SIMULATIONS: usize = 2000;
+
+/// The level of hypothesis 1b («extremely slow», tested at [`HALF_ALPHA`]) by simulation:
+/// `simulations` runs at the design's sizes ([`SEEDS`] pairs per premise condition, the
+/// [`BUDGET`]), scaled steps resampled from the frozen first confirmatory run, and the unscaled
+/// steps drawn so that the true median paired ratio is `true_ratio` (log-normal, sd
+/// [`LEVEL_LOG_SPREAD`]), cut off by the budget as `censoring` says. Returns how many of the
+/// runs read «holds»: at `true_ratio` = [`SLOW_FACTOR`](super::design::SLOW_FACTOR) and a level of 2.5%, about 2.5% of them.
+/// Seeded: the same inputs give the same count.
+pub fn simulated_level(
+    templates: &[Vec<Template>],
+    censoring: Censoring,
+    true_ratio: f64,
+    simulations: usize,
+    seed: u64,
+) -> usize {
+    use rand_distr::{Distribution, Normal};
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    let Ok(noise) = Normal::new(0.0, LEVEL_LOG_SPREAD) else {
+        return 0;
+    };
+    let mut holds = 0;
+    for _ in 0..simulations {
+        let mut pairs = Vec::with_capacity(SEEDS * templates.len());
+        for condition in templates.iter().filter(|c| !c.is_empty()) {
+            let mut steps: Vec<usize> = condition.iter().map(|t| t.scaled).collect();
+            steps.sort_unstable();
+            for _ in 0..SEEDS {
+                // The pair's log ratio is ln r + z, z ~ N(0, sd): its median is exactly r.
+                let (scaled, z) = match censoring {
+                    Censoring::Independent => (
+                        condition[rng.random_range(0..condition.len())].scaled,
+                        noise.sample(&mut rng),
+                    ),
+                    // Comonotone: the larger z, the faster the scaled run (a lower quantile of
+                    // the frozen steps), so the higher the pair's cut-off budget / scaled.
+                    Censoring::TiedToRatio => {
+                        let q: f64 = rng.random_range(1e-9..1.0 - 1e-9);
+                        let z = LEVEL_LOG_SPREAD * normal_quantile(q);
+                        let idx = (((1.0 - q) * steps.len() as f64) as usize).min(steps.len() - 1);
+                        (steps[idx], z)
+                    }
+                };
+                let u = (true_ratio * scaled as f64 * z.exp()).round() as usize;
+                pairs.push(Pair {
+                    init: condition[0].condition.0,
+                    d_k: condition[0].condition.1,
+                    scaled: Some(scaled),
+                    unscaled: (u <= BUDGET).then_some(u.max(1)),
+                    unscaled_near_chance: false,
+                    scaled_near_chance: false,
+                    budget: BUDGET,
+                });
+            }
+        }
+        let refs: Vec<&Pair> = pairs.iter().collect();
+        if slow_outcome(&ratio_median(&refs, 1.0 - HALF_ALPHA)) == Outcome::Holds {
+            holds += 1;
+        }
+    }
+    holds
+}
+
+/// The seed of the level simulation.
+pub const LEVEL_SEED: u64 = 67;
+
 #[cfg(test)]
 mod tests {
-    use super::super::design::SEEDS;
+    use super::super::design::SLOW_FACTOR;
     use super::*;
 
     #[test]
@@ -163,5 +249,26 @@ mod tests {
         );
         let p = simulate(&t, 1, 1500, &mut rng);
         assert_eq!(p[0].unscaled, Some(700));
+    }
+
+    /// The level at the boundary, at the design's sizes: if the true level were 2.5%, more
+    /// than 72 of 2,000 (50 expected, binomial sd 7) would come out less than once in 1,000.
+    #[test]
+    fn extremely_slow_keeps_its_level_at_the_boundary() {
+        let t = templates().expect("parses");
+        for censoring in [Censoring::Independent, Censoring::TiedToRatio] {
+            let holds = simulated_level(&t, censoring, SLOW_FACTOR, LEVEL_SIMULATIONS, LEVEL_SEED);
+            eprintln!("{censoring:?}: «extremely slow» holds in {holds} of {LEVEL_SIMULATIONS}");
+            assert!(holds <= 72, "{censoring:?}: {holds} of {LEVEL_SIMULATIONS}");
+        }
+    }
+
+    /// The same simulation reads «holds» nearly always where the true median slowdown is
+    /// well above the boundary (16×): the level above is not low because the test never holds.
+    #[test]
+    fn the_level_simulation_holds_where_the_slowdown_is_real() {
+        let t = templates().expect("parses");
+        let holds = simulated_level(&t, Censoring::Independent, 16.0, 200, LEVEL_SEED);
+        assert!(holds >= 180, "{holds} of 200");
     }
 }
