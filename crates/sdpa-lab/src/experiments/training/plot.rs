@@ -358,17 +358,15 @@ fn mechanism(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErro
         }
     }
     // Above the budget, where a run that never got there is drawn: a labelled grey band over
-    // the stds the runs span.
+    // the stds the plotted runs span.
     let budget = data.sizes.budget as f64;
-    let stds: Vec<f64> = data
-        .runs
+    let (lo, hi) = series
         .iter()
-        .map(|r| r.outcome.initial.logit_std)
+        .flat_map(|s| s.points.iter().map(|p| p.0))
         .filter(|x| x.is_finite() && *x > 0.0)
-        .collect();
-    let (lo, hi) = stds.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| {
-        (lo.min(x), hi.max(x))
-    });
+        .fold((f64::INFINITY, 0.0f64), |(lo, hi), x| {
+            (lo.min(x), hi.max(x))
+        });
     if lo <= hi {
         series.push(
             Series::with_band(
@@ -386,7 +384,7 @@ fn mechanism(data: &TrainingData, canvas: &mut Canvas) -> Result<String, LabErro
     let cutoff = super::analyze::premise_std(data);
     series.push(
         Series::reference(
-            format!("std {cutoff:.1}: the article's example, this run's median (premise)"),
+            format!("std {cutoff:.1}: premise cutoff"),
             vec![(cutoff, 0.0), (cutoff, data.sizes.budget as f64 * 1.1)],
         )
         .colored(7),
