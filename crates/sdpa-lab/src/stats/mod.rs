@@ -106,12 +106,15 @@ impl Estimate {
         }
     }
 
-    /// `value [lo, hi]` with `digits` decimals.
+    /// `value [lo, hi]` with `digits` decimals, the interval's ends rounded outward (so that
+    /// the printed interval holds the computed one).
     pub fn show(&self, digits: usize) -> String {
         if self.lo.is_finite() && self.hi.is_finite() {
             format!(
-                "{:.digits$} [{:.digits$}, {:.digits$}]",
-                self.value, self.lo, self.hi
+                "{:.digits$} [{}, {}]",
+                self.value,
+                round_down(self.lo, digits),
+                round_up(self.hi, digits)
             )
         } else {
             format!(
@@ -119,6 +122,37 @@ impl Estimate {
                 self.value, self.n
             )
         }
+    }
+}
+
+/// `x` rounded down to `digits` decimals and printed with them: an interval's lower end.
+pub fn round_down(x: f64, digits: usize) -> String {
+    round_toward(x, digits, f64::floor)
+}
+
+/// `x` rounded up to `digits` decimals and printed with them: an interval's upper end.
+pub fn round_up(x: f64, digits: usize) -> String {
+    round_toward(x, digits, f64::ceil)
+}
+
+fn round_toward(x: f64, digits: usize, f: fn(f64) -> f64) -> String {
+    if !x.is_finite() {
+        return format!("{x}");
+    }
+    let scale = 10f64.powi(digits as i32);
+    // A hair of slack so that a value printed exactly (0.72 stored as 0.71999…) keeps its digits.
+    let scaled = x * scale;
+    let nearest = scaled.round();
+    let r = if (scaled - nearest).abs() < 1e-9 * scale.max(1.0) {
+        nearest
+    } else {
+        f(scaled)
+    };
+    let out = format!("{:.digits$}", r / scale);
+    if out.starts_with("-") && out.trim_start_matches(['-', '0', '.']).is_empty() {
+        out.trim_start_matches('-').to_string()
+    } else {
+        out
     }
 }
 
@@ -336,6 +370,27 @@ pub fn median(x: &[f64]) -> f64 {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn interval_ends_round_outward() {
+        assert_eq!(round_down(21.68, 0), "21");
+        assert_eq!(round_up(24.46, 0), "25");
+        assert_eq!(round_down(0.715, 2), "0.71");
+        assert_eq!(round_up(0.7301, 2), "0.74");
+        // A value that is exact at the digits stays.
+        assert_eq!(round_down(0.72, 2), "0.72");
+        assert_eq!(round_up(6.0, 1), "6.0");
+        assert_eq!(round_down(-0.4149, 2), "-0.42");
+        let e = Estimate {
+            value: 23.07,
+            lo: 21.68,
+            hi: 24.46,
+            n: 10,
+            ci90: None,
+        };
+        assert_eq!(e.show(0), "23 [21, 25]");
+    }
+
     #[test]
     fn t_quantile_wilson_and_bonferroni_against_scipy() {
         // scipy.stats.t.ppf(p, df)

@@ -245,12 +245,12 @@ fn answer(data: &AttentionSaturationData, canvas: &mut Canvas, plot: &str) {
     canvas.key_number(
         "unscaled-is-one-hot",
         format!(
-            "max p {} at d_k 64 ({} keys); {:.0}% [{:.0}, {:.0}] of queries above 0.99",
+            "max p {} at d_k 64 ({} keys); {:.0}% [{}, {}] of queries above 0.99",
             none.max_p.show(2),
             data.m_main,
             100.0 * none.saturated_fraction.value,
-            100.0 * none.saturated_fraction.lo,
-            100.0 * none.saturated_fraction.hi
+            crate::stats::round_down(100.0 * none.saturated_fraction.lo, 0),
+            crate::stats::round_up(100.0 * none.saturated_fraction.hi, 0)
         ),
     );
     canvas.key_number(

@@ -10,6 +10,7 @@ use crate::experiments::training_confirm2::design::PREMISE_MIN_D_K_UNIT_ENTRIES;
 use crate::markdown::md_table;
 use crate::plot::{LinePlot, Series};
 use crate::stats::Estimate;
+use crate::stats::{round_down, round_up};
 
 fn rows_table(rows: &[&GradientRow]) -> String {
     md_table(
@@ -399,9 +400,7 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
     )?;
     let crossover = data
         .crossover_d
-        .map_or("beyond the measured d".to_string(), |e| {
-            format!("{:.0} [{:.0}, {:.0}]", e.value, e.lo, e.hi)
-        });
+        .map_or("beyond the measured d".to_string(), |e| e.show(0));
     canvas.key_number(
         "jacobian-vanishes",
         format!(
@@ -465,7 +464,7 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
         .iter()
         .map(|(m, e)| match e {
             Some(e) if e.value.is_finite() => {
-                format!("m = {m}: d_k {:.0} [{:.0}, {:.0}]", e.value, e.lo, e.hi)
+                format!("m = {m}: d_k {}", e.show(0))
             }
             _ => format!("m = {m}: never up to d_k {}", last.d),
         })
@@ -482,17 +481,15 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
     canvas.answer(
         Question::Gradients,
         Some(format!(
-            "{}: the gradient reaching Q is {:.0}× [{:.0}, {:.0}] larger unscaled (d_k = 64), on \
+            "{}: the gradient reaching Q is {:.0}× [{}, {}] larger unscaled (d_k = 64), on \
              fewer keys; softmax's slope falls below the scaled one past d_k {} \
              ({} keys).",
             if at_64.query.lo > 1.0 { "Not in size" } else { "Not here" },
             at_64.query.value,
-            at_64.query.lo,
-            at_64.query.hi,
-            data.crossover_d.map_or(format!("{} (not measured beyond)", last.d), |e| format!(
-                "{:.0} [{:.0}, {:.0}]",
-                e.value, e.lo, e.hi
-            )),
+            round_down(at_64.query.lo, 0),
+            round_up(at_64.query.hi, 0),
+            data.crossover_d
+                .map_or(format!("{} (not measured beyond)", last.d), |e| e.show(0)),
             data.n,
         )),
         format!(

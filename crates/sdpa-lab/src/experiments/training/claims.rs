@@ -202,7 +202,8 @@ fn article_claims(data: &TrainingData, main: &[&PairStats]) -> Vec<Claim> {
     } else {
         format!(
             "; decided only where the unscaled starting logits have std ≥ {cutoff:.2} (the \
-             article's premise: at least as spread as its own example, unit init d_k 64, in this run); not decided where they start lower ({}: median starting std {})",
+             article's premise: at least as spread as its own example, unit init d_k 64: its \
+             median over the exploratory run's (`training`) unscaled runs); not decided where they start lower ({}: median starting std {})",
             absent
                 .iter()
                 .map(|s| label(s))

@@ -265,8 +265,8 @@ fn claims_of(h: &Hypotheses) -> Vec<Claim> {
                 show(h.ratio),
                 h.budget,
                 if h.ratio.hi.is_infinite() {
-                    "; it could not have failed in this run: so many unscaled runs never got \
-                     there that the interval has no upper end (it could have with fewer)"
+                    "; so many unscaled runs never got there that the interval has no upper \
+                     end"
                 } else {
                     ""
                 }
@@ -283,7 +283,7 @@ fn claims_of(h: &Hypotheses) -> Vec<Claim> {
                 o[3].label(),
                 o[4].label(),
                 if h.ratio.hi.is_infinite() && o[3] != Outcome::Holds {
-                    " (which could not fail in this run, so neither could the sentence)"
+                    " (its interval with no upper end)"
                 } else {
                     ""
                 }

@@ -229,7 +229,7 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
                 r.two_halves.lo,
                 data.budget,
                 if h.ratio.hi.is_infinite() {
-                    " and could not have failed in this run"
+                    ", and its interval has no upper end"
                 } else {
                     ""
                 }
@@ -363,13 +363,9 @@ fn halves_words(h: &Hypotheses, ratio: &str, rests_on_budget: bool) -> String {
             ""
         }
     );
-    // With so many pairs only bounded below, the interval has no upper end: «extremely slow»
-    // could not have failed in this run.
+    // With so many pairs only bounded below, the interval has no upper end.
     let slow = if h.ratio.hi.is_infinite() && h.outcomes[4] != Outcome::Fails {
-        format!(
-            "{slow}. In this run it could hold or stay undecided but not fail: so many unscaled runs \
-             never got there that the interval has no upper end"
-        )
+        format!("{slow}; so many unscaled runs never got there that the interval has no upper end")
     } else {
         slow
     };

@@ -13,13 +13,15 @@ fn end(x: Option<f64>) -> String {
     x.map_or("∞".into(), |v| format!("{v:.1}"))
 }
 
-/// "4.6× [4.1, 6.0]", the Kaplan–Meier median ratio with its 97.5% interval.
+/// "4.6× [4.1, 6.0]", the Kaplan–Meier median ratio with its 97.5% interval (its ends rounded
+/// outward).
 pub fn ratio_words(d: &Decided) -> String {
+    let km = d.ratio.km;
     format!(
         "{}× [{}, {}]",
-        end(d.ratio.km.value),
-        end(d.ratio.km.lo),
-        end(d.ratio.km.hi)
+        end(km.value),
+        km.lo.map_or("∞".into(), |v| crate::stats::round_down(v, 1)),
+        km.hi.map_or("∞".into(), |v| crate::stats::round_up(v, 1))
     )
 }
 
@@ -162,6 +164,15 @@ fn power_words(seeds: usize) -> String {
         )
 }
 
+/// A share's interval as fractions, "[0.29, 0.56]" (ends rounded outward).
+fn share_interval(s: &super::hypotheses::Share) -> String {
+    format!(
+        "[{}, {}]",
+        crate::stats::round_down(s.lo, 2),
+        crate::stats::round_up(s.hi, 2)
+    )
+}
+
 fn lead(o: Option<Outcome>) -> &'static str {
     match o {
         Some(Outcome::Holds) => "Yes",
@@ -220,8 +231,9 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
         "confirm2-sentence",
         format!(
             "«extremely slow» (at least 4×) {}: slowdown {} at each arm's own rate ({:.1}× \
-             without Kaplan–Meier's assumption), {} at one shared rate; «fails completely» (most runs stuck near chance) {}: {} of {} unscaled \
-             runs at their own rates, {} at the shared rate (97.5% intervals)",
+             without Kaplan–Meier's assumption), {} at one shared rate; «fails completely» (most runs \
+             stuck near chance) {}: {} of {} unscaled runs ({}) at their own rates, {} ({}) at \
+             the shared rate (97.5% intervals)",
             o.outcomes[1].label(),
             ratio_words(o),
             o.bounded_ratio.0,
@@ -229,18 +241,21 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
             o.outcomes[0].label(),
             o.near_chance.count,
             o.near_chance.n,
+            share_interval(&o.near_chance),
             s.near_chance.count,
+            share_interval(&s.near_chance),
         ),
     );
     canvas.confirmatory_answer(
         Question::Training,
         Some(format!(
             "{}: from logits as spread as the article's example, the median paired slowdown to 99% \
-             is at least {}×: {} (97.5% interval, conditions pooled); {} of {} unscaled runs never \
-             got there (scaled: {}), {} stuck near chance.",
+             is {} (97.5% interval; ∞: too many unfinished runs), so plausibly at least {}×; {} of \
+             {} unscaled runs never got there (scaled: {}), {} of them stuck near chance (1/8 \
+             right).",
             lead(verdict),
-            end(o.ratio.km.lo),
             ratio_words(o),
+            o.ratio.km.lo.map_or("?".into(), |v| crate::stats::round_down(v, 1)),
             o.near_chance.count + o.never_not_stuck,
             o.near_chance.n,
             o.scaled_never,
@@ -282,9 +297,11 @@ pub fn answer(data: &Confirm2Data, canvas: &mut Canvas, figure: &str) {
              are the slowest.{}\n\n\
              **What would have made it fail.** {FAILS_IF}. Every finite end of the slowdown's \
              interval is the ratio of a pair whose two runs both finished, never a bound set by the \
-             budget. After the runs, with {} of {} pairs cut off by the budget (own rates), the \
-             interval is open above: from these data «extremely slow» could hold or stay \
-             undecided, no longer fail. Read without Kaplan–Meier's assumption that when a run is \
+             budget. The data decided which: {} of {} pairs were cut off by the budget (own rates), \
+             so fewer than half the unscaled runs finished within 4× their twins' steps and the \
+             «fails» reading was ruled out by the runs themselves, as «holds» is ruled out when \
+             they are fast (a claim counts by what its design let happen, not by what its data \
+             left open). Read without Kaplan–Meier's assumption that when a run is \
              cut off says nothing of its ratio (every pair at its bounds, order statistics): {} \
              with each arm's own rate, {} at the shared rate.\n\n\
              **Caveat.** One small model on one task, Adam, four conditions pooled. A run stuck \

@@ -146,33 +146,56 @@ pub const LEVEL_LOG_SPREAD: f64 = 1.0;
 /// The number of simulated runs behind [`simulated_level`].
 pub const LEVEL_SIMULATIONS: usize = 2000;
 
+/// One simulated run of [`level_draws`]: how many of its pairs the budget cut off (a stuck
+/// run included), the Kaplan–Meier lower end of the median ratio (`None`: not reached), and
+/// whether «extremely slow» held.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LevelDraw {
+    /// Pairs in the run.
+    pub pairs: usize,
+    /// Pairs whose unscaled run the budget cut off, stuck ones included.
+    pub cut_off: usize,
+    /// The 97.5% interval's lower end.
+    pub lower_end: Option<f64>,
+    /// Whether «extremely slow» held.
+    pub holds: bool,
+}
+
 /// The level of hypothesis 1b («extremely slow», tested at [`HALF_ALPHA`]) by simulation:
 /// `simulations` runs at the design's sizes ([`SEEDS`] pairs per premise condition, the
 /// [`BUDGET`]), scaled steps resampled from the frozen first confirmatory run, and the unscaled
-/// steps drawn so that the true median paired ratio is `true_ratio` (log-normal, sd
-/// [`LEVEL_LOG_SPREAD`]), cut off by the budget as `censoring` says. Returns how many of the
-/// runs read «holds»: at `true_ratio` = [`SLOW_FACTOR`](super::design::SLOW_FACTOR) and a level of 2.5%, about 2.5% of them.
-/// Seeded: the same inputs give the same count.
-pub fn simulated_level(
+/// steps drawn so that the true median paired ratio is `true_ratio`, cut off by the budget as
+/// `censoring` says. A share `stuck_share` of the unscaled runs is stuck near chance (never
+/// finishing, cut off at the budget); the others' log ratio is normal (sd
+/// [`LEVEL_LOG_SPREAD`]) with its median set so that the median over all pairs is still
+/// `true_ratio` (a share of ½ or more leaves no such median: no draws). At `true_ratio` =
+/// [`SLOW_FACTOR`](super::design::SLOW_FACTOR) and a level of 2.5%, about 2.5% of the runs or
+/// fewer should read «holds». Seeded: the same inputs give the same draws.
+pub fn level_draws(
     templates: &[Vec<Template>],
     censoring: Censoring,
-    true_ratio: f64,
+    (true_ratio, stuck_share): (f64, f64),
     simulations: usize,
     seed: u64,
-) -> usize {
+) -> Vec<LevelDraw> {
     use rand_distr::{Distribution, Normal};
     let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
     let Ok(noise) = Normal::new(0.0, LEVEL_LOG_SPREAD) else {
-        return 0;
+        return Vec::new();
     };
-    let mut holds = 0;
+    if !(0.0..0.5).contains(&stuck_share) {
+        return Vec::new();
+    }
+    // P(ratio ≤ r) = (1 − stuck) · Φ(−shift / sd) = ½ for the finishing pairs' log median
+    // ln r − shift.
+    let shift = LEVEL_LOG_SPREAD * normal_quantile(0.5 / (1.0 - stuck_share));
+    let mut draws = Vec::with_capacity(simulations);
     for _ in 0..simulations {
         let mut pairs = Vec::with_capacity(SEEDS * templates.len());
         for condition in templates.iter().filter(|c| !c.is_empty()) {
             let mut steps: Vec<usize> = condition.iter().map(|t| t.scaled).collect();
             steps.sort_unstable();
             for _ in 0..SEEDS {
-                // The pair's log ratio is ln r + z, z ~ N(0, sd): its median is exactly r.
                 let (scaled, z) = match censoring {
                     Censoring::Independent => (
                         condition[rng.random_range(0..condition.len())].scaled,
@@ -187,24 +210,49 @@ pub fn simulated_level(
                         (steps[idx], z)
                     }
                 };
-                let u = (true_ratio * scaled as f64 * z.exp()).round() as usize;
+                let stuck = rng.random_range(0.0..1.0) < stuck_share;
+                let u = (true_ratio * scaled as f64 * (z - shift).exp()).round() as usize;
                 pairs.push(Pair {
                     init: condition[0].condition.0,
                     d_k: condition[0].condition.1,
                     scaled: Some(scaled),
-                    unscaled: (u <= BUDGET).then_some(u.max(1)),
-                    unscaled_near_chance: false,
+                    unscaled: (!stuck && u <= BUDGET).then_some(u.max(1)),
+                    unscaled_near_chance: stuck,
                     scaled_near_chance: false,
                     budget: BUDGET,
                 });
             }
         }
         let refs: Vec<&Pair> = pairs.iter().collect();
-        if slow_outcome(&ratio_median(&refs, 1.0 - HALF_ALPHA)) == Outcome::Holds {
-            holds += 1;
-        }
+        let ratio = ratio_median(&refs, 1.0 - HALF_ALPHA);
+        draws.push(LevelDraw {
+            pairs: pairs.len(),
+            cut_off: pairs.iter().filter(|p| p.unscaled.is_none()).count(),
+            lower_end: ratio.km.lo,
+            holds: slow_outcome(&ratio) == Outcome::Holds,
+        });
     }
-    holds
+    draws
+}
+
+/// How many of [`level_draws`]'s runs read «holds».
+pub fn simulated_level(
+    templates: &[Vec<Template>],
+    censoring: Censoring,
+    (true_ratio, stuck_share): (f64, f64),
+    simulations: usize,
+    seed: u64,
+) -> usize {
+    level_draws(
+        templates,
+        censoring,
+        (true_ratio, stuck_share),
+        simulations,
+        seed,
+    )
+    .iter()
+    .filter(|d| d.holds)
+    .count()
 }
 
 /// The seed of the level simulation.
@@ -256,10 +304,33 @@ mod tests {
     #[test]
     fn extremely_slow_keeps_its_level_at_the_boundary() {
         let t = templates().expect("parses");
-        for censoring in [Censoring::Independent, Censoring::TiedToRatio] {
-            let holds = simulated_level(&t, censoring, SLOW_FACTOR, LEVEL_SIMULATIONS, LEVEL_SEED);
-            eprintln!("{censoring:?}: «extremely slow» holds in {holds} of {LEVEL_SIMULATIONS}");
-            assert!(holds <= 72, "{censoring:?}: {holds} of {LEVEL_SIMULATIONS}");
+        // Stuck shares 0 and 0.4 (the second run had 25 of 60 unscaled runs stuck).
+        for (censoring, stuck) in [
+            (Censoring::Independent, 0.0),
+            (Censoring::TiedToRatio, 0.0),
+            (Censoring::Independent, 0.4),
+            (Censoring::TiedToRatio, 0.4),
+        ] {
+            let draws = level_draws(
+                &t,
+                censoring,
+                (SLOW_FACTOR, stuck),
+                LEVEL_SIMULATIONS,
+                LEVEL_SEED,
+            );
+            let holds = draws.iter().filter(|d| d.holds).count();
+            let cut: usize = draws.iter().map(|d| d.cut_off).sum();
+            let all: usize = draws.iter().map(|d| d.pairs).sum();
+            eprintln!(
+                "{censoring:?}, stuck {stuck}: «extremely slow» holds in {holds} of \
+                 {LEVEL_SIMULATIONS}; {:.0}% of pairs cut off",
+                100.0 * cut as f64 / all as f64
+            );
+            assert_eq!(draws.len(), LEVEL_SIMULATIONS);
+            assert!(
+                holds <= 72,
+                "{censoring:?}, {stuck}: {holds} of {LEVEL_SIMULATIONS}"
+            );
         }
     }
 
@@ -268,7 +339,7 @@ mod tests {
     #[test]
     fn the_level_simulation_holds_where_the_slowdown_is_real() {
         let t = templates().expect("parses");
-        let holds = simulated_level(&t, Censoring::Independent, 16.0, 200, LEVEL_SEED);
+        let holds = simulated_level(&t, Censoring::Independent, (16.0, 0.0), 200, LEVEL_SEED);
         assert!(holds >= 180, "{holds} of 200");
     }
 }
