@@ -17,6 +17,7 @@ mod extensions;
 mod golden;
 mod gradients;
 mod half_precision;
+mod kernel_size;
 mod kv_cache;
 mod layers;
 mod packed;

@@ -30,6 +30,7 @@ mod extension;
 mod forward;
 mod mma;
 mod mma_backward;
+mod mma_rows;
 mod mma_tile;
 mod pair;
 mod row_stats;
