@@ -481,7 +481,7 @@ fn answer(data: &GradientsData, canvas: &mut Canvas) -> Result<(), LabError> {
     canvas.answer(
         Question::Gradients,
         Some(format!(
-            "{}: the gradient reaching Q is {:.0}× [{}, {}] larger unscaled (d_k = 64), on \
+            "{}: the gradient reaching Q is {:.0}× [{}, {}] larger unscaled (d_k 64), on \
              fewer keys; softmax's slope falls below the scaled one past d_k {} \
              ({} keys).",
             if at_64.query.lo > 1.0 { "Not in size" } else { "Not here" },
