@@ -125,6 +125,17 @@ impl Estimate {
     }
 }
 
+/// "13% [12, 14]": a share (fractions `value`, `lo`, `hi`) in whole percent, its interval's
+/// ends rounded outward.
+pub fn percent(value: f64, lo: f64, hi: f64) -> String {
+    format!(
+        "{:.0}% [{}, {}]",
+        100.0 * value,
+        round_down(100.0 * lo, 0),
+        round_up(100.0 * hi, 0)
+    )
+}
+
 /// `x` rounded down to `digits` decimals and printed with them: an interval's lower end.
 pub fn round_down(x: f64, digits: usize) -> String {
     round_toward(x, digits, f64::floor)

@@ -245,12 +245,14 @@ fn answer(data: &AttentionSaturationData, canvas: &mut Canvas, plot: &str) {
     canvas.key_number(
         "unscaled-is-one-hot",
         format!(
-            "max p {} at d_k 64 ({} keys); {:.0}% [{}, {}] of queries above 0.99",
+            "max p {} at d_k 64 ({} keys); {} of queries above 0.99",
             none.max_p.show(2),
             data.m_main,
-            100.0 * none.saturated_fraction.value,
-            crate::stats::round_down(100.0 * none.saturated_fraction.lo, 0),
-            crate::stats::round_up(100.0 * none.saturated_fraction.hi, 0)
+            crate::stats::percent(
+                none.saturated_fraction.value,
+                none.saturated_fraction.lo,
+                none.saturated_fraction.hi
+            )
         ),
     );
     canvas.key_number(
@@ -285,8 +287,7 @@ fn answer(data: &AttentionSaturationData, canvas: &mut Canvas, plot: &str) {
              unit-variance entries; we read each query's largest weight, max p (1 would be one-hot: all \
              attention on one key), over {} draws.\n\n{plot}\n\n**Effect.** At d_k = 64 without the \
              scale the logits (the scores q·k that softmax turns into weights) have std {:.1}, and \
-             the mean max p is {} (95% interval); {:.0}% [{:.0}, \
-             {:.0}] of the queries are nearly one-hot (max p > 0.99). With 1/√d_k it is {}: attention \
+             the mean max p is {} (95% interval); {} of the queries are nearly one-hot (max p > 0.99). With 1/√d_k it is {}: attention \
              spreads over many keys.{}\n\n**Caveat.** The article's 0.999 is one draw of a single \
              softmax over {} logits, not an average over queries; at d_k = 64 its code gives {} over {} \
              draws (appendix, `attention-saturation`).",
@@ -295,9 +296,11 @@ fn answer(data: &AttentionSaturationData, canvas: &mut Canvas, plot: &str) {
             data.draws,
             none.logit_std.value,
             none.max_p.show(3),
-            100.0 * none.saturated_fraction.value,
-            100.0 * none.saturated_fraction.lo,
-            100.0 * none.saturated_fraction.hi,
+            crate::stats::percent(
+                none.saturated_fraction.value,
+                none.saturated_fraction.lo,
+                none.saturated_fraction.hi
+            ),
             scaled.max_p.show(3),
             top.map_or(String::new(), |r| format!(
                 " Even at d_k = {} the unscaled mean is {}.",

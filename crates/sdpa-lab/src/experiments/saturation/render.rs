@@ -132,11 +132,10 @@ pub fn render(data: &SaturationData, canvas: &mut Canvas) -> Result<String, LabE
             .iter()
             .find(|r| r.n == 64 && r.scale == scale)
             .map(|r| {
-                format!(
-                    "{:.0}% [{:.0}, {:.0}]",
-                    100.0 * r.entropy.value / r.ln_n,
-                    100.0 * r.entropy.lo / r.ln_n,
-                    100.0 * r.entropy.hi / r.ln_n
+                crate::stats::percent(
+                    r.entropy.value / r.ln_n,
+                    r.entropy.lo / r.ln_n,
+                    r.entropy.hi / r.ln_n,
                 )
             })
     };

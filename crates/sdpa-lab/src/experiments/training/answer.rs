@@ -31,10 +31,8 @@ fn runs<'a>(data: &'a TrainingData, stats: &[&PairStats], arm: Arm) -> Vec<&'a R
 fn share(k: usize, n: usize) -> String {
     let (lo, hi) = wilson_interval(k, n, 0.95);
     format!(
-        "{k} of {n} ({:.0}% [{:.0}, {:.0}])",
-        100.0 * k as f64 / n.max(1) as f64,
-        100.0 * lo,
-        100.0 * hi
+        "{k} of {n} ({})",
+        crate::stats::percent(k as f64 / n.max(1) as f64, lo, hi)
     )
 }
 

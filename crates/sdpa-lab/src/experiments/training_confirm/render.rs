@@ -207,11 +207,9 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
     let both = both_stuck(data);
     let (never_u, never_s) = (h.stuck_saturated.0 + both, h.stuck_saturated.1 + both);
     let fails_half = format!(
-        "«fails completely» {}: {:.0}% [{:.0}, {:.0}] of unscaled runs below {FAILED_PCT:.0}% accuracy",
+        "«fails completely» {}: {} of unscaled runs below {FAILED_PCT:.0}% accuracy",
         h.outcomes[3].label(),
-        100.0 * near.value,
-        100.0 * near.lo,
-        100.0 * near.hi,
+        crate::stats::percent(near.value, near.lo, near.hi),
     );
     // "Narrowly" where a stricter reading (both halves together, Bonferroni) would not hold.
     let narrowly = h.outcomes[4] == crate::claims::Outcome::Holds
@@ -249,12 +247,7 @@ fn answer(data: &ConfirmData, h: &Hypotheses, canvas: &mut Canvas, plot: &str) {
     // A share of the saturated pairs with its 95% Wilson interval, in percent.
     let share = |k: usize| {
         let (lo, hi) = crate::stats::wilson_interval(k, n, 0.95);
-        format!(
-            "{:.0}% [{:.0}, {:.0}]",
-            100.0 * k as f64 / n.max(1) as f64,
-            100.0 * lo,
-            100.0 * hi
-        )
+        crate::stats::percent(k as f64 / n.max(1) as f64, lo, hi)
     };
     // Superseded by the second confirmatory run (`training-confirm-2`), whose answer is the
     // first screen's: this one stays on the question's screen, after it.
@@ -346,23 +339,26 @@ fn halves_words(h: &Hypotheses, ratio: &str, rests_on_budget: bool) -> String {
         verdict(h.outcomes[4])
     );
     let fails = format!(
-        "{:.0}% [{:.0}, {:.0}] of the unscaled runs ended below {FAILED_PCT:.0}% accuracy, so «fails \
-         completely» (most of them) {}",
-        100.0 * h.near_chance.value,
-        100.0 * h.near_chance.lo,
-        100.0 * h.near_chance.hi,
+        "{} of the unscaled runs ended below {FAILED_PCT:.0}% accuracy, so «fails completely» \
+         (most of them) {}",
+        crate::stats::percent(h.near_chance.value, h.near_chance.lo, h.near_chance.hi),
         verdict(h.outcomes[3])
     );
     let sentence = format!(
         "The article's sentence {}{}",
         verdict(h.outcomes[5]),
         if rests_on_budget {
-            " by the pre-registered rule, but is not counted: the lower end it rests on is a \
-             budget bound (see the caveat)"
+            " by the pre-registered rule"
         } else {
             ""
         }
     );
+    let uncounted = if rests_on_budget {
+        " Neither it nor «extremely slow» is counted: the lower end they rest on is a budget bound \
+         (see the caveat)."
+    } else {
+        ""
+    };
     // With so many pairs only bounded below, the interval has no upper end.
     let slow = if h.ratio.hi.is_infinite() && h.outcomes[4] != Outcome::Fails {
         format!("{slow}; so many unscaled runs never got there that the interval has no upper end")
@@ -370,11 +366,11 @@ fn halves_words(h: &Hypotheses, ratio: &str, rests_on_budget: bool) -> String {
         slow
     };
     if h.outcomes[4] == Outcome::Holds && h.outcomes[3] != Outcome::Holds {
-        format!("{sentence} because its second half does: {slow}. {fails}.")
+        format!("{sentence} because its second half does: {slow}. {fails}.{uncounted}")
     } else if h.outcomes[3] == Outcome::Holds {
-        format!("{sentence} because its first half does: {fails}. {slow}.")
+        format!("{sentence} because its first half does: {fails}. {slow}.{uncounted}")
     } else {
-        format!("{sentence}: {fails}; {slow}.")
+        format!("{sentence}: {fails}; {slow}.{uncounted}")
     }
 }
 
