@@ -62,7 +62,7 @@ fn finished_words(d: &Decided) -> String {
 }
 
 /// Pairs cut off by the budget (the unscaled run never got there, the scaled one did).
-fn cut_off(d: &Decided) -> usize {
+pub(super) fn cut_off(d: &Decided) -> usize {
     d.pairs - d.ratio.left_out - d.finished_ratio.3
 }
 

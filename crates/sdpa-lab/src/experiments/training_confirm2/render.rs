@@ -228,8 +228,10 @@ pub fn render(data: &Confirm2Data, canvas: &mut Canvas) -> Result<String, LabErr
         &rows,
     ));
     if let Some(own) = data.scheme(RateScheme::Own) {
-        let n = &own.pooled.near_chance;
-        out.push_str(&level_words(n.count as f64 / n.n.max(1) as f64, canvas)?);
+        let (o, n) = (&own.pooled, &own.pooled.near_chance);
+        let stuck = n.count as f64 / n.n.max(1) as f64;
+        let cut = super::answer::cut_off(o) as f64 / (o.pairs - o.ratio.left_out).max(1) as f64;
+        out.push_str(&level_words((stuck, cut), canvas)?);
     }
     out.push_str("\n**Each condition** (described, not tested)\n\n");
     let per: Vec<Vec<String>> = data
@@ -273,7 +275,10 @@ pub fn render(data: &Confirm2Data, canvas: &mut Canvas) -> Result<String, LabErr
 /// every simulated run in `training_confirm2_level_draws.csv`: runs with no stuck pairs, and
 /// runs with as many stuck as this run's own rates left (`stuck_share`), each with censoring
 /// apart from and tied to the ratio.
-fn level_words(stuck_share: f64, canvas: &mut Canvas) -> Result<String, LabError> {
+fn level_words(
+    (stuck_share, real_cut): (f64, f64),
+    canvas: &mut Canvas,
+) -> Result<String, LabError> {
     use super::power::{
         Censoring, LEVEL_LOG_SPREAD, LEVEL_SEED, LEVEL_SIMULATIONS, level_draws, templates,
     };
@@ -282,6 +287,7 @@ fn level_words(stuck_share: f64, canvas: &mut Canvas) -> Result<String, LabError
     };
     let mut lines = Vec::new();
     let mut words = Vec::new();
+    let mut most_cut = 0.0f64;
     for (censoring, name) in [
         (Censoring::Independent, "censoring apart from the ratio"),
         (Censoring::TiedToRatio, "censoring tied to it"),
@@ -301,6 +307,7 @@ fn level_words(stuck_share: f64, canvas: &mut Canvas) -> Result<String, LabError
             let cut: usize = draws.iter().map(|d| d.cut_off).sum();
             let all: usize = draws.iter().map(|d| d.pairs).sum();
             let (lo, hi) = crate::stats::wilson_interval(holds, draws.len(), 0.95);
+            most_cut = most_cut.max(cut as f64 / all as f64);
             words.push(format!(
                 "{name}, {:.0}% stuck ({:.0}% of pairs cut off): {holds} ({:.1}% [{}, {}])",
                 100.0 * stuck,
@@ -334,8 +341,8 @@ fn level_words(stuck_share: f64, canvas: &mut Canvas) -> Result<String, LabError
          {LEVEL_LOG_SPREAD} in ln), cut off by the budget. «Extremely slow» held in, of \
          {LEVEL_SIMULATIONS}: {}. Nominal: {:.2}% («holds» reads only the lower end of the half's \
          {:.1}% interval, so it uses half of the half's {:.1}%). In the real runs {:.0}% of the \
-         unscaled runs were stuck and 53% of the pairs cut off at the own rates, more than any \
-         case here; runs cut off while above chance (slow, not stuck) are not simulated. Every \
+         unscaled runs were stuck and {:.0}% of the pairs cut off at the own rates ({}); runs cut \
+         off while above chance (slow, not stuck) are not simulated. Every \
          simulated run: `training_confirm2_level_draws.csv` (`power::level_draws`; its test fails \
          above 40 of 2,000).\n",
         words.join("; "),
@@ -343,5 +350,11 @@ fn level_words(stuck_share: f64, canvas: &mut Canvas) -> Result<String, LabError
         100.0 - HALF_ALPHA * 100.0,
         HALF_ALPHA * 100.0,
         100.0 * stuck_share,
+        100.0 * real_cut,
+        if real_cut > most_cut {
+            "more than in any case here"
+        } else {
+            "within the cases here"
+        },
     ))
 }
