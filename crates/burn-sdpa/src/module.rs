@@ -142,7 +142,9 @@ impl ScaledDotProductAttention {
         Ok(out)
     }
 
-    /// The path a call would take (after validating it), without running it. A call whose
+    /// The path a call would take (after validating it), without running it: the path
+    /// `forward` takes for this input on the input's device, autodiff included (dropout on a
+    /// training device, or asking for the weights, keeps a call off the fused kernels). A call whose
     /// scores may overflow the dtype is reported on the chunked path it then takes instead of a
     /// kernel (`CpuKernel`, `CubeKernel`, `Fused`; see the semantics guide), which costs one
     /// read-back of a few values, as running the call does.

@@ -15,34 +15,41 @@
 //! assert_eq!(y.dims(), [2, 10, 64]);
 //! ```
 //!
-//! A training step, forward and backward, and the path the attention took:
+//! A training step, forward, backward and an Adam step, and the path the attention took
+//! (dropout off: burn-nn's default 0.1 keeps training off the fused kernel):
 //!
 //! ```
+//! use burn::optim::{AdamConfig, GradientsParams};
 //! use burn::prelude::*;
 //! use burn::tensor::Distribution;
 //! use burn_sdpa::nn::attention::{MhaInput, MultiHeadAttentionConfig};
 //! let device = Device::flex().autodiff(); // a training device
-//! // Dropout on the weights (burn-nn's default 0.1) would keep training on the naive path.
+//! // With burn-nn's default dropout (0.1) training would take a materializing path instead.
 //! let mha = MultiHeadAttentionConfig::new(64, 4).with_dropout(0.0).init(&device);
+//! let mut optim = AdamConfig::new().init();
 //! let x = Tensor::<3>::random([2, 128, 64], Distribution::Default, &device); // [b, n, d_model]
 //! let input = MhaInput::self_attn(x).causal();
-//! // The path this call takes: cpu_kernel on Flex with burn-sdpa's `flex` feature, naive if
-//! // the weights are asked for (`need_weights()`) or dropout is on.
+//! // cpu_kernel on Flex with burn-sdpa's `flex` feature; naive if the weights are asked for
+//! // (`need_weights()`), naive or chunked(N) if dropout is on.
 //! println!("attention path: {}", mha.path(&input).unwrap());
 //! let y = mha.forward(input).context; // [b, n, d_model]
-//! let grads = y.powi_scalar(2).mean().backward();
-//! let d_query = mha.query.weight.grad(&grads).unwrap(); // what an optimizer step reads
+//! let loss = y.powi_scalar(2).mean();
+//! let grads = loss.backward();
+//! let d_query = mha.query.weight.grad(&grads).unwrap(); // what the optimizer step reads
 //! assert_eq!(d_query.dims(), [64, 64]);
+//! let grads = GradientsParams::from_grads(grads, &mha);
+//! let mha = optim.step(1e-3, mha, grads); // one Adam step: the layer with updated weights
+//! assert_eq!(mha.query.weight.dims(), [64, 64]);
 //! ```
 //!
 //! What differs from burn-nn, on purpose:
 //! - [`attention::MhaOutput::weights`] is an `Option`, `None` unless asked for with
 //!   [`attention::MhaInput::need_weights`]: computing them would keep every call on the
 //!   materializing path.
-//! - With dropout on (training, p > 0) the layers take the materializing path, whose dropout
-//!   draws its own masks: the same seed does not give burn-nn's masks, and the weights returned
-//!   are taken before dropout (burn-nn's after); a row whose keys are all masked gets the plain
-//!   mean of the values, without dropout.
+//! - With dropout on (training, p > 0) the layers take a materializing path (`Naive`, or
+//!   `Chunked` for long sequences), whose dropout draws its own masks: the same seed does not
+//!   give burn-nn's masks, and the weights returned are taken before dropout (burn-nn's after);
+//!   a row whose keys are all masked gets the plain mean of the values, without dropout.
 //! - The configs have optional extras burn-nn lacks (grouped-query heads, rotary positions and
 //!   the module's [`AttentionOptions`](crate::AttentionOptions): scale, soft-cap, implementation,
 //!   precision); left at their defaults, the layers compute what burn-nn's compute.

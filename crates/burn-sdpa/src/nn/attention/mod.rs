@@ -313,9 +313,11 @@ impl MultiHeadAttention {
     }
 
     /// The path the layer's attention takes for `input` (after validating it), without running
-    /// the attention: what a training step on this input runs (`CpuKernel` on Flex and NdArray,
-    /// `CubeKernel` or `CubeTensorCores` on a CubeCL backend with the `cube` feature, `Naive`
-    /// where the weights are asked for). It projects the input, as a call does.
+    /// the attention: the path `forward` takes for this input on the layer's device, autodiff
+    /// included (`CpuKernel` on Flex and NdArray, `CubeKernel` or `CubeTensorCores` on a CubeCL
+    /// backend with the `cube` feature; `Naive` where the weights are asked for; `Naive`, or
+    /// `Chunked` for long sequences, on a training device with dropout on, burn-nn's default
+    /// 0.1). It projects the input, as a call does.
     ///
     /// ```
     /// use burn::prelude::*;
