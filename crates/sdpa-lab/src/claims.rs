@@ -538,15 +538,11 @@ impl Verdict {
     }
 }
 
-/// The sentence a claim's quote checks: a sentence checked in parts has its part's name in
-/// brackets after the quote.
-pub fn sentence_of(zh: &str) -> &str {
-    zh.split('（').next().unwrap_or(zh)
-}
-
 #[path = "claims_text.rs"]
 mod text;
-pub use text::{article_summary, claims_table, lab_summary, short, short_p, show, show_p, summary};
+pub use text::{
+    article_summary, claims_table, lab_summary, sentence_of, short, short_p, show, show_p, summary,
+};
 
 #[cfg(test)]
 #[path = "claims_tests.rs"]

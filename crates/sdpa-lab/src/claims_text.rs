@@ -4,6 +4,12 @@
 use super::{Claim, Outcome, Source};
 use crate::stats::Estimate;
 
+/// The sentence a claim's quote checks: a sentence checked in parts has its part's name in
+/// brackets after the quote.
+pub fn sentence_of(zh: &str) -> &str {
+    zh.split('（').next().unwrap_or(zh)
+}
+
 /// A number in a few significant digits.
 pub fn short(x: f64) -> String {
     if x.is_infinite() {
