@@ -407,7 +407,7 @@ mod tests {
             }
         }
         // 2.5% of 400 is 10 (binomial sd 3.1): at a true level of 2.5%, more than 20 comes out
-        // less than once in 1,000. `power::simulated_level` checks it at the design's sizes.
+        // less than once in 1,000. `power::level_draws` checks it at the design's sizes.
         assert!(holds <= 20, "{holds} of {trials}");
     }
 }

@@ -2,7 +2,7 @@
 //! ([`design::SEEDS`](super::design::SEEDS) says the model): resample the frozen first
 //! confirmatory run's pairs, censor them at the new budget, decide hypothesis 1 by its rules.
 //! And the level of its «extremely slow» half, by simulation at the design's sizes where the
-//! true median slowdown is exactly the boundary ([`simulated_level`]).
+//! true median slowdown is exactly the boundary ([`level_draws`]).
 
 use rand::{Rng, SeedableRng};
 use sdpa_model::QkInit;
@@ -128,7 +128,7 @@ pub fn seeds_for_power() -> Result<Option<usize>, String> {
         .map(|(n, _)| n))
 }
 
-/// How the simulated unscaled runs are cut off by the budget in [`simulated_level`].
+/// How the simulated unscaled runs are cut off by the budget in [`level_draws`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Censoring {
     /// Each pair's ratio is drawn apart from its scaled steps: a pair is cut off at
@@ -140,10 +140,10 @@ pub enum Censoring {
     TiedToRatio,
 }
 
-/// The spread (sd of the natural log) of the simulated paired ratios in [`simulated_level`].
+/// The spread (sd of the natural log) of the simulated paired ratios in [`level_draws`].
 pub const LEVEL_LOG_SPREAD: f64 = 1.0;
 
-/// The number of simulated runs behind [`simulated_level`].
+/// The number of simulated runs behind [`level_draws`].
 pub const LEVEL_SIMULATIONS: usize = 2000;
 
 /// One simulated run of [`level_draws`]: how many of its pairs the budget cut off (a stuck
@@ -235,24 +235,12 @@ pub fn level_draws(
     draws
 }
 
-/// How many of [`level_draws`]'s runs read «holds».
-pub fn simulated_level(
-    templates: &[Vec<Template>],
-    censoring: Censoring,
-    (true_ratio, stuck_share): (f64, f64),
-    simulations: usize,
-    seed: u64,
-) -> usize {
-    level_draws(
-        templates,
-        censoring,
-        (true_ratio, stuck_share),
-        simulations,
-        seed,
-    )
-    .iter()
-    .filter(|d| d.holds)
-    .count()
+/// How many of `draws` read «holds», and the share of their pairs the budget cut off.
+pub fn level_summary(draws: &[LevelDraw]) -> (usize, f64) {
+    let holds = draws.iter().filter(|d| d.holds).count();
+    let cut: usize = draws.iter().map(|d| d.cut_off).sum();
+    let pairs: usize = draws.iter().map(|d| d.pairs).sum();
+    (holds, cut as f64 / pairs.max(1) as f64)
 }
 
 /// The seed of the level simulation.
@@ -319,13 +307,11 @@ mod tests {
                 LEVEL_SIMULATIONS,
                 LEVEL_SEED,
             );
-            let holds = draws.iter().filter(|d| d.holds).count();
-            let cut: usize = draws.iter().map(|d| d.cut_off).sum();
-            let all: usize = draws.iter().map(|d| d.pairs).sum();
+            let (holds, cut) = level_summary(&draws);
             eprintln!(
                 "{censoring:?}, stuck {stuck}: «extremely slow» holds in {holds} of \
                  {LEVEL_SIMULATIONS}; {:.0}% of pairs cut off",
-                100.0 * cut as f64 / all as f64
+                100.0 * cut
             );
             assert_eq!(draws.len(), LEVEL_SIMULATIONS);
             assert!(
@@ -340,7 +326,8 @@ mod tests {
     #[test]
     fn the_level_simulation_holds_where_the_slowdown_is_real() {
         let t = templates().expect("parses");
-        let holds = simulated_level(&t, Censoring::Independent, (16.0, 0.0), 200, LEVEL_SEED);
+        let draws = level_draws(&t, Censoring::Independent, (16.0, 0.0), 200, LEVEL_SEED);
+        let (holds, _) = level_summary(&draws);
         assert!(holds >= 180, "{holds} of 200");
     }
 }

@@ -280,7 +280,8 @@ fn level_words(
     canvas: &mut Canvas,
 ) -> Result<String, LabError> {
     use super::power::{
-        Censoring, LEVEL_LOG_SPREAD, LEVEL_SEED, LEVEL_SIMULATIONS, level_draws, templates,
+        Censoring, LEVEL_LOG_SPREAD, LEVEL_SEED, LEVEL_SIMULATIONS, level_draws, level_summary,
+        templates,
     };
     let Ok(t) = templates() else {
         return Ok(String::new());
@@ -303,15 +304,13 @@ fn level_words(
             if draws.is_empty() {
                 continue;
             }
-            let holds = draws.iter().filter(|d| d.holds).count();
-            let cut: usize = draws.iter().map(|d| d.cut_off).sum();
-            let all: usize = draws.iter().map(|d| d.pairs).sum();
+            let (holds, cut) = level_summary(&draws);
             let (lo, hi) = crate::stats::wilson_interval(holds, draws.len(), 0.95);
-            most_cut = most_cut.max(cut as f64 / all as f64);
+            most_cut = most_cut.max(cut);
             words.push(format!(
                 "{name}, {:.0}% stuck ({:.0}% of pairs cut off): {holds} ({:.1}% [{}, {}])",
                 100.0 * stuck,
-                100.0 * cut as f64 / all as f64,
+                100.0 * cut,
                 100.0 * holds as f64 / draws.len() as f64,
                 crate::stats::round_down(100.0 * lo, 1),
                 crate::stats::round_up(100.0 * hi, 1),
